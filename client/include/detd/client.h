@@ -1,0 +1,193 @@
+/*
+ * libdetd: the detd client library.
+ *
+ * A training process opens one detd_client and asks its node's daemon
+ * which kernel configuration to use for a decision key. The daemon answers
+ * with a decided configuration, or designates this process to time the
+ * candidates once for the whole cluster; the process then reports its
+ * timings and uses the configuration the daemon committed.
+ *
+ * Threads: every function may be called from any thread at any time on
+ * the same handle. Calls are independent; a slow Decide (waiting for
+ * another rank's timing pass) does not block other calls.
+ *
+ * Fork: the handle may be used in a forked child. The child never touches
+ * the parent's connection; it opens its own on first use and attaches as
+ * a new client (with its own pid).
+ *
+ * The library never logs, never aborts and never writes to stdout/stderr.
+ */
+#ifndef DETD_CLIENT_H
+#define DETD_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "detd/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DETD_API_VERSION 1
+
+/* Default socket when neither the argument nor DETD_SOCKET names one. */
+#define DETD_DEFAULT_SOCKET "/run/detd/detd.sock"
+
+/* Limits enforced by the daemon and checked early by the library. */
+#define DETD_MAX_KEY_BYTES 4096
+#define DETD_MAX_CANDIDATES 1024
+#define DETD_MAX_MESSAGE_BYTES (1024 * 1024)
+
+typedef struct detd_client detd_client;
+
+/*
+ * Who this process is. Strings are copied by detd_client_open(). A NULL
+ * string means "unknown"; rank/local_rank -1 and world_size 0 likewise.
+ * host defaults to the host name, pid is always taken from getpid().
+ */
+struct detd_identity {
+    const char *host;
+    int32_t rank;
+    int32_t local_rank;
+    int32_t world_size;
+    const char *device_name;
+    const char *arch;
+    int32_t sm_count;
+    const char *job;
+};
+
+/* Where a decision came from (values match detd.v1.Source). */
+typedef enum detd_source {
+    DETD_SOURCE_UNSPECIFIED = 0,
+    DETD_SOURCE_TIMED = 1,
+    DETD_SOURCE_TABLE = 2,
+    DETD_SOURCE_OVERRIDE = 3,
+    DETD_SOURCE_IMPORT = 4,
+    DETD_SOURCE_FALLBACK = 5,
+    DETD_SOURCE_LOCAL = 6,
+} detd_source;
+
+/* What a Decide call produced (values match detd.v1.Outcome). */
+typedef enum detd_outcome {
+    DETD_OUTCOME_DECIDED = 1,    /* use answer->config */
+    DETD_OUTCOME_DESIGNATED = 2, /* time, then detd_report() */
+    DETD_OUTCOME_MISS = 3,       /* nothing decided, no claim given */
+    DETD_OUTCOME_TIMEOUT = 4,    /* another rank's pass outlasted the wait */
+} detd_outcome;
+
+/*
+ * A decision key. All strings are borrowed for the duration of the call.
+ * namespace_ may be NULL (the daemon's namespace). candidates are
+ * canonical config strings; their order does not matter.
+ */
+struct detd_key {
+    const char *namespace_;
+    const char *arch;
+    const char *kernel;
+    const char *key;
+    const char *const *candidates;
+    size_t n_candidates;
+};
+
+/* One candidate's timing, for detd_report(). */
+struct detd_timing {
+    const char *config;
+    const double *ms;  /* samples or quantiles; the daemon uses the median */
+    size_t n_ms;
+    int failed;        /* nonzero: the candidate could not run */
+};
+
+/*
+ * The answer to detd_decide() or detd_report(). Owned by the caller,
+ * freed with detd_answer_free(). Strings live as long as the answer.
+ */
+struct detd_answer {
+    detd_outcome outcome;
+    char *config;        /* chosen config (DECIDED, report) or NULL */
+    detd_source source;
+    char *decision_id;   /* hex SHA-256 of the key, or NULL */
+    uint64_t claim_id;   /* DESIGNATED: pass to detd_report() */
+    uint32_t lease_ms;
+    int takeover;        /* designated after the previous timer left */
+    int superseded;      /* report: another claim made the decision */
+    char *decided_by_host;
+    int32_t decided_by_rank;
+    int32_t decided_by_pid;
+    uint32_t waited_ms;
+};
+
+/*
+ * Create a client handle. socket_path: the daemon's unix socket, or NULL
+ * for $DETD_SOCKET, else DETD_DEFAULT_SOCKET. identity may be NULL.
+ * Nothing is connected yet: the first call connects and attaches.
+ * On success *ret_client owns a handle to free with detd_client_close();
+ * on failure *ret_client is untouched.
+ * Returns 0, DETD_EINVAL or DETD_ENOMEM.
+ */
+int detd_client_open(const char *socket_path,
+                     const struct detd_identity *identity,
+                     detd_client **ret_client);
+
+/*
+ * Detach and free the handle. Claims it holds pass to the next waiter.
+ * No call may be in flight on another thread. NULL is a no-op.
+ */
+void detd_client_close(detd_client *client);
+
+/*
+ * Connect and attach now (otherwise done lazily), waiting at most
+ * timeout_ms (<= 0: 5 s). Returns 0, DETD_ECONNECT, DETD_ETIMEDOUT or
+ * DETD_EPROTO. Calling it again when attached is a cheap no-op.
+ */
+int detd_client_connect(detd_client *client, int64_t timeout_ms);
+
+/* Flags for detd_decide(). */
+#define DETD_DECIDE_NO_CLAIM 0x1 /* pinned: never be designated */
+
+/*
+ * Ask which config to use for key. Waits server-side while another rank
+ * times the key, for at most timeout_ms (<= 0: 10 minutes).
+ * On success *ret_answer holds the outcome (free it with
+ * detd_answer_free()). Errors: DETD_EINVAL, DETD_ELIMIT (key or candidate
+ * limits), DETD_ECONNECT, DETD_ETIMEDOUT, DETD_EBUSY, DETD_EPROTO, ...
+ */
+int detd_decide(detd_client *client, const struct detd_key *key, int flags,
+                int64_t timeout_ms, struct detd_answer **ret_answer);
+
+/*
+ * Report the timings of a designated pass (claim_id from detd_decide()).
+ * The daemon picks the winner (lowest median, ties by config string),
+ * commits it and answers with the committed decision, which the caller
+ * must use: answer->config. Repeating a report is harmless. A report
+ * for a claim that moved on returns DETD_ESTALE, or the decision with
+ * answer->superseded set if one was made meanwhile.
+ */
+int detd_report(detd_client *client, uint64_t claim_id,
+                const struct detd_key *key, const struct detd_timing *timings,
+                size_t n_timings, const char *triton_version,
+                int64_t timeout_ms, struct detd_answer **ret_answer);
+
+/* Flags for detd_observe(). */
+#define DETD_OBSERVE_GOVERNED 0x1
+#define DETD_OBSERVE_CHAOS 0x2
+
+/*
+ * Record that this process launched config for key (source: where the
+ * caller got it). Used by detctl verify. Returns 0 or an error.
+ */
+int detd_observe(detd_client *client, const struct detd_key *key,
+                 const char *config, detd_source source, int flags,
+                 int64_t timeout_ms);
+
+/* Free an answer. NULL is a no-op. */
+void detd_answer_free(struct detd_answer *answer);
+
+/* The library's version string, e.g. "0.1.0". */
+const char *detd_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DETD_CLIENT_H */

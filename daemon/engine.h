@@ -1,0 +1,160 @@
+/*
+ * engine: the decide engine's claim and waiter state machine.
+ *
+ * Pure logic: no sockets, files, clocks or logging. Time comes in as
+ * now_ms arguments; callers (the loop) act on the events the engine emits.
+ *
+ * Model. A key is identified by its decision id (hex SHA-256, see keyid.h).
+ * For a key without a decision, the first asker gets a claim (it is
+ * "designated" to time the candidates); every later asker becomes a
+ * waiter, held server-side until the decision is committed, the claim
+ * passes to it, or its own deadline expires. A claim belongs to a session
+ * (one attached client process). It passes to the oldest waiter (FIFO)
+ * when its session ends or when its lease expires; a session that stays
+ * attached keeps its claims' leases renewed (engine_tick renews them).
+ *
+ * Waiters are identified by caller-chosen tokens (uint64, nonzero, unique
+ * among live waiters). The engine never dereferences them.
+ */
+#ifndef DETD_ENGINE_H
+#define DETD_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct engine engine;
+
+struct engine_limits {
+    uint32_t max_waiters;  /* over it: DETD_EBUSY */
+    uint32_t max_claims;   /* over it: DETD_EBUSY */
+    uint32_t lease_ms;     /* claim lease */
+};
+
+/* What happened to a waiter or asker; emitted through engine_event_cb. */
+typedef enum engine_event_kind {
+    ENGINE_EV_DESIGNATE = 1, /* token now holds claim_id: reply DESIGNATED */
+    ENGINE_EV_TIMEOUT = 2,   /* token's deadline passed: reply TIMEOUT */
+    ENGINE_EV_RELEASE = 3,   /* key decided: reply with the decision */
+} engine_event_kind;
+
+struct engine_event {
+    engine_event_kind kind;
+    uint64_t token;
+    const char *id;    /* decision id; borrowed for the callback only */
+    uint64_t claim_id; /* DESIGNATE */
+    int takeover;      /* DESIGNATE: the claim passed from another */
+};
+
+typedef void (*engine_event_cb)(void *ctx, const struct engine_event *ev);
+
+/*
+ * Create an engine. cb receives every event, synchronously, from inside
+ * the engine call that caused it; it must not call back into the engine.
+ * Returns 0 or DETD_ENOMEM; *ret owns the engine (engine_free()).
+ */
+int engine_new(const struct engine_limits *limits, engine_event_cb cb,
+               void *cb_ctx, engine **ret);
+
+/* Free the engine and all its state. Emits nothing. NULL is a no-op. */
+void engine_free(engine *e);
+
+/* Result of engine_ask(). */
+typedef enum engine_ask_result {
+    ENGINE_ASK_DESIGNATED = 1, /* *ret_claim_id is the caller's claim */
+    ENGINE_ASK_WAIT = 2,       /* token queued; an event will follow */
+} engine_ask_result;
+
+/*
+ * An undecided key was asked for (the caller checked the store and the
+ * tables first). If nobody holds a claim for id, session gets one:
+ * returns ENGINE_ASK_DESIGNATED with *ret_claim_id set. If session already
+ * holds the claim for id (a retry), the same claim is returned. Otherwise
+ * token waits until deadline_ms (absolute, same clock as now_ms):
+ * ENGINE_ASK_WAIT. session 0 (not attached) may wait but never be
+ * designated while another session could; with no claim it gets one with
+ * a lease that is never renewed.
+ * Errors: DETD_EINVAL, DETD_EBUSY (max_waiters or max_claims), DETD_ENOMEM.
+ */
+int engine_ask(engine *e, const char *id, uint64_t session, uint64_t token,
+               int64_t deadline_ms, int64_t now_ms, uint64_t *ret_claim_id);
+
+/* Result of engine_report(). */
+typedef enum engine_report_result {
+    ENGINE_REPORT_ACCEPT = 1, /* commit the winner, then engine_decided() */
+    ENGINE_REPORT_STALE = 2,  /* claim_id is not the live claim for id */
+} engine_report_result;
+
+/*
+ * A report arrived for claim_id on id from session. Returns
+ * ENGINE_REPORT_ACCEPT if claim_id is the live claim for id (any session
+ * may report it: the claim id is the capability), else ENGINE_REPORT_STALE.
+ * Accepting does not end the claim: the caller commits the decision and
+ * calls engine_decided().
+ */
+int engine_report(engine *e, const char *id, uint64_t claim_id);
+
+/*
+ * The key id is decided and committed (by a report, a table, another
+ * node): every waiter on id gets ENGINE_EV_RELEASE and the claim ends.
+ * Unknown ids are a no-op. Returns the number of waiters released.
+ */
+size_t engine_decided(engine *e, const char *id);
+
+/* A session attached (its claims' leases are renewed while attached). */
+int engine_session_attach(engine *e, uint64_t session, int64_t now_ms);
+
+/*
+ * A session ended (its Attach stream closed or the process died). Each
+ * claim it holds passes to the oldest live waiter of that key
+ * (ENGINE_EV_DESIGNATE with takeover=1) or, with no waiter, is dropped.
+ * Its own waiters are left alone (their calls end on their own).
+ */
+void engine_session_end(engine *e, uint64_t session, int64_t now_ms);
+
+/*
+ * Remove a waiter whose call ended (cancelled by the client). No event.
+ * Returns 0 or DETD_ENOTFOUND.
+ */
+int engine_cancel(engine *e, uint64_t token);
+
+/*
+ * Advance time: renew the leases of attached sessions' claims, expire
+ * waiters whose deadline passed (ENGINE_EV_TIMEOUT), pass expired claims
+ * to the next waiter (ENGINE_EV_DESIGNATE, takeover=1).
+ * Returns the next absolute time engine_tick() should run, or INT64_MAX.
+ */
+int64_t engine_tick(engine *e, int64_t now_ms);
+
+/* Counts for status. */
+struct engine_stats {
+    uint32_t claims;
+    uint32_t waiters;
+    uint64_t designations;
+    uint64_t takeovers;
+    uint64_t timeouts;
+    uint64_t stale_reports;
+};
+void engine_get_stats(const engine *e, struct engine_stats *ret);
+
+/* Claims held by a session (for status). */
+uint32_t engine_session_claims(const engine *e, uint64_t session);
+
+/*
+ * The winner rule, documented in the README: each candidate's score is
+ * the median of its samples (mean of the two middle ones for an even
+ * count); failed candidates, candidates without samples and non-finite
+ * or negative medians are excluded; the lowest score wins; exact ties go
+ * to the lexicographically smallest (strcmp) config string. Configs not
+ * in the allowed set (if allowed != NULL) are ignored.
+ * Returns the winning index into timings, or DETD_ENOCAND.
+ */
+struct engine_timing {
+    const char *config;
+    const double *ms;
+    size_t n_ms;
+    int failed;
+};
+int engine_pick_winner(const struct engine_timing *timings, size_t n,
+                       const char *const *allowed, size_t n_allowed);
+
+#endif /* DETD_ENGINE_H */

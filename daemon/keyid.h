@@ -1,0 +1,41 @@
+/*
+ * keyid: decision identity. Pure functions, no I/O.
+ *
+ * candidates_fp = hex SHA-256 of the candidate config strings, sorted by
+ * strcmp, de-duplicated, each followed by '\n'.
+ * id = hex SHA-256 of "detd-key-v1\n" + namespace + '\0' + arch + '\0' +
+ *      kernel + '\0' + key + '\0' + candidates_fp.
+ */
+#ifndef DETD_KEYID_H
+#define DETD_KEYID_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEYID_HEX_LEN 64
+
+struct sha256_ctx {
+    uint32_t h[8];
+    uint64_t len;
+    uint8_t buf[64];
+    size_t n;
+};
+void sha256_init(struct sha256_ctx *c);
+void sha256_update(struct sha256_ctx *c, const void *data, size_t n);
+void sha256_final(struct sha256_ctx *c, uint8_t out[32]);
+/* Hex digest of data into out (65 bytes incl. NUL). */
+void sha256_hex(const void *data, size_t n, char out[KEYID_HEX_LEN + 1]);
+
+/*
+ * Fingerprint of a candidate set into ret_hex (65 bytes). Order and
+ * duplicates in candidates do not matter. Returns 0 or DETD_ENOMEM.
+ */
+int keyid_candidates_fp(const char *const *candidates, size_t n,
+                        char ret_hex[KEYID_HEX_LEN + 1]);
+
+/* Decision id into ret_hex (65 bytes). Never fails. */
+void keyid_decision_id(const char *ns, const char *arch, const char *kernel,
+                       const char *key, const char *candidates_fp,
+                       char ret_hex[KEYID_HEX_LEN + 1]);
+
+#endif /* DETD_KEYID_H */
