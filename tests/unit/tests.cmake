@@ -1,0 +1,1 @@
+# one detd_unit_test(...) line per module test
