@@ -5,10 +5,17 @@
  * that writes returns only after its transaction committed, so a decision
  * is acknowledged only once it is durable. The schema is versioned
  * (PRAGMA user_version); opening a newer schema than this build knows
- * fails with DETD_ECORRUPT naming the version; older ones are migrated.
+ * fails with DETD_ECORRUPT naming both versions; older ones are migrated.
  *
  * Single-threaded: a store handle is used by the loop thread only.
  * Strings in returned rows are heap copies owned by the row.
+ *
+ * Errors. Functions return 0 or a negative DETD_E* code: DETD_ESTORE for
+ * a failure reported by SQLite, DETD_ECORRUPT for a damaged file or a
+ * row that fails validation (every value read from the file is checked:
+ * string lengths, counts, enum ranges), DETD_ENOMEM, DETD_EINVAL for bad
+ * arguments. After a failure store_errmsg() names the operation and the
+ * cause. A failed write leaves the database as it was.
  */
 #ifndef DETD_STORE_H
 #define DETD_STORE_H
@@ -20,24 +27,24 @@ typedef struct store store;
 
 /* A committed decision and its provenance. */
 struct store_decision {
-    char *id;            /* hex SHA-256 decision id (primary key) */
+    char *id; /* hex SHA-256 decision id (primary key) */
     char *ns;
     char *arch;
     char *kernel;
     char *key;
     char *candidates_fp;
     int32_t n_candidates;
-    char *config;        /* the chosen canonical config string */
-    int32_t source;      /* detd_source */
-    uint64_t claim_id;
-    char *by_host;       /* who timed it ("" for tables) */
+    char *config;      /* the chosen canonical config string */
+    int32_t source;    /* detd_source */
+    uint64_t claim_id; /* stored as its int64 bit pattern */
+    char *by_host;     /* who timed it ("" for tables) */
     int32_t by_pid;
     int32_t by_rank;
     int32_t by_local_rank;
     char *by_device;
     char *by_arch;
     char *triton_version;
-    char *timings_json;  /* [{"config":..,"ms":[..],"failed":bool},..] */
+    char *timings_json; /* [{"config":..,"ms":[..],"failed":bool},..] */
     char *table_file;
     int64_t decided_at_ms;
 };
@@ -65,53 +72,79 @@ struct store_observation {
 };
 
 /*
- * Open (creating if needed) the database at path. Returns 0, -errno,
- * DETD_ESTORE or DETD_ECORRUPT; on success *ret owns the handle.
- * ret_err (may be NULL) receives a static or heap-free message naming
- * the problem, valid until the next store call on any handle.
+ * Open (creating if needed) the database at path; the directory must
+ * exist. Sets WAL mode and synchronous=FULL and migrates an older schema.
+ * Returns 0 with *ret owning the handle (store_close()), or on failure
+ * -errno (the file cannot be opened: ENOENT, EACCES, ...), DETD_ECORRUPT
+ * (not a detd database, or a schema newer than this build knows),
+ * DETD_ESTORE, DETD_ENOMEM or DETD_EINVAL, with *ret untouched.
+ * If ret_errmsg is not NULL it is always set: NULL on success; on failure
+ * a heap string naming the path and the problem (the caller free()s it),
+ * or NULL if even that allocation failed.
  */
-int store_open(const char *path, store **ret);
+int store_open(const char *path, store **ret, char **ret_errmsg);
 
 /* Close the handle. NULL is a no-op. */
 void store_close(store *s);
 
-/* The last error message (never NULL). */
+/*
+ * The message of the last failed call on s (never NULL; "" before any
+ * failure). Borrowed: valid until the next call on s. s may be NULL.
+ */
 const char *store_errmsg(const store *s);
 
 /*
  * Look up a decision by id. Returns 0 with *ret filled (caller clears it
- * with store_decision_clear()), DETD_ENOTFOUND, or DETD_ESTORE.
+ * with store_decision_clear()), DETD_ENOTFOUND, or an error (above); on
+ * any failure *ret is untouched.
  */
 int store_get_decision(store *s, const char *id, struct store_decision *ret);
 
 /*
  * First writer wins: insert d unless a decision with d->id exists.
  * Returns 0 if d was inserted and committed, DETD_EEXIST if one existed
- * (then *ret_existing, if not NULL, receives it), or DETD_ESTORE.
+ * (then *ret_existing, if not NULL, receives it; clear it with
+ * store_decision_clear()), or an error. d is borrowed for the call;
+ * d->id, ns, arch, kernel, key and config must not be NULL, the other
+ * strings may be (stored as ""). A string over 1 MiB: DETD_ELIMIT.
  */
 int store_put_decision(store *s, const struct store_decision *d,
                        struct store_decision *ret_existing);
 
 /*
+ * First writer wins for a batch, in one transaction (a resync or an
+ * import): each ds[i] is inserted unless its id exists. ret_results (may
+ * be NULL) gets n entries: 0 (inserted) or DETD_EEXIST. Returns 0 once
+ * the batch committed, or an error with nothing written.
+ */
+int store_put_decisions(store *s, const struct store_decision *ds, size_t n,
+                        int *ret_results);
+
+/*
  * Insert or replace a batch of observations (keyed by id, host, pid) in
- * one transaction. Returns 0 or DETD_ESTORE (nothing written).
+ * one transaction. obs is borrowed for the call; id, ns and host must not
+ * be NULL, the other strings may be (stored as ""). Returns 0 or an error
+ * with nothing written.
  */
 int store_put_observations(store *s, const struct store_observation *obs,
                            size_t n);
 
 /*
  * Call cb for each decision of namespace ns (NULL: all), kernel filter
- * (NULL: all), ordered by kernel then key, at most limit (0: no limit).
- * The row passed to cb is borrowed for the callback. cb returns nonzero
- * to stop. Returns 0 or DETD_ESTORE.
+ * (NULL: all), ordered by kernel then key (then namespace, arch, id), at
+ * most limit (0: no limit). The row passed to cb is borrowed for the
+ * callback. cb returns nonzero to stop and must not write through s.
+ * Returns 0 (also when cb stopped) or an error.
  */
 typedef int (*store_decision_cb)(void *ctx, const struct store_decision *d);
 int store_each_decision(store *s, const char *ns, const char *kernel,
                         uint32_t limit, store_decision_cb cb, void *ctx);
 
 /*
- * Call cb for each observation of namespace ns ordered by id, then
- * config, then host, rank, pid. Row borrowed for the callback.
+ * Call cb for each observation of namespace ns (NULL: all) ordered by id,
+ * then config, then host, rank, pid. Row borrowed for the callback; cb
+ * returns nonzero to stop and must not write through s. Returns 0 or an
+ * error.
  */
 typedef int (*store_observation_cb)(void *ctx,
                                     const struct store_observation *o);
@@ -121,12 +154,17 @@ int store_each_observation(store *s, const char *ns, store_observation_cb cb,
 /*
  * Delete decisions (and their observations) of namespace ns: those of
  * kernel, or all when kernel is NULL. *ret_removed gets the count of
- * decisions removed. Returns 0 or DETD_ESTORE.
+ * decisions removed (ret_removed may be NULL). One transaction. ns must
+ * not be NULL. Returns 0 or an error (nothing removed).
  */
 int store_reset(store *s, const char *ns, const char *kernel,
                 uint64_t *ret_removed);
 
-/* Count decisions, by source (array of 8 indexed by detd_source). */
+/*
+ * Count decisions of namespace ns (NULL: all): *ret_total (may be NULL)
+ * and ret_by_source (may be NULL; 8 entries indexed by detd_source, all
+ * written). Returns 0 or an error.
+ */
 int store_count_decisions(store *s, const char *ns, uint64_t *ret_total,
                           uint64_t ret_by_source[8]);
 
