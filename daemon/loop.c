@@ -1,0 +1,287 @@
+/*
+ * loop: the daemon's libuv loop. It owns all mutable state; the rpc
+ * thread only queues events here and wakes the loop with uv_async_send,
+ * which coalesces wake-ups, so each wake-up drains the whole queue.
+ */
+#define _GNU_SOURCE
+#include "daemon.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "detd/client.h"
+#include "detd/error.h"
+
+int64_t daemon_unix_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* rpc thread: queue the event and wake the loop. */
+static void on_rpc_event(void *ctx, struct rpc_event *ev) {
+    struct daemon *d = ctx;
+    pthread_mutex_lock(&d->qmu);
+    if (d->nqueue == d->capqueue) {
+        size_t cap = d->capqueue ? d->capqueue * 2 : 256;
+        struct rpc_event *q =
+            cap <= d->cfg->max_queue
+                ? realloc(d->queue, cap * sizeof(*q))
+                : NULL;
+        if (q == NULL) {
+            pthread_mutex_unlock(&d->qmu);
+            /* Over the queue cap: refuse, never block the rpc thread. */
+            if (ev->msg != NULL)
+                protobuf_c_message_free_unpacked(ev->msg, NULL);
+            if (ev->kind == RPC_EV_REQUEST)
+                rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED,
+                         "daemon request queue is full (%u events)",
+                         d->cfg->max_queue);
+            else
+                rpc_call_unref(ev->call);
+            return;
+        }
+        d->queue = q;
+        d->capqueue = cap;
+    }
+    d->queue[d->nqueue++] = *ev;
+    pthread_mutex_unlock(&d->qmu);
+    uv_async_send(&d->wake);
+}
+
+static size_t take_queue(struct daemon *d) {
+    pthread_mutex_lock(&d->qmu);
+    size_t n = d->nqueue;
+    struct rpc_event *q = d->queue;
+    size_t cap = d->capqueue;
+    d->queue = d->work;
+    d->capqueue = d->capwork;
+    d->nqueue = 0;
+    d->work = q;
+    d->capwork = cap;
+    pthread_mutex_unlock(&d->qmu);
+    return n;
+}
+
+static void arm_tick(struct daemon *d);
+
+static void on_wake(uv_async_t *h) {
+    struct daemon *d = h->data;
+    /* Events queued while we work are picked up by the next wake-up. */
+    size_t n = take_queue(d);
+    for (size_t i = 0; i < n; i++)
+        service_handle(d, &d->work[i]);
+    if (n > 0 && !d->draining)
+        arm_tick(d);
+}
+
+static void on_tick(uv_timer_t *t) {
+    struct daemon *d = t->data;
+    (void)engine_tick(d->engine, rpc_now_ms());
+    arm_tick(d);
+}
+
+static void arm_tick(struct daemon *d) {
+    int64_t now = rpc_now_ms();
+    int64_t next = engine_tick(d->engine, now);
+    /* Leases of attached sessions are renewed on ticks: tick at least
+     * four times per lease. */
+    int64_t period = d->cfg->lease_ms / 4 > 0 ? d->cfg->lease_ms / 4 : 1;
+    int64_t delay = next == INT64_MAX ? period : next - now;
+    if (delay > period)
+        delay = period;
+    if (delay < 1)
+        delay = 1;
+    uv_timer_start(&d->tick, on_tick, (uint64_t)delay, 0);
+}
+
+static void close_cb(uv_handle_t *h) {
+    (void)h;
+}
+
+static void begin_drain(struct daemon *d, const char *why) {
+    if (d->draining)
+        return;
+    d->draining = 1;
+    log_info("%s: draining (refusing new calls, answering waiters)", why);
+    rpc_server_shutdown_begin(d->rpc);
+    on_wake(&d->wake); /* handle what already arrived */
+    service_drain(d);
+    uv_timer_stop(&d->tick);
+    uv_stop(&d->loop);
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+    struct daemon *d = s->data;
+    if (signum == SIGHUP) {
+        /* Tables are re-read here once the table loader is in place. */
+        log_info("SIGHUP: reloading tables from %zu director%s",
+                 d->cfg->n_tables, d->cfg->n_tables == 1 ? "y" : "ies");
+        return;
+    }
+    begin_drain(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static int make_dir(const char *path, mode_t mode) {
+    if (mkdir(path, mode) == 0 || errno == EEXIST)
+        return 0;
+    return -errno;
+}
+
+/* Create every missing parent directory of path (like mkdir -p dirname). */
+static int make_parents(const char *path) {
+    char buf[4096];
+    if (strlen(path) >= sizeof(buf))
+        return -ENAMETOOLONG;
+    strcpy(buf, path);
+    for (char *p = buf + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int rc = make_dir(buf, 0755);
+        *p = '/';
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int daemon_run(const struct daemon_config *cfg) {
+    struct daemon *d = calloc(1, sizeof(*d));
+    int exit_code = 1;
+    int rc;
+    char *err = NULL;
+    if (d == NULL) {
+        log_error("out of memory");
+        return 1;
+    }
+    d->cfg = cfg;
+    d->started_unix_ms = daemon_unix_ms();
+    d->started_mono_ms = rpc_now_ms();
+    pthread_mutex_init(&d->qmu, NULL);
+    uv_loop_init(&d->loop);
+    d->npending_buckets = 1024;
+    d->pending = calloc(d->npending_buckets, sizeof(*d->pending));
+    if (d->pending == NULL) {
+        log_error("out of memory");
+        goto out_loop;
+    }
+
+    /* Store. */
+    rc = make_parents(cfg->state_dir);
+    if (rc == 0)
+        rc = make_dir(cfg->state_dir, 0750);
+    if (rc != 0) {
+        log_error("create state directory '%s': %s", cfg->state_dir,
+                  detd_strerror(rc));
+        goto out_loop;
+    }
+    if (asprintf(&d->store_path, "%s/detd.sqlite", cfg->state_dir) < 0) {
+        d->store_path = NULL;
+        goto out_loop;
+    }
+    rc = store_open(d->store_path, &d->store, &err);
+    if (rc != 0) {
+        log_error("open store: %s", err != NULL ? err : detd_strerror(rc));
+        free(err);
+        goto out_loop;
+    }
+
+    /* Engine. */
+    struct engine_limits lim = {cfg->max_waiters, cfg->max_claims,
+                                cfg->lease_ms};
+    rc = engine_new(&lim, service_engine_event, d, &d->engine);
+    if (rc != 0) {
+        log_error("create engine: %s", detd_strerror(rc));
+        goto out_store;
+    }
+
+    /* GPUs: "no GPU" is a normal state. */
+    if (gpu_probe_run(cfg->cuda_library, &d->gpus) == 0) {
+        if (d->gpus.n == 0)
+            log_info("GPU probe: %s", d->gpus.state);
+        for (size_t i = 0; i < d->gpus.n; i++)
+            log_info("GPU %d: %s (%s, %d SMs, %s)", d->gpus.gpus[i].index,
+                     d->gpus.gpus[i].name, d->gpus.gpus[i].arch,
+                     d->gpus.gpus[i].sm_count, d->gpus.gpus[i].uuid);
+    }
+
+    /* Loop handles before the server: events need the async handle. */
+    uv_async_init(&d->loop, &d->wake, on_wake);
+    d->wake.data = d;
+    uv_timer_init(&d->loop, &d->tick);
+    d->tick.data = d;
+    uv_signal_init(&d->loop, &d->sig_term);
+    uv_signal_init(&d->loop, &d->sig_int);
+    uv_signal_init(&d->loop, &d->sig_hup);
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+    uv_signal_start(&d->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&d->sig_int, on_signal, SIGINT);
+    uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+
+    rc = make_parents(cfg->socket_path);
+    if (rc != 0) {
+        log_error("create socket directory for '%s': %s", cfg->socket_path,
+                  detd_strerror(rc));
+        goto out_handles;
+    }
+    struct rpc_options ro = {cfg->socket_path, 0660, DETD_MAX_MESSAGE_BYTES,
+                             8};
+    rc = rpc_server_start(&ro, on_rpc_event, d, &d->rpc, &err);
+    if (rc != 0) {
+        log_error("start server: %s", err != NULL ? err : detd_strerror(rc));
+        free(err);
+        goto out_handles;
+    }
+    uint64_t total = 0;
+    store_count_decisions(d->store, cfg->ns, &total, NULL);
+    log_info("detd %s serving on %s (namespace '%s', backend local, store "
+             "'%s', %llu decisions, lease %u ms)",
+             DETD_VERSION, cfg->socket_path, cfg->ns, d->store_path,
+             (unsigned long long)total, cfg->lease_ms);
+    arm_tick(d);
+
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+
+    /* Drained: stop the server (cancels what is left after the grace). */
+    rpc_server_stop(d->rpc, 2000);
+    d->rpc = NULL;
+    /* Events that raced the stop: release them. */
+    size_t n = take_queue(d);
+    for (size_t i = 0; i < n; i++) {
+        struct rpc_event *ev = &d->work[i];
+        if (ev->msg != NULL)
+            protobuf_c_message_free_unpacked(ev->msg, NULL);
+        rpc_call_unref(ev->call);
+    }
+    log_info("stopped");
+    exit_code = 0;
+out_handles:
+    uv_close((uv_handle_t *)&d->wake, close_cb);
+    uv_close((uv_handle_t *)&d->tick, close_cb);
+    uv_close((uv_handle_t *)&d->sig_term, close_cb);
+    uv_close((uv_handle_t *)&d->sig_int, close_cb);
+    uv_close((uv_handle_t *)&d->sig_hup, close_cb);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    if (d->rpc != NULL)
+        rpc_server_stop(d->rpc, 0);
+    service_free(d);
+    engine_free(d->engine);
+out_store:
+    store_close(d->store);
+out_loop:
+    uv_loop_close(&d->loop);
+    gpu_probe_clear(&d->gpus);
+    free(d->store_path);
+    free(d->pending);
+    free(d->queue);
+    free(d->work);
+    pthread_mutex_destroy(&d->qmu);
+    free(d);
+    return exit_code;
+}

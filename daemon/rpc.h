@@ -1,0 +1,140 @@
+/*
+ * rpc: the gRPC server adapter. The only daemon module that calls grpc_*.
+ *
+ * The server runs one completion-queue thread. It accepts calls for the
+ * methods of detd.v1.Decider, detd.v1.Admin and grpc.health.v1.Health,
+ * decodes each request (protobuf-c, size-capped) and hands it to the
+ * owner through the event callback, which runs on the rpc thread and must
+ * only queue the event (the loop drains the queue on its own thread).
+ * Calls for unknown methods and undecodable requests are answered here
+ * (UNIMPLEMENTED / INVALID_ARGUMENT) without reaching the owner.
+ *
+ * Replies may be sent from any thread. Every event carries one reference
+ * to its call: a REQUEST's reference is consumed by exactly one of
+ * rpc_reply() / rpc_fail() (for Attach: rpc_stream_send() keeps it, and
+ * rpc_fail()/rpc_finish() consume it); STREAM and CLOSED references are
+ * dropped with rpc_call_unref().
+ */
+#ifndef DETD_RPC_H
+#define DETD_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+typedef struct rpc_server rpc_server;
+typedef struct rpc_call rpc_call;
+
+typedef enum rpc_method {
+    RPC_ATTACH = 0,
+    RPC_DECIDE,
+    RPC_REPORT,
+    RPC_OBSERVE,
+    RPC_STATUS,
+    RPC_LIST_DECISIONS,
+    RPC_VERIFY,
+    RPC_RESET,
+    RPC_HEALTH,
+    RPC_METHOD_COUNT
+} rpc_method;
+
+/* gRPC status codes (the standard numeric values). */
+typedef enum rpc_code {
+    RPC_OK = 0,
+    RPC_CANCELLED = 1,
+    RPC_INVALID_ARGUMENT = 3,
+    RPC_DEADLINE_EXCEEDED = 4,
+    RPC_NOT_FOUND = 5,
+    RPC_FAILED_PRECONDITION = 9,
+    RPC_RESOURCE_EXHAUSTED = 8,
+    RPC_PERMISSION_DENIED = 7,
+    RPC_UNIMPLEMENTED = 12,
+    RPC_INTERNAL = 13,
+    RPC_UNAVAILABLE = 14,
+} rpc_code;
+
+typedef enum rpc_event_kind {
+    RPC_EV_REQUEST = 1, /* a new call with its first message */
+    RPC_EV_STREAM = 2,  /* a later message on a streaming call (Attach) */
+    RPC_EV_CLOSED = 3,  /* the call ended on the client side (cancelled,
+                           disconnected, half-closed stream) */
+} rpc_event_kind;
+
+struct rpc_event {
+    rpc_event_kind kind;
+    rpc_method method;
+    rpc_call *call;
+    ProtobufCMessage *msg; /* REQUEST/STREAM: owned by the receiver, free
+                              with protobuf_c_message_free_unpacked() */
+};
+
+typedef void (*rpc_event_cb)(void *ctx, struct rpc_event *ev);
+
+struct rpc_options {
+    const char *socket_path;   /* unix socket; created with socket_mode */
+    unsigned socket_mode;      /* e.g. 0660 */
+    size_t max_message_bytes;  /* request cap, enforced by gRPC */
+    unsigned pending_per_method; /* calls kept requested per method */
+};
+
+/*
+ * Create and start the server: bind the socket (removing a stale socket
+ * file first, never another kind of file), start the rpc thread.
+ * Returns 0 or a negative DETD_E* / -errno; *ret_errmsg (heap, caller
+ * frees) names the problem on failure. cb runs on the rpc thread.
+ */
+int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
+                     void *cb_ctx, rpc_server **ret, char **ret_errmsg);
+
+/*
+ * Stop accepting calls, cancel those still open after grace_ms, stop the
+ * rpc thread and free the server. Outstanding call references stay valid
+ * until released (replies then fail quietly). Must not run on the rpc
+ * thread. NULL is a no-op.
+ */
+void rpc_server_stop(rpc_server *srv, int64_t grace_ms);
+
+/* Begin shutdown without waiting: new calls are refused. */
+void rpc_server_shutdown_begin(rpc_server *srv);
+
+/*
+ * Reply to a unary call with msg (serialized here; msg stays the
+ * caller's) and status OK. Consumes the REQUEST reference.
+ */
+void rpc_reply(rpc_call *call, const ProtobufCMessage *msg);
+
+/*
+ * End a call with a non-OK status and a message (copied). Consumes the
+ * REQUEST reference (for any method).
+ */
+void rpc_fail(rpc_call *call, rpc_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Send one message on a streaming call; keeps the reference. */
+void rpc_stream_send(rpc_call *call, const ProtobufCMessage *msg);
+
+/* End a streaming call with status OK. Consumes the REQUEST reference. */
+void rpc_finish(rpc_call *call);
+
+/* Take / drop a reference. */
+void rpc_call_ref(rpc_call *call);
+void rpc_call_unref(rpc_call *call);
+
+/*
+ * The call's deadline as CLOCK_MONOTONIC milliseconds, INT64_MAX when
+ * the client set none.
+ */
+int64_t rpc_call_deadline_ms(const rpc_call *call);
+
+/* The client's peer string ("unix:..."); borrowed while the call lives. */
+const char *rpc_call_peer(const rpc_call *call);
+
+/* A stable small id for logs. */
+uint64_t rpc_call_id(const rpc_call *call);
+
+/* CLOCK_MONOTONIC in milliseconds (the clock deadlines use). */
+int64_t rpc_now_ms(void);
+
+#endif /* DETD_RPC_H */
