@@ -423,7 +423,7 @@ static int store_read_observation(store *s, sqlite3_stmt *st, const char *op,
         if (err < 0)
             return err;
     }
-    int32_t governed, chaos;
+    int32_t governed = 0, chaos = 0;
     if ((err = store_col_int32(s, st, OC_PID, INT32_MIN, INT32_MAX, op,
                                &o.pid)) < 0 ||
         (err = store_col_int32(s, st, OC_SOURCE, 0, STORE_N_SOURCES - 1, op,
