@@ -391,6 +391,7 @@ def _timing_pass(ctx: _Call):
 def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str):
     policy = _state.settings.on_miss
     if policy == "error":
+        _record(info, key_str, None, "miss", True, note=reason)
         raise MissError(info.kernel, key_str, reason)
     configs = list(ctx.tuner.configs)
     chosen = configs[0] if policy == "first" else _cheapest(configs)

@@ -1,0 +1,150 @@
+"""Fixtures: a real detd daemon on a temporary unix socket and state dir,
+and helpers that run worker processes against it.
+
+The build directory holding ``daemon/detd``, ``client/detctl`` and
+``client/libdetd.so`` is ``$DETD_BUILD_DIR``, default ``<repo>/build``.
+Missing binaries fail the end-to-end tests (they are never skipped or
+replaced by a stand-in).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, HERE)
+
+BUILD = os.path.abspath(os.environ.get("DETD_BUILD_DIR") or os.path.join(REPO, "build"))
+DETD_BIN = os.path.join(BUILD, "daemon", "detd")
+DETCTL_BIN = os.path.join(BUILD, "client", "detctl")
+LIBDETD = os.path.join(BUILD, "client", "libdetd.so")
+
+# The installed package may carry its own libdetd/detctl; prefer the build
+# tree's so that the tests exercise what was just built.
+if os.path.exists(LIBDETD):
+    os.environ.setdefault("DETD_LIBRARY", LIBDETD)
+if os.path.exists(DETCTL_BIN):
+    os.environ.setdefault("DETD_DETCTL", DETCTL_BIN)
+
+
+def _require_build():
+    missing = [p for p in (DETD_BIN, DETCTL_BIN, LIBDETD) if not os.path.exists(p)]
+    if missing:
+        pytest.fail("detd is not built (missing: " + ", ".join(missing) + "); build it with "
+                    f"cmake -S {REPO} -B {BUILD} && cmake --build {BUILD} --target detd detd_daemon detctl, "
+                    "or set DETD_BUILD_DIR")
+
+
+class Daemon:
+    def __init__(self, root):
+        self.root = root
+        self.socket = os.path.join(root, "detd.sock")
+        self.state = os.path.join(root, "state")
+        os.makedirs(self.state, exist_ok=True)
+        self.log_path = os.path.join(root, "detd.log")
+        self.proc = None
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([DETD_BIN, "--socket", self.socket, "--state-dir", self.state,
+                                      "--log-level", "info"], stdout=log, stderr=log,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"detd exited with {self.proc.returncode}: {self.log()}")
+            if os.path.exists(self.socket) and self.detctl("status").returncode == 0:
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("detd did not come up: " + self.log())
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")[-4000:]
+        except OSError:
+            return ""
+
+    def detctl(self, *args, timeout=30):
+        return subprocess.run([DETCTL_BIN, "--socket", self.socket, *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+    def env(self, **extra):
+        e = dict(os.environ)
+        for k in list(e):
+            if k.startswith("DETD_") and k not in ("DETD_LIBRARY", "DETD_DETCTL", "DETD_BUILD_DIR"):
+                del e[k]
+        for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+            e.pop(k, None)
+        e.update(TRITON_INTERPRET="1", DETD_SOCKET=self.socket, DETD_LIBRARY=LIBDETD, DETD_DETCTL=DETCTL_BIN)
+        pp = e.get("PYTHONPATH", "")
+        pkg = os.path.join(REPO, "client", "python")
+        if os.environ.get("DETD_TEST_INSTALLED") != "1":
+            e["PYTHONPATH"] = pkg + (os.pathsep + pp if pp else "")
+        e.update({k: str(v) for k, v in extra.items()})
+        return e
+
+
+@pytest.fixture
+def daemon():
+    _require_build()
+    root = tempfile.mkdtemp(prefix="detd-py-", dir="/tmp")  # short: unix socket paths are limited
+    d = Daemon(root).start()
+    try:
+        yield d
+    finally:
+        d.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_workers(daemon, n, tmp_path, args=(), env=None, per_rank_env=None, timeout=300, tag="w"):
+    """Start n worker processes at once (RANK=i, WORLD_SIZE=n); return
+    their JSON results in rank order."""
+    procs = []
+    for i in range(n):
+        out = tmp_path / f"{tag}{i}.json"
+        e = daemon.env(RANK=i, LOCAL_RANK=i, WORLD_SIZE=n, DETD_TEST_COUNTS=str(tmp_path / f"{tag}{i}.counts"),
+                       **(env or {}))
+        if per_rank_env:
+            e.update({k: str(v) for k, v in per_rank_env(i).items()})
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), str(out), *args], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append((p, out))
+    results = []
+    for p, out in procs:
+        try:
+            text, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            text, _ = p.communicate()
+            raise AssertionError(f"worker timed out: {text[-3000:]}\ndaemon: {daemon.log()}")
+        if not out.exists():
+            raise AssertionError(f"worker exited {p.returncode} without result: {text[-3000:]}\n"
+                                 f"daemon: {daemon.log()}")
+        r = json.loads(out.read_text())
+        r["returncode"] = p.returncode
+        r["output"] = text[-3000:]
+        results.append(r)
+    return results

@@ -1,0 +1,199 @@
+"""Unit tests of the hook's matching and launch layer, in one process with
+real Triton (interpreter). The daemon is replaced here by a scripted
+answerer so that answers a correct daemon never gives (a config that is no
+live candidate, a committed winner other than this rank's fastest) can be
+produced; the end-to-end behaviour against the real daemon is in
+test_e2e.py."""
+
+import copy
+import hashlib
+import pickle
+
+import pytest
+import triton
+
+import detd
+from detd import _hook, _native, _policy
+
+import rowsum_kernels as rk
+
+KEY = (256, "torch.float32", "torch.float32")
+
+
+class Scripted:
+    def __init__(self, decide, report=None):
+        self._decide, self._report = decide, report
+        self.decides, self.reports, self.observed = [], [], []
+
+    def decide(self, key, no_claim, timeout_ms):
+        self.decides.append((key, no_claim))
+        return self._decide(key)
+
+    def report(self, claim_id, key, rows, triton_version, timeout_ms):
+        self.reports.append(rows)
+        return self._report(key, rows)
+
+    def observe(self, key, config, source, governed, chaos, timeout_ms=0):
+        self.observed.append((config, source, governed, chaos))
+
+
+def answer(outcome, config=None, source=_native.SOURCE_TIMED, claim=0):
+    return _native.Answer(outcome, config, source, None, claim, 1000, False, False, None, -1, -1, 0)
+
+
+@pytest.fixture
+def hooked(monkeypatch):
+    def setup(scripted, **settings):
+        _hook.patch()
+        _hook.configure(_policy.parse(environ={}, **settings))
+        monkeypatch.setattr(_hook, "client", lambda: scripted)
+        rk.row_sum_kernel.cache.clear()
+        return scripted
+
+    yield setup
+    _hook._state.active = False
+    _hook._state.records.clear()
+    _hook._state.settings = _policy.Settings()
+    rk.row_sum_kernel.cache.clear()
+
+
+def sha_for_block(block):
+    x = rk.make_input(rows=4, n=256, seed=256)
+    live = [c for c in rk.row_sum_kernel.configs if c.kwargs["BLOCK"] == block][0]
+    rk.row_sum_kernel.cache.clear()
+    dict.__setitem__(rk.row_sum_kernel.cache, KEY, live)
+    was = _hook._state.active
+    _hook._state.active = False
+    try:
+        out = rk.row_sum(x)
+    finally:
+        _hook._state.active = was
+    rk.row_sum_kernel.cache.clear()
+    return hashlib.sha256(out.numpy().tobytes()).hexdigest()
+
+
+def run_once():
+    x = rk.make_input(rows=4, n=256, seed=256)
+    before = len(rk.CALLS)
+    out = rk.row_sum(x)
+    return hashlib.sha256(out.numpy().tobytes()).hexdigest(), len(rk.CALLS) - before
+
+
+def test_decided_answer_maps_to_live_config(hooked):
+    expected = sha_for_block(64)
+    s = hooked(Scripted(lambda k: answer(_native.OUTCOME_DECIDED, "BLOCK=64,num_warps=4,num_stages=1,num_ctas=1")))
+    sha, calls = run_once()
+    assert (sha, calls) == (expected, 0)
+    live = dict.get(rk.row_sum_kernel.cache, KEY)
+    assert live in rk.row_sum_kernel.configs  # the live object, pre_hook kept
+    assert live.pre_hook is rk._note_block
+    key = s.decides[0][0]
+    assert key.kernel.startswith("rowsum_kernels:row_sum_kernel@") and key.arch == "cpu"
+    assert key.key == '[i:256,s:"torch.float32",s:"torch.float32"]'
+    assert sorted(key.candidates) == sorted(
+        f"BLOCK={b},num_warps=4,num_stages=1,num_ctas=1" for b in (16, 32, 64, 128))
+    assert s.observed == [("BLOCK=64,num_warps=4,num_stages=1,num_ctas=1", _native.SOURCE_TIMED, True, False)]
+    # Second call: resolved in-process, no new request.
+    run_once()
+    assert len(s.decides) == 1
+
+
+def test_answer_matching_no_live_candidate_is_a_miss(hooked):
+    s = hooked(Scripted(lambda k: answer(_native.OUTCOME_DECIDED, "BLOCK=48,num_warps=4,num_stages=1,num_ctas=1")))
+    before = len(rk.CALLS)
+    with pytest.raises(detd.MissError) as e:
+        run_once()
+    assert len(rk.CALLS) == before  # nothing timed, nothing launched
+    assert "rowsum_kernels:row_sum_kernel@" in str(e.value) and "[i:256," in str(e.value)
+    assert "matches no live candidate" in str(e.value)
+    assert dict.get(rk.row_sum_kernel.cache, KEY) is None
+    assert detd.autotuners()[0]["keys"][0]["source"] == "miss"
+
+
+def test_answer_matching_no_live_candidate_falls_back(hooked):
+    expected = sha_for_block(16)
+    s = hooked(Scripted(lambda k: answer(_native.OUTCOME_DECIDED, "BLOCK=48,num_warps=4,num_stages=1,num_ctas=1")),
+               on_miss="first")
+    sha, calls = run_once()
+    assert (sha, calls) == (expected, 0)
+    assert s.observed[0][1] == _native.SOURCE_FALLBACK
+
+
+def test_designated_launch_uses_committed_config_not_local_fastest(hooked, monkeypatch):
+    """This rank's fastest is BLOCK=16 (RANK=0); the daemon commits BLOCK=128
+    (another rank's report won): the very first launch must use 128, and
+    exactly one timing pass is made."""
+    monkeypatch.setenv("RANK", "0")
+    expected = sha_for_block(128)
+    committed = "BLOCK=128,num_warps=4,num_stages=1,num_ctas=1"
+    s = hooked(Scripted(lambda k: answer(_native.OUTCOME_DESIGNATED, claim=7),
+                        lambda k, rows: answer(_native.OUTCOME_DECIDED, committed)))
+    sha, calls = run_once()
+    assert calls == 4
+    assert sha == expected
+    rows = s.reports[0]
+    assert sorted(r[0] for r in rows) == sorted(rk_cfg for rk_cfg in s.decides[0][0].candidates)
+    fastest = min(rows, key=lambda r: r[1][0])[0]
+    assert fastest == "BLOCK=16,num_warps=4,num_stages=1,num_ctas=1" != committed
+    assert s.observed == [(committed, _native.SOURCE_TIMED, True, False)]
+    rec = detd.autotuners()[0]["keys"][0]
+    assert rec["timed_here"] and rec["config"] == committed and len(rec["timings"]) == 4
+
+
+def test_pinned_asks_without_claim_and_never_times(hooked):
+    s = hooked(Scripted(lambda k: answer(_native.OUTCOME_MISS)), mode="pinned", on_miss="cheapest")
+    sha, calls = run_once()
+    assert calls == 0 and s.decides[0][1] is True
+    assert dict.get(rk.row_sum_kernel.cache, KEY).kwargs["BLOCK"] == 16
+
+
+def test_cheapest_rule_is_deterministic():
+    cs = [triton.Config({"BM": 64, "BN": 64}, num_warps=8), triton.Config({"BM": 32, "BN": 128}, num_warps=4),
+          triton.Config({"BM": 16, "BN": 256}, num_warps=4, num_stages=2),
+          triton.Config({"BM": 128, "BN": 16}, num_warps=2)]
+    # volumes: 4096, 4096, 4096, 2048 -> the last; then warps, stages, string.
+    assert _hook._cheapest(cs) is cs[3]
+    assert _hook._cheapest(cs[:3]) is cs[2] or _hook._cheapest(cs[:3]) is cs[1]
+    assert _hook._cheapest(cs[:3]) is _hook._cheapest(list(reversed(cs[:3])))
+
+
+def test_chaos_picks_per_rank_different(hooked, monkeypatch):
+    got = []
+    for rank in range(3):
+        monkeypatch.setenv("RANK", str(rank))
+        hooked(Scripted(lambda k: answer(_native.OUTCOME_DECIDED, "BLOCK=32,num_warps=4,num_stages=1,num_ctas=1")),
+               chaos=True)
+        run_once()
+        got.append(dict.get(rk.row_sum_kernel.cache, KEY).kwargs["BLOCK"])
+    assert len(set(got)) == 3 and 32 not in got
+
+
+def test_cache_pickles_as_plain_dict(hooked):
+    hooked(Scripted(lambda k: answer(_native.OUTCOME_DECIDED, "BLOCK=64,num_warps=4,num_stages=1,num_ctas=1")))
+    run_once()
+    cache = rk.row_sum_kernel.cache
+    assert type(cache) is _hook.DetdCache
+    for clone in (pickle.loads(pickle.dumps(dict(cache))), copy.copy(cache), copy.deepcopy(cache)):
+        assert type(clone) is dict and list(clone) == [KEY]
+    assert type(pickle.loads(pickle.dumps(cache))) is dict
+    # Nothing else of detd's lives on the autotuner.
+    assert not [k for k, v in vars(rk.row_sum_kernel).items()
+                if type(v).__module__.startswith("detd") and k != "cache"]
+
+
+def test_install_idempotent_patches_once(monkeypatch):
+    from triton.runtime import autotuner as at
+
+    monkeypatch.delenv("DETD_MODE", raising=False)
+    try:
+        detd.install(mode="auto")
+        first = at.Autotuner.run
+        detd.install(mode="auto")
+        assert at.Autotuner.run is first
+        assert first.__detd_original__.__module__ == "triton.runtime.autotuner"
+        with pytest.raises(ValueError, match="invalid setting on_miss"):
+            detd.install(on_miss="never")
+        assert detd.settings().mode == "auto"
+    finally:
+        _hook._state.active = False
+        _hook._state.settings = _policy.Settings()
