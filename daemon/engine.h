@@ -12,9 +12,17 @@
  * (one attached client process). It passes to the oldest waiter (FIFO)
  * when its session ends or when its lease expires; a session that stays
  * attached keeps its claims' leases renewed (engine_tick renews them).
+ * Passing a claim always makes a new claim id (ids start at 1, increase
+ * and are never reused), so a report for the old one is stale. The
+ * waiter designated is the oldest one whose session has not ended,
+ * preferring named sessions over session 0; if there is none the claim
+ * is dropped and the next asker gets a new one.
  *
+ * Ids are NUL-terminated strings of 1..64 chars (a decision id is 64).
  * Waiters are identified by caller-chosen tokens (uint64, nonzero, unique
  * among live waiters). The engine never dereferences them.
+ * Operations are O(1) or O(log n) in the number of keys and waiters
+ * (passing a claim also steps over waiters of ended sessions).
  */
 #ifndef DETD_ENGINE_H
 #define DETD_ENGINE_H
@@ -25,9 +33,9 @@
 typedef struct engine engine;
 
 struct engine_limits {
-    uint32_t max_waiters;  /* over it: DETD_EBUSY */
-    uint32_t max_claims;   /* over it: DETD_EBUSY */
-    uint32_t lease_ms;     /* claim lease */
+    uint32_t max_waiters; /* live waiters; over it: DETD_EBUSY */
+    uint32_t max_claims;  /* live claims; over it: DETD_EBUSY */
+    uint32_t lease_ms;    /* claim lease */
 };
 
 /* What happened to a waiter or asker; emitted through engine_event_cb. */
@@ -50,7 +58,9 @@ typedef void (*engine_event_cb)(void *ctx, const struct engine_event *ev);
 /*
  * Create an engine. cb receives every event, synchronously, from inside
  * the engine call that caused it; it must not call back into the engine.
- * Returns 0 or DETD_ENOMEM; *ret owns the engine (engine_free()).
+ * limits is copied; cb_ctx is borrowed for the engine's lifetime.
+ * Returns 0, DETD_EINVAL (NULL limits, cb or ret; lease_ms 0) or
+ * DETD_ENOMEM; *ret owns the engine (engine_free()).
  */
 int engine_new(const struct engine_limits *limits, engine_event_cb cb,
                void *cb_ctx, engine **ret);
@@ -70,10 +80,16 @@ typedef enum engine_ask_result {
  * returns ENGINE_ASK_DESIGNATED with *ret_claim_id set. If session already
  * holds the claim for id (a retry), the same claim is returned. Otherwise
  * token waits until deadline_ms (absolute, same clock as now_ms):
- * ENGINE_ASK_WAIT. session 0 (not attached) may wait but never be
- * designated while another session could; with no claim it gets one with
- * a lease that is never renewed.
- * Errors: DETD_EINVAL, DETD_EBUSY (max_waiters or max_claims), DETD_ENOMEM.
+ * ENGINE_ASK_WAIT; the engine remembers the waiter's session, which owns
+ * the claim if it passes to this waiter. session 0 (not attached) may
+ * wait but never be designated while another session could; with no
+ * claim it gets one with a lease that is never renewed. Session 0 is
+ * shared by every unattached caller, so it never counts as a retry. A
+ * claim's lease runs from now_ms; it is renewed only while its session
+ * is attached. A deadline at or before now_ms times out on the next tick.
+ * id is copied. Returns an engine_ask_result, or DETD_EINVAL (bad id,
+ * token 0 or already waiting, NULL ret_claim_id), DETD_EBUSY (over
+ * max_waiters or max_claims) or DETD_ENOMEM; on error nothing changed.
  */
 int engine_ask(engine *e, const char *id, uint64_t session, uint64_t token,
                int64_t deadline_ms, int64_t now_ms, uint64_t *ret_claim_id);
@@ -85,29 +101,36 @@ typedef enum engine_report_result {
 } engine_report_result;
 
 /*
- * A report arrived for claim_id on id from session. Returns
- * ENGINE_REPORT_ACCEPT if claim_id is the live claim for id (any session
- * may report it: the claim id is the capability), else ENGINE_REPORT_STALE.
- * Accepting does not end the claim: the caller commits the decision and
- * calls engine_decided().
+ * A report arrived for claim_id on id. Returns ENGINE_REPORT_ACCEPT if
+ * claim_id is the live claim for id (any session may report it: the claim
+ * id is the capability), else ENGINE_REPORT_STALE (counted in
+ * stale_reports), or DETD_EINVAL for a bad id. Accepting does not end the
+ * claim: the caller commits the decision and calls engine_decided().
  */
 int engine_report(engine *e, const char *id, uint64_t claim_id);
 
 /*
  * The key id is decided and committed (by a report, a table, another
- * node): every waiter on id gets ENGINE_EV_RELEASE and the claim ends.
- * Unknown ids are a no-op. Returns the number of waiters released.
+ * node): every waiter on id gets ENGINE_EV_RELEASE (oldest first) and the
+ * claim ends. Unknown ids are a no-op. Returns the number of waiters
+ * released.
  */
 size_t engine_decided(engine *e, const char *id);
 
-/* A session attached (its claims' leases are renewed while attached). */
+/*
+ * A session attached (its claims' leases are renewed while attached,
+ * starting now). Attaching again is harmless.
+ * Returns 0, DETD_EINVAL (session 0) or DETD_ENOMEM.
+ */
 int engine_session_attach(engine *e, uint64_t session, int64_t now_ms);
 
 /*
  * A session ended (its Attach stream closed or the process died). Each
  * claim it holds passes to the oldest live waiter of that key
  * (ENGINE_EV_DESIGNATE with takeover=1) or, with no waiter, is dropped.
- * Its own waiters are left alone (their calls end on their own).
+ * Its own waiters are left alone (their calls end on their own: the
+ * caller cancels them) and are never designated. Session 0 and unknown
+ * sessions are a no-op.
  */
 void engine_session_end(engine *e, uint64_t session, int64_t now_ms);
 
@@ -118,14 +141,18 @@ void engine_session_end(engine *e, uint64_t session, int64_t now_ms);
 int engine_cancel(engine *e, uint64_t token);
 
 /*
- * Advance time: renew the leases of attached sessions' claims, expire
- * waiters whose deadline passed (ENGINE_EV_TIMEOUT), pass expired claims
- * to the next waiter (ENGINE_EV_DESIGNATE, takeover=1).
- * Returns the next absolute time engine_tick() should run, or INT64_MAX.
+ * Advance time: renew the leases of attached sessions' claims (to
+ * now_ms + lease_ms), expire waiters whose deadline is at or before
+ * now_ms (ENGINE_EV_TIMEOUT), then pass claims whose lease expired to the
+ * next waiter (ENGINE_EV_DESIGNATE, takeover=1) or drop them when nobody
+ * waits (a later report for a dropped claim is stale).
+ * Returns the next absolute time engine_tick() should run (the earliest
+ * waiter deadline or unrenewed lease expiry), or INT64_MAX.
  */
 int64_t engine_tick(engine *e, int64_t now_ms);
 
-/* Counts for status. */
+/* Counts for status. designations counts every claim handed out,
+ * takeovers included; retries by the holder are not counted. */
 struct engine_stats {
     uint32_t claims;
     uint32_t waiters;
@@ -145,8 +172,11 @@ uint32_t engine_session_claims(const engine *e, uint64_t session);
  * count); failed candidates, candidates without samples and non-finite
  * or negative medians are excluded; the lowest score wins; exact ties go
  * to the lexicographically smallest (strcmp) config string. Configs not
- * in the allowed set (if allowed != NULL) are ignored.
- * Returns the winning index into timings, or DETD_ENOCAND.
+ * in the allowed set (if allowed != NULL) are ignored. A candidate with a
+ * NaN sample has no median and is excluded; infinite samples are ordered
+ * normally (only the median must be finite). Inputs are borrowed.
+ * Returns the winning index into timings, DETD_ENOCAND, DETD_EINVAL (NULL
+ * arrays with a nonzero count) or DETD_ENOMEM (very large sample sets).
  */
 struct engine_timing {
     const char *config;

@@ -20,20 +20,30 @@ struct sha256_ctx {
     uint8_t buf[64];
     size_t n;
 };
+/*
+ * Streaming SHA-256 (FIPS 180-2): init, update any number of times (data
+ * may be NULL when n is 0), final. After final, init before reuse.
+ */
 void sha256_init(struct sha256_ctx *c);
 void sha256_update(struct sha256_ctx *c, const void *data, size_t n);
 void sha256_final(struct sha256_ctx *c, uint8_t out[32]);
-/* Hex digest of data into out (65 bytes incl. NUL). */
+/* Lowercase hex digest of data into out (65 bytes incl. NUL). */
 void sha256_hex(const void *data, size_t n, char out[KEYID_HEX_LEN + 1]);
 
 /*
  * Fingerprint of a candidate set into ret_hex (65 bytes). Order and
- * duplicates in candidates do not matter. Returns 0 or DETD_ENOMEM.
+ * duplicates in candidates do not matter; an empty set is valid.
+ * candidates are borrowed for the call. Returns 0, DETD_EINVAL (NULL
+ * array with n > 0, a NULL entry, NULL ret_hex) or DETD_ENOMEM; on error
+ * ret_hex is untouched.
  */
 int keyid_candidates_fp(const char *const *candidates, size_t n,
                         char ret_hex[KEYID_HEX_LEN + 1]);
 
-/* Decision id into ret_hex (65 bytes). Never fails. */
+/*
+ * Decision id into ret_hex (65 bytes). All strings are borrowed for the
+ * call and must not be NULL. Never fails.
+ */
 void keyid_decision_id(const char *ns, const char *arch, const char *kernel,
                        const char *key, const char *candidates_fp,
                        char ret_hex[KEYID_HEX_LEN + 1]);

@@ -6,7 +6,7 @@
  * key has no decision). A key diverges when its governed observations
  * name more than one config, or when one of them differs from the
  * decision. Ungoverned observations (autotuners outside the scope) are
- * counted but never make the check fail.
+ * counted but never make the check fail, and are not listed in uses.
  */
 #ifndef DETD_VERIFY_H
 #define DETD_VERIFY_H
@@ -37,6 +37,8 @@ struct verify_client {
 
 struct verify_use {
     char *config;
+    /* Sorted by host, rank, pid (then local_rank); a client observed
+     * more than once is listed once. */
     struct verify_client *clients;
     size_t n_clients;
     int chaos; /* at least one of these clients ran in chaos mode */
@@ -47,15 +49,17 @@ struct verify_divergence {
     char *kernel;
     char *key;
     char *arch;
-    char *decided; /* NULL: no decision */
-    struct verify_use *uses; /* sorted by config */
+    char *decided;           /* NULL: no decision */
+    struct verify_use *uses; /* governed uses, sorted by config */
     size_t n_uses;
-    char *reason;  /* "ranks disagree", "differs from decision", ... */
+    /* "ranks disagree" (more than one config used), else "differs from
+     * decision" (the one config used is not the decided one). */
+    char *reason;
 };
 
 struct verify_result {
-    uint64_t keys_checked;
-    uint64_t observations;
+    uint64_t keys_checked; /* distinct ids fed */
+    uint64_t observations; /* all rows, ungoverned included */
     uint64_t ungoverned;
     struct verify_divergence *divergences;
     size_t n_divergences;
@@ -63,23 +67,35 @@ struct verify_result {
 
 typedef struct verifier verifier;
 
-/* Returns 0 or DETD_ENOMEM; *ret owns the verifier (verify_free()). */
+/*
+ * Create a verifier. Returns 0, DETD_EINVAL (NULL ret) or DETD_ENOMEM;
+ * *ret owns the verifier (verify_free()).
+ */
 int verify_new(verifier **ret);
 
 /*
  * Add one observation; decided is the committed config for o->id or
- * NULL. Rows of one id must be contiguous. Copies what it keeps.
- * Returns 0, DETD_EINVAL (ids out of order) or DETD_ENOMEM.
+ * NULL, the same for every row of that id. Rows of one id must be
+ * contiguous. o->id and o->config are required; NULL kernel, key, arch
+ * or host read as "". Borrows o and decided for the call, copies what it
+ * keeps. Returns 0, DETD_EINVAL (NULL argument, an id seen before another
+ * one, decided changing within an id, after verify_finish) or
+ * DETD_ENOMEM (the observation is not counted; the call may be retried).
  */
 int verify_add(verifier *v, const struct verify_obs *o, const char *decided);
 
 /*
  * Finish and move the result into *ret (free with verify_result_clear()).
- * The verifier may then only be freed.
+ * The verifier may then only be freed. Divergences come in the order
+ * their ids were fed. Returns 0, DETD_EINVAL (NULL argument, finished
+ * already) or DETD_ENOMEM (*ret untouched; the call may be retried).
  */
 int verify_finish(verifier *v, struct verify_result *ret);
 
+/* Free everything r owns and zero it. NULL is a no-op. */
 void verify_result_clear(struct verify_result *r);
+
+/* Free the verifier and anything it still holds. NULL is a no-op. */
 void verify_free(verifier *v);
 
 #endif /* DETD_VERIFY_H */
