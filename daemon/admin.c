@@ -20,7 +20,6 @@
 
 #define SVC_API_VERSION DETD_API_VERSION
 
-
 void admin_status(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__StatusResponse resp = DETD__V1__STATUS_RESPONSE__INIT;
     uint64_t total = 0, by_source[8] = {0};
@@ -224,8 +223,8 @@ static int verify_cb(void *ctx, const struct store_observation *o) {
         }
         snprintf(vc->last_id, sizeof(vc->last_id), "%s", o->id);
     }
-    struct verify_obs vo = {o->id,   o->kernel, o->key,  o->arch,
-                            o->config, o->host, o->pid,  o->rank,
+    struct verify_obs vo = {o->id,         o->kernel,   o->key,  o->arch,
+                            o->config,     o->host,     o->pid,  o->rank,
                             o->local_rank, o->governed, o->chaos};
     vc->rc = verify_add(vc->v, &vo, vc->decided);
     return vc->rc != 0;

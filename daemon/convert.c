@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* Fill p from a row (borrowing its strings). with_timings parses them. */
 void convert_decision_fill(const struct store_decision *r,
                            struct convert_decision *p, int with_timings) {

@@ -61,16 +61,16 @@ struct daemon_counters {
     uint64_t reports_stale;
     uint64_t reports_repeated;
     uint64_t observes;
-    uint64_t rejected; /* invalid or over a limit */
-    uint64_t busy;     /* refused for capacity */
+    uint64_t rejected;     /* invalid or over a limit */
+    uint64_t busy;         /* refused for capacity */
     uint64_t committed[8]; /* decisions committed, by source */
 };
 
 struct session {
     uint64_t id;
-    rpc_call *call;              /* the Attach stream (holds a reference) */
+    rpc_call *call;               /* the Attach stream (holds a reference) */
     Detd__V1__AttachRequest *req; /* identity storage */
-    int64_t attached_at_ms;      /* unix time */
+    int64_t attached_at_ms;       /* unix time */
 };
 
 /* A Decide waiting server-side for another rank's timing pass. */

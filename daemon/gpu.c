@@ -75,8 +75,7 @@ int gpu_probe_run(const char *library, struct gpu_probe *ret) {
     }
     gpu_result r = init(0);
     if (r != 0) {
-        snprintf(ret->state, sizeof(ret->state), "no GPU (cuInit: %d)",
-                 (int)r);
+        snprintf(ret->state, sizeof(ret->state), "no GPU (cuInit: %d)", (int)r);
         goto out;
     }
     if (count(&n) != 0 || n <= 0) {
@@ -111,8 +110,8 @@ int gpu_probe_run(const char *library, struct gpu_probe *ret) {
             snprintf(g->uuid, sizeof(g->uuid),
                      "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
                      "%02x%02x%02x%02x%02x%02x",
-                     u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8],
-                     u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+                     u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
+                     u[10], u[11], u[12], u[13], u[14], u[15]);
         ret->n++;
     }
     snprintf(ret->state, sizeof(ret->state), "ok");

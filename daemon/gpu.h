@@ -12,8 +12,8 @@
 struct gpu_info {
     int index;
     char name[256];
-    char arch[16];  /* "sm90" */
-    char uuid[48];  /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    char arch[16]; /* "sm90" */
+    char uuid[48]; /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
     int sm_count;
     uint64_t memory_bytes;
 };
@@ -21,7 +21,7 @@ struct gpu_info {
 struct gpu_probe {
     struct gpu_info *gpus; /* heap, n entries */
     size_t n;
-    char state[128];       /* "ok", "no driver (libcuda.so.1 not found)" */
+    char state[128]; /* "ok", "no driver (libcuda.so.1 not found)" */
 };
 
 /*

@@ -41,8 +41,9 @@ void log_msg(log_level level, const char *fmt, ...) {
     gettimeofday(&tv, NULL);
     gmtime_r(&tv.tv_sec, &tm);
     int n = (int)strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
-    n += snprintf(line + n, sizeof(line) - (size_t)n, ".%03ldZ %-5s detd: ",
-                  (long)(tv.tv_usec / 1000), names[level]);
+    n += snprintf(line + n, sizeof(line) - (size_t)n,
+                  ".%03ldZ %-5s detd: ", (long)(tv.tv_usec / 1000),
+                  names[level]);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);

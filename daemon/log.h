@@ -28,10 +28,10 @@ void log_msg(log_level level, const char *fmt, ...)
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
-#define log_debug(...)                                                       \
-    do {                                                                     \
-        if (log_enabled(LOG_DEBUG))                                          \
-            log_msg(LOG_DEBUG, __VA_ARGS__);                                 \
+#define log_debug(...)                                                         \
+    do {                                                                       \
+        if (log_enabled(LOG_DEBUG))                                            \
+            log_msg(LOG_DEBUG, __VA_ARGS__);                                   \
     } while (0)
 
 #endif /* DETD_LOG_H */

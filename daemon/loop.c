@@ -29,10 +29,9 @@ static void on_rpc_event(void *ctx, struct rpc_event *ev) {
     pthread_mutex_lock(&d->qmu);
     if (d->nqueue == d->capqueue) {
         size_t cap = d->capqueue ? d->capqueue * 2 : 256;
-        struct rpc_event *q =
-            cap <= d->cfg->max_queue
-                ? realloc(d->queue, cap * sizeof(*q))
-                : NULL;
+        struct rpc_event *q = cap <= d->cfg->max_queue
+                                  ? realloc(d->queue, cap * sizeof(*q))
+                                  : NULL;
         if (q == NULL) {
             pthread_mutex_unlock(&d->qmu);
             /* Over the queue cap: refuse, never block the rpc thread. */
@@ -230,8 +229,7 @@ int daemon_run(const struct daemon_config *cfg) {
                   detd_strerror(rc));
         goto out_handles;
     }
-    struct rpc_options ro = {cfg->socket_path, 0660, DETD_MAX_MESSAGE_BYTES,
-                             8};
+    struct rpc_options ro = {cfg->socket_path, 0660, DETD_MAX_MESSAGE_BYTES, 8};
     rc = rpc_server_start(&ro, on_rpc_event, d, &d->rpc, &err);
     if (rc != 0) {
         log_error("start server: %s", err != NULL ? err : detd_strerror(rc));

@@ -52,8 +52,8 @@ static int parse_u32(const char *flag, const char *s, uint32_t min,
     unsigned long long v = strtoull(s, &end, 10);
     if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < min ||
         v > max) {
-        fprintf(stderr, "detd: %s: '%s' is not a number from %u to %u\n",
-                flag, s, min, max);
+        fprintf(stderr, "detd: %s: '%s' is not a number from %u to %u\n", flag,
+                s, min, max);
         return -1;
     }
     *ret = (uint32_t)v;
@@ -181,8 +181,9 @@ int main(int argc, char **argv) {
     }
     if (strlen(cfg.socket_path) >= 100) {
         /* sun_path holds 108 bytes; gRPC needs room for its prefix. */
-        fprintf(stderr, "detd: --socket: path '%s' is too long for a unix "
-                        "socket (keep it under 100 bytes)\n",
+        fprintf(stderr,
+                "detd: --socket: path '%s' is too long for a unix "
+                "socket (keep it under 100 bytes)\n",
                 cfg.socket_path);
         return 2;
     }

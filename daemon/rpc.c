@@ -70,8 +70,8 @@ static const struct method_info methods[RPC_METHOD_COUNT] = {
                             &detd__v1__list_decisions_request__descriptor, 0},
     [RPC_VERIFY] = {"/detd.v1.Admin/Verify",
                     &detd__v1__verify_request__descriptor, 0},
-    [RPC_RESET] = {"/detd.v1.Admin/Reset",
-                   &detd__v1__reset_request__descriptor, 0},
+    [RPC_RESET] = {"/detd.v1.Admin/Reset", &detd__v1__reset_request__descriptor,
+                   0},
     [RPC_HEALTH] = {"/grpc.health.v1.Health/Check",
                     &grpc__health__v1__health_check_request__descriptor, 0},
 };
@@ -88,18 +88,18 @@ struct rpc_call {
     gpr_timespec deadline;
     grpc_call_details details; /* unknown methods only */
     grpc_metadata_array md;
-    grpc_byte_buffer *payload;  /* registered unary: the request */
-    grpc_byte_buffer *recv_bb;  /* streaming: the message just received */
+    grpc_byte_buffer *payload; /* registered unary: the request */
+    grpc_byte_buffer *recv_bb; /* streaming: the message just received */
     int cancelled;
-    int got_first;              /* streaming: first message delivered */
-    int closed;                 /* close seen (rpc thread only) */
+    int got_first; /* streaming: first message delivered */
+    int closed;    /* close seen (rpc thread only) */
     char *peer;
     int64_t deadline_ms;
 
-    pthread_mutex_t mu;         /* guards everything below */
+    pthread_mutex_t mu; /* guards everything below */
     int initial_md_sent;
     int send_busy;
-    int ended;                  /* status queued or sent */
+    int ended; /* status queued or sent */
     int status_pending;
     grpc_status_code pending_code;
     char *pending_msg;
@@ -241,8 +241,8 @@ static void post_request(rpc_server *srv, int m) {
     grpc_call_error e;
     if (m == METHOD_UNKNOWN) {
         grpc_call_details_init(&c->details);
-        e = grpc_server_request_call(srv->server, &c->call, &c->details,
-                                     &c->md, srv->cq, srv->cq, &c->t_new);
+        e = grpc_server_request_call(srv->server, &c->call, &c->details, &c->md,
+                                     srv->cq, srv->cq, &c->t_new);
     } else {
         e = grpc_server_request_registered_call(
             srv->server, srv->registered[m], &c->call, &c->deadline, &c->md,
@@ -301,7 +301,8 @@ static void start_send_locked(rpc_call *c) {
         c->initial_md_sent = 1;
     }
     c->send_bb = c->queue[0];
-    memmove(c->queue, c->queue + 1, (size_t)(c->nqueue - 1) * sizeof(c->queue[0]));
+    memmove(c->queue, c->queue + 1,
+            (size_t)(c->nqueue - 1) * sizeof(c->queue[0]));
     c->nqueue--;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n].data.send_message.send_message = c->send_bb;
@@ -455,8 +456,8 @@ static void on_recv(rpc_server *srv, rpc_call *c, int ok) {
         grpc_byte_buffer_destroy(bb);
         if (m == NULL) {
             rpc_call_ref(c);
-            rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: cannot decode %s",
-                     mi->path, mi->req->short_name);
+            rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: cannot decode %s", mi->path,
+                     mi->req->short_name);
         } else {
             rpc_call_ref(c);
             emit(srv, c->got_first ? RPC_EV_STREAM : RPC_EV_REQUEST, c, m);
@@ -659,9 +660,8 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
         grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->t_shutdown);
         grpc_server_cancel_all_calls(srv->server);
         grpc_completion_queue_shutdown(srv->cq);
-        while (grpc_completion_queue_next(srv->cq,
-                                          gpr_inf_future(GPR_CLOCK_REALTIME),
-                                          NULL)
+        while (grpc_completion_queue_next(
+                   srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
                    .type != GRPC_QUEUE_SHUTDOWN)
             ;
         goto out;

@@ -73,9 +73,9 @@ struct rpc_event {
 typedef void (*rpc_event_cb)(void *ctx, struct rpc_event *ev);
 
 struct rpc_options {
-    const char *socket_path;   /* unix socket; created with socket_mode */
-    unsigned socket_mode;      /* e.g. 0660 */
-    size_t max_message_bytes;  /* request cap, enforced by gRPC */
+    const char *socket_path;     /* unix socket; created with socket_mode */
+    unsigned socket_mode;        /* e.g. 0660 */
+    size_t max_message_bytes;    /* request cap, enforced by gRPC */
     unsigned pending_per_method; /* calls kept requested per method */
 };
 

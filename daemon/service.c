@@ -27,7 +27,7 @@
 #define SVC_API_VERSION DETD_API_VERSION
 
 static const char *const source_names[8] = {
-    "unspecified", "timed", "table", "override",
+    "unspecified", "timed",    "table", "override",
     "import",      "fallback", "local", "reserved"};
 
 /* ---- validation ------------------------------------------------------ */
@@ -49,8 +49,7 @@ static int check_str(rpc_call *call, const char *what, const char *s,
     }
     if (n > max) {
         rpc_fail(call, RPC_INVALID_ARGUMENT,
-                 "%s is %zu bytes, over the limit of %zu bytes", what, n,
-                 max);
+                 "%s is %zu bytes, over the limit of %zu bytes", what, n, max);
         return -1;
     }
     return 0;
@@ -97,17 +96,16 @@ static int validate_key(struct daemon *d, rpc_call *call,
         size_t n = strlen(k->candidates[i]);
         if (n == 0 || n > DAEMON_MAX_CONFIG) {
             rpc_fail(call, RPC_INVALID_ARGUMENT,
-                     "key.candidates[%zu] is %zu bytes: must be 1 to %d", i,
-                     n, DAEMON_MAX_CONFIG);
+                     "key.candidates[%zu] is %zu bytes: must be 1 to %d", i, n,
+                     DAEMON_MAX_CONFIG);
             return -1;
         }
     }
     ret->k = k;
-    ret->ns = k->namespace_ != NULL && k->namespace_[0] != '\0'
-                  ? k->namespace_
-                  : d->cfg->ns;
-    if (keyid_candidates_fp((const char *const *)k->candidates,
-                            k->n_candidates, ret->fp) != 0) {
+    ret->ns = k->namespace_ != NULL && k->namespace_[0] != '\0' ? k->namespace_
+                                                                : d->cfg->ns;
+    if (keyid_candidates_fp((const char *const *)k->candidates, k->n_candidates,
+                            ret->fp) != 0) {
         rpc_fail(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
     }
@@ -137,9 +135,8 @@ static void reply_decided(struct daemon *d, rpc_call *call,
     (void)d;
 }
 
-static void reply_designated(struct daemon *d, rpc_call *call,
-                             const char *id, uint64_t claim, int takeover,
-                             uint32_t waited_ms) {
+static void reply_designated(struct daemon *d, rpc_call *call, const char *id,
+                             uint64_t claim, int takeover, uint32_t waited_ms) {
     Detd__V1__Decision dec = DETD__V1__DECISION__INIT;
     dec.id = (char *)id;
     Detd__V1__DecideResponse resp = DETD__V1__DECIDE_RESPONSE__INIT;
@@ -210,8 +207,8 @@ static void on_attach(struct daemon *d, struct rpc_event *ev) {
     d->sessions[d->nsessions++] = s;
     engine_session_attach(d->engine, s->id, rpc_now_ms());
     const Detd__V1__ClientIdentity *c = req->client;
-    log_debug("attach session %" PRIu64 ": host %s pid %d rank %d",
-              s->id, c ? c->host : "?", c ? c->pid : -1, c ? c->rank : -1);
+    log_debug("attach session %" PRIu64 ": host %s pid %d rank %d", s->id,
+              c ? c->host : "?", c ? c->pid : -1, c ? c->rank : -1);
     Detd__V1__AttachEvent ae = DETD__V1__ATTACH_EVENT__INIT;
     ae.api_version = SVC_API_VERSION;
     ae.session_id = s->id;
@@ -429,12 +426,11 @@ static char *timings_json(const Detd__V1__ReportRequest *req) {
         const Detd__V1__CandidateTiming *t = req->timings[i];
         json_t *ms = json_array();
         for (size_t j = 0; j < t->n_ms; j++)
-            json_array_append_new(ms, isfinite(t->ms[j])
-                                          ? json_real(t->ms[j])
-                                          : json_null());
-        json_array_append_new(arr, json_pack("{s:s, s:o, s:b}", "config",
-                                             t->config, "ms", ms, "failed",
-                                             t->failed));
+            json_array_append_new(ms, isfinite(t->ms[j]) ? json_real(t->ms[j])
+                                                         : json_null());
+        json_array_append_new(arr,
+                              json_pack("{s:s, s:o, s:b}", "config", t->config,
+                                        "ms", ms, "failed", t->failed));
     }
     char *s = json_dumps(arr, JSON_COMPACT);
     json_decref(arr);
@@ -504,8 +500,8 @@ static void on_report(struct daemon *d, struct rpc_event *ev) {
         if (t->n_ms > DAEMON_MAX_TIMING_SAMPLES) {
             d->counters.rejected++;
             rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
-                     "timings[%zu].ms has %zu samples, over the limit of %d",
-                     i, t->n_ms, DAEMON_MAX_TIMING_SAMPLES);
+                     "timings[%zu].ms has %zu samples, over the limit of %d", i,
+                     t->n_ms, DAEMON_MAX_TIMING_SAMPLES);
             goto free_msg;
         }
         if (!has_candidate(vk.k, t->config)) {
@@ -601,8 +597,7 @@ static void on_observe(struct daemon *d, struct rpc_event *ev) {
     d->counters.observes++;
     if (check_identity(ev->call, req->client) != 0 ||
         validate_key(d, ev->call, req->key, &vk) != 0 ||
-        check_str(ev->call, "config", req->config, DAEMON_MAX_CONFIG, 1) !=
-            0) {
+        check_str(ev->call, "config", req->config, DAEMON_MAX_CONFIG, 1) != 0) {
         d->counters.rejected++;
         goto free_msg;
     }

@@ -8,8 +8,8 @@ const char *detd_strerror(int err) {
     switch (err) {
     case 0:
         return "success";
-#define DETD_ERR_MSG_(name, value, msg)                                      \
-    case value:                                                              \
+#define DETD_ERR_MSG_(name, value, msg)                                        \
+    case value:                                                                \
         return msg;
         DETD_ERRNO_MAP(DETD_ERR_MSG_)
 #undef DETD_ERR_MSG_
@@ -25,8 +25,8 @@ const char *detd_err_name(int err) {
     switch (err) {
     case 0:
         return "OK";
-#define DETD_ERR_NAME_(name, value, msg)                                     \
-    case value:                                                              \
+#define DETD_ERR_NAME_(name, value, msg)                                       \
+    case value:                                                                \
         return "DETD_" #name;
         DETD_ERRNO_MAP(DETD_ERR_NAME_)
 #undef DETD_ERR_NAME_

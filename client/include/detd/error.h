@@ -12,25 +12,25 @@ extern "C" {
 #endif
 
 /* X(name, value, message). Values are stable ABI: append only. */
-#define DETD_ERRNO_MAP(X)                                                    \
-    X(EINVAL, -1000, "invalid argument")                                     \
-    X(ENOMEM, -1001, "out of memory")                                        \
-    X(ECONNECT, -1002, "cannot reach the detd daemon")                       \
-    X(ETIMEDOUT, -1003, "deadline exceeded")                                 \
-    X(ELIMIT, -1004, "a size or count limit was exceeded")                   \
-    X(EBUSY, -1005, "resource exhausted")                                    \
-    X(ENOTFOUND, -1006, "not found")                                         \
-    X(ESTALE, -1007, "claim no longer held")                                 \
-    X(EPROTO, -1008, "protocol error")                                       \
-    X(EUNIMPL, -1009, "not implemented by the daemon")                       \
-    X(EDENIED, -1010, "permission denied")                                   \
-    X(ESTORE, -1011, "store error")                                          \
-    X(EINTERNAL, -1012, "internal error")                                    \
-    X(ECANCELLED, -1013, "cancelled")                                        \
-    X(EUNAVAILABLE, -1014, "daemon unavailable")                             \
-    X(ECORRUPT, -1015, "corrupt data")                                       \
-    X(EEXIST, -1016, "already exists")                                       \
-    X(ENOCAND, -1017, "no candidate has a valid timing")                     \
+#define DETD_ERRNO_MAP(X)                                                      \
+    X(EINVAL, -1000, "invalid argument")                                       \
+    X(ENOMEM, -1001, "out of memory")                                          \
+    X(ECONNECT, -1002, "cannot reach the detd daemon")                         \
+    X(ETIMEDOUT, -1003, "deadline exceeded")                                   \
+    X(ELIMIT, -1004, "a size or count limit was exceeded")                     \
+    X(EBUSY, -1005, "resource exhausted")                                      \
+    X(ENOTFOUND, -1006, "not found")                                           \
+    X(ESTALE, -1007, "claim no longer held")                                   \
+    X(EPROTO, -1008, "protocol error")                                         \
+    X(EUNIMPL, -1009, "not implemented by the daemon")                         \
+    X(EDENIED, -1010, "permission denied")                                     \
+    X(ESTORE, -1011, "store error")                                            \
+    X(EINTERNAL, -1012, "internal error")                                      \
+    X(ECANCELLED, -1013, "cancelled")                                          \
+    X(EUNAVAILABLE, -1014, "daemon unavailable")                               \
+    X(ECORRUPT, -1015, "corrupt data")                                         \
+    X(EEXIST, -1016, "already exists")                                         \
+    X(ENOCAND, -1017, "no candidate has a valid timing")                       \
     X(EFORK, -1018, "handle used across fork")
 
 typedef enum detd_errno {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run every test of detd: what CI runs (.ci/run calls exactly this).
+#
+#  1. install the build and test dependencies (idempotent);
+#  2. check formatting;
+#  3. build with warnings as errors; run the unit tests (ctest), the
+#     integration tests (real daemons, real etcd) and the Python suite (real
+#     Triton in its CPU interpreter, several Triton releases);
+#  4. build again with AddressSanitizer + UndefinedBehaviorSanitizer and run
+#     the C unit and integration suites once more against that build.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+JOBS=${DETD_BUILD_JOBS:-2}
+
+"$REPO/scripts/setup-deps.sh"
+
+echo "== format check"
+"$REPO/scripts/check-format.sh"
+
+build() { # dir, extra cmake args...
+    local dir=$1
+    shift
+    cmake -S "$REPO" -B "$dir" -DDETD_WERROR=ON "$@" >/dev/null
+    cmake --build "$dir" -j "$JOBS"
+}
+
+run_suites() { # build dir, label
+    local dir=$1 label=$2
+    echo "== [$label] unit tests"
+    (cd "$dir" && ctest --output-on-failure -j "$JOBS")
+    echo "== [$label] integration tests"
+    DETD_BUILD_DIR=$dir python3 -m pytest -p no:cacheprovider -q "$REPO/tests/integration"
+}
+
+echo "== build (warnings as errors)"
+build "$REPO/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+run_suites "$REPO/build" release
+
+echo "== Python suite (real Triton, interpreter)"
+DETD_BUILD_DIR="$REPO/build" "$REPO/tests/python/run_matrix.sh"
+
+echo "== build (ASan + UBSan)"
+build "$REPO/build-asan" -DCMAKE_BUILD_TYPE=Debug -DDETD_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_suites "$REPO/build-asan" sanitizers
+
+echo "== all suites passed"
