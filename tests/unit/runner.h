@@ -27,43 +27,43 @@ struct runner_test {
 static struct runner_test runner_tests_[RUNNER_MAX_TESTS];
 static int runner_ntests_;
 
-#define TEST(name)                                                           \
-    static void test_##name(void);                                           \
-    __attribute__((constructor)) static void register_##name(void) {         \
-        if (runner_ntests_ < RUNNER_MAX_TESTS)                               \
-            runner_tests_[runner_ntests_++] =                                \
-                (struct runner_test){#name, test_##name};                    \
-    }                                                                        \
+#define TEST(name)                                                             \
+    static void test_##name(void);                                             \
+    __attribute__((constructor)) static void register_##name(void) {           \
+        if (runner_ntests_ < RUNNER_MAX_TESTS)                                 \
+            runner_tests_[runner_ntests_++] =                                  \
+                (struct runner_test){#name, test_##name};                      \
+    }                                                                          \
     static void test_##name(void)
 
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__,           \
-                    __LINE__, #cond);                                        \
-            exit(1);                                                         \
-        }                                                                    \
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,   \
+                    #cond);                                                    \
+            exit(1);                                                           \
+        }                                                                      \
     } while (0)
 
-#define CHECK_EQ_INT(a, b)                                                   \
-    do {                                                                     \
-        long long a_ = (long long)(a), b_ = (long long)(b);                  \
-        if (a_ != b_) {                                                      \
-            fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n",        \
-                    __FILE__, __LINE__, #a, #b, a_, b_);                     \
-            exit(1);                                                         \
-        }                                                                    \
+#define CHECK_EQ_INT(a, b)                                                     \
+    do {                                                                       \
+        long long a_ = (long long)(a), b_ = (long long)(b);                    \
+        if (a_ != b_) {                                                        \
+            fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n",          \
+                    __FILE__, __LINE__, #a, #b, a_, b_);                       \
+            exit(1);                                                           \
+        }                                                                      \
     } while (0)
 
-#define CHECK_STR(a, b)                                                      \
-    do {                                                                     \
-        const char *a_ = (a), *b_ = (b);                                     \
-        if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0) {               \
-            fprintf(stderr, "%s:%d: %s == %s failed: \"%s\" != \"%s\"\n",    \
-                    __FILE__, __LINE__, #a, #b, a_ ? a_ : "(null)",          \
-                    b_ ? b_ : "(null)");                                     \
-            exit(1);                                                         \
-        }                                                                    \
+#define CHECK_STR(a, b)                                                        \
+    do {                                                                       \
+        const char *a_ = (a), *b_ = (b);                                       \
+        if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0) {                 \
+            fprintf(stderr, "%s:%d: %s == %s failed: \"%s\" != \"%s\"\n",      \
+                    __FILE__, __LINE__, #a, #b, a_ ? a_ : "(null)",            \
+                    b_ ? b_ : "(null)");                                       \
+            exit(1);                                                           \
+        }                                                                      \
     } while (0)
 
 static int runner_run_one_(const struct runner_test *t, int timeout_s) {
