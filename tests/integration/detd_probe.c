@@ -1,0 +1,122 @@
+/*
+ * detd_probe: send raw bytes to any method of a gRPC server on a unix
+ * socket and print the status. For tests of hostile input: unknown
+ * methods, undecodable requests, oversized messages.
+ *
+ *   detd_probe SOCKET METHOD (--hex HEX | --bytes N [--fill BYTE])
+ *
+ * Prints "status=<code> message=<text>" and exits 0 once the call ended
+ * (whatever its status), 2 on a usage or local error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: detd_probe SOCKET METHOD (--hex HEX | "
+                        "--bytes N [--fill BYTE])\n");
+        return 2;
+    }
+    size_t n = 0;
+    unsigned char *buf = NULL;
+    if (strcmp(argv[3], "--hex") == 0) {
+        size_t len = strlen(argv[4]);
+        if (len % 2 != 0)
+            return 2;
+        n = len / 2;
+        buf = malloc(n + 1);
+        for (size_t i = 0; i < n; i++) {
+            int hi = hexval(argv[4][2 * i]), lo = hexval(argv[4][2 * i + 1]);
+            if (hi < 0 || lo < 0)
+                return 2;
+            buf[i] = (unsigned char)(hi * 16 + lo);
+        }
+    } else if (strcmp(argv[3], "--bytes") == 0) {
+        n = strtoull(argv[4], NULL, 10);
+        int fill = argc > 6 && strcmp(argv[5], "--fill") == 0
+                       ? (int)strtol(argv[6], NULL, 0)
+                       : 0x41;
+        buf = malloc(n + 1);
+        memset(buf, fill, n);
+    } else {
+        return 2;
+    }
+    grpc_init();
+    char target[512];
+    snprintf(target, sizeof(target), "unix:%s", argv[1]);
+    grpc_arg arg;
+    arg.type = GRPC_ARG_INTEGER;
+    arg.key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    arg.value.integer = 64 * 1024 * 1024;
+    grpc_channel_args args = {1, &arg};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_channel *ch = grpc_channel_create(target, creds, &args);
+    grpc_channel_credentials_release(creds);
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_slice method = grpc_slice_from_static_string(argv[2]);
+    gpr_timespec deadline = gpr_time_add(
+        gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(10, GPR_TIMESPAN));
+    grpc_call *call = grpc_channel_create_call(
+        ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method, NULL, deadline, NULL);
+    grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, n);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    grpc_metadata_array md, tmd;
+    grpc_metadata_array_init(&md);
+    grpc_metadata_array_init(&tmd);
+    grpc_byte_buffer *resp = NULL;
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    grpc_op ops[6];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &resp;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &tmd;
+    ops[5].data.recv_status_on_client.status = &status;
+    ops[5].data.recv_status_on_client.status_details = &details;
+    if (grpc_call_start_batch(call, ops, 6, (void *)1, NULL) != GRPC_CALL_OK)
+        return 2;
+    grpc_completion_queue_pluck(cq, (void *)1,
+                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    char *msg = grpc_slice_to_c_string(details);
+    printf("status=%d message=%s\n", (int)status, msg);
+    gpr_free(msg);
+    grpc_slice_unref(details);
+    if (resp != NULL)
+        grpc_byte_buffer_destroy(resp);
+    grpc_byte_buffer_destroy(bb);
+    grpc_metadata_array_destroy(&md);
+    grpc_metadata_array_destroy(&tmd);
+    grpc_call_unref(call);
+    grpc_completion_queue_shutdown(cq);
+    grpc_completion_queue_destroy(cq);
+    grpc_channel_destroy(ch);
+    free(buf);
+    grpc_shutdown();
+    return 0;
+}
