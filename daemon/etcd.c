@@ -460,12 +460,20 @@ void etcd_md_free(grpc_metadata *md, size_t n) {
     }
 }
 
-grpc_byte_buffer *etcd_pack(const ProtobufCMessage *m) {
+/* Serialise m into a new slice; 0 or DETD_ELIMIT. */
+static int pack_slice(const ProtobufCMessage *m, grpc_slice *ret) {
     size_t len = protobuf_c_message_get_packed_size(m);
     if (len > ETCD_MAX_MESSAGE)
+        return DETD_ELIMIT;
+    *ret = grpc_slice_malloc(len);
+    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(*ret));
+    return 0;
+}
+
+grpc_byte_buffer *etcd_pack(const ProtobufCMessage *m) {
+    grpc_slice s;
+    if (pack_slice(m, &s) != 0)
         return NULL;
-    grpc_slice s = grpc_slice_malloc(len);
-    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
     grpc_slice_unref(s);
     return bb;
@@ -647,8 +655,10 @@ static int call_unary(etcd_client *c, const char *method,
                       const ProtobufCMessage *req,
                       const ProtobufCMessageDescriptor *rdesc,
                       ProtobufCMessage **ret) {
-    grpc_byte_buffer *bb = etcd_pack(req);
-    if (bb == NULL)
+    /* A send takes the slices out of its byte buffer: every attempt gets a
+     * new buffer referencing the same packed bytes. */
+    grpc_slice packed;
+    if (pack_slice(req, &packed) != 0)
         return DETD_ELIMIT;
     int64_t end = etcd_now_ms() + c->total_ms;
     int64_t backoff = BACKOFF_FIRST_MS;
@@ -663,9 +673,11 @@ static int call_unary(etcd_client *c, const char *method,
         err = etcd_auth_token(c, end, stale, &token, &gen);
         if (err == 0) {
             int64_t at = etcd_now_ms() + c->attempt_ms;
+            grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&packed, 1);
             err = rpc_once(c->channel, method, bb, token,
                            etcd_deadline(at < end ? at : end), rdesc, &code,
                            msg, sizeof(msg), ret);
+            grpc_byte_buffer_destroy(bb);
             if (err == 0)
                 err = etcd_status_err(code, msg);
         }
@@ -684,7 +696,7 @@ static int call_unary(etcd_client *c, const char *method,
         etcd_sleep_ms(now + d < end ? d : end - now);
         backoff = backoff * 2 < BACKOFF_MAX_MS ? backoff * 2 : BACKOFF_MAX_MS;
     }
-    grpc_byte_buffer_destroy(bb);
+    grpc_slice_unref(packed);
     return err;
 }
 

@@ -59,7 +59,8 @@ void etcd_md_fill(grpc_metadata *md, size_t *n, const char *token,
                   int hasleader);
 void etcd_md_free(grpc_metadata *md, size_t n);
 
-/* Serialise m; NULL over ETCD_MAX_MESSAGE. Caller destroys. */
+/* Serialise m; NULL over ETCD_MAX_MESSAGE. Caller destroys. A send
+ * consumes the buffer's contents: use a new buffer for every send. */
 grpc_byte_buffer *etcd_pack(const ProtobufCMessage *m);
 /* Parse bb (capped) into *ret (caller frees with
  * protobuf_c_message_free_unpacked). */
