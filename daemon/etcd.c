@@ -131,7 +131,7 @@ static char *xstrdup(const char *s) {
  * 4, 6 or 0 for a name. Returns 0 or DETD_EINVAL.
  */
 static int parse_endpoint(const char *url, int *tls, char *hostport, size_t cap,
-                          int *family) {
+                          int *family, char *ret_host, size_t host_cap) {
     const char *p;
     if (strncmp(url, "http://", 7) == 0) {
         *tls = 0;
@@ -192,7 +192,10 @@ static int parse_endpoint(const char *url, int *tls, char *hostport, size_t cap,
         *family = 0;
         n = snprintf(hostport, cap, "%s:%ld", host, portno);
     }
-    return n < 0 || (size_t)n >= cap ? DETD_EINVAL : 0;
+    if (n < 0 || (size_t)n >= cap || strlen(host) >= host_cap)
+        return DETD_EINVAL;
+    snprintf(ret_host, host_cap, "%s", host);
+    return 0;
 }
 
 static char *target_for(int family, const char *hostports) {
@@ -206,7 +209,8 @@ static char *target_for(int family, const char *hostports) {
     return t;
 }
 
-grpc_channel *etcd_channel_new(etcd_client *c, const char *target) {
+grpc_channel *etcd_channel_new(etcd_client *c, const char *target,
+                               const char *tls_name) {
     char sc[160];
     snprintf(sc, sizeof(sc), "{\"loadBalancingConfig\":[{\"%s\":{}}]}",
              c->lb_policy);
@@ -232,8 +236,8 @@ grpc_channel *etcd_channel_new(etcd_client *c, const char *target) {
     ARG_INT(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     ARG_INT(GRPC_ARG_ENABLE_RETRIES, 0); /* retries are ours */
     ARG_STR(GRPC_ARG_SERVICE_CONFIG, sc);
-    if (c->tls_server_name != NULL) {
-        ARG_STR(GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, c->tls_server_name);
+    if (c->tls && tls_name != NULL) {
+        ARG_STR(GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, tls_name);
     }
 #undef ARG_INT
 #undef ARG_STR
@@ -333,14 +337,17 @@ static int parse_endpoints(etcd_client *c, const char *list) {
         size_t len = strcspn(p, ", ");
         if (c->n_endpoints == ETCD_MAX_ENDPOINTS || len >= 256)
             return DETD_EINVAL;
-        char url[256], hp[272];
+        char url[256], hp[272], host[256];
         memcpy(url, p, len);
         url[len] = '\0';
         p += len;
         int tls, fam;
-        int err = parse_endpoint(url, &tls, hp, sizeof(hp), &fam);
+        int err =
+            parse_endpoint(url, &tls, hp, sizeof(hp), &fam, host, sizeof(host));
         if (err != 0)
             return err;
+        if (c->n_endpoints == 0 && (c->first_host = strdup(host)) == NULL)
+            return DETD_ENOMEM;
         if (c->n_endpoints > 0 && (tls != c->tls || fam != family))
             return DETD_EINVAL; /* one scheme and one address family */
         c->tls = tls;
@@ -397,7 +404,13 @@ int etcd_open(const struct etcd_options *opt, etcd_client **ret) {
         goto out;
     if ((err = make_creds(c, opt)) != 0)
         goto out;
-    c->channel = etcd_channel_new(c, c->target);
+    /* A multi-address channel would check each member's certificate
+     * against the whole address list: name one host instead. */
+    c->channel =
+        etcd_channel_new(c, c->target,
+                         c->tls_server_name != NULL ? c->tls_server_name
+                         : c->n_endpoints > 1       ? c->first_host
+                                                    : NULL);
     if (c->channel == NULL) {
         err = DETD_EINTERNAL;
         goto out;
@@ -427,6 +440,7 @@ void etcd_close(etcd_client *c) {
         memset(c->password, 0, strlen(c->password));
     free(c->password);
     free(c->tls_server_name);
+    free(c->first_host);
     free(c->token);
     pthread_mutex_destroy(&c->auth_mu);
     free(c);
@@ -1102,7 +1116,7 @@ static void status_one(etcd_client *c, size_t i, const char *token,
                        struct etcd_member_status *st) {
     memset(st, 0, sizeof(*st));
     snprintf(st->endpoint, sizeof(st->endpoint), "%s", c->endpoints[i]);
-    grpc_channel *ch = etcd_channel_new(c, c->targets[i]);
+    grpc_channel *ch = etcd_channel_new(c, c->targets[i], c->tls_server_name);
     if (ch == NULL) {
         st->err = DETD_EINTERNAL;
         return;

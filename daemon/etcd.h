@@ -68,7 +68,10 @@ struct etcd_options {
     const char *ca_file;
     const char *cert_file;
     const char *key_file;
-    /* Override the name checked against the server certificate. */
+    /* The name checked against each member's certificate. Default: the
+     * member's own address with one endpoint, the first endpoint's host
+     * with several (the channel has one name), so with several endpoints
+     * every certificate must be valid for it. */
     const char *tls_server_name;
     /* etcd authentication: both set or both NULL. */
     const char *user;

@@ -23,6 +23,7 @@ struct etcd_client {
     size_t n_endpoints;
     int tls;
     char *tls_server_name;
+    char *first_host; /* host of the first endpoint */
     char *lb_policy;
     int attempt_ms;
     int total_ms;
@@ -46,8 +47,10 @@ int64_t etcd_jitter(int64_t d, unsigned *seed);
 /* Map a gRPC status and its details to a DETD_E* code (0 for OK). */
 int etcd_status_err(grpc_status_code code, const char *msg);
 
-/* A channel to target with the adapter's arguments (caps, keepalive). */
-grpc_channel *etcd_channel_new(etcd_client *c, const char *target);
+/* A channel to target with the adapter's arguments (caps, keepalive);
+ * with TLS, tls_name (may be NULL) is the name checked in certificates. */
+grpc_channel *etcd_channel_new(etcd_client *c, const char *target,
+                               const char *tls_name);
 
 /* Current auth token, see etcd.c. *ret_token is malloc'ed or NULL. */
 int etcd_auth_token(etcd_client *c, int64_t end_ms, uint64_t stale_gen,
