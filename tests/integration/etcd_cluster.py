@@ -2,11 +2,15 @@
 
 Starts N members of Debian's `etcd` (3.4) on free 127.0.0.1 ports in a
 directory, and can kill, restart, find the leader, compact and enable auth.
+With tls=True it makes a CA, a server certificate for 127.0.0.1 and a client
+certificate (openssl), serves clients over https and requires client
+certificates; tls_files() names the PEM files.
 Its state (ports, pids, credentials) is kept in <dir>/state.json, so a test
 program can drive the same cluster from the command line while pytest owns
 it:
 
     python3 etcd_cluster.py --state DIR start [--size 3] [--auth-token-ttl S]
+                                              [--tls]
     python3 etcd_cluster.py --state DIR endpoints | leader | kill-leader
     python3 etcd_cluster.py --state DIR kill I | restart I | compact REV
     python3 etcd_cluster.py --state DIR auth-enable USER PASSWORD | stop
@@ -73,10 +77,11 @@ class EtcdError(RuntimeError):
 
 class EtcdCluster:
     def __init__(self, base_dir, size=3, auth_token_ttl=None,
-                 etcd_bin=None, etcdctl_bin=None):
+                 etcd_bin=None, etcdctl_bin=None, tls=False):
         self.base = os.path.abspath(str(base_dir))
         self.size = size
         self.auth_token_ttl = auth_token_ttl
+        self.tls = tls
         self.etcd_bin = etcd_bin or shutil.which("etcd") or "etcd"
         self.etcdctl_bin = etcdctl_bin or shutil.which("etcdctl") or "etcdctl"
         self.members = []
@@ -88,7 +93,7 @@ class EtcdCluster:
         with open(os.path.join(base_dir, STATE)) as f:
             st = json.load(f)
         c = cls(base_dir, st["size"], st.get("auth_token_ttl"),
-                st["etcd_bin"], st["etcdctl_bin"])
+                st["etcd_bin"], st["etcdctl_bin"], st.get("tls", False))
         c.members = st["members"]
         c.auth = st.get("auth")
         return c
@@ -96,7 +101,7 @@ class EtcdCluster:
     def save(self):
         st = {"size": self.size, "auth_token_ttl": self.auth_token_ttl,
               "etcd_bin": self.etcd_bin, "etcdctl_bin": self.etcdctl_bin,
-              "members": self.members, "auth": self.auth}
+              "members": self.members, "auth": self.auth, "tls": self.tls}
         tmp = os.path.join(self.base, STATE + ".tmp")
         with open(tmp, "w") as f:
             json.dump(st, f, indent=1)
@@ -108,7 +113,41 @@ class EtcdCluster:
         return ",".join(self.endpoint(i) for i in range(self.size))
 
     def endpoint(self, i):
-        return f"http://127.0.0.1:{self.members[i]['client_port']}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.members[i]['client_port']}"
+
+    def tls_files(self):
+        """{"ca", "cert", "key"}: PEM paths of the CA and a client cert."""
+        d = os.path.join(self.base, "tls")
+        return {"ca": os.path.join(d, "ca.crt"),
+                "cert": os.path.join(d, "client.crt"),
+                "key": os.path.join(d, "client.key")}
+
+    def _make_certs(self):
+        d = os.path.join(self.base, "tls")
+        os.makedirs(d, exist_ok=True)
+
+        def ossl(*args):
+            subprocess.run(["openssl"] + list(args), cwd=d, check=True,
+                           capture_output=True, timeout=30)
+
+        ossl("req", "-x509", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+             "-subj", "/CN=detd-test-ca", "-keyout", "ca.key",
+             "-out", "ca.crt")
+        for name, ext in (
+                ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                           "extendedKeyUsage=serverAuth"),
+                ("client", "extendedKeyUsage=clientAuth")):
+            ossl("req", "-newkey", "ec", "-pkeyopt",
+                 "ec_paramgen_curve:prime256v1", "-nodes",
+                 "-subj", f"/CN=detd-test-{name}", "-keyout", f"{name}.key",
+                 "-out", f"{name}.csr")
+            with open(os.path.join(d, f"{name}.ext"), "w") as f:
+                f.write(ext + "\n")
+            ossl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt",
+                 "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+                 "-extfile", f"{name}.ext", "-out", f"{name}.crt")
 
     def alive(self, i):
         pid = self.members[i].get("pid")
@@ -138,6 +177,12 @@ class EtcdCluster:
         ]
         if self.auth_token_ttl:
             args += ["--auth-token-ttl", str(self.auth_token_ttl)]
+        if self.tls:
+            d = os.path.join(self.base, "tls")
+            args += ["--cert-file", os.path.join(d, "server.crt"),
+                     "--key-file", os.path.join(d, "server.key"),
+                     "--trusted-ca-file", os.path.join(d, "ca.crt"),
+                     "--client-cert-auth"]
         log = open(os.path.join(self.base, m["name"] + ".log"), "ab")
         p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
                              stderr=log, start_new_session=True)
@@ -148,6 +193,8 @@ class EtcdCluster:
     def start(self, timeout=30):
         """Start a new cluster of `size` members and wait until healthy."""
         os.makedirs(self.base, exist_ok=True)
+        if self.tls:
+            self._make_certs()
         ports = _free_ports(2 * self.size)
         self.members = []
         for i in range(self.size):
@@ -210,6 +257,10 @@ class EtcdCluster:
                "--command-timeout", "5s"]
         if self.auth:
             cmd += ["--user", f"{self.auth[0]}:{self.auth[1]}"]
+        if self.tls:
+            t = self.tls_files()
+            cmd += ["--cacert", t["ca"], "--cert", t["cert"], "--key",
+                    t["key"]]
         env = dict(os.environ, ETCDCTL_API="3")
         r = subprocess.run(cmd + list(args), env=env, capture_output=True,
                            text=True, timeout=timeout)
@@ -280,9 +331,10 @@ def main(argv=None):
     ap.add_argument("args", nargs="*")
     ap.add_argument("--size", type=int, default=3)
     ap.add_argument("--auth-token-ttl", type=int, default=None)
+    ap.add_argument("--tls", action="store_true")
     a = ap.parse_args(argv)
     if a.cmd == "start":
-        c = EtcdCluster(a.state, a.size, a.auth_token_ttl)
+        c = EtcdCluster(a.state, a.size, a.auth_token_ttl, tls=a.tls)
         c.start()
         print(c.endpoints)
         return 0
