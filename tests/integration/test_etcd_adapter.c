@@ -11,6 +11,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -840,6 +841,81 @@ TEST(auth) {
     etcd_close(good);
     etcd_close(bad);
     etcd_close(anon);
+    leak_check();
+}
+
+/* ---- TLS ----------------------------------------------------------- */
+
+static void tls_watch_cb(const struct etcd_event *ev, void *arg) {
+    if (ev->type == ETCD_EVENT_PUT)
+        __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
+}
+
+static int open_tls(const char *ca, const char *cert, const char *key,
+                    etcd_client **ret) {
+    struct etcd_options o;
+    etcd_options_init(&o);
+    o.endpoints = endpoints();
+    o.attempt_timeout_ms = 1000;
+    o.total_timeout_ms = 2000;
+    o.ca_file = ca;
+    o.cert_file = cert;
+    o.key_file = key;
+    return etcd_open(&o, ret);
+}
+
+/* Needs a cluster serving https with client certificates required. */
+TEST(tls) {
+    const char *ca = getenv("DETD_ETCD_CA"), *cert = getenv("DETD_ETCD_CERT"),
+               *key = getenv("DETD_ETCD_KEY");
+    CHECK(ca != NULL && cert != NULL && key != NULL);
+    CHECK(strncmp(endpoints(), "https://", 8) == 0);
+    etcd_client *c = NULL;
+    CHECK_ERR(open_tls(ca, cert, key, &c));
+    struct etcd_put_result r;
+    CHECK_ERR(etcd_put_if_absent(c, "/t/tls", "v", 1, 0, &r));
+    CHECK(r.won);
+    etcd_put_result_clear(&r);
+    struct etcd_kv kv = {0};
+    CHECK_ERR(etcd_get(c, "/t/tls", &kv, NULL));
+    CHECK_STR((char *)kv.value, "v");
+    etcd_kv_clear(&kv);
+    int puts = 0;
+    etcd_watch *w = NULL;
+    CHECK_ERR(etcd_watch_start(c, "/t/", 0, tls_watch_cb, &puts, &w));
+    sleep_ms(300);
+    CHECK_ERR(etcd_put(c, "/t/tls2", "v", 1, 0, NULL));
+    int64_t t0 = now_ms();
+    while (__atomic_load_n(&puts, __ATOMIC_SEQ_CST) < 1) {
+        CHECK(now_ms() - t0 < 5000);
+        sleep_ms(10);
+    }
+    etcd_watch_stop(w);
+    struct etcd_member_status st[3];
+    size_t n = 0;
+    CHECK_ERR(etcd_status(c, st, 3, &n));
+    CHECK_EQ_INT(n, 3);
+    for (size_t i = 0; i < n; i++)
+        CHECK_ERR(st[i].err);
+    etcd_close(c);
+
+    /* Without a client certificate the server refuses the handshake. */
+    CHECK_ERR(open_tls(ca, NULL, NULL, &c));
+    t0 = now_ms();
+    int err = etcd_get(c, "/t/tls", &kv, NULL);
+    CHECK(err == DETD_EUNAVAILABLE || err == DETD_ETIMEDOUT);
+    CHECK(now_ms() - t0 < 2000 + 1000);
+    etcd_close(c);
+    /* The server's certificate is not trusted by the system roots. */
+    CHECK_ERR(open_tls(NULL, cert, key, &c));
+    err = etcd_get(c, "/t/tls", &kv, NULL);
+    CHECK(err == DETD_EUNAVAILABLE || err == DETD_ETIMEDOUT);
+    etcd_close(c);
+    /* Unreadable files fail at open. */
+    c = NULL;
+    CHECK_EQ_INT(open_tls("/nonexistent/ca.pem", cert, key, &c), -ENOENT);
+    CHECK_EQ_INT(open_tls(ca, cert, NULL, &c), DETD_EINVAL);
+    CHECK(c == NULL);
     leak_check();
 }
 

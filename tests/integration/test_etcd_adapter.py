@@ -33,6 +33,7 @@ CASES = [
     "status",
     "auth",
     "latency",
+    "tls",
 ]
 
 pytestmark = pytest.mark.skipif(
@@ -41,9 +42,11 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    # Auth tokens live 2 s so the auth case sees one expire.
-    c = EtcdCluster(tmp_path / "etcd", size=3, auth_token_ttl=2)
+def cluster(tmp_path, request):
+    # Auth tokens live 2 s so the auth case sees one expire; the tls case
+    # gets a cluster that serves https and requires client certificates.
+    tls = request.node.callspec.params.get("case") == "tls"
+    c = EtcdCluster(tmp_path / "etcd", size=3, auth_token_ttl=2, tls=tls)
     try:
         c.start()
         yield c
@@ -63,6 +66,11 @@ def test_case(cluster, case):
     env["DETD_ETCD_CTL"] = "%s %s --state %s" % (
         sys.executable, os.path.join(HERE, "etcd_cluster.py"), cluster.base)
     env["DETD_TEST_TIMEOUT"] = "120"
+    if cluster.tls:
+        t = cluster.tls_files()
+        env["DETD_ETCD_CA"] = t["ca"]
+        env["DETD_ETCD_CERT"] = t["cert"]
+        env["DETD_ETCD_KEY"] = t["key"]
     r = subprocess.run([BINARY, case], env=env, capture_output=True,
                        text=True, timeout=150)
     sys.stdout.write(r.stdout)
