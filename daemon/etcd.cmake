@@ -18,6 +18,7 @@ target_include_directories(detd_etcd_proto PUBLIC ${ETCD_PROTO_OUT})
 target_link_libraries(detd_etcd_proto PUBLIC PkgConfig::PROTOBUFC)
 
 add_library(detd_etcd STATIC ${CMAKE_CURRENT_SOURCE_DIR}/etcd.c
+                             ${CMAKE_CURRENT_SOURCE_DIR}/etcd_kv.c
                              ${CMAKE_CURRENT_SOURCE_DIR}/etcd_stream.c)
 target_include_directories(detd_etcd PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(detd_etcd PUBLIC detd_error

@@ -1,6 +1,7 @@
 /*
- * Private to the etcd adapter (etcd.c, etcd_stream.c): the client struct
- * and the gRPC/protobuf helpers both files use. Nothing else includes it.
+ * Private to the etcd adapter (etcd.c, etcd_kv.c, etcd_stream.c): the
+ * client struct and the gRPC/protobuf helpers they share. Nothing else
+ * includes it.
  */
 #ifndef DETD_ETCD_INT_H
 #define DETD_ETCD_INT_H
@@ -71,6 +72,17 @@ int etcd_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
                 ProtobufCMessage **ret);
 /* Copy status details into msg, truncated, NUL-terminated. */
 void etcd_copy_details(grpc_slice details, char *msg, size_t cap);
+
+/*
+ * One unary call with the client's deadlines, retries (UNAVAILABLE,
+ * DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, with backoff until the total
+ * budget) and auth (one re-authentication when the token is rejected).
+ * On success *ret is the response (protobuf_c_message_free_unpacked).
+ */
+int etcd_call_unary(etcd_client *c, const char *method,
+                    const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *rdesc,
+                    ProtobufCMessage **ret);
 
 /* Copy a protobuf KeyValue into an owned etcd_kv, capped. */
 int etcd_kv_copy(const Mvccpb__KeyValue *src, struct etcd_kv *dst);
