@@ -11,9 +11,10 @@
  * attempt_timeout_ms each, retrying UNAVAILABLE and DEADLINE_EXCEEDED
  * (member down, leader lost, no quorum) with a jittered exponential
  * backoff, until total_timeout_ms have passed since the call began. A call
- * therefore returns within total_timeout_ms plus one scheduling slice. When
- * the budget is spent it returns the last attempt's error: DETD_ETIMEDOUT
- * or DETD_EUNAVAILABLE.
+ * therefore returns within total_timeout_ms (with auth, plus at most one
+ * attempt spent waiting for another thread's Authenticate). When the
+ * budget is spent it returns the last attempt's error: DETD_ETIMEDOUT or
+ * DETD_EUNAVAILABLE. Other errors are not retried.
  *
  * Ambiguous writes. An attempt that timed out may still have been applied
  * by etcd. Writes are therefore retried only where a repeat is harmless:
@@ -35,6 +36,10 @@
  * credentials or permission; DETD_ENOTFOUND no such key or lease;
  * DETD_ESTALE the requested revision was compacted; DETD_EPROTO a
  * malformed response; DETD_ENOMEM.
+ *
+ * The adapter never logs; gRPC core itself may write to stderr (the
+ * daemon can silence it with GRPC_VERBOSITY or gpr_set_log_verbosity()).
+ * Clients must not be used across fork().
  */
 #ifndef DETD_ETCD_H
 #define DETD_ETCD_H
@@ -182,9 +187,10 @@ int etcd_delete(etcd_client *c, const char *key, int prefix,
                 int64_t *ret_deleted, int64_t *ret_revision);
 
 /*
- * Compact the store's history up to revision. Watches from an older
- * revision then end with ETCD_EVENT_COMPACTED. DETD_ESTALE if revision is
- * already compacted.
+ * Compact the store's history up to revision, waiting until it is
+ * physically applied. Watches from an older revision then end with
+ * ETCD_EVENT_COMPACTED. DETD_ESTALE if revision is already compacted
+ * (also when an earlier attempt of this call did it).
  */
 int etcd_compact(etcd_client *c, int64_t revision);
 
@@ -254,8 +260,9 @@ enum etcd_event_type {
     /* The watch was (re)created on a member; revision is the store
      * revision at that moment. */
     ETCD_EVENT_CONNECTED,
-    /* The stream broke (err says why); the watch reconnects by itself and
-     * resumes after the last delivered revision. */
+    /* The stream broke (err says why; revision is the last revision
+     * delivered). The watch reconnects by itself and resumes after it;
+     * reported once per break, not per failed reconnect. */
     ETCD_EVENT_DISCONNECTED,
     /* History from the watch's position was compacted: events were lost.
      * compact_revision is the oldest revision still available. Final: no
