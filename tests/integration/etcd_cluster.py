@@ -98,6 +98,17 @@ class EtcdCluster:
         c.auth = st.get("auth")
         return c
 
+    def refresh(self):
+        """Re-read pids and credentials: the command line may have
+        restarted members or enabled auth behind this object's back."""
+        try:
+            with open(os.path.join(self.base, STATE)) as f:
+                st = json.load(f)
+        except FileNotFoundError:
+            return
+        self.members = st["members"]
+        self.auth = st.get("auth")
+
     def save(self):
         st = {"size": self.size, "auth_token_ttl": self.auth_token_ttl,
               "etcd_bin": self.etcd_bin, "etcdctl_bin": self.etcdctl_bin,
@@ -211,6 +222,10 @@ class EtcdCluster:
 
     def kill(self, i, sig=signal.SIGKILL):
         """Kill member i (SIGKILL by default) and wait until it is gone."""
+        self.refresh()
+        self._kill(i, sig)
+
+    def _kill(self, i, sig=signal.SIGKILL):
         pid = self.members[i].get("pid")
         if pid is None or not _alive(pid):
             return
@@ -231,6 +246,7 @@ class EtcdCluster:
 
     def stop(self):
         """Stop every member (SIGTERM, then SIGKILL)."""
+        self.refresh()
         for i in range(len(self.members)):
             pid = self.members[i].get("pid")
             if pid is not None and _alive(pid):
@@ -244,7 +260,7 @@ class EtcdCluster:
                 _reap(pid)
                 time.sleep(0.02)
             if _alive(pid):
-                self.kill(i)
+                self._kill(i)
             _reap(pid)
             self.members[i]["pid"] = None
         if self.members:
@@ -252,6 +268,7 @@ class EtcdCluster:
 
     # ---- etcdctl --------------------------------------------------------
     def ctl(self, *args, endpoints=None, timeout=15, check=True):
+        self.refresh()
         cmd = [self.etcdctl_bin, "--endpoints",
                endpoints or self.endpoints, "--dial-timeout", "2s",
                "--command-timeout", "5s"]
@@ -284,6 +301,7 @@ class EtcdCluster:
 
     def leader(self, timeout=15):
         """Index of the current leader among the live members."""
+        self.refresh()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             live = [i for i in range(self.size) if self.alive(i)]
