@@ -1027,3 +1027,57 @@ out:
     sqlite3_finalize(st);
     return err;
 }
+
+/* ---- meta: small named values (the etcd backend's last revision) ---- */
+
+/* See store.h. The value is a heap copy owned by the caller. */
+int store_get_meta(store *s, const char *name, char **ret_value) {
+    static const char op[] = "get meta";
+    if (s == NULL || name == NULL || ret_value == NULL)
+        return store_einval(s, op, "a NULL argument");
+    sqlite3_stmt *st = NULL;
+    int err =
+        store_prepare(s, "SELECT value FROM meta WHERE name = ?1", 0, &st, op);
+    if (err < 0)
+        return err;
+    if ((err = store_bind_text(s, st, 1, name, op)) < 0)
+        goto out;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        err = DETD_ENOTFOUND;
+        goto out;
+    }
+    if (rc != SQLITE_ROW) {
+        err = store_fail(s, rc, op);
+        goto out;
+    }
+    char *v = NULL;
+    if ((err = store_col_strdup(s, st, 0, op, &v)) < 0)
+        goto out;
+    *ret_value = v;
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* See store.h. name and value are borrowed for the call. */
+int store_set_meta(store *s, const char *name, const char *value) {
+    static const char op[] = "set meta";
+    if (s == NULL || name == NULL || value == NULL)
+        return store_einval(s, op, "a NULL argument");
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(
+        s, "INSERT OR REPLACE INTO meta(name, value) VALUES (?1, ?2)", 0, &st,
+        op);
+    if (err < 0)
+        return err;
+    if ((err = store_bind_text(s, st, 1, name, op)) < 0 ||
+        (err = store_bind_text(s, st, 2, value, op)) < 0)
+        goto out;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE)
+        err = store_fail(s, rc, op);
+out:
+    sqlite3_finalize(st);
+    return err;
+}

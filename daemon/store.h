@@ -168,4 +168,14 @@ int store_reset(store *s, const char *ns, const char *kernel,
 int store_count_decisions(store *s, const char *ns, uint64_t *ret_total,
                           uint64_t ret_by_source[8]);
 
+/*
+ * Named values of the meta table (e.g. "etcd_revision": the last etcd
+ * revision whose events are applied). store_get_meta() returns 0 with
+ * *ret_value a heap copy the caller free()s, DETD_ENOTFOUND, or an error
+ * (*ret_value untouched). store_set_meta() inserts or replaces name in one
+ * committed transaction; name and value are borrowed for the call.
+ */
+int store_get_meta(store *s, const char *name, char **ret_value);
+int store_set_meta(store *s, const char *name, const char *value);
+
 #endif /* DETD_STORE_H */

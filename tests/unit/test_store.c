@@ -938,6 +938,33 @@ TEST(hundred_thousand_decisions_lookups_correct) {
     tmp_cleanup();
 }
 
+TEST(meta_set_get_replace_and_survive_reopen) {
+    const char *path = tmp_path("m.db");
+    store *s = open_ok(path);
+    char *v = (char *)0x1;
+    CHECK_EQ_INT(store_get_meta(s, "etcd_revision", &v), DETD_ENOTFOUND);
+    CHECK(v == (char *)0x1);
+    CHECK_EQ_INT(store_set_meta(s, "etcd_revision", "41"), 0);
+    CHECK_EQ_INT(store_set_meta(s, "etcd_revision", "42"), 0);
+    CHECK_EQ_INT(store_get_meta(s, "etcd_revision", &v), 0);
+    CHECK_STR(v, "42");
+    free(v);
+    CHECK_EQ_INT(store_set_meta(s, NULL, "x"), DETD_EINVAL);
+    CHECK_EQ_INT(store_set_meta(s, "x", NULL), DETD_EINVAL);
+    CHECK_EQ_INT(store_get_meta(s, "x", NULL), DETD_EINVAL);
+    store_close(s);
+    s = open_ok(path);
+    CHECK_EQ_INT(store_get_meta(s, "etcd_revision", &v), 0);
+    CHECK_STR(v, "42");
+    free(v);
+    /* The schema's own entries are still there. */
+    CHECK_EQ_INT(store_get_meta(s, "created_by", &v), 0);
+    CHECK(strncmp(v, "detd ", 5) == 0);
+    free(v);
+    store_close(s);
+    tmp_cleanup();
+}
+
 int main(int argc, char **argv) {
     return runner_main(argc, argv);
 }
