@@ -400,7 +400,8 @@ static struct waiter *next_waiter(const struct keyent *k) {
  * claim and pass a new one to the next waiter, or drop it. Never
  * allocates. Frees the old owner's record and k when they become idle.
  */
-static void claim_pass(engine *e, struct keyent *k, int64_t now_ms) {
+static int claim_pass(engine *e, struct keyent *k, int64_t now_ms,
+                      int takeover) {
     struct session *old = k->owner;
     claim_end(e, k);
     struct waiter *w = next_waiter(k);
@@ -408,13 +409,16 @@ static void claim_pass(engine *e, struct keyent *k, int64_t now_ms) {
         struct session *s = w->sess;
         waiter_unlink(e, w);
         claim_grant(e, k, s, now_ms);
-        e->st.takeovers++;
-        emit(e, ENGINE_EV_DESIGNATE, w->token, k, 1);
+        if (takeover)
+            e->st.takeovers++;
+        emit(e, ENGINE_EV_DESIGNATE, w->token, k, takeover);
         free(w);
     }
+    int passed = w != NULL;
     if (old != k->owner)
         session_maybe_free(e, old);
     key_maybe_free(e, k);
+    return passed;
 }
 
 /* ---- public API ---- */
@@ -593,6 +597,29 @@ size_t engine_decided(engine *e, const char *id) {
     return n;
 }
 
+/* See engine.h. */
+int engine_claim_of(const engine *e, const char *id, uint64_t *ret_claim_id) {
+    if (e == NULL || !id_valid(id))
+        return 0;
+    const struct keyent *k = key_find(e, id, hash_str(id));
+    if (k == NULL || !k->has_claim)
+        return 0;
+    if (ret_claim_id != NULL)
+        *ret_claim_id = k->claim_id;
+    return 1;
+}
+
+/* See engine.h. Never allocates. */
+int engine_release(engine *e, const char *id, uint64_t claim_id,
+                   int64_t now_ms) {
+    if (e == NULL || !id_valid(id) || claim_id == 0)
+        return DETD_EINVAL;
+    struct keyent *k = key_find(e, id, hash_str(id));
+    if (k == NULL || !k->has_claim || k->claim_id != claim_id)
+        return DETD_ENOTFOUND;
+    return claim_pass(e, k, now_ms, 0);
+}
+
 /* See engine.h. Attaching twice is harmless. */
 int engine_session_attach(engine *e, uint64_t session, int64_t now_ms) {
     if (e == NULL || session == 0)
@@ -631,7 +658,7 @@ void engine_session_end(engine *e, uint64_t session, int64_t now_ms) {
     /* Waiters of s are skipped by next_waiter, so s keeps none of these. */
     while (s->claims != NULL) {
         int last = s->n_claims == 1 && s->n_waiters == 0;
-        claim_pass(e, s->claims, now_ms);
+        claim_pass(e, s->claims, now_ms, 1);
         if (last)
             return; /* claim_pass freed s */
     }
@@ -674,7 +701,7 @@ int64_t engine_tick(engine *e, int64_t now_ms) {
     while ((n = heap_top(&e->leases)) != NULL && n->at <= now_ms) {
         struct keyent *k = container_of(n, struct keyent, lease);
         assert(!k->owner->attached);
-        claim_pass(e, k, now_ms);
+        claim_pass(e, k, now_ms, 1);
     }
     int64_t next = INT64_MAX;
     if ((n = heap_top(&e->deadlines)) != NULL)

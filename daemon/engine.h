@@ -118,6 +118,23 @@ int engine_report(engine *e, const char *id, uint64_t claim_id);
 size_t engine_decided(engine *e, const char *id);
 
 /*
+ * Whether id has a live claim: returns 1 and sets *ret_claim_id (may be
+ * NULL) to it, or 0 (no claim, unknown id, bad id).
+ */
+int engine_claim_of(const engine *e, const char *id, uint64_t *ret_claim_id);
+
+/*
+ * The holder of claim_id on id gives it up before timing anything (its
+ * call was cancelled or timed out before it was told it was designated,
+ * e.g. while the cluster claim was pending). The claim passes to the
+ * oldest live waiter (ENGINE_EV_DESIGNATE with takeover=0, not counted as
+ * a takeover) or is dropped. Returns 1 (passed), 0 (dropped),
+ * DETD_ENOTFOUND (claim_id is not the live claim for id) or DETD_EINVAL.
+ */
+int engine_release(engine *e, const char *id, uint64_t claim_id,
+                   int64_t now_ms);
+
+/*
  * A session attached (its claims' leases are renewed while attached,
  * starting now). Attaching again is harmless.
  * Returns 0, DETD_EINVAL (session 0) or DETD_ENOMEM.

@@ -1159,6 +1159,84 @@ TEST(pick_many_samples) {
     CHECK(a[0] == 201 && a[200] == 1);
 }
 
+/* ---- release (the etcd backend: a held asker gives up) ---- */
+
+TEST(claim_of_reports_the_live_claim) {
+    engine *e = mk();
+    uint64_t c = 99;
+    CHECK_EQ_INT(engine_claim_of(e, kid(1), &c), 0);
+    CHECK_EQ_INT(c, 99);
+    uint64_t claim = ask_claim(e, kid(1), 1, 100, 0);
+    CHECK_EQ_INT(engine_claim_of(e, kid(1), &c), 1);
+    CHECK_EQ_INT(c, claim);
+    CHECK_EQ_INT(engine_claim_of(e, kid(1), NULL), 1);
+    CHECK_EQ_INT(engine_claim_of(e, "", &c), 0);
+    CHECK_EQ_INT(engine_claim_of(NULL, kid(1), &c), 0);
+    engine_decided(e, kid(1));
+    CHECK_EQ_INT(engine_claim_of(e, kid(1), &c), 0);
+    engine_free(e);
+}
+
+TEST(release_passes_to_oldest_waiter_without_takeover) {
+    engine *e = mk();
+    CHECK_EQ_INT(engine_session_attach(e, 1, 0), 0);
+    CHECK_EQ_INT(engine_session_attach(e, 2, 0), 0);
+    CHECK_EQ_INT(engine_session_attach(e, 3, 0), 0);
+    uint64_t claim = ask_claim(e, kid(1), 1, 100, 0);
+    ask_wait(e, kid(1), 2, 200, 5000, 0);
+    ask_wait(e, kid(1), 3, 300, 5000, 0);
+    CHECK_EQ_INT(engine_release(e, kid(1), claim + 7, 10), DETD_ENOTFOUND);
+    CHECK_EQ_INT(engine_release(e, kid(2), claim, 10), DETD_ENOTFOUND);
+    CHECK_EQ_INT(engine_release(e, kid(1), 0, 10), DETD_EINVAL);
+    CHECK_EQ_INT(engine_release(e, "", claim, 10), DETD_EINVAL);
+    CHECK_EQ_INT(g_log.n, 0);
+    CHECK_EQ_INT(engine_release(e, kid(1), claim, 10), 1);
+    CHECK_EQ_INT(g_log.n, 1);
+    check_event(0, ENGINE_EV_DESIGNATE, 200, kid(1), claim + 1, 0);
+    struct engine_stats s = stats(e);
+    CHECK_EQ_INT(s.claims, 1);
+    CHECK_EQ_INT(s.waiters, 1);
+    CHECK_EQ_INT(s.takeovers, 0);
+    CHECK_EQ_INT(s.designations, 2);
+    CHECK_EQ_INT(engine_session_claims(e, 1), 0);
+    CHECK_EQ_INT(engine_session_claims(e, 2), 1);
+    /* The old claim id is stale now. */
+    CHECK_EQ_INT(engine_report(e, kid(1), claim), ENGINE_REPORT_STALE);
+    CHECK_EQ_INT(engine_report(e, kid(1), claim + 1), ENGINE_REPORT_ACCEPT);
+    engine_free(e);
+}
+
+TEST(release_without_waiter_drops_claim_and_key) {
+    engine *e = mk();
+    uint64_t claim = ask_claim(e, kid(1), 0, 100, 0);
+    CHECK_EQ_INT(engine_release(e, kid(1), claim, 10), 0);
+    CHECK_EQ_INT(g_log.n, 0);
+    struct engine_stats s = stats(e);
+    CHECK_EQ_INT(s.claims, 0);
+    CHECK_EQ_INT(s.waiters, 0);
+    CHECK_EQ_INT(engine_claim_of(e, kid(1), NULL), 0);
+    /* The session-0 lease left the heap with the claim. */
+    CHECK_EQ_INT(engine_tick(e, 10), INT64_MAX);
+    /* The next asker gets a new claim. */
+    CHECK_EQ_INT(ask_claim(e, kid(1), 0, 101, 20), claim + 1);
+    engine_free(e);
+}
+
+TEST(release_skips_waiters_of_ended_sessions) {
+    engine *e = mk();
+    CHECK_EQ_INT(engine_session_attach(e, 1, 0), 0);
+    CHECK_EQ_INT(engine_session_attach(e, 2, 0), 0);
+    uint64_t claim = ask_claim(e, kid(1), 1, 100, 0);
+    ask_wait(e, kid(1), 2, 200, 5000, 0);
+    ask_wait(e, kid(1), 0, 300, 5000, 0);
+    engine_session_end(e, 2, 1);
+    CHECK_EQ_INT(g_log.n, 0);
+    CHECK_EQ_INT(engine_release(e, kid(1), claim, 10), 1);
+    check_event(0, ENGINE_EV_DESIGNATE, 300, kid(1), claim + 1, 0);
+    CHECK_EQ_INT(engine_cancel(e, 200), 0);
+    engine_free(e);
+}
+
 int main(int argc, char **argv) {
     return runner_main(argc, argv);
 }
