@@ -5,6 +5,7 @@ The build directory comes from DETD_BUILD_DIR (default <repo>/build).
 import json
 import os
 import signal
+import sys
 import subprocess
 import tempfile
 import time
@@ -16,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("DETD_BUILD_DIR", REPO / "build"))
 DETD = BUILD / "daemon" / "detd"
 DETCTL = BUILD / "client" / "detctl"
-LOADGEN = BUILD / "tests" / "detd_loadgen"
+PROBE = BUILD / "tests" / "detd_probe"
+CLIENT = Path(__file__).resolve().parent / "detd_client.py"
 
 
 class Daemon:
@@ -45,9 +47,7 @@ class Daemon:
         while time.monotonic() < end:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"detd exited {self.proc.returncode}:\n{self.read_log()}")
-            r = subprocess.run([str(DETCTL), "--socket", self.socket, "--timeout", "500",
-                                "health"], capture_output=True)
-            if r.returncode == 0:
+            if self.probe("/grpc.health.v1.Health/Check", "")[0] == 0:
                 return
             time.sleep(0.05)
         raise RuntimeError(f"detd not ready:\n{self.read_log()}")
@@ -81,6 +81,23 @@ class Daemon:
         if check and r.returncode != 0:
             raise AssertionError(f"detctl {args} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
         return r
+
+    def probe(self, method, hexbytes=None, nbytes=None):
+        """A raw gRPC call: returns (status code, message)."""
+        args = ["--hex", hexbytes] if nbytes is None else ["--bytes", str(nbytes)]
+        r = subprocess.run([str(PROBE), self.socket, method, *args], capture_output=True, text=True, timeout=30)
+        line = r.stdout.strip()
+        if not line.startswith("status="):
+            return (-1, r.stdout + r.stderr)
+        code, _, msg = line.partition(" message=")
+        return (int(code[len("status="):]), msg)
+
+    def client(self, *args, out=None, **popen):
+        """Start a detd_client.py process against this daemon."""
+        cmd = [sys.executable, str(CLIENT), "--socket", self.socket, *map(str, args)]
+        if out is not None:
+            cmd += ["--out", str(out)]
+        return subprocess.Popen(cmd, **popen)
 
     def status(self):
         return json.loads(self.detctl("status", "--json", check=True).stdout)

@@ -1,0 +1,203 @@
+"""The GPU agreement run: N processes on one GPU, Triton's default autotuning
+against detd, then kernel time and launch overhead. Prints a table.
+
+    python3 tests/gpu/run_gpu.py [--procs 8] [--out DIR] [--no-fla]
+
+Needs the detd binaries bundled by tests/gpu/bundle.sh under .gpu/ (or
+DETD_BIN / DETD_LIBRARY pointing at a build) and the detd package on the
+path (client/python is added automatically).
+"""
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("DETD_BIN", os.path.join(REPO, ".gpu", "bin"))
+LIB = os.environ.get("DETD_LIBRARY", os.path.join(REPO, ".gpu", "lib", "libdetd.so"))
+
+
+def env_for(extra):
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO, "client", "python"), HERE, e.get("PYTHONPATH", "")])
+    e["DETD_LIBRARY"] = LIB
+    e["DETD_DETCTL"] = os.path.join(BIN, "detctl")
+    e["LD_LIBRARY_PATH"] = os.pathsep.join([os.path.dirname(LIB), e.get("LD_LIBRARY_PATH", "")])
+    e.update(extra)
+    return e
+
+
+def run_procs(n, mode, outdir, tag, extra_env=None, args=()):
+    procs = []
+    for r in range(n):
+        out = os.path.join(outdir, f"{tag}_r{r}.json")
+        e = env_for({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n), **(extra_env or {})})
+        log = open(os.path.join(outdir, f"{tag}_r{r}.log"), "w")
+        procs.append((subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), "--mode", mode,
+                                        "--out", out, *args], env=e, stdout=log, stderr=subprocess.STDOUT), out, log))
+    res = []
+    for p, out, log in procs:
+        rc = p.wait()
+        log.close()
+        if rc != 0:
+            sys.stdout.write(open(log.name).read()[-3000:])
+            raise SystemExit(f"{tag}: worker exited {rc}")
+        res.append(json.load(open(out)))
+    return res
+
+
+def agreement(results):
+    """Entries where processes disagree, distinct digests per output."""
+    cfg = collections.defaultdict(set)
+    for r in results:
+        for k, v in r["configs"].items():
+            cfg[k].add(v)
+    dig = collections.defaultdict(set)
+    for r in results:
+        for k, v in r["digests"].items():
+            dig[k].add(v)
+    return cfg, dig
+
+
+class Daemon:
+    def __init__(self, root):
+        self.sock = os.path.join(root, "detd.sock")
+        self.state = os.path.join(root, "state")
+        self.log = open(os.path.join(root, "detd.log"), "a")
+        self.p = subprocess.Popen([os.path.join(BIN, "detd"), "--socket", self.sock, "--state-dir", self.state],
+                                  env=env_for({}), stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(200):
+            if self.detctl("health").returncode == 0:
+                return
+            time.sleep(0.05)
+        raise SystemExit("detd did not start")
+
+    def detctl(self, *a):
+        return subprocess.run([os.path.join(BIN, "detctl"), "--socket", self.sock, *a], env=env_for({}),
+                              capture_output=True, text=True)
+
+    def status(self):
+        return json.loads(self.detctl("status", "--json").stdout)
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        return self.p.wait(30)
+
+
+def counter(st, name):
+    for c in st.get("counters", []):
+        if c["name"] == name:
+            return int(c.get("value", 0))
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--procs", type=int, default=8)
+    ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="detd-gpu-"))
+    ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--phases", default="agree,time,overhead")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="detd-gpu-run-", dir="/tmp")
+    wargs = ["--no-fla"] if a.no_fla else []
+    phases = a.phases.split(",")
+    n = a.procs
+    table = []
+    summary = {}
+    d = Daemon(work)
+    try:
+        if "agree" in phases:
+            t0 = time.time()
+            default = run_procs(n, "default", work, "default", args=wargs)
+            t_default = time.time() - t0
+            t0 = time.time()
+            run1 = run_procs(n, "detd", work, "detd1", args=wargs)
+            t_run1 = time.time() - t0
+            st1 = d.status()
+            v1 = d.detctl("verify")
+            t0 = time.time()
+            run2 = run_procs(n, "detd", work, "detd2", args=wargs)
+            t_run2 = time.time() - t0
+            st2 = d.status()
+            v2 = d.detctl("verify")
+            cd, dd = agreement(default)
+            c1, d1 = agreement(run1)
+            c2, d2 = agreement(run2)
+            d12 = collections.defaultdict(set)
+            for k in d1:
+                d12[k] = d1[k] | d2.get(k, set())
+            print(f"\n== agreement, {n} processes on one GPU ==")
+            print(f"{'entry':70s} {'default cfgs':>12s} {'detd cfgs':>9s}")
+            for k in sorted(set(cd) | set(c1)):
+                print(f"{k[:70]:70s} {len(cd.get(k, ())):12d} {len(c1.get(k, ())):9d}")
+            print(f"\n{'output':34s} {'default digests':>15s} {'detd digests (run1+run2)':>25s}")
+            for k in sorted(dd):
+                print(f"{k:34s} {len(dd[k]):15d} {len(d12.get(k, ())):25d}")
+            dis_default = sum(1 for v in cd.values() if len(v) > 1)
+            dis_detd = sum(1 for v in c1.values() if len(v) > 1) + sum(1 for v in c2.values() if len(v) > 1)
+            passes_default = sum(r["passes"] for r in default)
+            passes1 = sum(r["passes"] for r in run1)
+            passes2 = sum(r["passes"] for r in run2)
+            summary.update({
+                "entries": len(c1), "disagree_default": dis_default, "disagree_detd": dis_detd,
+                "outputs_differing_default": sum(1 for v in dd.values() if len(v) > 1),
+                "outputs_differing_detd": sum(1 for v in d12.values() if len(v) > 1),
+                "timing_passes_default": passes_default, "timing_passes_detd_run1": passes1,
+                "timing_passes_detd_run2": passes2,
+                "daemon_timing_passes_run1": counter(st1, "timing_passes"),
+                "daemon_timing_passes_after_run2": counter(st2, "timing_passes"),
+                "detctl_verify_run1": v1.returncode, "detctl_verify_run2": v2.returncode,
+                "startup_s_default_median": statistics.median(r["startup_s"] for r in default),
+                "startup_s_detd_run1_median": statistics.median(r["startup_s"] for r in run1),
+                "startup_s_detd_run2_median": statistics.median(r["startup_s"] for r in run2),
+                "wall_s": {"default": t_default, "run1": t_run1, "run2": t_run2},
+            })
+            if v1.returncode != 0 or v2.returncode != 0:
+                print(v1.stdout, v1.stderr, v2.stdout, v2.stderr)
+        if "time" in phases:
+            # Kernel time of detd's committed configs (pinned: no timing)
+            # against a fresh timed autotune in its own process, interleaved.
+            fresh, pinned = [], []
+            for _ in range(2):
+                fresh += run_procs(1, "default", work, f"fresh{len(fresh)}", args=wargs + ["--time-workload"])
+                pinned += run_procs(1, "detd", work, f"pinned{len(pinned)}", {"DETD_MODE": "pinned"},
+                                    args=wargs + ["--time-workload"])
+            f_ms = statistics.median(x for r in fresh for x in r["workload_ms"])
+            p_ms = statistics.median(x for r in pinned for x in r["workload_ms"])
+            summary.update({"workload_ms_fresh_autotune": f_ms, "workload_ms_detd_pinned": p_ms,
+                            "detd_vs_fresh": p_ms / f_ms - 1.0,
+                            "pinned_timing_passes": sum(r["passes"] for r in pinned),
+                            "fresh_runs": [r["workload_ms"] for r in fresh],
+                            "pinned_runs": [r["workload_ms"] for r in pinned]})
+        if "overhead" in phases:
+            plain, hooked = [], []
+            for _ in range(3):
+                plain += run_procs(1, "default", work, f"plain{len(plain)}", args=["--launch-overhead"])
+                hooked += run_procs(1, "detd", work, f"hooked{len(hooked)}", args=["--launch-overhead"])
+            pu = statistics.median(r["launch_us"] for r in plain)
+            hu = statistics.median(r["launch_us"] for r in hooked)
+            summary.update({"launch_us_plain": pu, "launch_us_detd": hu, "launch_overhead": hu / pu - 1.0,
+                            "launch_plain_runs": [r["launch_us"] for r in plain],
+                            "launch_detd_runs": [r["launch_us"] for r in hooked]})
+    finally:
+        rc = d.stop()
+        summary["daemon_exit"] = rc
+        shutil.copy(os.path.join(work, "detd.log"), os.path.join(a.out, "detd.log"))
+    json.dump(summary, open(os.path.join(a.out, "summary.json"), "w"), indent=1)
+    print("\n== summary ==")
+    for k, v in summary.items():
+        print(f"{k:34s} {v}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""A client process for integration tests, driving libdetd through ctypes.
+
+    python3 detd_client.py --socket S --keys N [--kernel K] [--rank R]
+        [--candidates C] [--sleep-ms T] [--out FILE] [--observe]
+        [--hold] [--use CONFIG] [--timeout-ms MS] [--wait-start FILE]
+
+For each key: detd_decide; when designated, simulate a timing pass (sleep
+T ms, then report per-process pseudo-timings that rank the candidates in a
+rotated order, so processes timing on their own would disagree), and use
+the config the daemon committed. --hold stops (sleeps) right after the
+first designation, so a test can kill -9 this process mid-pass. --use
+observes CONFIG instead of the answer (a deliberately diverging rank).
+Writes {"keys": {key: {"config", "outcome", "timed", "source"}}, ...}.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("DETD_BUILD_DIR", REPO / "build"))
+
+
+class Identity(ctypes.Structure):
+    _fields_ = [("host", ctypes.c_char_p), ("rank", ctypes.c_int32), ("local_rank", ctypes.c_int32),
+                ("world_size", ctypes.c_int32), ("device_name", ctypes.c_char_p), ("arch", ctypes.c_char_p),
+                ("sm_count", ctypes.c_int32), ("job", ctypes.c_char_p)]
+
+
+class Key(ctypes.Structure):
+    _fields_ = [("namespace_", ctypes.c_char_p), ("arch", ctypes.c_char_p), ("kernel", ctypes.c_char_p),
+                ("key", ctypes.c_char_p), ("candidates", ctypes.POINTER(ctypes.c_char_p)),
+                ("n_candidates", ctypes.c_size_t)]
+
+
+class Timing(ctypes.Structure):
+    _fields_ = [("config", ctypes.c_char_p), ("ms", ctypes.POINTER(ctypes.c_double)), ("n_ms", ctypes.c_size_t),
+                ("failed", ctypes.c_int)]
+
+
+class Answer(ctypes.Structure):
+    _fields_ = [("outcome", ctypes.c_int), ("config", ctypes.c_char_p), ("source", ctypes.c_int),
+                ("decision_id", ctypes.c_char_p), ("claim_id", ctypes.c_uint64), ("lease_ms", ctypes.c_uint32),
+                ("takeover", ctypes.c_int), ("superseded", ctypes.c_int), ("decided_by_host", ctypes.c_char_p),
+                ("decided_by_rank", ctypes.c_int32), ("decided_by_pid", ctypes.c_int32),
+                ("waited_ms", ctypes.c_uint32)]
+
+
+DECIDED, DESIGNATED, MISS, TIMEOUT = 1, 2, 3, 4
+
+
+def load():
+    lib = ctypes.CDLL(str(BUILD / "client" / "libdetd.so"))
+    lib.detd_client_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(Identity), ctypes.POINTER(ctypes.c_void_p)]
+    lib.detd_decide.argtypes = [ctypes.c_void_p, ctypes.POINTER(Key), ctypes.c_int, ctypes.c_int64,
+                                ctypes.POINTER(ctypes.POINTER(Answer))]
+    lib.detd_report.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(Key), ctypes.POINTER(Timing),
+                                ctypes.c_size_t, ctypes.c_char_p, ctypes.c_int64,
+                                ctypes.POINTER(ctypes.POINTER(Answer))]
+    lib.detd_observe.argtypes = [ctypes.c_void_p, ctypes.POINTER(Key), ctypes.c_char_p, ctypes.c_int, ctypes.c_int,
+                                 ctypes.c_int64]
+    lib.detd_answer_free.argtypes = [ctypes.POINTER(Answer)]
+    lib.detd_client_close.argtypes = [ctypes.c_void_p]
+    lib.detd_strerror.restype = ctypes.c_char_p
+    lib.detd_client_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def err(lib, keystr, rc, what):
+    detail = lib.detd_client_last_error() or b""
+    return [keystr.decode(), rc, lib.detd_strerror(rc).decode(), detail.decode(errors="replace"), what]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--keys", type=int, default=10)
+    ap.add_argument("--key-prefix", default="i:")
+    ap.add_argument("--kernel", default="tests.integration:row_sum@0123456789abcdef")
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--candidates", type=int, default=4)
+    ap.add_argument("--sleep-ms", type=int, default=20)
+    ap.add_argument("--out")
+    ap.add_argument("--observe", action="store_true")
+    ap.add_argument("--hold", action="store_true")
+    ap.add_argument("--use")
+    ap.add_argument("--timeout-ms", type=int, default=60000)
+    ap.add_argument("--wait-start", help="spin until this file exists (start line)")
+    a = ap.parse_args()
+
+    lib = load()
+    ident = Identity(b"node-a", a.rank, a.rank, 16, b"Test GPU", b"sm90", 132, b"it")
+    cl = ctypes.c_void_p()
+    rc = lib.detd_client_open(a.socket.encode(), ctypes.byref(ident), ctypes.byref(cl))
+    assert rc == 0, rc
+    cands = [f"BLOCK={16 << i},num_warps=4".encode() for i in range(a.candidates)]
+    arr = (ctypes.c_char_p * len(cands))(*cands)
+    if a.wait_start:
+        while not os.path.exists(a.wait_start):
+            time.sleep(0.001)
+    result = {"rank": a.rank, "pid": os.getpid(), "keys": {}, "errors": []}
+    for i in range(a.keys):
+        keystr = f"{a.key_prefix}{i}".encode()
+        key = Key(None, b"sm90", a.kernel.encode(), keystr, arr, len(cands))
+        ans = ctypes.POINTER(Answer)()
+        t0 = time.monotonic()
+        rc = lib.detd_decide(cl, ctypes.byref(key), 0, a.timeout_ms, ctypes.byref(ans))
+        if rc != 0:
+            result["errors"].append(err(lib, keystr, rc, "decide"))
+            continue
+        outcome = ans.contents.outcome
+        entry = {"outcome": outcome, "timed": False, "takeover": bool(ans.contents.takeover),
+                 "wait_ms": round((time.monotonic() - t0) * 1000, 1)}
+        if outcome == DESIGNATED:
+            claim = ans.contents.claim_id
+            if a.hold:
+                print("HOLD", flush=True)
+                time.sleep(3600)
+            time.sleep(a.sleep_ms / 1000.0)
+            tms = []
+            keep = []
+            for j, c in enumerate(cands):
+                ms = 1.0 + ((j + a.rank + os.getpid()) % len(cands))
+                samples = (ctypes.c_double * 3)(ms, ms * 1.01, ms * 0.99)
+                keep.append(samples)
+                tms.append(Timing(c, samples, 3, 0))
+            tarr = (Timing * len(tms))(*tms)
+            rep = ctypes.POINTER(Answer)()
+            rc = lib.detd_report(cl, claim, ctypes.byref(key), tarr, len(tms), b"3.6.0", a.timeout_ms,
+                                 ctypes.byref(rep))
+            if rc != 0:
+                result["errors"].append(err(lib, keystr, rc, "report"))
+                lib.detd_answer_free(ans)
+                continue
+            entry["timed"] = True
+            entry["config"] = rep.contents.config.decode()
+            entry["source"] = rep.contents.source
+            entry["superseded"] = bool(rep.contents.superseded)
+            lib.detd_answer_free(rep)
+        elif outcome == DECIDED:
+            entry["config"] = ans.contents.config.decode()
+            entry["source"] = ans.contents.source
+        lib.detd_answer_free(ans)
+        if a.observe and "config" in entry:
+            used = (a.use or entry["config"]).encode()
+            rc = lib.detd_observe(cl, ctypes.byref(key), used, entry.get("source", 1), 1, a.timeout_ms)
+            if rc != 0:
+                result["errors"].append(err(lib, keystr, rc, "observe"))
+        result["keys"][keystr.decode()] = entry
+    lib.detd_client_close(cl)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f)
+    else:
+        json.dump(result, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
