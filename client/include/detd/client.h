@@ -183,6 +183,28 @@ int detd_observe(detd_client *client, const struct detd_key *key,
 /* Free an answer. NULL is a no-op. */
 void detd_answer_free(struct detd_answer *answer);
 
+/*
+ * The detail of the last failure of a detd_* call on the calling thread:
+ * the daemon's own message ("key exceeds 4096 bytes") or the library's
+ * ("cannot reach detd at '/run/detd/detd.sock': ..."). Never NULL; ""
+ * when the last call succeeded or gave no detail. The string is
+ * thread-local and valid until the next detd_* call on this thread.
+ */
+const char *detd_client_last_error(void);
+
+/*
+ * The socket path client uses (borrowed, lives as long as client), or
+ * NULL for a NULL client.
+ */
+const char *detd_client_socket(const detd_client *client);
+
+/*
+ * The socket path detd_client_open(NULL, ...) would use: $DETD_SOCKET
+ * when set and not empty, else DETD_DEFAULT_SOCKET. The string is
+ * borrowed from the environment or static; never NULL.
+ */
+const char *detd_client_default_socket(void);
+
 /* The library's version string, e.g. "0.1.0". */
 const char *detd_version(void);
 

@@ -1,0 +1,527 @@
+/* libdetd's public API: see include/detd/client.h for the contracts. */
+#define _GNU_SOURCE
+#include "detd/client.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "detd.pb-c.h"
+#include "session.h"
+#include "wire.h"
+
+#define DETD_EXPORT __attribute__((visibility("default")))
+
+#define CLIENT_CONNECT_TIMEOUT_MS 5000
+#define CLIENT_DECIDE_TIMEOUT_MS (10 * 60 * 1000)
+#define CLIENT_CALL_TIMEOUT_MS 30000
+
+struct detd_client {
+    char *socket_path;
+    Detd__V1__ClientIdentity identity; /* strings owned; pid unused */
+    struct session session;
+};
+
+static char *client_strdup_or_empty_(const char *s) {
+    return strdup(s != NULL ? s : "");
+}
+
+static void client_identity_free_(Detd__V1__ClientIdentity *id) {
+    free(id->host);
+    free(id->device_name);
+    free(id->arch);
+    free(id->client_version);
+    free(id->job);
+}
+
+static int client_identity_init_(Detd__V1__ClientIdentity *id,
+                                 const struct detd_identity *in) {
+    Detd__V1__ClientIdentity init = DETD__V1__CLIENT_IDENTITY__INIT;
+    char host[HOST_NAME_MAX + 1] = "";
+    *id = init;
+    if (in == NULL || in->host == NULL) {
+        if (gethostname(host, sizeof(host)) != 0)
+            host[0] = '\0';
+        host[sizeof(host) - 1] = '\0';
+    }
+    id->host = strdup(in != NULL && in->host != NULL ? in->host : host);
+    id->rank = in != NULL ? in->rank : -1;
+    id->local_rank = in != NULL ? in->local_rank : -1;
+    id->world_size = in != NULL ? in->world_size : 0;
+    id->sm_count = in != NULL ? in->sm_count : 0;
+    id->device_name = client_strdup_or_empty_(in ? in->device_name : NULL);
+    id->arch = client_strdup_or_empty_(in ? in->arch : NULL);
+    id->job = client_strdup_or_empty_(in ? in->job : NULL);
+    id->client_version = strdup(detd_version());
+    if (id->host == NULL || id->device_name == NULL || id->arch == NULL ||
+        id->job == NULL || id->client_version == NULL) {
+        client_identity_free_(id);
+        return DETD_ENOMEM;
+    }
+    return 0;
+}
+
+DETD_EXPORT const char *detd_client_default_socket(void) {
+    const char *env = getenv("DETD_SOCKET");
+    if (env != NULL && env[0] != '\0')
+        return env;
+    return DETD_DEFAULT_SOCKET;
+}
+
+DETD_EXPORT int detd_client_open(const char *socket_path,
+                                 const struct detd_identity *identity,
+                                 detd_client **ret_client) {
+    struct detd_client *c = NULL;
+    char *target = NULL;
+    int rc;
+
+    wire_set_error(NULL);
+    if (ret_client == NULL) {
+        wire_set_error("ret_client is NULL");
+        return DETD_EINVAL;
+    }
+    if (socket_path == NULL)
+        socket_path = detd_client_default_socket();
+    if (socket_path[0] == '\0') {
+        wire_set_error("the socket path is empty");
+        return DETD_EINVAL;
+    }
+    size_t max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+    if (strlen(socket_path) > max) {
+        wire_set_error("socket path '%s' exceeds %zu bytes", socket_path, max);
+        return DETD_EINVAL;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return DETD_ENOMEM;
+    c->socket_path = strdup(socket_path);
+    if (c->socket_path == NULL ||
+        asprintf(&target, "unix:%s", socket_path) < 0) {
+        target = NULL;
+        rc = DETD_ENOMEM;
+        goto fail_path;
+    }
+    rc = client_identity_init_(&c->identity, identity);
+    if (rc < 0)
+        goto fail_path;
+    rc = session_init(&c->session, target, &c->identity);
+    if (rc < 0)
+        goto fail_identity;
+    free(target);
+    *ret_client = c;
+    return 0;
+fail_identity:
+    client_identity_free_(&c->identity);
+fail_path:
+    free(target);
+    free(c->socket_path);
+    free(c);
+    return rc;
+}
+
+DETD_EXPORT void detd_client_close(detd_client *client) {
+    if (client == NULL)
+        return;
+    session_destroy(&client->session);
+    client_identity_free_(&client->identity);
+    free(client->socket_path);
+    free(client);
+}
+
+DETD_EXPORT const char *detd_client_socket(const detd_client *client) {
+    return client != NULL ? client->socket_path : NULL;
+}
+
+DETD_EXPORT const char *detd_client_last_error(void) {
+    return wire_last_error();
+}
+
+/* Name the daemon in connection failures; keep gRPC's reason. */
+static int client_conn_err_(const detd_client *c, int rc) {
+    if (rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE) {
+        char detail[400];
+        snprintf(detail, sizeof(detail), "%s", wire_last_error());
+        wire_set_error("cannot reach detd at '%s': %s", c->socket_path,
+                       detail[0] != '\0' ? detail : detd_strerror(rc));
+    }
+    return rc;
+}
+
+DETD_EXPORT int detd_client_connect(detd_client *client, int64_t timeout_ms) {
+    wire_set_error(NULL);
+    if (client == NULL) {
+        wire_set_error("client is NULL");
+        return DETD_EINVAL;
+    }
+    if (timeout_ms <= 0)
+        timeout_ms = CLIENT_CONNECT_TIMEOUT_MS;
+    struct wire_channel *ch;
+    uint64_t sid;
+    int rc = session_acquire(&client->session, 1, wire_now_ms() + timeout_ms,
+                             &ch, &sid);
+    return client_conn_err_(client, rc);
+}
+
+/* Check a key before it goes out; name the limit on failure. */
+static int client_check_key_(const struct detd_key *k) {
+    if (k == NULL) {
+        wire_set_error("key is NULL");
+        return DETD_EINVAL;
+    }
+    if (k->arch == NULL || k->kernel == NULL || k->key == NULL) {
+        wire_set_error("key: %s is NULL", k->arch == NULL     ? "arch"
+                                          : k->kernel == NULL ? "kernel"
+                                                              : "key");
+        return DETD_EINVAL;
+    }
+    size_t n = strlen(k->key);
+    if (n > DETD_MAX_KEY_BYTES) {
+        wire_set_error("key exceeds %d bytes (%zu)", DETD_MAX_KEY_BYTES, n);
+        return DETD_ELIMIT;
+    }
+    if (k->n_candidates > DETD_MAX_CANDIDATES) {
+        wire_set_error("%zu candidates exceed the limit of %d", k->n_candidates,
+                       DETD_MAX_CANDIDATES);
+        return DETD_ELIMIT;
+    }
+    if (k->n_candidates == 0 || k->candidates == NULL) {
+        wire_set_error("key has no candidates");
+        return DETD_EINVAL;
+    }
+    for (size_t i = 0; i < k->n_candidates; i++) {
+        if (k->candidates[i] == NULL) {
+            wire_set_error("candidate %zu is NULL", i);
+            return DETD_EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* A protobuf view of k; borrows k's strings (protobuf-c wants char *). */
+static Detd__V1__DecisionKey client_key_msg_(const struct detd_key *k) {
+    Detd__V1__DecisionKey m = DETD__V1__DECISION_KEY__INIT;
+    if (k->namespace_ != NULL)
+        m.namespace_ = (char *)k->namespace_;
+    m.arch = (char *)k->arch;
+    m.kernel = (char *)k->kernel;
+    m.key = (char *)k->key;
+    m.n_candidates = k->n_candidates;
+    m.candidates = (char **)k->candidates;
+    return m;
+}
+
+static char *client_dup_nonempty_(const char *s) {
+    return s != NULL && s[0] != '\0' ? strdup(s) : NULL;
+}
+
+/* Build an answer from a decision (may be NULL). */
+static int client_answer_new_(detd_outcome outcome, const Detd__V1__Decision *d,
+                              struct detd_answer **ret) {
+    struct detd_answer *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return DETD_ENOMEM;
+    a->outcome = outcome;
+    a->decided_by_rank = -1;
+    if (d != NULL) {
+        a->source = (detd_source)d->source;
+        a->config = client_dup_nonempty_(d->config);
+        a->decision_id = client_dup_nonempty_(d->id);
+        if ((d->config[0] != '\0' && a->config == NULL) ||
+            (d->id[0] != '\0' && a->decision_id == NULL))
+            goto nomem;
+        if (d->decided_by != NULL) {
+            a->decided_by_host = client_dup_nonempty_(d->decided_by->host);
+            if (d->decided_by->host[0] != '\0' && a->decided_by_host == NULL)
+                goto nomem;
+            a->decided_by_rank = d->decided_by->rank;
+            a->decided_by_pid = d->decided_by->pid;
+        }
+    }
+    *ret = a;
+    return 0;
+nomem:
+    detd_answer_free(a);
+    return DETD_ENOMEM;
+}
+
+static int64_t client_timeout_(int64_t timeout_ms, int64_t dflt) {
+    return timeout_ms > 0 ? timeout_ms : dflt;
+}
+
+/* Get the channel and session for a call that ends at deadline. */
+static int client_acquire_(detd_client *c, int attach, int64_t deadline,
+                           struct wire_channel **ch, uint64_t *sid) {
+    int64_t attach_deadline = deadline;
+    if (attach_deadline - wire_now_ms() > CLIENT_CONNECT_TIMEOUT_MS * 2)
+        attach_deadline = wire_now_ms() + CLIENT_CONNECT_TIMEOUT_MS * 2;
+    int rc = session_acquire(&c->session, attach, attach_deadline, ch, sid);
+    return client_conn_err_(c, rc);
+}
+
+/* The daemon may not know our session (it restarted before the keeper
+ * noticed): attach again once. */
+static int client_session_refused_(int rc) {
+    return rc == DETD_ESTALE && strstr(wire_last_error(), "session") != NULL;
+}
+
+DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
+                            int flags, int64_t timeout_ms,
+                            struct detd_answer **ret_answer) {
+    Detd__V1__DecideResponse *resp = NULL;
+    int rc;
+
+    wire_set_error(NULL);
+    if (client == NULL || ret_answer == NULL) {
+        wire_set_error("%s is NULL", client == NULL ? "client" : "ret_answer");
+        return DETD_EINVAL;
+    }
+    if ((flags & ~DETD_DECIDE_NO_CLAIM) != 0) {
+        wire_set_error("unknown flags 0x%x", (unsigned)flags);
+        return DETD_EINVAL;
+    }
+    rc = client_check_key_(key);
+    if (rc < 0)
+        return rc;
+    int64_t timeout = client_timeout_(timeout_ms, CLIENT_DECIDE_TIMEOUT_MS);
+    int64_t deadline = wire_now_ms() + timeout;
+
+    for (int attempt = 0;; attempt++) {
+        struct wire_channel *ch;
+        uint64_t sid = 0;
+        rc = client_acquire_(client, 1, deadline, &ch, &sid);
+        if (rc < 0)
+            return rc;
+        int64_t left = deadline - wire_now_ms();
+        if (left <= 0) {
+            wire_set_error("decide: the deadline passed while attaching");
+            return DETD_ETIMEDOUT;
+        }
+        Detd__V1__ClientIdentity id = client->identity;
+        id.pid = (int32_t)getpid();
+        Detd__V1__DecisionKey km = client_key_msg_(key);
+        Detd__V1__DecideRequest req = DETD__V1__DECIDE_REQUEST__INIT;
+        req.api_version = DETD_API_VERSION;
+        req.client = &id;
+        req.session_id = sid;
+        req.key = &km;
+        req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0;
+        /* Let the daemon answer OUTCOME_TIMEOUT before our deadline. */
+        int64_t margin = left / 10 < 1000 ? left / 10 : 1000;
+        req.wait_ms =
+            (uint32_t)(left - margin > UINT32_MAX ? UINT32_MAX : left - margin);
+        rc = wire_unary(ch, WIRE_METHOD_DECIDE, &req.base,
+                        &detd__v1__decide_response__descriptor, left,
+                        (ProtobufCMessage **)&resp);
+        if (rc < 0 && attempt == 0 && client_session_refused_(rc)) {
+            session_invalidate(&client->session, sid);
+            continue;
+        }
+        break;
+    }
+    if (rc < 0)
+        return client_conn_err_(client, rc);
+
+    switch (resp->outcome) {
+    case DETD__V1__OUTCOME__OUTCOME_DECIDED:
+        if (resp->decision == NULL || resp->decision->config[0] == '\0') {
+            wire_set_error("decide: DECIDED without a config");
+            rc = DETD_EPROTO;
+            goto out;
+        }
+        break;
+    case DETD__V1__OUTCOME__OUTCOME_DESIGNATED:
+        if (resp->claim_id == 0) {
+            wire_set_error("decide: DESIGNATED without a claim");
+            rc = DETD_EPROTO;
+            goto out;
+        }
+        break;
+    case DETD__V1__OUTCOME__OUTCOME_MISS:
+    case DETD__V1__OUTCOME__OUTCOME_TIMEOUT:
+        break;
+    default:
+        wire_set_error("decide: unknown outcome %d", (int)resp->outcome);
+        rc = DETD_EPROTO;
+        goto out;
+    }
+    struct detd_answer *a = NULL;
+    rc = client_answer_new_((detd_outcome)resp->outcome, resp->decision, &a);
+    if (rc < 0)
+        goto out;
+    a->claim_id = resp->claim_id;
+    a->lease_ms = resp->lease_ms;
+    a->takeover = resp->takeover != 0;
+    a->waited_ms = resp->waited_ms;
+    *ret_answer = a;
+out:
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}
+
+DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
+                            const struct detd_key *key,
+                            const struct detd_timing *timings, size_t n_timings,
+                            const char *triton_version, int64_t timeout_ms,
+                            struct detd_answer **ret_answer) {
+    Detd__V1__CandidateTiming *tm = NULL, **tmp = NULL;
+    Detd__V1__ReportResponse *resp = NULL;
+    int rc;
+
+    wire_set_error(NULL);
+    if (client == NULL || ret_answer == NULL ||
+        (timings == NULL && n_timings > 0)) {
+        wire_set_error("%s is NULL", client == NULL       ? "client"
+                                     : ret_answer == NULL ? "ret_answer"
+                                                          : "timings");
+        return DETD_EINVAL;
+    }
+    if (claim_id == 0) {
+        wire_set_error("claim_id is 0");
+        return DETD_EINVAL;
+    }
+    rc = client_check_key_(key);
+    if (rc < 0)
+        return rc;
+    if (n_timings > DETD_MAX_CANDIDATES) {
+        wire_set_error("%zu timings exceed the limit of %d", n_timings,
+                       DETD_MAX_CANDIDATES);
+        return DETD_ELIMIT;
+    }
+    for (size_t i = 0; i < n_timings; i++) {
+        if (timings[i].config == NULL ||
+            (timings[i].ms == NULL && timings[i].n_ms > 0)) {
+            wire_set_error("timing %zu: %s is NULL", i,
+                           timings[i].config == NULL ? "config" : "ms");
+            return DETD_EINVAL;
+        }
+    }
+    if (n_timings > 0) {
+        tm = calloc(n_timings, sizeof(*tm));
+        tmp = calloc(n_timings, sizeof(*tmp));
+        if (tm == NULL || tmp == NULL) {
+            rc = DETD_ENOMEM;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n_timings; i++) {
+        Detd__V1__CandidateTiming init = DETD__V1__CANDIDATE_TIMING__INIT;
+        tm[i] = init;
+        tm[i].config = (char *)timings[i].config;
+        tm[i].n_ms = timings[i].n_ms;
+        tm[i].ms = (double *)timings[i].ms;
+        tm[i].failed = timings[i].failed != 0;
+        tmp[i] = &tm[i];
+    }
+    int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
+    int64_t deadline = wire_now_ms() + timeout;
+    struct wire_channel *ch;
+    uint64_t sid = 0;
+    rc = client_acquire_(client, 1, deadline, &ch, &sid);
+    if (rc < 0)
+        goto out;
+    Detd__V1__ClientIdentity id = client->identity;
+    id.pid = (int32_t)getpid();
+    Detd__V1__DecisionKey km = client_key_msg_(key);
+    Detd__V1__ReportRequest req = DETD__V1__REPORT_REQUEST__INIT;
+    req.api_version = DETD_API_VERSION;
+    req.client = &id;
+    req.session_id = sid;
+    req.claim_id = claim_id;
+    req.key = &km;
+    req.n_timings = n_timings;
+    req.timings = tmp;
+    if (triton_version != NULL)
+        req.triton_version = (char *)triton_version;
+    int64_t left = deadline - wire_now_ms();
+    rc = wire_unary(ch, WIRE_METHOD_REPORT, &req.base,
+                    &detd__v1__report_response__descriptor, left > 0 ? left : 1,
+                    (ProtobufCMessage **)&resp);
+    if (rc < 0) {
+        client_conn_err_(client, rc);
+        goto out;
+    }
+    if (resp->decision == NULL || resp->decision->config[0] == '\0') {
+        wire_set_error("report: the daemon committed no config");
+        rc = DETD_EPROTO;
+        goto out;
+    }
+    struct detd_answer *a = NULL;
+    rc = client_answer_new_(DETD_OUTCOME_DECIDED, resp->decision, &a);
+    if (rc < 0)
+        goto out;
+    a->claim_id = resp->decision->claim_id;
+    a->superseded = resp->superseded != 0;
+    *ret_answer = a;
+out:
+    if (resp != NULL)
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+    free(tmp);
+    free(tm);
+    return rc;
+}
+
+DETD_EXPORT int detd_observe(detd_client *client, const struct detd_key *key,
+                             const char *config, detd_source source, int flags,
+                             int64_t timeout_ms) {
+    ProtobufCMessage *resp = NULL;
+    wire_set_error(NULL);
+    if (client == NULL || config == NULL) {
+        wire_set_error("%s is NULL", client == NULL ? "client" : "config");
+        return DETD_EINVAL;
+    }
+    if ((flags & ~(DETD_OBSERVE_GOVERNED | DETD_OBSERVE_CHAOS)) != 0) {
+        wire_set_error("unknown flags 0x%x", (unsigned)flags);
+        return DETD_EINVAL;
+    }
+    if ((int)source < DETD_SOURCE_UNSPECIFIED ||
+        (int)source > DETD_SOURCE_LOCAL) {
+        wire_set_error("unknown source %d", (int)source);
+        return DETD_EINVAL;
+    }
+    int rc = client_check_key_(key);
+    if (rc < 0)
+        return rc;
+    int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
+    int64_t deadline = wire_now_ms() + timeout;
+    struct wire_channel *ch;
+    uint64_t sid = 0;
+    rc = client_acquire_(client, 0, deadline, &ch, &sid);
+    if (rc < 0)
+        return rc;
+    Detd__V1__ClientIdentity id = client->identity;
+    id.pid = (int32_t)getpid();
+    Detd__V1__DecisionKey km = client_key_msg_(key);
+    Detd__V1__ObserveRequest req = DETD__V1__OBSERVE_REQUEST__INIT;
+    req.api_version = DETD_API_VERSION;
+    req.client = &id;
+    req.key = &km;
+    req.config = (char *)config;
+    req.source = (Detd__V1__Source)source;
+    req.governed = (flags & DETD_OBSERVE_GOVERNED) != 0;
+    req.chaos = (flags & DETD_OBSERVE_CHAOS) != 0;
+    int64_t left = deadline - wire_now_ms();
+    rc = wire_unary(ch, WIRE_METHOD_OBSERVE, &req.base,
+                    &detd__v1__observe_response__descriptor,
+                    left > 0 ? left : 1, &resp);
+    if (rc < 0)
+        return client_conn_err_(client, rc);
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return 0;
+}
+
+DETD_EXPORT void detd_answer_free(struct detd_answer *answer) {
+    if (answer == NULL)
+        return;
+    free(answer->config);
+    free(answer->decision_id);
+    free(answer->decided_by_host);
+    free(answer);
+}
+
+DETD_EXPORT const char *detd_version(void) {
+    return DETD_VERSION;
+}

@@ -1,0 +1,375 @@
+/* session: channel, Attach stream and its keeper thread. See session.h. */
+#define _GNU_SOURCE
+#include "session.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "detd/client.h"
+
+/* Every live session, so the fork handlers can reach them. */
+static pthread_mutex_t session_reg_mu_ = PTHREAD_MUTEX_INITIALIZER;
+static struct session *session_reg_head_;
+static pthread_once_t session_reg_once_ = PTHREAD_ONCE_INIT;
+static int session_reg_err_;
+
+/* Forget what another process created, without touching it. */
+static void session_forget_(struct session *s) {
+    s->pid = getpid();
+    s->channel = NULL;
+    s->stream = NULL;
+    s->thread_joinable = 0;
+    s->state = SESSION_IDLE;
+    s->session_id = 0;
+    s->lease_ms = 0;
+    s->attaches = 0;
+    s->heartbeats = 0;
+    s->stopping = 0;
+}
+
+static int session_cond_init_(pthread_cond_t *cond) {
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        return DETD_EINTERNAL;
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+    return rc == 0 ? 0 : DETD_EINTERNAL;
+}
+
+/* fork(): hold every session still so the child sees a consistent copy.
+ * No network I/O ever happens under a session mutex, so this is short. */
+static void session_atfork_prepare_(void) {
+    pthread_mutex_lock(&session_reg_mu_);
+    for (struct session *s = session_reg_head_; s != NULL; s = s->reg_next)
+        pthread_mutex_lock(&s->mu);
+}
+
+static void session_atfork_parent_(void) {
+    for (struct session *s = session_reg_head_; s != NULL; s = s->reg_next)
+        pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&session_reg_mu_);
+}
+
+static void session_atfork_child_(void) {
+    for (struct session *s = session_reg_head_; s != NULL; s = s->reg_next) {
+        session_forget_(s);
+        /* Waiters of the parent do not exist here: start the condition
+         * variable afresh rather than destroy it. */
+        memset(&s->cond, 0, sizeof(s->cond));
+        session_cond_init_(&s->cond);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&session_reg_mu_);
+}
+
+static void session_reg_once_fn_(void) {
+    if (pthread_atfork(session_atfork_prepare_, session_atfork_parent_,
+                       session_atfork_child_) != 0)
+        session_reg_err_ = DETD_ENOMEM;
+}
+
+int session_init(struct session *s, const char *target,
+                 const Detd__V1__ClientIdentity *identity) {
+    int rc = wire_init();
+    if (rc < 0)
+        return rc;
+    pthread_once(&session_reg_once_, session_reg_once_fn_);
+    if (session_reg_err_ < 0)
+        return session_reg_err_;
+    memset(s, 0, sizeof(*s));
+    s->target = strdup(target);
+    if (s->target == NULL)
+        return DETD_ENOMEM;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        free(s->target);
+        return DETD_EINTERNAL;
+    }
+    rc = session_cond_init_(&s->cond);
+    if (rc < 0) {
+        pthread_mutex_destroy(&s->mu);
+        free(s->target);
+        return rc;
+    }
+    s->identity = identity;
+    s->pid = getpid();
+    pthread_mutex_lock(&session_reg_mu_);
+    s->reg_next = session_reg_head_;
+    if (session_reg_head_ != NULL)
+        session_reg_head_->reg_prev = s;
+    session_reg_head_ = s;
+    pthread_mutex_unlock(&session_reg_mu_);
+    return 0;
+}
+
+void session_destroy(struct session *s) {
+    pthread_mutex_lock(&session_reg_mu_);
+    if (s->reg_prev != NULL)
+        s->reg_prev->reg_next = s->reg_next;
+    else
+        session_reg_head_ = s->reg_next;
+    if (s->reg_next != NULL)
+        s->reg_next->reg_prev = s->reg_prev;
+    pthread_mutex_unlock(&session_reg_mu_);
+
+    pthread_mutex_lock(&s->mu);
+    if (s->pid != getpid())
+        session_forget_(s);
+    s->stopping = 1;
+    if (s->stream != NULL)
+        wire_stream_cancel(s->stream);
+    int joinable = s->thread_joinable;
+    s->thread_joinable = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (joinable)
+        pthread_join(s->thread, NULL);
+    wire_channel_free(s->channel);
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->mu);
+    free(s->target);
+}
+
+/* The identity as sent by this process. */
+static Detd__V1__ClientIdentity session_identity_(const struct session *s) {
+    Detd__V1__ClientIdentity id = *s->identity;
+    id.pid = (int32_t)getpid();
+    return id;
+}
+
+/* The keeper: a receive always pending, heartbeats, loss detection. */
+static void *session_thread_(void *arg) {
+    struct session *s = arg;
+    pthread_mutex_lock(&s->mu);
+    struct wire_stream *st = s->stream;
+    uint64_t gen = s->generation;
+    int64_t period = s->lease_ms / 3;
+    pthread_mutex_unlock(&s->mu);
+    if (period <= 0)
+        period = 1000;
+    if (period < 20)
+        period = 20;
+
+    Detd__V1__ClientIdentity id = session_identity_(s);
+    Detd__V1__AttachRequest hb = DETD__V1__ATTACH_REQUEST__INIT;
+    hb.api_version = DETD_API_VERSION;
+    hb.client = &id;
+    hb.heartbeat = 1;
+
+    int64_t next_hb = wire_now_ms() + period;
+    if (wire_stream_recv(st) < 0)
+        wire_stream_cancel(st);
+    for (;;) {
+        struct wire_event ev;
+        wire_stream_next(st, next_hb, &ev);
+        if (ev.kind == WIRE_EV_CLOSED)
+            break;
+        switch (ev.kind) {
+        case WIRE_EV_TIMEOUT:
+            if (!wire_stream_sending(st))
+                wire_stream_send(st, &hb.base);
+            next_hb = wire_now_ms() + period;
+            break;
+        case WIRE_EV_SENT:
+            if (ev.ok) {
+                pthread_mutex_lock(&s->mu);
+                s->heartbeats++;
+                pthread_mutex_unlock(&s->mu);
+            }
+            break;
+        case WIRE_EV_MESSAGE: {
+            /* The daemon may renew the session or change the lease. */
+            Detd__V1__AttachEvent *ae = (Detd__V1__AttachEvent *)ev.msg;
+            pthread_mutex_lock(&s->mu);
+            if (s->generation == gen && ae->session_id != 0)
+                s->session_id = ae->session_id;
+            if (s->generation == gen && ae->lease_ms != 0) {
+                s->lease_ms = ae->lease_ms;
+                period = ae->lease_ms / 3 < 20 ? 20 : ae->lease_ms / 3;
+            }
+            pthread_mutex_unlock(&s->mu);
+            protobuf_c_message_free_unpacked(ev.msg, NULL);
+            if (wire_stream_recv(st) < 0)
+                wire_stream_cancel(st);
+            break;
+        }
+        default:
+            break; /* WIRE_EV_END: the status follows */
+        }
+    }
+
+    /* Lost (or cancelled by session_destroy): the next call re-attaches. */
+    pthread_mutex_lock(&s->mu);
+    if (s->generation == gen) {
+        s->stream = NULL;
+        s->state = SESSION_IDLE;
+        s->session_id = 0;
+        pthread_cond_broadcast(&s->cond);
+    }
+    pthread_mutex_unlock(&s->mu);
+    wire_stream_free(st);
+    return NULL;
+}
+
+/* Open the Attach stream and wait for the AttachEvent. No lock held. */
+static int session_attach_(struct session *s, struct wire_channel *ch,
+                           int64_t deadline_ms, struct wire_stream **ret_st,
+                           uint64_t *ret_session_id, uint32_t *ret_lease_ms) {
+    struct wire_stream *st = NULL;
+    Detd__V1__AttachEvent *ae = NULL;
+    int rc = wire_stream_open(ch, WIRE_METHOD_ATTACH,
+                              &detd__v1__attach_event__descriptor, &st);
+    if (rc < 0)
+        return rc;
+    Detd__V1__ClientIdentity id = session_identity_(s);
+    Detd__V1__AttachRequest req = DETD__V1__ATTACH_REQUEST__INIT;
+    req.api_version = DETD_API_VERSION;
+    req.client = &id;
+    rc = wire_stream_send(st, &req.base);
+    if (rc == 0)
+        rc = wire_stream_recv(st);
+    if (rc < 0)
+        goto out;
+    int sent = 0;
+    while (!sent || ae == NULL) {
+        struct wire_event ev;
+        wire_stream_next(st, deadline_ms, &ev);
+        if (ev.kind == WIRE_EV_TIMEOUT) {
+            wire_set_error("attach to detd at '%s': no answer before the "
+                           "deadline",
+                           s->target);
+            rc = DETD_ETIMEDOUT;
+            goto out;
+        }
+        if (ev.kind == WIRE_EV_CLOSED) {
+            rc = ev.err;
+            goto out;
+        }
+        if (ev.kind == WIRE_EV_SENT && ev.ok)
+            sent = 1;
+        if (ev.kind == WIRE_EV_MESSAGE) {
+            if (ae == NULL)
+                ae = (Detd__V1__AttachEvent *)ev.msg;
+            else
+                protobuf_c_message_free_unpacked(ev.msg, NULL);
+        }
+    }
+    if (ae->session_id == 0) {
+        wire_set_error("attach to detd at '%s': the daemon gave no session",
+                       s->target);
+        rc = DETD_EPROTO;
+        goto out;
+    }
+    *ret_session_id = ae->session_id;
+    *ret_lease_ms = ae->lease_ms;
+    *ret_st = st;
+    st = NULL;
+    rc = 0;
+out:
+    if (ae != NULL)
+        protobuf_c_message_free_unpacked(&ae->base, NULL);
+    wire_stream_free(st);
+    return rc;
+}
+
+/* Start the keeper with every signal blocked: signals are the
+ * application's business, not this thread's. */
+static int session_start_thread_(struct session *s) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&s->thread, NULL, session_thread_, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc == 0 ? 0 : -rc;
+}
+
+int session_acquire(struct session *s, int attach, int64_t deadline_ms,
+                    struct wire_channel **ret_channel,
+                    uint64_t *ret_session_id) {
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->pid != getpid())
+        session_forget_(s);
+    if (s->channel == NULL) {
+        rc = wire_channel_new(s->target, &s->channel);
+        if (rc < 0)
+            goto out;
+    }
+    while (attach && s->state != SESSION_ATTACHED) {
+        if (s->state == SESSION_ATTACHING) {
+            int64_t left = deadline_ms - wire_now_ms();
+            if (left <= 0) {
+                wire_set_error("attach to detd at '%s': no answer before "
+                               "the deadline",
+                               s->target);
+                rc = DETD_ETIMEDOUT;
+                goto out;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += left / 1000;
+            ts.tv_nsec += (left % 1000) * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&s->cond, &s->mu, &ts);
+            continue;
+        }
+        /* Idle: this thread attaches; the previous keeper (if any) has
+         * let go of the session and only finishes freeing its stream. */
+        s->state = SESSION_ATTACHING;
+        int joinable = s->thread_joinable;
+        s->thread_joinable = 0;
+        struct wire_channel *ch = s->channel;
+        pthread_mutex_unlock(&s->mu);
+        if (joinable)
+            pthread_join(s->thread, NULL);
+        struct wire_stream *st = NULL;
+        uint64_t sid = 0;
+        uint32_t lease = 0;
+        rc = session_attach_(s, ch, deadline_ms, &st, &sid, &lease);
+        pthread_mutex_lock(&s->mu);
+        if (rc < 0) {
+            s->state = SESSION_IDLE;
+            pthread_cond_broadcast(&s->cond);
+            goto out;
+        }
+        s->stream = st;
+        s->session_id = sid;
+        s->lease_ms = lease;
+        s->generation++;
+        s->attaches++;
+        s->state = SESSION_ATTACHED;
+        rc = session_start_thread_(s);
+        if (rc < 0) {
+            /* No keeper: give up this stream, report the failure. */
+            s->stream = NULL;
+            s->state = SESSION_IDLE;
+            s->session_id = 0;
+            pthread_cond_broadcast(&s->cond);
+            pthread_mutex_unlock(&s->mu);
+            wire_stream_free(st);
+            wire_set_error("cannot start the attach thread");
+            return rc;
+        }
+        s->thread_joinable = 1;
+        pthread_cond_broadcast(&s->cond);
+    }
+    *ret_channel = s->channel;
+    *ret_session_id = s->state == SESSION_ATTACHED ? s->session_id : 0;
+out:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void session_invalidate(struct session *s, uint64_t session_id) {
+    pthread_mutex_lock(&s->mu);
+    if (s->pid == getpid() && s->state == SESSION_ATTACHED &&
+        s->session_id == session_id && s->stream != NULL)
+        wire_stream_cancel(s->stream);
+    pthread_mutex_unlock(&s->mu);
+}
