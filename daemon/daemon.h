@@ -46,6 +46,19 @@ struct daemon_config {
     uint32_t max_claims;
     uint32_t max_queue; /* events queued for the loop */
     const char *cuda_library;
+    /* etcd backend (etcd_endpoints NULL: the local backend). */
+    const char *etcd_endpoints;
+    const char *etcd_ca;
+    const char *etcd_cert;
+    const char *etcd_key;
+    const char *etcd_user;
+    const char *etcd_password;
+    const char *node_id;
+    /* Admin API over TCP (NULL: none); TLS when cert and key are set. */
+    const char *listen;
+    const char *listen_cert;
+    const char *listen_key;
+    const char *listen_client_ca;
 };
 
 /* Counters shown by status (and later exported as metrics). */
@@ -80,8 +93,17 @@ struct pending {
     Detd__V1__DecideRequest *req;
     char id[65];
     int64_t started_ms;
+    /* etcd backend: designated locally, held until the cluster claim. */
+    int held;
+    uint64_t claim_id;
+    int takeover;
+    int64_t deadline_ms;
     struct pending *next; /* hash chain by token */
 };
+
+struct ckey;
+struct commit_op;
+struct cluster;
 
 struct daemon {
     const struct daemon_config *cfg;
@@ -117,6 +139,15 @@ struct daemon {
     const struct store_decision *releasing;
 
     struct daemon_counters counters;
+
+    /* etcd backend (coord.c); cluster NULL for the local backend. */
+    struct cluster *cluster;
+    struct ckey *ckeys;        /* keys with cluster claim activity */
+    struct commit_op *commits; /* reports waiting for their commit */
+    uint64_t next_commit;
+    int64_t etcd_revision; /* last applied etcd revision (stored) */
+    int etcd_connected;
+    char etcd_error[256];
 };
 
 /* service.c: handle one event from the rpc thread (loop thread). */
@@ -138,6 +169,51 @@ void service_drain(struct daemon *d);
 
 /* service.c: free sessions and pending tables at exit. */
 void service_free(struct daemon *d);
+
+/* service.c: helpers shared with coord.c (loop thread). */
+void service_pending_add(struct daemon *d, struct pending *p);
+struct pending *service_pending_take(struct daemon *d, uint64_t token);
+void service_pending_free(struct pending *p);
+uint32_t service_waited(const struct pending *p);
+void service_reply_decided(struct daemon *d, rpc_call *call,
+                           const struct store_decision *r, uint32_t waited_ms);
+void service_reply_designated(struct daemon *d, rpc_call *call, const char *id,
+                              uint64_t claim, int takeover, uint32_t waited_ms);
+void service_reply_report(rpc_call *call, const struct store_decision *r,
+                          int superseded);
+
+/*
+ * coord.c: the etcd backend on the loop thread (see coord.c). All of them
+ * only run with d->cluster set.
+ * coord_hold: p (allocated, not in the pending table; p->claim_id,
+ * p->takeover, p->deadline_ms set) was designated by the engine: answer
+ * it at once when this node holds the cluster claim, else hold it (it
+ * goes into the pending table) while the cluster claim is taken. Takes p.
+ * coord_held_cancelled: p (taken out of the pending table, held) ended
+ * before its answer; answers it CANCELLED and frees it.
+ * coord_commit: commit row through etcd; the reply to call (a Report) is
+ * sent when the commit result arrives. row is borrowed for the call.
+ * coord_tick: deadlines of held askers and claim retries; returns the
+ * next time it needs to run (or INT64_MAX).
+ * coord_sweep: release cluster claims no local claim needs any more.
+ * coord_etcd_trouble: etcd did not answer lately (for the key id).
+ * coord_drain: fail commits in flight and forget claim state (drain).
+ * coord_event: the cluster event callback.
+ */
+struct cluster_event;
+void coord_hold(struct daemon *d, struct pending *p);
+void coord_held_cancelled(struct daemon *d, struct pending *p);
+int coord_commit(struct daemon *d, rpc_call *call,
+                 const struct store_decision *row, int64_t deadline_ms);
+int64_t coord_tick(struct daemon *d, int64_t now);
+void coord_sweep(struct daemon *d);
+int coord_etcd_trouble(struct daemon *d, const char *id);
+const char *coord_etcd_error(struct daemon *d);
+void coord_drain(struct daemon *d);
+void coord_event(void *ctx, const struct cluster_event *ev);
+
+/* loop.c: re-arm the tick timer after state changed outside a tick. */
+void daemon_rearm(struct daemon *d);
 
 /* loop.c: run the daemon until SIGTERM/SIGINT; returns an exit code. */
 int daemon_run(const struct daemon_config *cfg);

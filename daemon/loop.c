@@ -14,6 +14,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "detd/client.h"
 #include "detd/error.h"
 
@@ -85,9 +86,21 @@ static void on_tick(uv_timer_t *t) {
     arm_tick(d);
 }
 
+void daemon_rearm(struct daemon *d) {
+    if (!d->draining)
+        arm_tick(d);
+}
+
 static void arm_tick(struct daemon *d) {
     int64_t now = rpc_now_ms();
     int64_t next = engine_tick(d->engine, now);
+    if (d->cluster != NULL) {
+        /* Held askers' deadlines and claim retries (etcd backend). */
+        int64_t cn = coord_tick(d, now);
+        if (cn < next)
+            next = cn;
+        coord_sweep(d);
+    }
     /* Leases of attached sessions are renewed on ticks: tick at least
      * four times per lease. */
     int64_t period = d->cfg->lease_ms / 4 > 0 ? d->cfg->lease_ms / 4 : 1;
@@ -229,7 +242,48 @@ int daemon_run(const struct daemon_config *cfg) {
                   detd_strerror(rc));
         goto out_handles;
     }
-    struct rpc_options ro = {cfg->socket_path, 0660, DETD_MAX_MESSAGE_BYTES, 8};
+    if (cfg->etcd_endpoints != NULL) {
+        char *rev = NULL;
+        if (store_get_meta(d->store, "etcd_revision", &rev) == 0) {
+            d->etcd_revision = strtoll(rev, NULL, 10);
+            free(rev);
+        }
+        struct cluster_options co = {
+            .endpoints = cfg->etcd_endpoints,
+            .ca_file = cfg->etcd_ca,
+            .cert_file = cfg->etcd_cert,
+            .key_file = cfg->etcd_key,
+            .user = cfg->etcd_user,
+            .password = cfg->etcd_password,
+            .node_id = cfg->node_id,
+            .ns = cfg->ns,
+            .listen = cfg->listen,
+            .socket_path = cfg->socket_path,
+            .lease_ms = cfg->lease_ms,
+            .start_revision = d->etcd_revision,
+        };
+        rc = cluster_open(&co, &d->loop, coord_event, d, &d->cluster, &err);
+        if (rc != 0) {
+            log_error("etcd backend: %s",
+                      err != NULL ? err : detd_strerror(rc));
+            free(err);
+            goto out_handles;
+        }
+        log_info("etcd backend: node '%s', endpoints %s, resuming after "
+                 "revision %lld%s",
+                 cfg->node_id, cfg->etcd_endpoints, (long long)d->etcd_revision,
+                 d->etcd_revision == 0 ? " (full resync)" : "");
+    }
+    struct rpc_options ro = {
+        .socket_path = cfg->socket_path,
+        .socket_mode = 0660,
+        .max_message_bytes = DETD_MAX_MESSAGE_BYTES,
+        .pending_per_method = 8,
+        .listen = cfg->listen,
+        .listen_cert = cfg->listen_cert,
+        .listen_key = cfg->listen_key,
+        .listen_client_ca = cfg->listen_client_ca,
+    };
     rc = rpc_server_start(&ro, on_rpc_event, d, &d->rpc, &err);
     if (rc != 0) {
         log_error("start server: %s", err != NULL ? err : detd_strerror(rc));
@@ -238,9 +292,11 @@ int daemon_run(const struct daemon_config *cfg) {
     }
     uint64_t total = 0;
     store_count_decisions(d->store, cfg->ns, &total, NULL);
-    log_info("detd %s serving on %s (namespace '%s', backend local, store "
+    log_info("detd %s serving on %s%s%s (namespace '%s', backend %s, store "
              "'%s', %llu decisions, lease %u ms)",
-             DETD_VERSION, cfg->socket_path, cfg->ns, d->store_path,
+             DETD_VERSION, cfg->socket_path, cfg->listen ? " and " : "",
+             cfg->listen ? cfg->listen : "", cfg->ns,
+             d->cluster != NULL ? "etcd" : "local", d->store_path,
              (unsigned long long)total, cfg->lease_ms);
     arm_tick(d);
 
@@ -260,6 +316,9 @@ int daemon_run(const struct daemon_config *cfg) {
     log_info("stopped");
     exit_code = 0;
 out_handles:
+    /* Revokes the node lease: this node's claims go at once. */
+    cluster_close(d->cluster);
+    d->cluster = NULL;
     uv_close((uv_handle_t *)&d->wake, close_cb);
     uv_close((uv_handle_t *)&d->tick, close_cb);
     uv_close((uv_handle_t *)&d->sig_term, close_cb);

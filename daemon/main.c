@@ -10,39 +10,61 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "detd/client.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "Usage: detd [OPTIONS]\n"
-            "\n"
-            "The detd node daemon: every process on this node gets the same\n"
-            "kernel configuration for every key; undecided keys are timed\n"
-            "once, by one designated process, and the winner is stored.\n"
-            "\n"
-            "Options:\n"
-            "  --socket PATH       unix socket for clients and detctl\n"
-            "                      (default $DETD_SOCKET, else %s)\n"
-            "  --state-dir DIR     decision store directory (default "
-            "/var/lib/detd)\n"
-            "  --tables DIR        per-architecture table directory; "
-            "repeatable,\n"
-            "                      searched in the order given\n"
-            "  --namespace NAME    decision namespace (default 'default')\n"
-            "  --lease-ms N        claim lease in milliseconds (default "
-            "30000)\n"
-            "  --max-clients N     attached client processes (default 4096)\n"
-            "  --max-waiters N     calls waiting for a timing pass (default "
-            "65536)\n"
-            "  --log-level LEVEL   error, warn, info or debug (default info)\n"
-            "  --version           print the version and exit\n"
-            "  --help              print this help and exit\n"
-            "\n"
-            "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads "
-            "tables.\n",
-            DETD_DEFAULT_SOCKET);
+    fprintf(
+        f,
+        "Usage: detd [OPTIONS]\n"
+        "\n"
+        "The detd node daemon: every process on this node gets the same\n"
+        "kernel configuration for every key; undecided keys are timed\n"
+        "once, by one designated process, and the winner is stored.\n"
+        "\n"
+        "Options:\n"
+        "  --socket PATH       unix socket for clients and detctl\n"
+        "                      (default $DETD_SOCKET, else %s)\n"
+        "  --state-dir DIR     decision store directory (default "
+        "/var/lib/detd)\n"
+        "  --tables DIR        per-architecture table directory; "
+        "repeatable,\n"
+        "                      searched in the order given\n"
+        "  --namespace NAME    decision namespace (default 'default')\n"
+        "  --lease-ms N        claim lease in milliseconds (default "
+        "30000)\n"
+        "  --max-clients N     attached client processes (default 4096)\n"
+        "  --max-waiters N     calls waiting for a timing pass (default "
+        "65536)\n"
+        "  --log-level LEVEL   error, warn, info or debug (default info)\n"
+        "\n"
+        "Multi-node (etcd backend):\n"
+        "  --etcd URL[,URL...] etcd v3 endpoints (http:// or https://);\n"
+        "                      without it the backend is local\n"
+        "  --etcd-ca FILE      CA certificate (PEM) for https endpoints\n"
+        "  --etcd-cert FILE    client certificate (PEM)\n"
+        "  --etcd-key FILE     client key (PEM)\n"
+        "  --etcd-user USER    etcd user; the password comes from\n"
+        "                      $DETD_ETCD_PASSWORD or --etcd-password-file\n"
+        "  --etcd-password-file FILE  first line is the etcd password\n"
+        "  --node-id NAME      this node's name in the cluster (default:\n"
+        "                      the host name); --lease-ms is also the\n"
+        "                      node lease (whole seconds, at least 1)\n"
+        "  --listen HOST:PORT  the Admin API over TCP (detctl from other\n"
+        "                      hosts, verify --cluster); Decider methods\n"
+        "                      stay on the unix socket\n"
+        "  --listen-cert FILE  TLS certificate for --listen (PEM)\n"
+        "  --listen-key FILE   TLS key for --listen (PEM)\n"
+        "  --listen-client-ca FILE  require client certificates signed\n"
+        "                      by this CA on --listen\n"
+        "  --version           print the version and exit\n"
+        "  --help              print this help and exit\n"
+        "\n"
+        "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads "
+        "tables.\n",
+        DETD_DEFAULT_SOCKET);
 }
 
 static int parse_u32(const char *flag, const char *s, uint32_t min,
@@ -84,7 +106,18 @@ int main(int argc, char **argv) {
         OPT_MAX_CLIENTS,
         OPT_MAX_WAITERS,
         OPT_VERSION,
-        OPT_HELP
+        OPT_HELP,
+        OPT_ETCD,
+        OPT_ETCD_CA,
+        OPT_ETCD_CERT,
+        OPT_ETCD_KEY,
+        OPT_ETCD_USER,
+        OPT_ETCD_PWFILE,
+        OPT_NODE_ID,
+        OPT_LISTEN,
+        OPT_LISTEN_CERT,
+        OPT_LISTEN_KEY,
+        OPT_LISTEN_CA,
     };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, OPT_SOCKET},
@@ -97,6 +130,17 @@ int main(int argc, char **argv) {
         {"max-waiters", required_argument, NULL, OPT_MAX_WAITERS},
         {"version", no_argument, NULL, OPT_VERSION},
         {"help", no_argument, NULL, OPT_HELP},
+        {"etcd", required_argument, NULL, OPT_ETCD},
+        {"etcd-ca", required_argument, NULL, OPT_ETCD_CA},
+        {"etcd-cert", required_argument, NULL, OPT_ETCD_CERT},
+        {"etcd-key", required_argument, NULL, OPT_ETCD_KEY},
+        {"etcd-user", required_argument, NULL, OPT_ETCD_USER},
+        {"etcd-password-file", required_argument, NULL, OPT_ETCD_PWFILE},
+        {"node-id", required_argument, NULL, OPT_NODE_ID},
+        {"listen", required_argument, NULL, OPT_LISTEN},
+        {"listen-cert", required_argument, NULL, OPT_LISTEN_CERT},
+        {"listen-key", required_argument, NULL, OPT_LISTEN_KEY},
+        {"listen-client-ca", required_argument, NULL, OPT_LISTEN_CA},
         {NULL, 0, NULL, 0},
     };
     struct daemon_config cfg = {
@@ -116,6 +160,9 @@ int main(int argc, char **argv) {
     if (tables == NULL)
         return 1;
     cfg.tables = tables;
+    const char *pwfile = NULL;
+    char password[512] = "";
+    char hostname[256] = "";
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -162,6 +209,46 @@ int main(int argc, char **argv) {
                           &cfg.max_waiters))
                 return 2;
             break;
+        case OPT_ETCD:
+            cfg.etcd_endpoints = optarg;
+            break;
+        case OPT_ETCD_CA:
+            cfg.etcd_ca = optarg;
+            break;
+        case OPT_ETCD_CERT:
+            cfg.etcd_cert = optarg;
+            break;
+        case OPT_ETCD_KEY:
+            cfg.etcd_key = optarg;
+            break;
+        case OPT_ETCD_USER:
+            cfg.etcd_user = optarg;
+            break;
+        case OPT_ETCD_PWFILE:
+            pwfile = optarg;
+            break;
+        case OPT_NODE_ID:
+            if (!valid_namespace(optarg)) {
+                fprintf(stderr,
+                        "detd: --node-id: '%s' must be 1 to %d characters "
+                        "of [A-Za-z0-9._-]\n",
+                        optarg, DAEMON_MAX_NAMESPACE);
+                return 2;
+            }
+            cfg.node_id = optarg;
+            break;
+        case OPT_LISTEN:
+            cfg.listen = optarg;
+            break;
+        case OPT_LISTEN_CERT:
+            cfg.listen_cert = optarg;
+            break;
+        case OPT_LISTEN_KEY:
+            cfg.listen_key = optarg;
+            break;
+        case OPT_LISTEN_CA:
+            cfg.listen_client_ca = optarg;
+            break;
         case OPT_VERSION:
             printf("detd %s\n", DETD_VERSION);
             return 0;
@@ -186,6 +273,48 @@ int main(int argc, char **argv) {
                 "socket (keep it under 100 bytes)\n",
                 cfg.socket_path);
         return 2;
+    }
+    if ((cfg.listen_cert != NULL) != (cfg.listen_key != NULL) ||
+        (cfg.listen_client_ca != NULL && cfg.listen_cert == NULL)) {
+        fprintf(stderr, "detd: --listen-cert and --listen-key go together "
+                        "(and --listen-client-ca needs them)\n");
+        return 2;
+    }
+    if ((cfg.etcd_cert != NULL) != (cfg.etcd_key != NULL)) {
+        fprintf(stderr, "detd: --etcd-cert and --etcd-key go together\n");
+        return 2;
+    }
+    if (cfg.etcd_user != NULL) {
+        const char *pw = getenv("DETD_ETCD_PASSWORD");
+        if (pwfile != NULL) {
+            FILE *f = fopen(pwfile, "r");
+            if (f == NULL || fgets(password, sizeof(password), f) == NULL) {
+                fprintf(stderr,
+                        "detd: --etcd-password-file: cannot read '%s'\n",
+                        pwfile);
+                if (f != NULL)
+                    fclose(f);
+                return 2;
+            }
+            fclose(f);
+            password[strcspn(password, "\r\n")] = '\0';
+            pw = password;
+        }
+        if (pw == NULL) {
+            fprintf(stderr, "detd: --etcd-user needs $DETD_ETCD_PASSWORD or "
+                            "--etcd-password-file\n");
+            return 2;
+        }
+        cfg.etcd_password = pw;
+    }
+    if (cfg.etcd_endpoints != NULL && cfg.node_id == NULL) {
+        if (gethostname(hostname, sizeof(hostname) - 1) != 0 ||
+            !valid_namespace(hostname)) {
+            fprintf(stderr, "detd: the host name is not a usable node id: "
+                            "pass --node-id\n");
+            return 2;
+        }
+        cfg.node_id = hostname;
     }
     log_set_level(cfg.level);
     signal(SIGPIPE, SIG_IGN);

@@ -427,6 +427,14 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
         return;
     }
     const struct method_info *mi = &methods[c->method];
+    if (c->method <= RPC_OBSERVE && c->peer != NULL &&
+        strncmp(c->peer, "unix:", 5) != 0) {
+        /* The TCP listener serves Admin and Health only. */
+        rpc_fail(c, RPC_PERMISSION_DENIED,
+                 "%s is served on the node's unix socket only, not over TCP",
+                 mi->path);
+        return;
+    }
     if (mi->streaming) {
         start_recv(c);
         rpc_call_unref(c); /* the new-call reference */
@@ -557,6 +565,87 @@ static char *errmsgf(const char *fmt, ...) {
     return s;
 }
 
+/* Read a whole PEM file into a NUL-terminated heap string. */
+static char *read_pem(const char *path, char **ret_err) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    if (f == NULL) {
+        *ret_err = errmsgf("read '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *b = cap <= 1024 * 1024 ? realloc(buf, cap) : NULL;
+            if (b == NULL) {
+                *ret_err = errmsgf("read '%s': too large", path);
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = b;
+        }
+        size_t got = fread(buf + n, 1, 4096, f);
+        n += got;
+        if (got < 4096)
+            break;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* The optional TCP listener (Admin and Health; see rpc.h). */
+static int add_tcp_port(rpc_server *srv, const struct rpc_options *opts,
+                        char **ret_err) {
+    grpc_server_credentials *creds = NULL;
+    char *cert = NULL, *key = NULL, *ca = NULL;
+    int rc = 0;
+    if ((opts->listen_cert != NULL) != (opts->listen_key != NULL)) {
+        *ret_err = errmsgf("--listen-cert and --listen-key go together");
+        return DETD_EINVAL;
+    }
+    if (opts->listen_cert != NULL) {
+        cert = read_pem(opts->listen_cert, ret_err);
+        key = cert != NULL ? read_pem(opts->listen_key, ret_err) : NULL;
+        if (key != NULL && opts->listen_client_ca != NULL)
+            ca = read_pem(opts->listen_client_ca, ret_err);
+        if (cert == NULL || key == NULL ||
+            (opts->listen_client_ca != NULL && ca == NULL)) {
+            rc = -EIO;
+            goto out;
+        }
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        creds = grpc_ssl_server_credentials_create_ex(
+            ca, &pair, 1,
+            ca != NULL
+                ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            NULL);
+    } else {
+        creds = grpc_insecure_server_credentials_create();
+    }
+    if (creds == NULL) {
+        *ret_err = errmsgf("TLS credentials for --listen %s", opts->listen);
+        rc = DETD_EINVAL;
+        goto out;
+    }
+    if (grpc_server_add_http2_port(srv->server, opts->listen, creds) == 0) {
+        *ret_err = errmsgf("cannot listen on '%s'", opts->listen);
+        rc = DETD_EUNAVAILABLE;
+    }
+    grpc_server_credentials_release(creds);
+out:
+    free(cert);
+    if (key != NULL) {
+        memset(key, 0, strlen(key));
+        free(key);
+    }
+    free(ca);
+    return rc;
+}
+
 static pthread_once_t grpc_once = PTHREAD_ONCE_INIT;
 static void grpc_init_once(void) {
     grpc_init();
@@ -651,6 +740,11 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
         err = errmsgf("cannot listen on unix socket '%s'", opts->socket_path);
         rc = DETD_EUNAVAILABLE;
         goto out;
+    }
+    if (opts->listen != NULL) {
+        rc = add_tcp_port(srv, opts, &err);
+        if (rc != 0)
+            goto out;
     }
     grpc_server_start(srv->server);
     if (chmod(opts->socket_path, opts->socket_mode) != 0) {

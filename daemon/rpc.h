@@ -77,6 +77,15 @@ struct rpc_options {
     unsigned socket_mode;        /* e.g. 0660 */
     size_t max_message_bytes;    /* request cap, enforced by gRPC */
     unsigned pending_per_method; /* calls kept requested per method */
+    /* Optional TCP listener "HOST:PORT" for the Admin and Health services
+     * (Decider calls over it are refused with PERMISSION_DENIED: clients
+     * use the node's unix socket). TLS when listen_cert and listen_key
+     * (PEM paths) are set; with listen_client_ca, client certificates
+     * signed by it are required. NULL: no TCP listener. */
+    const char *listen;
+    const char *listen_cert;
+    const char *listen_key;
+    const char *listen_client_ca;
 };
 
 /*

@@ -228,6 +228,8 @@ static void session_end(struct daemon *d, size_t index) {
     d->sessions[index] = d->sessions[--d->nsessions];
     log_debug("session %" PRIu64 " ended", s->id);
     engine_session_end(d->engine, s->id, rpc_now_ms());
+    if (d->cluster != NULL)
+        coord_sweep(d);
     rpc_finish(s->call);
     protobuf_c_message_free_unpacked(&s->req->base, NULL);
     free(s);
@@ -278,6 +280,9 @@ static uint32_t waited(const struct pending *p) {
     return w < 0 ? 0 : (uint32_t)w;
 }
 
+static int64_t wait_deadline(const rpc_call *call, uint32_t wait_ms,
+                             int64_t now);
+
 void service_engine_event(void *ctx, const struct engine_event *ev) {
     struct daemon *d = ctx;
     struct pending *p = pending_take(d, ev->token);
@@ -285,6 +290,15 @@ void service_engine_event(void *ctx, const struct engine_event *ev) {
         return;
     switch (ev->kind) {
     case ENGINE_EV_DESIGNATE:
+        if (d->cluster != NULL) {
+            /* The cluster claim decides whether it may time. */
+            p->claim_id = ev->claim_id;
+            p->takeover = ev->takeover;
+            p->deadline_ms =
+                wait_deadline(p->call, p->req->wait_ms, p->started_ms);
+            coord_hold(d, p);
+            return;
+        }
         log_info("claim %" PRIu64 " on %.12s passes to a waiter%s",
                  ev->claim_id, ev->id, ev->takeover ? " (takeover)" : "");
         reply_designated(d, p->call, p->id, ev->claim_id, ev->takeover,
@@ -292,6 +306,13 @@ void service_engine_event(void *ctx, const struct engine_event *ev) {
         break;
     case ENGINE_EV_TIMEOUT: {
         d->counters.wait_timeouts++;
+        if (d->cluster != NULL && coord_etcd_trouble(d, p->id)) {
+            rpc_fail(p->call, RPC_UNAVAILABLE,
+                     "etcd unreachable (%s): detd never decides a new key "
+                     "without etcd; key %.12s stays undecided (apply on_miss)",
+                     coord_etcd_error(d), p->id);
+            break;
+        }
         Detd__V1__DecideResponse resp = DETD__V1__DECIDE_RESPONSE__INIT;
         resp.api_version = SVC_API_VERSION;
         resp.outcome = DETD__V1__OUTCOME__OUTCOME_TIMEOUT;
@@ -383,6 +404,23 @@ static void on_decide(struct daemon *d, struct rpc_event *ev) {
     uint64_t claim = 0;
     rc = engine_ask(d->engine, vk.id, session, token,
                     wait_deadline(ev->call, req->wait_ms, now), now, &claim);
+    if (rc == ENGINE_ASK_DESIGNATED && d->cluster != NULL) {
+        struct pending *p = calloc(1, sizeof(*p));
+        if (p == NULL) {
+            engine_release(d->engine, vk.id, claim, now);
+            rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+            goto free_msg;
+        }
+        p->token = token;
+        p->call = ev->call;
+        p->req = req;
+        memcpy(p->id, vk.id, sizeof(p->id));
+        p->started_ms = now;
+        p->claim_id = claim;
+        p->deadline_ms = wait_deadline(ev->call, req->wait_ms, now);
+        coord_hold(d, p);
+        return; /* the call and the request stay with p */
+    }
     if (rc == ENGINE_ASK_DESIGNATED) {
         log_debug("designate session %" PRIu64 " claim %" PRIu64
                   " for %s %.12s",
@@ -583,7 +621,15 @@ static void on_report(struct daemon *d, struct rpc_event *ev) {
         .table_file = "",
         .decided_at_ms = daemon_unix_ms(),
     };
-    commit_and_release(d, ev->call, &row);
+    if (d->cluster != NULL) {
+        /* etcd first; the reply follows the commit's result. */
+        int crc = coord_commit(d, ev->call, &row,
+                               wait_deadline(ev->call, 0, rpc_now_ms()));
+        if (crc != 0)
+            rpc_fail(ev->call, RPC_INTERNAL, "commit: %s", detd_strerror(crc));
+    } else {
+        commit_and_release(d, ev->call, &row);
+    }
     free(tj);
 free_msg:
     protobuf_c_message_free_unpacked(ev->msg, NULL);
@@ -639,7 +685,9 @@ static void on_closed(struct daemon *d, struct rpc_event *ev) {
             session_end(d, i);
     } else if (ev->method == RPC_DECIDE) {
         struct pending *p = pending_take_call(d, ev->call);
-        if (p != NULL) {
+        if (p != NULL && p->held) {
+            coord_held_cancelled(d, p);
+        } else if (p != NULL) {
             engine_cancel(d->engine, p->token);
             rpc_fail(p->call, RPC_CANCELLED, "cancelled by the client");
             pending_free(p);
@@ -695,6 +743,7 @@ void service_handle(struct daemon *d, struct rpc_event *ev) {
 }
 
 void service_drain(struct daemon *d) {
+    coord_drain(d); /* etcd backend state; nothing for the local one */
     for (size_t b = 0; b < d->npending_buckets; b++) {
         while (d->pending[b] != NULL) {
             struct pending *p = pending_take(d, d->pending[b]->token);
@@ -711,4 +760,38 @@ void service_free(struct daemon *d) {
     service_drain(d);
     free(d->sessions);
     d->sessions = NULL;
+}
+
+/* ---- shared with coord.c ---- */
+
+void service_pending_add(struct daemon *d, struct pending *p) {
+    pending_add(d, p);
+}
+
+struct pending *service_pending_take(struct daemon *d, uint64_t token) {
+    return pending_take(d, token);
+}
+
+void service_pending_free(struct pending *p) {
+    pending_free(p);
+}
+
+uint32_t service_waited(const struct pending *p) {
+    return waited(p);
+}
+
+void service_reply_decided(struct daemon *d, rpc_call *call,
+                           const struct store_decision *r, uint32_t waited_ms) {
+    reply_decided(d, call, r, waited_ms);
+}
+
+void service_reply_designated(struct daemon *d, rpc_call *call, const char *id,
+                              uint64_t claim, int takeover,
+                              uint32_t waited_ms) {
+    reply_designated(d, call, id, claim, takeover, waited_ms);
+}
+
+void service_reply_report(rpc_call *call, const struct store_decision *r,
+                          int superseded) {
+    reply_report(call, r, superseded);
 }
