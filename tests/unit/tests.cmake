@@ -9,3 +9,8 @@ foreach(t test_engine test_keyid test_verify)
   target_link_options(${t} PRIVATE -Wl,--wrap=malloc -Wl,--wrap=calloc
                       -Wl,--wrap=realloc)
 endforeach()
+if(TARGET detd)
+  detd_unit_test(test_client detd detd_wire)
+  detd_unit_test(test_wire detd detd_wire detd_proto PkgConfig::GRPC
+                 Threads::Threads)
+endif()

@@ -1,0 +1,43 @@
+# libdetd (shared), its internal gRPC adapter (static, shared with detctl)
+# and detctl. Included by client/CMakeLists.txt.
+
+# The gRPC adapter: protobuf-c <-> byte buffers, unary calls, streams.
+add_library(detd_wire STATIC ${CMAKE_CURRENT_SOURCE_DIR}/src/wire.c)
+target_include_directories(detd_wire PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/src)
+target_link_libraries(detd_wire PUBLIC detd_proto detd_error PkgConfig::GRPC
+                      Threads::Threads)
+target_compile_options(detd_wire PRIVATE -fvisibility=hidden)
+
+# libdetd.so.0: only the detd_* API is exported (the version script also
+# hides the protobuf-c code linked in from detd_proto).
+add_library(detd SHARED ${CMAKE_CURRENT_SOURCE_DIR}/src/client.c
+                        ${CMAKE_CURRENT_SOURCE_DIR}/src/session.c)
+target_include_directories(detd
+  PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+         $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+  PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+target_link_libraries(detd PRIVATE detd_wire detd_proto detd_error
+                      PkgConfig::GRPC Threads::Threads)
+target_compile_options(detd PRIVATE -fvisibility=hidden)
+target_link_options(detd PRIVATE
+  -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/src/libdetd.map)
+set_target_properties(detd PROPERTIES
+  VERSION ${PROJECT_VERSION} SOVERSION 0
+  LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/libdetd.map)
+
+# detctl: the operator's CLI (admin API, health).
+add_executable(detctl ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_print.c)
+target_link_libraries(detctl PRIVATE detd_wire PkgConfig::JANSSON)
+
+configure_file(${CMAKE_CURRENT_SOURCE_DIR}/detd.pc.in
+               ${CMAKE_CURRENT_BINARY_DIR}/detd.pc @ONLY)
+
+install(TARGETS detd
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS detctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/include/detd/client.h
+              ${CMAKE_CURRENT_SOURCE_DIR}/include/detd/error.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/detd)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/detd.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,449 @@
+/*
+ * detctl: the operator's view of a node's detd.
+ *
+ *   detctl [--socket PATH] [--timeout MS] COMMAND [options]
+ *
+ * Exit status: 0 success; 1 the answer is "no" (verify found divergences,
+ * health is not SERVING); 2 the question could not be answered (daemon
+ * unreachable, error, bad usage).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "detctl_print.h"
+#include "detd.pb-c.h"
+#include "detd/client.h"
+#include "wire.h"
+
+#define DETCTL_EXIT_OK 0
+#define DETCTL_EXIT_NO 1
+#define DETCTL_EXIT_ERR 2
+
+struct detctl_opts {
+    const char *socket;
+    int64_t timeout_ms;
+    int json;
+    int all;
+    const char *kernel;
+    const char *namespace_;
+    const char *command;
+};
+
+static void detctl_usage(FILE *out) {
+    fprintf(out,
+            "usage: detctl [--socket PATH] [--timeout MS] COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  status [--json]                       daemon, clients, "
+            "counters\n"
+            "  decisions [--json] [--kernel K] [--namespace NS]\n"
+            "                                        stored decisions\n"
+            "  verify [--json] [--namespace NS]      compare the configs "
+            "ranks used;\n"
+            "                                        exit 1 on divergence\n"
+            "  reset (--kernel K | --all) [--namespace NS]\n"
+            "                                        forget decisions\n"
+            "  health                                grpc.health.v1 check; "
+            "exit 0 when SERVING\n"
+            "\n"
+            "options:\n"
+            "  --socket PATH   the daemon's socket (default $DETD_SOCKET, "
+            "else %s)\n"
+            "  --timeout MS    deadline of each call (default 5000)\n"
+            "  --help, --version\n"
+            "\n"
+            "exit status: 0 ok, 1 divergence / not serving, 2 could not "
+            "check\n",
+            DETD_DEFAULT_SOCKET);
+}
+
+/* Report a failed call once, naming the daemon; returns exit status 2. */
+static int detctl_fail(const struct detctl_opts *o, const char *what, int rc) {
+    const char *detail = wire_last_error();
+    if (detail[0] == '\0')
+        detail = detd_strerror(rc);
+    if (rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE)
+        fprintf(stderr, "detctl: cannot reach detd at '%s': %s\n", o->socket,
+                detail);
+    else
+        fprintf(stderr, "detctl: %s (detd at '%s'): %s\n", what, o->socket,
+                detail);
+    return DETCTL_EXIT_ERR;
+}
+
+static int detctl_print_json(json_t *j) {
+    if (j == NULL) {
+        fprintf(stderr, "detctl: out of memory\n");
+        return DETCTL_EXIT_ERR;
+    }
+    json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    fputc('\n', stdout);
+    json_decref(j);
+    return DETCTL_EXIT_OK;
+}
+
+/* One admin call; on failure the message is printed, 2 returned. */
+static int detctl_unary(const struct detctl_opts *o, struct wire_channel *ch,
+                        const char *method, const ProtobufCMessage *req,
+                        const ProtobufCMessageDescriptor *desc,
+                        ProtobufCMessage **ret) {
+    int rc = wire_unary(ch, method, req, desc, o->timeout_ms, ret);
+    if (rc < 0) {
+        const char *what = strrchr(method, '/');
+        return detctl_fail(o, what != NULL ? what + 1 : method, rc);
+    }
+    return DETCTL_EXIT_OK;
+}
+
+static int detctl_status(const struct detctl_opts *o, struct wire_channel *ch) {
+    Detd__V1__StatusRequest req = DETD__V1__STATUS_REQUEST__INIT;
+    Detd__V1__StatusResponse *s = NULL;
+    req.api_version = DETD_API_VERSION;
+    int ex = detctl_unary(o, ch, WIRE_METHOD_STATUS, &req.base,
+                          &detd__v1__status_response__descriptor,
+                          (ProtobufCMessage **)&s);
+    if (ex != DETCTL_EXIT_OK)
+        return ex;
+    if (o->json) {
+        ex = detctl_print_json(detctl_print_json_status(s));
+        goto out;
+    }
+    char up[32], buf[64];
+    detctl_print_duration(s->uptime_ms, up, sizeof(up));
+    printf("detd %s (pid %u) at %s, up %s\n", s->version, s->pid, o->socket,
+           up);
+    printf("  namespace    %s\n", s->namespace_[0] ? s->namespace_ : "-");
+    printf("  backend      %s\n", s->backend[0] ? s->backend : "-");
+    printf("  store        %s\n", s->store_path[0] ? s->store_path : "-");
+    printf("  decisions    %llu\n", (unsigned long long)s->decisions);
+    printf("  claims       %u open, %u waiting\n", s->open_claims, s->waiters);
+    printf("  gpu probe    %s\n", s->gpu_probe[0] ? s->gpu_probe : "-");
+    for (size_t i = 0; i < s->n_tables; i++)
+        printf("  %-12s %s\n", i == 0 ? "tables" : "", s->tables[i]);
+
+    if (s->n_gpus > 0) {
+        static const char *const h[] = {"GPU", "NAME",   "ARCH",
+                                        "SMS", "MEMORY", "UUID"};
+        struct detctl_print_table *t = detctl_print_table_new(6, h);
+        for (size_t i = 0; t != NULL && i < s->n_gpus; i++) {
+            char idx[16], sms[16], mem[32];
+            snprintf(idx, sizeof(idx), "%d", s->gpus[i]->index);
+            snprintf(sms, sizeof(sms), "%d", s->gpus[i]->sm_count);
+            snprintf(mem, sizeof(mem), "%.1f GiB",
+                     (double)s->gpus[i]->memory_bytes / (1 << 30));
+            const char *row[] = {idx, s->gpus[i]->name, s->gpus[i]->arch, sms,
+                                 mem, s->gpus[i]->uuid};
+            detctl_print_table_add(t, row);
+        }
+        printf("\ngpus\n");
+        if (t != NULL)
+            detctl_print_table_write(t, stdout, 2);
+        detctl_print_table_free(t);
+    }
+
+    printf("\nclients (%zu)\n", s->n_clients);
+    if (s->n_clients > 0) {
+        static const char *const h[] = {"SESSION", "RANK",  "HOST",  "PID",
+                                        "JOB",     "SINCE", "CLAIMS"};
+        struct detctl_print_table *t = detctl_print_table_new(7, h);
+        for (size_t i = 0; t != NULL && i < s->n_clients; i++) {
+            const Detd__V1__ClientInfo *c = s->clients[i];
+            const Detd__V1__ClientIdentity *id = c->client;
+            char sid[32], rank[16] = "-", pid[16] = "-", claims[16];
+            snprintf(sid, sizeof(sid), "%llu",
+                     (unsigned long long)c->session_id);
+            if (id != NULL && id->rank >= 0)
+                snprintf(rank, sizeof(rank), "%d", id->rank);
+            if (id != NULL)
+                snprintf(pid, sizeof(pid), "%d", id->pid);
+            snprintf(claims, sizeof(claims), "%u", c->claims);
+            detctl_print_time(c->attached_at_ms, buf, sizeof(buf));
+            const char *row[] = {sid,
+                                 rank,
+                                 id != NULL ? id->host : NULL,
+                                 pid,
+                                 id != NULL ? id->job : NULL,
+                                 buf,
+                                 claims};
+            detctl_print_table_add(t, row);
+        }
+        if (t != NULL)
+            detctl_print_table_write(t, stdout, 2);
+        detctl_print_table_free(t);
+    }
+
+    if (s->n_counters > 0) {
+        static const char *const h[] = {"COUNTER", "VALUE"};
+        struct detctl_print_table *t = detctl_print_table_new(2, h);
+        for (size_t i = 0; t != NULL && i < s->n_counters; i++) {
+            char v[32];
+            snprintf(v, sizeof(v), "%llu",
+                     (unsigned long long)s->counters[i]->value);
+            const char *row[] = {s->counters[i]->name, v};
+            detctl_print_table_add(t, row);
+        }
+        printf("\ncounters\n");
+        if (t != NULL)
+            detctl_print_table_write(t, stdout, 2);
+        detctl_print_table_free(t);
+    }
+out:
+    protobuf_c_message_free_unpacked(&s->base, NULL);
+    return ex;
+}
+
+static int detctl_decisions(const struct detctl_opts *o,
+                            struct wire_channel *ch) {
+    Detd__V1__ListDecisionsRequest req = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
+    Detd__V1__ListDecisionsResponse *r = NULL;
+    req.api_version = DETD_API_VERSION;
+    if (o->namespace_ != NULL)
+        req.namespace_ = (char *)o->namespace_;
+    if (o->kernel != NULL)
+        req.kernel = (char *)o->kernel;
+    int ex = detctl_unary(o, ch, WIRE_METHOD_LIST_DECISIONS, &req.base,
+                          &detd__v1__list_decisions_response__descriptor,
+                          (ProtobufCMessage **)&r);
+    if (ex != DETCTL_EXIT_OK)
+        return ex;
+    if (o->json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; arr != NULL && i < r->n_decisions; i++)
+            json_array_append_new(arr,
+                                  detctl_print_json_decision(r->decisions[i]));
+        ex = detctl_print_json(json_pack("{s:o, s:b}", "decisions", arr,
+                                         "truncated", r->truncated));
+        goto out;
+    }
+    static const char *const h[] = {"KERNEL", "KEY", "ARCH",      "CONFIG",
+                                    "SOURCE", "BY",  "DECIDED AT"};
+    struct detctl_print_table *t = detctl_print_table_new(7, h);
+    for (size_t i = 0; t != NULL && i < r->n_decisions; i++) {
+        const Detd__V1__Decision *d = r->decisions[i];
+        char who[160], at[64];
+        if (d->decided_by != NULL)
+            detctl_print_who(d->decided_by, who, sizeof(who));
+        else
+            snprintf(who, sizeof(who), "%s", d->table_file);
+        detctl_print_time(d->decided_at_ms, at, sizeof(at));
+        const char *row[] = {d->kernel,
+                             d->key,
+                             d->arch,
+                             d->config,
+                             detctl_print_source(d->source),
+                             who,
+                             at};
+        detctl_print_table_add(t, row);
+    }
+    if (t != NULL)
+        detctl_print_table_write(t, stdout, 0);
+    detctl_print_table_free(t);
+    printf("%zu decision%s%s\n", r->n_decisions, r->n_decisions == 1 ? "" : "s",
+           r->truncated ? " (truncated: the daemon's cap)" : "");
+out:
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return ex;
+}
+
+static int detctl_verify(const struct detctl_opts *o, struct wire_channel *ch) {
+    Detd__V1__VerifyRequest req = DETD__V1__VERIFY_REQUEST__INIT;
+    Detd__V1__VerifyResponse *v = NULL;
+    req.api_version = DETD_API_VERSION;
+    if (o->namespace_ != NULL)
+        req.namespace_ = (char *)o->namespace_;
+    int ex = detctl_unary(o, ch, WIRE_METHOD_VERIFY, &req.base,
+                          &detd__v1__verify_response__descriptor,
+                          (ProtobufCMessage **)&v);
+    if (ex != DETCTL_EXIT_OK)
+        return ex;
+    int diverged = !v->ok || v->n_divergences > 0;
+    if (o->json) {
+        ex = detctl_print_json(detctl_print_json_verify(v));
+        if (ex == DETCTL_EXIT_OK && diverged)
+            ex = DETCTL_EXIT_NO;
+        goto out;
+    }
+    for (size_t i = 0; i < v->n_divergences; i++) {
+        const Detd__V1__Divergence *d = v->divergences[i];
+        printf("DIVERGED %s %s [%s]\n", d->kernel, d->key, d->arch);
+        printf("  decided: %s\n", d->decided[0] ? d->decided : "(none)");
+        if (d->reason[0])
+            printf("  reason:  %s\n", d->reason);
+        for (size_t j = 0; j < d->n_uses; j++) {
+            const Detd__V1__VerifyUse *u = d->uses[j];
+            printf("  %s%s used by:\n", u->config, u->chaos ? " (chaos)" : "");
+            for (size_t k = 0; k < u->n_clients; k++) {
+                char who[160];
+                detctl_print_who(u->clients[k], who, sizeof(who));
+                printf("    %s\n", who);
+            }
+        }
+    }
+    printf("%s: %llu key%s checked, %llu observation%s, %zu divergence%s",
+           diverged ? "FAIL" : "ok", (unsigned long long)v->keys_checked,
+           v->keys_checked == 1 ? "" : "s", (unsigned long long)v->observations,
+           v->observations == 1 ? "" : "s", v->n_divergences,
+           v->n_divergences == 1 ? "" : "s");
+    if (v->ungoverned > 0)
+        printf(", %llu ungoverned", (unsigned long long)v->ungoverned);
+    printf("\n");
+    ex = diverged ? DETCTL_EXIT_NO : DETCTL_EXIT_OK;
+out:
+    protobuf_c_message_free_unpacked(&v->base, NULL);
+    return ex;
+}
+
+static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
+    if ((o->kernel == NULL) == (o->all == 0)) {
+        fprintf(stderr, "detctl: reset needs exactly one of --kernel K or "
+                        "--all\n");
+        return DETCTL_EXIT_ERR;
+    }
+    Detd__V1__ResetRequest req = DETD__V1__RESET_REQUEST__INIT;
+    Detd__V1__ResetResponse *r = NULL;
+    req.api_version = DETD_API_VERSION;
+    if (o->namespace_ != NULL)
+        req.namespace_ = (char *)o->namespace_;
+    if (o->kernel != NULL)
+        req.kernel = (char *)o->kernel;
+    req.all = o->all != 0;
+    int ex = detctl_unary(o, ch, WIRE_METHOD_RESET, &req.base,
+                          &detd__v1__reset_response__descriptor,
+                          (ProtobufCMessage **)&r);
+    if (ex != DETCTL_EXIT_OK)
+        return ex;
+    if (o->json)
+        ex = detctl_print_json(
+            json_pack("{s:I}", "removed", (json_int_t)r->removed));
+    else
+        printf("removed %llu decision%s\n", (unsigned long long)r->removed,
+               r->removed == 1 ? "" : "s");
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return ex;
+}
+
+static int detctl_health(const struct detctl_opts *o, struct wire_channel *ch) {
+    static const char *const names[] = {"UNKNOWN", "SERVING", "NOT_SERVING",
+                                        "SERVICE_UNKNOWN"};
+    int st = 0;
+    int rc = wire_health_check(ch, "", o->timeout_ms, &st);
+    if (rc < 0)
+        return detctl_fail(o, "health", rc);
+    const char *name = st >= 0 && st <= 3 ? names[st] : "UNKNOWN";
+    if (o->json)
+        detctl_print_json(json_pack("{s:s}", "status", name));
+    else
+        printf("%s\n", name);
+    return st == WIRE_HEALTH_SERVING ? DETCTL_EXIT_OK : DETCTL_EXIT_NO;
+}
+
+/* "--name=value" or "--name value". */
+static int detctl_optval(int argc, char **argv, int *i, const char *name,
+                         const char **ret) {
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return 0;
+    if (argv[*i][n] == '=') {
+        *ret = argv[*i] + n + 1;
+        return 1;
+    }
+    if (argv[*i][n] != '\0')
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "detctl: %s needs a value\n", name);
+        exit(DETCTL_EXIT_ERR);
+    }
+    *ret = argv[++*i];
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    struct detctl_opts o = {0};
+    const char *timeout = NULL;
+    o.timeout_ms = 5000;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            detctl_usage(stdout);
+            return DETCTL_EXIT_OK;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("detctl %s\n", DETD_VERSION);
+            return DETCTL_EXIT_OK;
+        } else if (strcmp(a, "--json") == 0) {
+            o.json = 1;
+        } else if (strcmp(a, "--all") == 0) {
+            o.all = 1;
+        } else if (detctl_optval(argc, argv, &i, "--socket", &o.socket) ||
+                   detctl_optval(argc, argv, &i, "--timeout", &timeout) ||
+                   detctl_optval(argc, argv, &i, "--kernel", &o.kernel) ||
+                   detctl_optval(argc, argv, &i, "--namespace",
+                                 &o.namespace_)) {
+            continue;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "detctl: unknown option '%s' (see --help)\n", a);
+            return DETCTL_EXIT_ERR;
+        } else if (o.command == NULL) {
+            o.command = a;
+        } else {
+            fprintf(stderr, "detctl: unexpected argument '%s'\n", a);
+            return DETCTL_EXIT_ERR;
+        }
+    }
+    if (timeout != NULL) {
+        char *end = NULL;
+        errno = 0;
+        long long t = strtoll(timeout, &end, 10);
+        if (errno != 0 || end == timeout || *end != '\0' || t <= 0) {
+            fprintf(stderr,
+                    "detctl: --timeout '%s' is not a positive number "
+                    "of milliseconds\n",
+                    timeout);
+            return DETCTL_EXIT_ERR;
+        }
+        o.timeout_ms = t;
+    }
+    if (o.command == NULL) {
+        detctl_usage(stderr);
+        return DETCTL_EXIT_ERR;
+    }
+    if (o.socket == NULL) {
+        const char *env = getenv("DETD_SOCKET");
+        o.socket = env != NULL && env[0] != '\0' ? env : DETD_DEFAULT_SOCKET;
+    }
+
+    int (*fn)(const struct detctl_opts *, struct wire_channel *) = NULL;
+    if (strcmp(o.command, "status") == 0)
+        fn = detctl_status;
+    else if (strcmp(o.command, "decisions") == 0)
+        fn = detctl_decisions;
+    else if (strcmp(o.command, "verify") == 0)
+        fn = detctl_verify;
+    else if (strcmp(o.command, "reset") == 0)
+        fn = detctl_reset;
+    else if (strcmp(o.command, "health") == 0)
+        fn = detctl_health;
+    if (fn == NULL) {
+        fprintf(stderr, "detctl: unknown command '%s' (see --help)\n",
+                o.command);
+        return DETCTL_EXIT_ERR;
+    }
+
+    char *target = NULL;
+    struct wire_channel *ch = NULL;
+    if (asprintf(&target, "unix:%s", o.socket) < 0) {
+        fprintf(stderr, "detctl: out of memory\n");
+        return DETCTL_EXIT_ERR;
+    }
+    int rc = wire_channel_new(target, &ch);
+    free(target);
+    if (rc < 0)
+        return detctl_fail(&o, "connect", rc);
+    int ex = fn(&o, ch);
+    wire_channel_free(ch);
+    return ex;
+}

@@ -1,0 +1,194 @@
+/*
+ * libdetd without a daemon: argument validation, limits, error names,
+ * socket resolution, and a refused connection within the deadline.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "detd/client.h"
+#include "runner.h"
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *const cands_[] = {"BLOCK=64,num_warps=4",
+                                     "BLOCK=128,num_warps=4"};
+
+static detd_client *open_missing_(void) {
+    detd_client *c = NULL;
+    CHECK_EQ_INT(detd_client_open("/nonexistent/detd.sock", NULL, &c), 0);
+    CHECK(c != NULL);
+    return c;
+}
+
+TEST(error_names_and_messages) {
+    CHECK_STR(detd_err_name(0), "OK");
+    CHECK_STR(detd_err_name(DETD_ELIMIT), "DETD_ELIMIT");
+    CHECK_STR(detd_err_name(DETD_EFORK), "DETD_EFORK");
+    CHECK_STR(detd_err_name(-2), "ENOENT");
+    CHECK_STR(detd_err_name(12345), "UNKNOWN");
+    CHECK_STR(detd_strerror(DETD_ECONNECT), "cannot reach the detd daemon");
+    CHECK_STR(detd_strerror(DETD_ETIMEDOUT), "deadline exceeded");
+    CHECK_STR(detd_strerror(0), "success");
+    CHECK(strlen(detd_strerror(-2)) > 0);
+    CHECK_STR(detd_strerror(99999), "unknown error");
+}
+
+TEST(version) {
+    CHECK_STR(detd_version(), DETD_VERSION);
+}
+
+TEST(close_null_and_free_null) {
+    detd_client_close(NULL);
+    detd_answer_free(NULL);
+    CHECK(detd_client_socket(NULL) == NULL);
+}
+
+TEST(socket_resolution) {
+    detd_client *c = NULL;
+    unsetenv("DETD_SOCKET");
+    CHECK_STR(detd_client_default_socket(), DETD_DEFAULT_SOCKET);
+    CHECK_EQ_INT(detd_client_open(NULL, NULL, &c), 0);
+    CHECK_STR(detd_client_socket(c), DETD_DEFAULT_SOCKET);
+    detd_client_close(c);
+
+    setenv("DETD_SOCKET", "/tmp/from-env.sock", 1);
+    CHECK_EQ_INT(detd_client_open(NULL, NULL, &c), 0);
+    CHECK_STR(detd_client_socket(c), "/tmp/from-env.sock");
+    detd_client_close(c);
+    /* an explicit path wins over the environment */
+    CHECK_EQ_INT(detd_client_open("/tmp/explicit.sock", NULL, &c), 0);
+    CHECK_STR(detd_client_socket(c), "/tmp/explicit.sock");
+    detd_client_close(c);
+    /* empty DETD_SOCKET means unset */
+    setenv("DETD_SOCKET", "", 1);
+    CHECK_STR(detd_client_default_socket(), DETD_DEFAULT_SOCKET);
+}
+
+TEST(open_rejects_bad_arguments) {
+    detd_client *c = (detd_client *)(uintptr_t)0x1;
+    CHECK_EQ_INT(detd_client_open("", NULL, &c), DETD_EINVAL);
+    CHECK(c == (detd_client *)(uintptr_t)0x1); /* untouched on failure */
+    char long_path[300];
+    memset(long_path, 'a', sizeof(long_path) - 1);
+    long_path[0] = '/';
+    long_path[sizeof(long_path) - 1] = '\0';
+    CHECK_EQ_INT(detd_client_open(long_path, NULL, &c), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "exceeds") != NULL);
+    CHECK_EQ_INT(detd_client_open("/tmp/x.sock", NULL, NULL), DETD_EINVAL);
+}
+
+TEST(decide_validates_before_sending) {
+    detd_client *c = open_missing_();
+    struct detd_answer *a = NULL;
+    struct detd_key k = {NULL, "sm90", "m:k@1", "(1024,)", cands_, 2};
+
+    CHECK_EQ_INT(detd_decide(NULL, &k, 0, 1000, &a), DETD_EINVAL);
+    CHECK_EQ_INT(detd_decide(c, NULL, 0, 1000, &a), DETD_EINVAL);
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 1000, NULL), DETD_EINVAL);
+    CHECK_EQ_INT(detd_decide(c, &k, 0x80, 1000, &a), DETD_EINVAL);
+
+    struct detd_key bad = k;
+    bad.kernel = NULL;
+    CHECK_EQ_INT(detd_decide(c, &bad, 0, 1000, &a), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "kernel") != NULL);
+    bad = k;
+    bad.arch = NULL;
+    CHECK_EQ_INT(detd_decide(c, &bad, 0, 1000, &a), DETD_EINVAL);
+    bad = k;
+    bad.n_candidates = 0;
+    CHECK_EQ_INT(detd_decide(c, &bad, 0, 1000, &a), DETD_EINVAL);
+    const char *with_null[] = {"a", NULL};
+    bad = k;
+    bad.candidates = with_null;
+    CHECK_EQ_INT(detd_decide(c, &bad, 0, 1000, &a), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "candidate 1") != NULL);
+    CHECK(a == NULL);
+    detd_client_close(c);
+}
+
+TEST(decide_limits) {
+    detd_client *c = open_missing_();
+    struct detd_answer *a = NULL;
+    char *key = malloc(DETD_MAX_KEY_BYTES + 2);
+    memset(key, 'k', DETD_MAX_KEY_BYTES + 1);
+    key[DETD_MAX_KEY_BYTES + 1] = '\0';
+    struct detd_key k = {NULL, "sm90", "m:k@1", key, cands_, 2};
+    int64_t t0 = now_ms();
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 1000, &a), DETD_ELIMIT);
+    CHECK(strstr(detd_client_last_error(), "4096") != NULL);
+    CHECK(now_ms() - t0 < 100); /* refused locally, nothing sent */
+
+    /* exactly at the limit is accepted locally (then fails to connect) */
+    key[DETD_MAX_KEY_BYTES] = '\0';
+    int rc = detd_decide(c, &k, 0, 2000, &a);
+    CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
+
+    const char **many = calloc(DETD_MAX_CANDIDATES + 1, sizeof(*many));
+    for (size_t i = 0; i <= DETD_MAX_CANDIDATES; i++)
+        many[i] = "c";
+    struct detd_key km = {NULL, "sm90", "m:k@1",
+                          "x",  many,   DETD_MAX_CANDIDATES + 1};
+    CHECK_EQ_INT(detd_decide(c, &km, 0, 1000, &a), DETD_ELIMIT);
+    CHECK(strstr(detd_client_last_error(), "1024") != NULL);
+    free(many);
+    free(key);
+    detd_client_close(c);
+}
+
+TEST(report_and_observe_validate) {
+    detd_client *c = open_missing_();
+    struct detd_answer *a = NULL;
+    struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2};
+    double ms[] = {1.0};
+    struct detd_timing t[] = {{cands_[0], ms, 1, 0}};
+    CHECK_EQ_INT(detd_report(c, 0, &k, t, 1, NULL, 1000, &a), DETD_EINVAL);
+    CHECK_EQ_INT(detd_report(c, 7, &k, NULL, 1, NULL, 1000, &a), DETD_EINVAL);
+    struct detd_timing tn[] = {{NULL, ms, 1, 0}};
+    CHECK_EQ_INT(detd_report(c, 7, &k, tn, 1, NULL, 1000, &a), DETD_EINVAL);
+    struct detd_timing tm[] = {{cands_[0], NULL, 3, 0}};
+    CHECK_EQ_INT(detd_report(c, 7, &k, tm, 1, NULL, 1000, &a), DETD_EINVAL);
+    CHECK_EQ_INT(
+        detd_report(c, 7, &k, t, DETD_MAX_CANDIDATES + 1, NULL, 1000, &a),
+        DETD_ELIMIT);
+    CHECK_EQ_INT(detd_observe(c, &k, NULL, DETD_SOURCE_TIMED, 0, 1000),
+                 DETD_EINVAL);
+    CHECK_EQ_INT(detd_observe(c, &k, "x", (detd_source)42, 0, 1000),
+                 DETD_EINVAL);
+    CHECK_EQ_INT(detd_observe(c, &k, "x", DETD_SOURCE_TIMED, 0x10, 1000),
+                 DETD_EINVAL);
+    CHECK(a == NULL);
+    detd_client_close(c);
+}
+
+TEST(connection_refused_within_deadline) {
+    detd_client *c = open_missing_();
+    struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2};
+    struct detd_answer *a = NULL;
+    int64_t t0 = now_ms();
+    int rc = detd_decide(c, &k, 0, 3000, &a);
+    CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
+    CHECK(now_ms() - t0 < 3000);
+    CHECK(a == NULL);
+    CHECK(strstr(detd_client_last_error(), "/nonexistent/detd.sock") != NULL);
+    rc = detd_client_connect(c, 2000);
+    CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
+    rc = detd_observe(c, &k, "x", DETD_SOURCE_LOCAL, 0, 2000);
+    CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
+    detd_client_close(c);
+}
+
+TEST(connect_null) {
+    CHECK_EQ_INT(detd_client_connect(NULL, 100), DETD_EINVAL);
+}
+
+int main(int argc, char **argv) {
+    return runner_main(argc, argv);
+}

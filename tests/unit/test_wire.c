@@ -1,0 +1,865 @@
+/*
+ * Tests of the wire layer and of libdetd against a small stand-in daemon:
+ * a real gRPC core server on a real unix socket, run in its own process.
+ * It implements just enough of detd.v1 (Attach, Decide, Report, Observe,
+ * Status) and grpc.health.v1 to check what travels over the wire.
+ *
+ * Stand-in behaviour (keys are test vocabulary, not the daemon's):
+ *   Decide "designate*"  -> DESIGNATED, claim_id = session_id * 1000 + 1
+ *   Decide "hang"        -> never answered (deadline tests)
+ *   Decide "limit"       -> INVALID_ARGUMENT "key exceeds 4096 bytes"
+ *   Decide other         -> DECIDED, config = candidates[0], decided_by =
+ *                           the asking client (so tests see pid, rank)
+ *   Decide with an unknown nonzero session -> FAILED_PRECONDITION
+ *   Report               -> the timing with the lowest first sample
+ *   Reset kernel "kick"  -> cancels every open Attach stream
+ *   Status               -> counters: attaches, heartbeats, decides,
+ *                           reports, observes, streams_open, sessions_sent
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "detd.pb-c.h"
+#include "detd/client.h"
+#include "health.pb-c.h"
+#include "runner.h"
+#include "wire.h"
+
+/* ---- the stand-in daemon ------------------------------------------- */
+
+enum fake_op { FAKE_NEW, FAKE_RECV, FAKE_SEND, FAKE_CLOSE, FAKE_STATUS };
+
+struct fake_call;
+struct fake_tag {
+    struct fake_call *call;
+    enum fake_op op;
+};
+
+struct fake_call {
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array md;
+    grpc_byte_buffer *recv;
+    grpc_byte_buffer *send;
+    struct fake_tag tags[5];
+    int pending;
+    int closed;
+    int cancelled;
+    int attach;
+    int attached;
+    uint64_t session_id;
+    int status_sent;
+    struct fake_call *next; /* list of attach streams */
+};
+
+struct fake {
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    struct fake_call *streams;
+    uint64_t next_session;
+    uint32_t lease_ms;
+    uint64_t attaches, heartbeats, decides, reports, observes, open;
+    uint64_t sessions_sent; /* decides that carried a live session id */
+};
+
+static void fake_request_(struct fake *f) {
+    struct fake_call *c = calloc(1, sizeof(*c));
+    for (int i = 0; i < 5; i++)
+        c->tags[i] = (struct fake_tag){c, (enum fake_op)i};
+    grpc_call_details_init(&c->details);
+    grpc_metadata_array_init(&c->md);
+    grpc_server_request_call(f->server, &c->call, &c->details, &c->md, f->cq,
+                             f->cq, &c->tags[FAKE_NEW]);
+}
+
+static void fake_batch_(struct fake_call *c, grpc_op *ops, size_t n,
+                        enum fake_op op) {
+    if (grpc_call_start_batch(c->call, ops, n, &c->tags[op], NULL) ==
+        GRPC_CALL_OK)
+        c->pending++;
+}
+
+static void fake_recv_(struct fake_call *c) {
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &c->recv;
+    fake_batch_(c, &op, 1, FAKE_RECV);
+}
+
+/* Answer a unary call: msg (may be NULL) and a status. */
+static void fake_reply_(struct fake_call *c, const ProtobufCMessage *msg,
+                        grpc_status_code status, const char *details) {
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof(ops));
+    grpc_slice d = grpc_slice_from_copied_string(details ? details : "");
+    if (msg != NULL && status == GRPC_STATUS_OK) {
+        void *bb = NULL;
+        wire_pack(msg, &bb);
+        c->send = bb;
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->send;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = status;
+    ops[n++].data.send_status_from_server.status_details = &d;
+    fake_batch_(c, ops, n, FAKE_STATUS);
+    c->status_sent = 1;
+    grpc_slice_unref(d);
+}
+
+static int fake_session_live_(struct fake *f, uint64_t sid) {
+    for (struct fake_call *s = f->streams; s != NULL; s = s->next)
+        if (s->session_id == sid && !s->closed)
+            return 1;
+    return 0;
+}
+
+static void fake_unary_(struct fake *f, struct fake_call *c,
+                        const char *method) {
+    void *bb = c->recv;
+    ProtobufCMessage *in = NULL;
+    if (strcmp(method, WIRE_METHOD_HEALTH_CHECK) == 0) {
+        Grpc__Health__V1__HealthCheckResponse r =
+            GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+        r.status =
+            GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+        fake_reply_(c, &r.base, GRPC_STATUS_OK, NULL);
+    } else if (strcmp(method, WIRE_METHOD_DECIDE) == 0) {
+        wire_unpack(bb, &detd__v1__decide_request__descriptor, &in);
+        Detd__V1__DecideRequest *q = (Detd__V1__DecideRequest *)in;
+        f->decides++;
+        Detd__V1__DecideResponse r = DETD__V1__DECIDE_RESPONSE__INIT;
+        Detd__V1__Decision d = DETD__V1__DECISION__INIT;
+        char id[128];
+        if (q->session_id != 0 && !fake_session_live_(f, q->session_id)) {
+            fake_reply_(c, NULL, GRPC_STATUS_FAILED_PRECONDITION,
+                        "unknown session");
+        } else if (strcmp(q->key->key, "hang") == 0) {
+            /* never answered */
+        } else if (strcmp(q->key->key, "limit") == 0) {
+            fake_reply_(c, NULL, GRPC_STATUS_INVALID_ARGUMENT,
+                        "key exceeds 4096 bytes");
+        } else if (strncmp(q->key->key, "designate", 9) == 0 &&
+                   q->session_id != 0) {
+            f->sessions_sent++;
+            r.outcome = DETD__V1__OUTCOME__OUTCOME_DESIGNATED;
+            r.claim_id = q->session_id * 1000 + 1;
+            r.lease_ms = 5000;
+            fake_reply_(c, &r.base, GRPC_STATUS_OK, NULL);
+        } else {
+            if (q->session_id != 0)
+                f->sessions_sent++;
+            snprintf(id, sizeof(id), "id-%s", q->key->key);
+            d.id = id;
+            d.config = q->key->n_candidates ? q->key->candidates[0] : "";
+            d.source = DETD__V1__SOURCE__SOURCE_TABLE;
+            d.decided_by = q->client;
+            r.outcome = DETD__V1__OUTCOME__OUTCOME_DECIDED;
+            r.decision = &d;
+            r.waited_ms = 7;
+            fake_reply_(c, &r.base, GRPC_STATUS_OK, NULL);
+        }
+    } else if (strcmp(method, WIRE_METHOD_REPORT) == 0) {
+        wire_unpack(bb, &detd__v1__report_request__descriptor, &in);
+        Detd__V1__ReportRequest *q = (Detd__V1__ReportRequest *)in;
+        f->reports++;
+        Detd__V1__ReportResponse r = DETD__V1__REPORT_RESPONSE__INIT;
+        Detd__V1__Decision d = DETD__V1__DECISION__INIT;
+        size_t best = 0;
+        for (size_t i = 1; i < q->n_timings; i++)
+            if (q->timings[i]->n_ms > 0 &&
+                q->timings[i]->ms[0] < q->timings[best]->ms[0])
+                best = i;
+        d.config = q->n_timings ? q->timings[best]->config : "";
+        d.source = DETD__V1__SOURCE__SOURCE_TIMED;
+        d.claim_id = q->claim_id;
+        d.decided_by = q->client;
+        r.decision = &d;
+        fake_reply_(c, &r.base, GRPC_STATUS_OK, NULL);
+    } else if (strcmp(method, WIRE_METHOD_OBSERVE) == 0) {
+        f->observes++;
+        Detd__V1__ObserveResponse r = DETD__V1__OBSERVE_RESPONSE__INIT;
+        fake_reply_(c, &r.base, GRPC_STATUS_OK, NULL);
+    } else if (strcmp(method, WIRE_METHOD_STATUS) == 0) {
+        Detd__V1__StatusResponse r = DETD__V1__STATUS_RESPONSE__INIT;
+        Detd__V1__Counter cs[7];
+        Detd__V1__Counter *cp[7];
+        const char *names[7] = {"attaches",     "heartbeats", "decides",
+                                "reports",      "observes",   "streams_open",
+                                "sessions_sent"};
+        uint64_t vals[7] = {f->attaches,     f->heartbeats, f->decides,
+                            f->reports,      f->observes,   f->open,
+                            f->sessions_sent};
+        for (int i = 0; i < 7; i++) {
+            Detd__V1__Counter init = DETD__V1__COUNTER__INIT;
+            cs[i] = init;
+            cs[i].name = (char *)names[i];
+            cs[i].value = vals[i];
+            cp[i] = &cs[i];
+        }
+        r.version = "fake";
+        r.n_counters = 7;
+        r.counters = cp;
+        r.pid = (uint32_t)getpid();
+        fake_reply_(c, &r.base, GRPC_STATUS_OK, NULL);
+    } else if (strcmp(method, WIRE_METHOD_RESET) == 0) {
+        wire_unpack(bb, &detd__v1__reset_request__descriptor, &in);
+        Detd__V1__ResetRequest *q = (Detd__V1__ResetRequest *)in;
+        if (strcmp(q->kernel, "kick") == 0)
+            for (struct fake_call *s = f->streams; s != NULL; s = s->next)
+                if (!s->closed)
+                    grpc_call_cancel_with_status(
+                        s->call, GRPC_STATUS_UNAVAILABLE, "kicked", NULL);
+        Detd__V1__ResetResponse r = DETD__V1__RESET_RESPONSE__INIT;
+        fake_reply_(c, &r.base, GRPC_STATUS_OK, NULL);
+    } else {
+        fake_reply_(c, NULL, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+    }
+    if (in != NULL)
+        protobuf_c_message_free_unpacked(in, NULL);
+}
+
+static void fake_attach_msg_(struct fake *f, struct fake_call *c) {
+    ProtobufCMessage *in = NULL;
+    if (wire_unpack(c->recv, &detd__v1__attach_request__descriptor, &in) < 0)
+        return;
+    Detd__V1__AttachRequest *q = (Detd__V1__AttachRequest *)in;
+    if (q->heartbeat) {
+        f->heartbeats++;
+    } else if (!c->attached) {
+        c->attached = 1;
+        c->session_id = ++f->next_session;
+        f->attaches++;
+        Detd__V1__AttachEvent e = DETD__V1__ATTACH_EVENT__INIT;
+        e.api_version = 1;
+        e.session_id = c->session_id;
+        e.lease_ms = f->lease_ms;
+        e.daemon_version = "fake";
+        void *bb = NULL;
+        wire_pack(&e.base, &bb);
+        c->send = bb;
+        grpc_op op;
+        memset(&op, 0, sizeof(op));
+        op.op = GRPC_OP_SEND_MESSAGE;
+        op.data.send_message.send_message = c->send;
+        fake_batch_(c, &op, 1, FAKE_SEND);
+    }
+    protobuf_c_message_free_unpacked(in, NULL);
+}
+
+static void fake_free_(struct fake *f, struct fake_call *c) {
+    for (struct fake_call **p = &f->streams; *p != NULL; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    if (c->attach)
+        f->open--;
+    grpc_call_unref(c->call);
+    grpc_call_details_destroy(&c->details);
+    grpc_metadata_array_destroy(&c->md);
+    wire_buffer_free(c->send);
+    wire_buffer_free(c->recv);
+    free(c);
+}
+
+static void fake_serve_(const char *path, uint32_t lease_ms) {
+    struct fake f;
+    memset(&f, 0, sizeof(f));
+    f.next_session = 99;
+    f.lease_ms = lease_ms;
+    grpc_init();
+    f.cq = grpc_completion_queue_create_for_next(NULL);
+    f.server = grpc_server_create(NULL, NULL);
+    grpc_server_register_completion_queue(f.server, f.cq, NULL);
+    char target[256];
+    snprintf(target, sizeof(target), "unix:%s", path);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    if (grpc_server_add_http2_port(f.server, target, creds) == 0)
+        _exit(3);
+    grpc_server_credentials_release(creds);
+    grpc_server_start(f.server);
+    for (int i = 0; i < 8; i++)
+        fake_request_(&f);
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(
+            f.cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        struct fake_tag *t = ev.tag;
+        struct fake_call *c = t->call;
+        if (t->op == FAKE_NEW) {
+            fake_request_(&f);
+            char *method = grpc_slice_to_c_string(c->details.method);
+            c->attach = strcmp(method, WIRE_METHOD_ATTACH) == 0;
+            gpr_free(method);
+            if (c->attach) {
+                c->next = f.streams;
+                f.streams = c;
+                f.open++;
+            }
+            grpc_op op;
+            memset(&op, 0, sizeof(op));
+            op.op = GRPC_OP_SEND_INITIAL_METADATA;
+            fake_batch_(c, &op, 1, FAKE_SEND);
+            memset(&op, 0, sizeof(op));
+            op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+            op.data.recv_close_on_server.cancelled = &c->cancelled;
+            fake_batch_(c, &op, 1, FAKE_CLOSE);
+            fake_recv_(c);
+            continue;
+        }
+        c->pending--;
+        if (t->op == FAKE_RECV) {
+            if (c->recv == NULL) {
+                if (c->attach && !c->status_sent)
+                    fake_reply_(c, NULL, GRPC_STATUS_OK, NULL);
+            } else if (c->attach) {
+                fake_attach_msg_(&f, c);
+                wire_buffer_free(c->recv);
+                c->recv = NULL;
+                fake_recv_(c);
+            } else {
+                char *method = grpc_slice_to_c_string(c->details.method);
+                fake_unary_(&f, c, method);
+                gpr_free(method);
+                wire_buffer_free(c->recv);
+                c->recv = NULL;
+            }
+        } else if (t->op == FAKE_SEND) {
+            wire_buffer_free(c->send);
+            c->send = NULL;
+        } else if (t->op == FAKE_CLOSE) {
+            c->closed = 1;
+        }
+        if (c->closed && c->pending == 0)
+            fake_free_(&f, c);
+    }
+}
+
+struct fake_proc {
+    pid_t pid;
+    char dir[64];
+    char path[128];
+};
+
+/* Start the stand-in daemon in its own process; wait for its socket. */
+static void fake_start_at_(struct fake_proc *p, uint32_t lease_ms) {
+    unlink(p->path);
+    fflush(NULL);
+    p->pid = fork();
+    CHECK(p->pid >= 0);
+    if (p->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        /* A fresh image: the caller may have gRPC running already. */
+        char lease[16];
+        snprintf(lease, sizeof(lease), "%u", (unsigned)lease_ms);
+        execl("/proc/self/exe", "test_wire", "--fake-serve", p->path, lease,
+              (char *)NULL);
+        _exit(127);
+    }
+    struct stat st;
+    for (int i = 0; i < 500 && stat(p->path, &st) != 0; i++)
+        usleep(10000);
+    CHECK(stat(p->path, &st) == 0);
+}
+
+static void fake_start_(struct fake_proc *p, uint32_t lease_ms) {
+    snprintf(p->dir, sizeof(p->dir), "/tmp/detd-wire-XXXXXX");
+    CHECK(mkdtemp(p->dir) != NULL);
+    snprintf(p->path, sizeof(p->path), "%s/detd.sock", p->dir);
+    fake_start_at_(p, lease_ms);
+}
+
+static void fake_kill_(struct fake_proc *p) {
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+}
+
+static void fake_stop_(struct fake_proc *p) {
+    fake_kill_(p);
+    unlink(p->path);
+    rmdir(p->dir);
+}
+
+static struct wire_channel *fake_channel_(const struct fake_proc *p) {
+    char target[160];
+    snprintf(target, sizeof(target), "unix:%s", p->path);
+    struct wire_channel *ch = NULL;
+    CHECK_EQ_INT(wire_channel_new(target, &ch), 0);
+    return ch;
+}
+
+/* One named counter from the stand-in's Status. */
+static uint64_t fake_counter_(const struct fake_proc *p, const char *name) {
+    struct wire_channel *ch = fake_channel_(p);
+    Detd__V1__StatusRequest req = DETD__V1__STATUS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    CHECK_EQ_INT(wire_unary(ch, WIRE_METHOD_STATUS, &req.base,
+                            &detd__v1__status_response__descriptor, 5000,
+                            &resp),
+                 0);
+    Detd__V1__StatusResponse *r = (Detd__V1__StatusResponse *)resp;
+    uint64_t v = UINT64_MAX;
+    for (size_t i = 0; i < r->n_counters; i++)
+        if (strcmp(r->counters[i]->name, name) == 0)
+            v = r->counters[i]->value;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    wire_channel_free(ch);
+    CHECK(v != UINT64_MAX);
+    return v;
+}
+
+static void fake_kick_(const struct fake_proc *p) {
+    struct wire_channel *ch = fake_channel_(p);
+    Detd__V1__ResetRequest req = DETD__V1__RESET_REQUEST__INIT;
+    req.kernel = "kick";
+    ProtobufCMessage *resp = NULL;
+    CHECK_EQ_INT(wire_unary(ch, WIRE_METHOD_RESET, &req.base,
+                            &detd__v1__reset_response__descriptor, 5000, &resp),
+                 0);
+    protobuf_c_message_free_unpacked(resp, NULL);
+    wire_channel_free(ch);
+}
+
+static const char *const cands_[] = {"BLOCK=128,num_warps=4",
+                                     "BLOCK=256,num_warps=8"};
+
+static struct detd_key key_(const char *k) {
+    struct detd_key key = {NULL, "sm90", "mod:kern@1", k, cands_, 2};
+    return key;
+}
+
+static detd_client *open_(const struct fake_proc *p, int32_t rank) {
+    struct detd_identity id = {"hostA",       rank,   0,   8,
+                               "NVIDIA H200", "sm90", 132, "job-1"};
+    detd_client *c = NULL;
+    CHECK_EQ_INT(detd_client_open(p->path, &id, &c), 0);
+    return c;
+}
+
+/* ---- wire layer ---------------------------------------------------- */
+
+TEST(pack_unpack_roundtrip) {
+    Detd__V1__AttachEvent e = DETD__V1__ATTACH_EVENT__INIT;
+    e.session_id = 12345678901ULL;
+    e.namespace_ = "ns";
+    void *bb = NULL;
+    CHECK_EQ_INT(wire_pack(&e.base, &bb), 0);
+    ProtobufCMessage *m = NULL;
+    CHECK_EQ_INT(wire_unpack(bb, &detd__v1__attach_event__descriptor, &m), 0);
+    Detd__V1__AttachEvent *out = (Detd__V1__AttachEvent *)m;
+    CHECK_EQ_INT(out->session_id, 12345678901ULL);
+    CHECK_STR(out->namespace_, "ns");
+    protobuf_c_message_free_unpacked(m, NULL);
+    wire_buffer_free(bb);
+}
+
+TEST(pack_refuses_oversized_message) {
+    CHECK_EQ_INT(wire_init(), 0);
+    size_t n = DETD_MAX_MESSAGE_BYTES + 1;
+    char *big = malloc(n + 1);
+    memset(big, 'x', n);
+    big[n] = '\0';
+    Detd__V1__AttachEvent e = DETD__V1__ATTACH_EVENT__INIT;
+    e.namespace_ = big;
+    void *bb = NULL;
+    CHECK_EQ_INT(wire_pack(&e.base, &bb), DETD_ELIMIT);
+    CHECK(bb == NULL);
+    CHECK(strstr(wire_last_error(), "limit") != NULL);
+    free(big);
+}
+
+TEST(unpack_caps_size_and_rejects_garbage) {
+    CHECK_EQ_INT(wire_init(), 0);
+    grpc_slice s = grpc_slice_malloc(DETD_MAX_MESSAGE_BYTES + 1);
+    memset(GRPC_SLICE_START_PTR(s), 0, GRPC_SLICE_LENGTH(s));
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    ProtobufCMessage *m = NULL;
+    CHECK_EQ_INT(wire_unpack(bb, &detd__v1__attach_event__descriptor, &m),
+                 DETD_ELIMIT);
+    CHECK(m == NULL);
+    grpc_byte_buffer_destroy(bb);
+
+    /* field 2 (varint) with a truncated value */
+    static const unsigned char junk[] = {0x10, 0xff, 0xff};
+    s = grpc_slice_from_copied_buffer((const char *)junk, sizeof(junk));
+    bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    CHECK_EQ_INT(wire_unpack(bb, &detd__v1__attach_event__descriptor, &m),
+                 DETD_EPROTO);
+    grpc_byte_buffer_destroy(bb);
+}
+
+TEST(status_mapping) {
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_OK, NULL), 0);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_DEADLINE_EXCEEDED, ""),
+                 DETD_ETIMEDOUT);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_INVALID_ARGUMENT, "bad"),
+                 DETD_EINVAL);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_INVALID_ARGUMENT,
+                                    "key exceeds 4096 bytes"),
+                 DETD_ELIMIT);
+    CHECK_EQ_INT(
+        wire_status_to_err(GRPC_STATUS_RESOURCE_EXHAUSTED, "too many waiters"),
+        DETD_ELIMIT);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_RESOURCE_EXHAUSTED, "busy"),
+                 DETD_EBUSY);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_FAILED_PRECONDITION, NULL),
+                 DETD_ESTALE);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_UNIMPLEMENTED, NULL),
+                 DETD_EUNIMPL);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_PERMISSION_DENIED, NULL),
+                 DETD_EDENIED);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_UNAVAILABLE,
+                                    "failed to connect to all addresses"),
+                 DETD_ECONNECT);
+    CHECK_EQ_INT(
+        wire_status_to_err(GRPC_STATUS_UNAVAILABLE, "etcd unreachable"),
+        DETD_EUNAVAILABLE);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_NOT_FOUND, NULL),
+                 DETD_ENOTFOUND);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_CANCELLED, NULL),
+                 DETD_ECANCELLED);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_DATA_LOSS, NULL),
+                 DETD_ECORRUPT);
+    CHECK_EQ_INT(wire_status_to_err(GRPC_STATUS_INTERNAL, NULL),
+                 DETD_EINTERNAL);
+}
+
+TEST(health_check_serving) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    struct wire_channel *ch = fake_channel_(&p);
+    int st = -1;
+    CHECK_EQ_INT(wire_health_check(ch, "", 5000, &st), 0);
+    CHECK_EQ_INT(st, WIRE_HEALTH_SERVING);
+    wire_channel_free(ch);
+    fake_stop_(&p);
+}
+
+TEST(unary_nonexistent_socket_is_connect_error) {
+    struct wire_channel *ch = NULL;
+    CHECK_EQ_INT(wire_channel_new("unix:/nonexistent/detd.sock", &ch), 0);
+    int st = -1;
+    int64_t t0 = wire_now_ms();
+    int rc = wire_health_check(ch, "", 3000, &st);
+    CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
+    CHECK(wire_now_ms() - t0 < 3000);
+    CHECK(wire_last_error()[0] != '\0');
+    wire_channel_free(ch);
+}
+
+TEST(unary_unknown_method_is_unimpl) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    struct wire_channel *ch = fake_channel_(&p);
+    Detd__V1__StatusRequest req = DETD__V1__STATUS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    CHECK_EQ_INT(wire_unary(ch, "/detd.v1.Nope/Nothing", &req.base,
+                            &detd__v1__status_response__descriptor, 5000,
+                            &resp),
+                 DETD_EUNIMPL);
+    CHECK(resp == NULL);
+    wire_channel_free(ch);
+    fake_stop_(&p);
+}
+
+/* ---- libdetd against the stand-in ---------------------------------- */
+
+TEST(decide_sends_identity_and_session) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 3);
+    struct detd_key k = key_("K1");
+    struct detd_answer *a = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    CHECK_EQ_INT(a->outcome, DETD_OUTCOME_DECIDED);
+    CHECK_STR(a->config, cands_[0]);
+    CHECK_STR(a->decision_id, "id-K1");
+    CHECK_EQ_INT(a->source, DETD_SOURCE_TABLE);
+    CHECK_STR(a->decided_by_host, "hostA");
+    CHECK_EQ_INT(a->decided_by_rank, 3);
+    CHECK_EQ_INT(a->decided_by_pid, getpid());
+    CHECK_EQ_INT(a->waited_ms, 7);
+    detd_answer_free(a);
+    CHECK_EQ_INT(fake_counter_(&p, "attaches"), 1);
+    CHECK_EQ_INT(fake_counter_(&p, "sessions_sent"), 1);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+TEST(designated_then_report_uses_committed_config) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 0);
+    struct detd_key k = key_("designate-1");
+    struct detd_answer *a = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    CHECK_EQ_INT(a->outcome, DETD_OUTCOME_DESIGNATED);
+    CHECK_EQ_INT(a->claim_id, 100 * 1000 + 1); /* first session is 100 */
+    CHECK_EQ_INT(a->lease_ms, 5000);
+    CHECK(a->config == NULL);
+    uint64_t claim = a->claim_id;
+    detd_answer_free(a);
+
+    double t0[] = {2.0, 2.1}, t1[] = {1.5, 1.6};
+    struct detd_timing tm[] = {{cands_[0], t0, 2, 0}, {cands_[1], t1, 2, 0}};
+    CHECK_EQ_INT(detd_report(c, claim, &k, tm, 2, "3.6.0", 5000, &a), 0);
+    CHECK_EQ_INT(a->outcome, DETD_OUTCOME_DECIDED);
+    CHECK_STR(a->config, cands_[1]);
+    CHECK_EQ_INT(a->source, DETD_SOURCE_TIMED);
+    CHECK_EQ_INT(a->claim_id, claim);
+    CHECK_EQ_INT(a->superseded, 0);
+    detd_answer_free(a);
+
+    CHECK_EQ_INT(detd_observe(c, &k, cands_[1], DETD_SOURCE_TIMED,
+                              DETD_OBSERVE_GOVERNED, 5000),
+                 0);
+    CHECK_EQ_INT(fake_counter_(&p, "observes"), 1);
+    CHECK_EQ_INT(fake_counter_(&p, "reports"), 1);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+TEST(daemon_status_message_is_kept) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 0);
+    struct detd_key k = key_("limit");
+    struct detd_answer *a = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), DETD_ELIMIT);
+    CHECK(a == NULL);
+    CHECK_STR(detd_client_last_error(), "key exceeds 4096 bytes");
+    /* the next successful call clears it */
+    k = key_("K2");
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    CHECK_STR(detd_client_last_error(), "");
+    detd_answer_free(a);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+TEST(decide_deadline) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 0);
+    CHECK_EQ_INT(detd_client_connect(c, 5000), 0);
+    struct detd_key k = key_("hang");
+    struct detd_answer *a = NULL;
+    int64_t t0 = wire_now_ms();
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 400, &a), DETD_ETIMEDOUT);
+    int64_t took = wire_now_ms() - t0;
+    CHECK(took >= 350 && took < 3000);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+TEST(heartbeats_keep_the_session) {
+    struct fake_proc p;
+    fake_start_(&p, 150); /* heartbeat every 50 ms */
+    detd_client *c = open_(&p, 0);
+    CHECK_EQ_INT(detd_client_connect(c, 5000), 0);
+    CHECK_EQ_INT(detd_client_connect(c, 5000), 0); /* cheap no-op */
+    usleep(600 * 1000);
+    uint64_t hb = fake_counter_(&p, "heartbeats");
+    CHECK(hb >= 5 && hb <= 20);
+    CHECK_EQ_INT(fake_counter_(&p, "attaches"), 1);
+    CHECK_EQ_INT(fake_counter_(&p, "streams_open"), 1);
+    detd_client_close(c);
+    /* close cancelled the stream: the daemon sees it go */
+    uint64_t open = 1;
+    for (int i = 0; i < 200 && open != 0; i++) {
+        usleep(10000);
+        open = fake_counter_(&p, "streams_open");
+    }
+    CHECK_EQ_INT(open, 0);
+    fake_stop_(&p);
+}
+
+TEST(reattach_after_stream_loss) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 0);
+    struct detd_key k = key_("designate-a");
+    struct detd_answer *a = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    CHECK_EQ_INT(a->claim_id, 100 * 1000 + 1);
+    detd_answer_free(a);
+    fake_kick_(&p);
+    /* the keeper notices, the next call attaches with a new session;
+     * a call racing the loss is refused once and retried */
+    usleep(100 * 1000);
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    CHECK_EQ_INT(a->claim_id, 101 * 1000 + 1);
+    detd_answer_free(a);
+    CHECK_EQ_INT(fake_counter_(&p, "attaches"), 2);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+TEST(daemon_restart) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 0);
+    struct detd_key k = key_("K");
+    struct detd_answer *a = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    detd_answer_free(a);
+    fake_kill_(&p);
+    a = NULL;
+    int rc = detd_decide(c, &k, 0, 2000, &a);
+    CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
+    CHECK(strstr(detd_client_last_error(), p.path) != NULL);
+    fake_start_at_(&p, 300);
+    rc = -1;
+    for (int i = 0; i < 200 && rc != 0; i++) {
+        rc = detd_decide(c, &k, 0, 2000, &a);
+        if (rc != 0)
+            usleep(50 * 1000);
+    }
+    if (rc != 0)
+        fprintf(stderr, "after restart: %s: %s (server %s)\n",
+                detd_err_name(rc), detd_client_last_error(),
+                kill(p.pid, 0) == 0 ? "alive" : "gone");
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR(a->config, cands_[0]);
+    detd_answer_free(a);
+    CHECK_EQ_INT(fake_counter_(&p, "attaches"), 1);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+struct thread_arg {
+    detd_client *c;
+    int id;
+    int failures;
+};
+
+static void *decide_many_(void *arg) {
+    struct thread_arg *t = arg;
+    for (int i = 0; i < 100; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "T%d-%d", t->id, i);
+        struct detd_key k = key_(key);
+        struct detd_answer *a = NULL;
+        if (detd_decide(t->c, &k, 0, 10000, &a) != 0 ||
+            strcmp(a->config, cands_[0]) != 0)
+            t->failures++;
+        detd_answer_free(a);
+    }
+    return NULL;
+}
+
+TEST(concurrent_threads_share_one_handle) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 0);
+    pthread_t th[8];
+    struct thread_arg args[8];
+    for (int i = 0; i < 8; i++) {
+        args[i] = (struct thread_arg){c, i, 0};
+        CHECK(pthread_create(&th[i], NULL, decide_many_, &args[i]) == 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(args[i].failures, 0);
+    }
+    CHECK_EQ_INT(fake_counter_(&p, "decides"), 800);
+    CHECK_EQ_INT(fake_counter_(&p, "attaches"), 1);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+/* The child of a fork uses the handle: its own connection, its own
+ * session, its own pid; the parent goes on with its session. */
+TEST(fork_child_decides_parent_keeps_working) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 5);
+    struct detd_key k = key_("designate-parent");
+    struct detd_answer *a = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    CHECK_EQ_INT(a->claim_id, 100 * 1000 + 1);
+    detd_answer_free(a);
+
+    fflush(NULL);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        struct detd_key kc = key_("child");
+        struct detd_answer *ac = NULL;
+        int rc = detd_decide(c, &kc, 0, 5000, &ac);
+        if (rc != 0) {
+            fprintf(stderr, "child: decide: %s: %s\n", detd_err_name(rc),
+                    detd_client_last_error());
+            _exit(10);
+        }
+        if (ac->decided_by_pid != getpid() || ac->decided_by_rank != 5)
+            _exit(11);
+        detd_answer_free(ac);
+        kc = key_("designate-child");
+        if (detd_decide(c, &kc, 0, 5000, &ac) != 0)
+            _exit(12);
+        if (ac->claim_id != 101 * 1000 + 1) /* a session of its own */
+            _exit(13);
+        detd_answer_free(ac);
+        /* deadlines work in the child (gRPC's timers run here too) */
+        kc = key_("hang");
+        int64_t t0 = wire_now_ms();
+        rc = detd_decide(c, &kc, 0, 300, &ac);
+        if (rc != DETD_ETIMEDOUT || wire_now_ms() - t0 > 3000) {
+            fprintf(stderr, "child: hang: %s after %lld ms\n",
+                    detd_err_name(rc), (long long)(wire_now_ms() - t0));
+            _exit(14);
+        }
+        detd_client_close(c);
+        _exit(0);
+    }
+    /* the parent keeps working while the child runs */
+    for (int i = 0; i < 20; i++) {
+        k = key_("designate-parent");
+        CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+        CHECK_EQ_INT(a->claim_id, 100 * 1000 + 1);
+        detd_answer_free(a);
+    }
+    int st = 0;
+    CHECK(waitpid(child, &st, 0) == child);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ_INT(WEXITSTATUS(st), 0);
+    k = key_("designate-parent");
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    CHECK_EQ_INT(a->claim_id, 100 * 1000 + 1);
+    detd_answer_free(a);
+    CHECK_EQ_INT(fake_counter_(&p, "attaches"), 2);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "--fake-serve") == 0) {
+        fake_serve_(argv[2], (uint32_t)atoi(argv[3]));
+        return 0;
+    }
+    return runner_main(argc, argv);
+}
