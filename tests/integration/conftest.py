@@ -52,6 +52,26 @@ class Daemon:
             time.sleep(0.05)
         raise RuntimeError(f"detd not ready:\n{self.read_log()}")
 
+    def wait_log(self, text, timeout=10.0, after=0):
+        """Wait until text appears in the log past byte offset `after`
+        (readiness without detctl); returns the offset just past it."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"detd exited {self.proc.returncode}:\n{self.read_log()}")
+            log = self.read_log()
+            i = log.find(text, after)
+            if i >= 0:
+                return i + len(text)
+            time.sleep(0.05)
+        raise RuntimeError(f"'{text}' not in the log after {timeout}s:\n{self.read_log()[-4000:]}")
+
+    def log_size(self):
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
     def read_log(self):
         try:
             return self.log_path.read_text(errors="replace")

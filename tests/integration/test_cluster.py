@@ -1,0 +1,461 @@
+"""The etcd backend end to end: a real 3-member etcd cluster on loopback,
+4 detd daemons (--etcd), client processes on each (detd_client.py, libdetd
+through ctypes).
+
+What is checked, per test: one timing pass per key in the whole cluster,
+every node's SQLite store and etcd holding the same single decision per
+key, and that no daemon decides a new key while it cannot reach etcd.
+Stores are read directly (sqlite3, read-only), etcd with etcdctl.
+"""
+
+import base64
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from conftest import DETD, Daemon  # noqa: E402
+from etcd_cluster import EtcdCluster  # noqa: E402
+import shutil  # noqa: E402
+
+CLIENT = HERE / "detd_client.py"
+NS = "default"
+LEASE_MS = 2000
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("etcd") is None or shutil.which("etcdctl") is None,
+    reason="etcd-server and etcd-client are not installed")
+
+
+# ---- helpers ----------------------------------------------------------------
+
+@pytest.fixture
+def etcd(tmpdir_short):
+    c = EtcdCluster(tmpdir_short / "etcd", size=3)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+class Node(Daemon):
+    def __init__(self, root, name, endpoints, extra=()):
+        super().__init__(root, name=name,
+                         extra_args=["--etcd", endpoints, "--node-id", name,
+                                     "--lease-ms", str(LEASE_MS), *extra])
+        self.name = name
+
+    def start(self, wait=True):
+        mark = self.log_size()
+        super().start(wait=False)
+        if wait:
+            self.wait_log("serving on", after=mark)
+        return self
+
+    def decisions(self):
+        """{decision id: config} from this node's store (read-only)."""
+        db = Path(self.state) / "detd.sqlite"
+        if not db.exists():
+            return {}
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return dict(con.execute("SELECT id, config FROM decisions"))
+        finally:
+            con.close()
+
+    def meta(self, name):
+        db = Path(self.state) / "detd.sqlite"
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            r = con.execute("SELECT value FROM meta WHERE name = ?",
+                            (name,)).fetchone()
+            return r[0] if r else None
+        finally:
+            con.close()
+
+
+@pytest.fixture
+def nodes(tmpdir_short, etcd):
+    made = []
+
+    def make(n=4, endpoints=None, extra=()):
+        for i in range(n):
+            nd = Node(tmpdir_short, f"n{len(made)}", endpoints or etcd.endpoints,
+                      extra)
+            made.append(nd)
+        for nd in made[-n:]:
+            nd.start()
+        return made[-n:]
+
+    yield make
+    for nd in made:
+        nd.stop()
+
+
+def etcd_decisions(cluster):
+    """{decision id: config} and the raw count, from etcd."""
+    r = cluster.ctl("get", "--prefix", f"/detd/v1/{NS}/decisions/", "-w", "json")
+    kvs = json.loads(r.stdout).get("kvs", [])
+    out = {}
+    for kv in kvs:
+        key = base64.b64decode(kv["key"]).decode()
+        val = json.loads(base64.b64decode(kv["value"]))
+        assert kv.get("lease", 0) == 0, f"decision {key} is attached to a lease"
+        out[key.rsplit("/", 1)[1]] = val["config"]
+    return out, len(kvs)
+
+
+def etcd_revision(cluster):
+    r = cluster.ctl("get", "/", "-w", "json")
+    return int(json.loads(r.stdout)["header"]["revision"])
+
+
+def spawn_client(tmp, node, rank, keys, prefix="i:", sleep_ms=30,
+                 timeout_ms=30000, start=None, hold=False, tag=""):
+    out = Path(tmp) / f"c-{node.name}-{rank}{tag}.json"
+    args = [sys.executable, str(CLIENT), "--socket", node.socket,
+            "--keys", str(keys), "--key-prefix", prefix, "--rank", str(rank),
+            "--sleep-ms", str(sleep_ms), "--timeout-ms", str(timeout_ms),
+            "--out", str(out)]
+    if start:
+        args += ["--wait-start", str(start)]
+    if hold:
+        args.append("--hold")
+    env = dict(os.environ)
+    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    p.out_path = out
+    return p
+
+
+def finish(procs, timeout=90):
+    results = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            raise AssertionError("client did not finish")
+        assert p.returncode == 0, err
+        results.append(json.loads(p.out_path.read_text()))
+    return results
+
+
+def storm(tmp, nodes, per_node, keys, prefix, sleep_ms=30, timeout_ms=30000,
+          during=None):
+    """Clients on every node race on the same keys; returns their results.
+    during(): called once every client is running."""
+    start = Path(tmp) / f"start-{prefix.strip(':')}"
+    procs = [spawn_client(tmp, nd, i * per_node + r, keys, prefix, sleep_ms,
+                          timeout_ms, start, tag=prefix.strip(":"))
+             for i, nd in enumerate(nodes) for r in range(per_node)]
+    time.sleep(0.5)  # interpreters up, libdetd loaded
+    start.touch()
+    if during is not None:
+        during()
+    return finish(procs)
+
+
+def check_agreement(results, nodes, cluster, keys, prefix):
+    """Every client used the etcd decision; one decision per key
+    everywhere; returns {key: number of timing passes}."""
+    passes = {}
+    configs = {}
+    for res in results:
+        assert res["errors"] == [], res["errors"]
+        for k, e in res["keys"].items():
+            configs.setdefault(k, set()).add(e["config"])
+            if e["timed"] and not e.get("superseded"):
+                passes[k] = passes.get(k, 0) + 1
+    assert len(configs) == keys
+    for k, cs in configs.items():
+        assert len(cs) == 1, f"key {k}: clients used {cs}"
+    in_etcd, raw = etcd_decisions(cluster)
+    assert raw == len(in_etcd)
+    for nd in nodes:
+        wait_for(lambda: set(in_etcd) <= set(nd.decisions()), 10,
+                 f"{nd.name} has every decision")
+        local = nd.decisions()
+        for i, cfg in in_etcd.items():
+            assert local[i] == cfg, f"{nd.name}: {i[:12]} {local[i]} != etcd {cfg}"
+    used = {next(iter(cs)) for cs in configs.values()}
+    assert used <= set(in_etcd.values())
+    return passes
+
+
+def wait_for(pred, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+class Proxy:
+    """A loopback TCP proxy in front of one etcd member that can be cut:
+    cut() closes every connection and refuses new ones until heal()."""
+
+    def __init__(self, target_port):
+        self.target = ("127.0.0.1", target_port)
+        self.lsock = socket.socket()
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(64)
+        self.port = self.lsock.getsockname()[1]
+        self.cut_now = False
+        self.conns = []
+        self.lock = threading.Lock()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            if self.cut_now:
+                c.close()
+                continue
+            try:
+                u = socket.create_connection(self.target, timeout=2)
+            except OSError:
+                c.close()
+                continue
+            with self.lock:
+                self.conns += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(a, b),
+                                 daemon=True).start()
+
+    @staticmethod
+    def _pump(a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        self.cut_now = True
+        with self.lock:
+            for s in self.conns:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                    s.close()
+                except OSError:
+                    pass
+            self.conns = []
+
+    def heal(self):
+        self.cut_now = False
+
+    def close(self):
+        self.closed = True
+        self.cut()
+        self.lsock.close()
+
+
+# ---- tests ------------------------------------------------------------------
+
+def test_race_one_timing_pass_per_key(tmpdir_short, etcd, nodes):
+    ns = nodes(4)
+    keys = 20
+    res = storm(tmpdir_short, ns, 2, keys, "race:")
+    passes = check_agreement(res, ns, etcd, keys, "race:")
+    assert len(passes) == keys, f"keys without a pass: {keys - len(passes)}"
+    assert all(v == 1 for v in passes.values()), passes
+    # Every node serves the same decision afterwards, as a hit.
+    again = storm(tmpdir_short, ns, 1, keys, "race:", sleep_ms=0)
+    for r in again:
+        assert all(e["outcome"] == 1 and not e["timed"]
+                   for e in r["keys"].values())
+    check_agreement(res + again, ns, etcd, keys, "race:")
+
+
+def test_leader_killed_during_storm(tmpdir_short, etcd, nodes):
+    ns = nodes(4)
+    keys = 40
+    killed = []
+
+    def kill_leader():
+        time.sleep(0.4)
+        killed.append(etcd.kill_leader())
+
+    res = storm(tmpdir_short, ns, 2, keys, "lk:", sleep_ms=20,
+                timeout_ms=45000, during=kill_leader)
+    assert killed
+    passes = check_agreement(res, ns, etcd, keys, "lk:")
+    assert len(passes) == keys
+    # A pass may repeat only if a claim's lease lapsed during the election;
+    # the decision never does (checked above on every node and in etcd).
+    assert sum(passes.values()) <= keys + 4, passes
+
+
+def test_quorum_loss_serves_existing_and_refuses_new(tmpdir_short, etcd, nodes):
+    ns = nodes(4)
+    res = storm(tmpdir_short, ns, 1, 5, "q:", sleep_ms=10)
+    check_agreement(res, ns, etcd, 5, "q:")
+    leader = etcd.leader()
+    others = [i for i in range(3) if i != leader]
+    etcd.kill(others[0])
+    etcd.kill(leader)
+    # Existing decisions: hits from the local copy, fast.
+    t0 = time.monotonic()
+    hit = finish([spawn_client(tmpdir_short, nd, 10 + i, 5, "q:", 0, 3000,
+                               tag="-hit") for i, nd in enumerate(ns)])
+    assert time.monotonic() - t0 < 15
+    for r in hit:
+        assert r["errors"] == []
+        assert all(e["outcome"] == 1 for e in r["keys"].values())
+    # New keys: a clear error naming etcd after the deadline, never a pass.
+    t0 = time.monotonic()
+    miss = finish([spawn_client(tmpdir_short, nd, 20 + i, 1, "new:", 0, 2500,
+                                tag="-miss") for i, nd in enumerate(ns)])
+    took = time.monotonic() - t0
+    assert 2.0 < took < 20, took
+    for r in miss:
+        assert r["keys"] == {}, r
+        assert len(r["errors"]) == 1
+        assert "etcd" in r["errors"][0][3], r["errors"]
+    # Quorum back: progress resumes.
+    etcd.restart(leader)
+    etcd.restart(others[0])
+    res = storm(tmpdir_short, ns, 1, 3, "new:", sleep_ms=10)
+    passes = check_agreement(res, ns, etcd, 3, "new:")
+    assert sorted(passes.values()) == [1, 1, 1]
+
+
+def test_restart_catches_up_then_resyncs_after_compaction(tmpdir_short, etcd,
+                                                         nodes):
+    ns = nodes(4)
+    late = ns[3]
+    late.stop()
+    rev_before = int(late.meta("etcd_revision") or 0)
+    res = storm(tmpdir_short, ns[:3], 1, 10, "a:", sleep_ms=10)
+    check_agreement(res, ns[:3], etcd, 10, "a:")
+    late.start()
+    in_etcd, _ = etcd_decisions(etcd)
+    wait_for(lambda: set(in_etcd) <= set(late.decisions()), 15,
+             "the restarted node caught up")
+    assert "full resync" not in late.read_log().split("etcd backend:")[-1]
+    assert int(late.meta("etcd_revision")) > rev_before
+
+    # Down again; more decisions; history compacted past its revision.
+    late.stop()
+    res = storm(tmpdir_short, ns[:3], 1, 10, "b:", sleep_ms=10)
+    check_agreement(res, ns[:3], etcd, 10, "b:")
+    etcd.compact(etcd_revision(etcd))
+    mark = late.log_size()
+    late.start()
+    late.wait_log("resync from etcd", timeout=20, after=mark)
+    in_etcd, _ = etcd_decisions(etcd)
+    assert len(in_etcd) == 20
+    wait_for(lambda: late.decisions() == in_etcd, 15,
+             "the restarted node resynced every decision")
+    # And it serves them as hits.
+    hit = finish([spawn_client(tmpdir_short, late, 99, 10, "b:", 0, 5000,
+                               tag="-hit")])
+    assert all(e["outcome"] == 1 for e in hit[0]["keys"].values())
+
+
+def test_designated_client_killed_waiter_on_other_node_takes_over(
+        tmpdir_short, etcd, nodes):
+    ns = nodes(4)
+    # The designated client dies: its node gives the claim up at once.
+    holder = spawn_client(tmpdir_short, ns[0], 0, 1, "t:", hold=True,
+                          tag="-hold")
+    assert holder.stdout.readline().strip() == "HOLD"
+    waiter = spawn_client(tmpdir_short, ns[1], 1, 1, "t:", sleep_ms=10,
+                          timeout_ms=30000, tag="-wait")
+    time.sleep(1.0)
+    assert waiter.poll() is None  # waiting for the holder's pass
+    holder.kill()
+    holder.wait()
+    t0 = time.monotonic()
+    r = finish([waiter])[0]
+    assert time.monotonic() - t0 < LEASE_MS / 1000 + 5
+    e = r["keys"]["t:0"]
+    assert e["timed"] and not e["superseded"]
+
+    # The designated client's whole daemon dies (kill -9): the waiter on
+    # another node takes over once the node lease expires.
+    holder = spawn_client(tmpdir_short, ns[2], 2, 1, "u:", hold=True,
+                          tag="-hold2")
+    assert holder.stdout.readline().strip() == "HOLD"
+    waiter = spawn_client(tmpdir_short, ns[3], 3, 1, "u:", sleep_ms=10,
+                          timeout_ms=30000, tag="-wait2")
+    time.sleep(0.5)
+    ns[2].kill9()
+    t0 = time.monotonic()
+    r = finish([waiter])[0]
+    took = time.monotonic() - t0
+    assert took < LEASE_MS / 1000 * 3 + 5, took
+    assert r["keys"]["u:0"]["timed"]
+    holder.kill()
+    holder.wait()
+    in_etcd, raw = etcd_decisions(etcd)
+    assert raw == 2
+
+
+def test_cut_off_daemon_never_decides_alone_and_catches_up(tmpdir_short, etcd,
+                                                           nodes):
+    proxies = [Proxy(m["client_port"]) for m in etcd.members]
+    try:
+        ns = nodes(3)
+        via = ",".join(f"http://127.0.0.1:{p.port}" for p in proxies)
+        cut_node = nodes(1, endpoints=via)[0]
+        res = storm(tmpdir_short, ns + [cut_node], 1, 3, "pre:", sleep_ms=10)
+        check_agreement(res, ns + [cut_node], etcd, 3, "pre:")
+
+        for p in proxies:
+            p.cut()
+        # Its clients: existing keys served, new keys refused (naming etcd).
+        alone = finish([spawn_client(tmpdir_short, cut_node, 50, 3, "pre:", 0,
+                                     3000, tag="-pre"),
+                        spawn_client(tmpdir_short, cut_node, 51, 2, "cut:", 0,
+                                     2500, tag="-cut")])
+        assert all(e["outcome"] == 1 for e in alone[0]["keys"].values())
+        assert alone[1]["keys"] == {}
+        assert all("etcd" in e[3] for e in alone[1]["errors"]), alone[1]
+        assert len(alone[1]["errors"]) == 2
+        # Meanwhile the connected nodes decide the same keys.
+        res = storm(tmpdir_short, ns, 1, 2, "cut:", sleep_ms=10)
+        in_etcd, _ = etcd_decisions(etcd)
+        assert len(in_etcd) == 5
+        assert not (set(in_etcd) - set(ns[0].decisions()))
+        assert len(cut_node.decisions()) == 3  # decided nothing alone
+
+        for p in proxies:
+            p.heal()
+        wait_for(lambda: cut_node.decisions() == in_etcd, 30,
+                 "the reconnected node caught up")
+        after = finish([spawn_client(tmpdir_short, cut_node, 52, 2, "cut:", 0,
+                                     5000, tag="-after")])
+        for k, e in after[0]["keys"].items():
+            assert e["outcome"] == 1
+        check_agreement(res + after, ns + [cut_node], etcd, 2, "cut:")
+    finally:
+        for p in proxies:
+            p.close()
