@@ -9,9 +9,13 @@
  * nowhere else; the daemon's status message is kept per thread and read
  * with wire_last_error().
  *
- * Fork: gRPC objects must not cross fork(). Nothing here tracks that;
- * the caller (client.c) drops objects created by another process without
- * calling into them. See wire_init() for the process-wide part.
+ * Fork: gRPC objects must not cross fork(); the caller (session.c) drops
+ * objects created by another process without calling into them. The
+ * process-wide part is here: wire_init() enables gRPC's fork support and
+ * runs its fork handlers around every fork(), and every wait on a
+ * completion queue steps out of gRPC at least every 20 ms so those
+ * handlers can run (see the comment in wire.c). A child of a process whose
+ * libgrpc lacks the handlers gets DETD_EFORK from wire_channel_new().
  */
 #ifndef DETD_WIRE_H
 #define DETD_WIRE_H
@@ -44,7 +48,9 @@ struct wire_stream;
 /*
  * Initialize gRPC once per process (thread-safe, idempotent). gRPC's own
  * logging is silenced unless GRPC_VERBOSITY or GRPC_TRACE is set, so the
- * library never prints. Returns 0 or DETD_EINTERNAL.
+ * library never prints. Sets GRPC_ENABLE_FORK_SUPPORT=1 and
+ * GRPC_POLL_STRATEGY=poll unless the environment already names them, and
+ * registers the fork handlers. Returns 0 or DETD_EINTERNAL.
  */
 int wire_init(void);
 
