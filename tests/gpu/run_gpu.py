@@ -94,10 +94,7 @@ class Daemon:
 
 
 def counter(st, name):
-    for c in st.get("counters", []):
-        if c["name"] == name:
-            return int(c.get("value", 0))
-    return 0
+    return int(st.get("counters", {}).get(name, 0))
 
 
 def main():

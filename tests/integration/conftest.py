@@ -138,7 +138,4 @@ def daemon(tmpdir_short):
 
 
 def counter(status, name):
-    for c in status.get("counters", []):
-        if c["name"] == name:
-            return int(c.get("value", 0))
-    return 0
+    return int(status.get("counters", {}).get(name, 0))

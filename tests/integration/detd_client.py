@@ -9,7 +9,8 @@ T ms, then report per-process pseudo-timings that rank the candidates in a
 rotated order, so processes timing on their own would disagree), and use
 the config the daemon committed. --hold stops (sleeps) right after the
 first designation, so a test can kill -9 this process mid-pass. --use
-observes CONFIG instead of the answer (a deliberately diverging rank).
+observes CONFIG instead of the answer (a deliberately diverging rank);
+--use other observes the candidate after the answer.
 Writes {"keys": {key: {"config", "outcome", "timed", "source"}}, ...}.
 """
 
@@ -147,6 +148,9 @@ def main():
         lib.detd_answer_free(ans)
         if a.observe and "config" in entry:
             used = (a.use or entry["config"]).encode()
+            if a.use == "other":  # the next candidate after the decided one
+                i = cands.index(entry["config"].encode())
+                used = cands[(i + 1) % len(cands)]
             rc = lib.detd_observe(cl, ctypes.byref(key), used, entry.get("source", 1), 1, a.timeout_ms)
             if rc != 0:
                 result["errors"].append(err(lib, keystr, rc, "observe"))
