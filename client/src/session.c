@@ -21,6 +21,7 @@ static int session_reg_err_;
 static void session_forget_(struct session *s) {
     s->pid = getpid();
     s->channel = NULL;
+    s->attach_channel = NULL;
     s->stream = NULL;
     s->thread_joinable = 0;
     s->state = SESSION_IDLE;
@@ -128,6 +129,7 @@ void session_destroy(struct session *s) {
     if (joinable)
         pthread_join(s->thread, NULL);
     wire_channel_free(s->channel);
+    wire_channel_free(s->attach_channel);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->mu);
     free(s->target);
@@ -298,6 +300,11 @@ int session_acquire(struct session *s, int attach, int64_t deadline_ms,
         if (rc < 0)
             goto out;
     }
+    if (attach && s->attach_channel == NULL) {
+        rc = wire_channel_new(s->target, &s->attach_channel);
+        if (rc < 0)
+            goto out;
+    }
     while (attach && s->state != SESSION_ATTACHED) {
         if (s->state == SESSION_ATTACHING) {
             int64_t left = deadline_ms - wire_now_ms();
@@ -324,7 +331,7 @@ int session_acquire(struct session *s, int attach, int64_t deadline_ms,
         s->state = SESSION_ATTACHING;
         int joinable = s->thread_joinable;
         s->thread_joinable = 0;
-        struct wire_channel *ch = s->channel;
+        struct wire_channel *ch = s->attach_channel;
         pthread_mutex_unlock(&s->mu);
         if (joinable)
             pthread_join(s->thread, NULL);

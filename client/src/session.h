@@ -1,8 +1,11 @@
 /*
  * session: one handle's connection to its daemon (internal).
  *
- * Owns the gRPC channel, the Attach stream and the thread that keeps the
+ * Owns the gRPC channels, the Attach stream and the thread that keeps the
  * stream alive (a receive always pending, a heartbeat every lease_ms / 3).
+ * The stream has a channel (a connection) of its own: a keeper thread
+ * waiting on a connection that also carries the unary calls would pick up
+ * their replies and hand them over, costing a thread switch per call.
  * Everything is created on first use. When the stream is lost the session
  * id is cleared and the next session_acquire() attaches again.
  *
@@ -37,7 +40,8 @@ struct session {
     const Detd__V1__ClientIdentity *identity; /* borrowed, pid ignored */
     /* The fields below belong to process `pid`; guarded by mu. */
     pid_t pid;
-    struct wire_channel *channel;
+    struct wire_channel *channel;        /* unary calls */
+    struct wire_channel *attach_channel; /* the Attach stream only */
     struct wire_stream *stream; /* owned by the thread while it runs */
     pthread_t thread;
     int thread_joinable;
