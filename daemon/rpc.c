@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,6 +76,9 @@ static const struct method_info methods[RPC_METHOD_COUNT] = {
                    0},
     [RPC_HEALTH] = {"/grpc.health.v1.Health/Check",
                     &grpc__health__v1__health_check_request__descriptor, 0},
+    [RPC_LIST_OBSERVATIONS] = {"/detd.v1.Admin/ListObservations",
+                               &detd__v1__list_observations_request__descriptor,
+                               0},
 };
 
 /* RPC_METHOD_COUNT stands for "unknown method" (generic request). */
@@ -129,6 +134,8 @@ struct rpc_server {
     int shutdown_done;
     struct rpc_tag t_shutdown;
     char *socket_path;
+    dev_t sock_dev; /* the socket file this server created */
+    ino_t sock_ino;
 };
 
 int64_t rpc_now_ms(void) {
@@ -646,6 +653,22 @@ out:
     return rc;
 }
 
+/* Does a server accept connections on this unix socket right now? */
+static int socket_is_live(const char *path) {
+    struct sockaddr_un sa;
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return 0;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int live = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return live;
+}
+
 static pthread_once_t grpc_once = PTHREAD_ONCE_INIT;
 static void grpc_init_once(void) {
     grpc_init();
@@ -693,6 +716,12 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
             err = errmsgf("socket path '%s' exists and is not a socket",
                           opts->socket_path);
             rc = -EEXIST;
+            goto out;
+        }
+        if (socket_is_live(opts->socket_path)) {
+            err = errmsgf("socket '%s' is in use by a running daemon",
+                          opts->socket_path);
+            rc = DETD_EBUSY;
             goto out;
         }
         if (unlink(opts->socket_path) != 0) {
@@ -747,6 +776,10 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
             goto out;
     }
     grpc_server_start(srv->server);
+    if (lstat(opts->socket_path, &st) == 0) {
+        srv->sock_dev = st.st_dev;
+        srv->sock_ino = st.st_ino;
+    }
     if (chmod(opts->socket_path, opts->socket_mode) != 0) {
         rc = -errno;
         err = errmsgf("chmod socket '%s': %s", opts->socket_path,
@@ -824,6 +857,154 @@ void rpc_server_stop(rpc_server *srv, int64_t grace_ms) {
     grpc_completion_queue_shutdown(srv->cq);
     if (srv->thread_started)
         pthread_join(srv->thread, NULL);
-    unlink(srv->socket_path);
+    /* Remove the socket only if it is still ours: another daemon may have
+     * taken the path over since. */
+    struct stat st;
+    if (lstat(srv->socket_path, &st) == 0 && st.st_dev == srv->sock_dev &&
+        st.st_ino == srv->sock_ino)
+        unlink(srv->socket_path);
     server_free(srv);
+}
+
+/* ---- client side (verify --cluster) ---- */
+
+/* See rpc.h. */
+int rpc_client_unary(const char *target, const char *method, const void *req,
+                     size_t req_len, const struct rpc_client_tls *tls,
+                     int64_t timeout_ms, void **ret_resp, size_t *ret_len,
+                     char **ret_errmsg) {
+    char *err = NULL;
+    int rc = 0;
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    grpc_channel_credentials *creds = NULL;
+    grpc_channel *ch = NULL;
+    grpc_completion_queue *cq = NULL;
+    grpc_call *call = NULL;
+    grpc_byte_buffer *bb = NULL, *resp = NULL;
+    grpc_metadata_array init_md, trail_md;
+    grpc_slice details = grpc_empty_slice();
+    grpc_status_code code = GRPC_STATUS_UNKNOWN;
+    grpc_metadata_array_init(&init_md);
+    grpc_metadata_array_init(&trail_md);
+    if (ret_errmsg != NULL)
+        *ret_errmsg = NULL;
+    pthread_once(&grpc_once, grpc_init_once);
+    if (tls != NULL) {
+        if (tls->ca_file != NULL && (ca = read_pem(tls->ca_file, &err)) == NULL)
+            goto fail_io;
+        if (tls->cert_file != NULL && tls->key_file != NULL &&
+            ((cert = read_pem(tls->cert_file, &err)) == NULL ||
+             (key = read_pem(tls->key_file, &err)) == NULL))
+            goto fail_io;
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        creds = grpc_ssl_credentials_create(ca, cert != NULL ? &pair : NULL,
+                                            NULL, NULL);
+    } else {
+        creds = grpc_insecure_credentials_create();
+    }
+    if (creds == NULL) {
+        rc = DETD_EINVAL;
+        err = errmsgf("client credentials for %s", target);
+        goto out;
+    }
+    ch = grpc_channel_create(target, creds, NULL);
+    cq = grpc_completion_queue_create_for_pluck(NULL);
+    gpr_timespec dl = gpr_time_add(
+        gpr_now(GPR_CLOCK_REALTIME),
+        gpr_time_from_millis(timeout_ms > 0 ? timeout_ms : 5000,
+                             GPR_TIMESPAN));
+    call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                    grpc_slice_from_static_string(method),
+                                    NULL, dl, NULL);
+    grpc_slice sl = grpc_slice_from_copied_buffer(req, req_len);
+    bb = grpc_raw_byte_buffer_create(&sl, 1);
+    grpc_slice_unref(sl);
+    if (ch == NULL || cq == NULL || call == NULL || bb == NULL) {
+        rc = DETD_ENOMEM;
+        goto out;
+    }
+    grpc_op ops[6];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &resp;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &trail_md;
+    ops[5].data.recv_status_on_client.status = &code;
+    ops[5].data.recv_status_on_client.status_details = &details;
+    if (grpc_call_start_batch(call, ops, 6, (void *)1, NULL) != GRPC_CALL_OK) {
+        rc = DETD_EINTERNAL;
+        goto out;
+    }
+    grpc_completion_queue_pluck(cq, (void *)1,
+                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (code != GRPC_STATUS_OK) {
+        rc = code == GRPC_STATUS_DEADLINE_EXCEEDED ? DETD_ETIMEDOUT
+             : code == GRPC_STATUS_PERMISSION_DENIED ||
+                     code == GRPC_STATUS_UNAUTHENTICATED
+                 ? DETD_EDENIED
+                 : DETD_EUNAVAILABLE;
+        char *dm = grpc_slice_to_c_string(details);
+        err = errmsgf("%s %s: status %d: %s", target, method, (int)code,
+                      dm != NULL ? dm : "");
+        gpr_free(dm);
+        goto out;
+    }
+    if (resp == NULL) {
+        rc = DETD_EPROTO;
+        err = errmsgf("%s %s: no response message", target, method);
+        goto out;
+    }
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, resp)) {
+        rc = DETD_EPROTO;
+        goto out;
+    }
+    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    size_t n = GRPC_SLICE_LENGTH(all);
+    void *out = malloc(n > 0 ? n : 1);
+    if (out == NULL) {
+        grpc_slice_unref(all);
+        rc = DETD_ENOMEM;
+        goto out;
+    }
+    memcpy(out, GRPC_SLICE_START_PTR(all), n);
+    grpc_slice_unref(all);
+    *ret_resp = out;
+    *ret_len = n;
+    goto out;
+fail_io:
+    rc = -EIO;
+out:
+    grpc_slice_unref(details);
+    grpc_metadata_array_destroy(&init_md);
+    grpc_metadata_array_destroy(&trail_md);
+    if (bb != NULL)
+        grpc_byte_buffer_destroy(bb);
+    if (resp != NULL)
+        grpc_byte_buffer_destroy(resp);
+    if (call != NULL)
+        grpc_call_unref(call);
+    if (cq != NULL) {
+        grpc_completion_queue_shutdown(cq);
+        grpc_completion_queue_destroy(cq);
+    }
+    if (ch != NULL)
+        grpc_channel_destroy(ch);
+    if (creds != NULL)
+        grpc_channel_credentials_release(creds);
+    free(ca);
+    free(cert);
+    free(key);
+    if (ret_errmsg != NULL)
+        *ret_errmsg = err;
+    else
+        free(err);
+    return rc;
 }

@@ -230,3 +230,18 @@ def test_client_limit_names_the_limit(tmpdir_short):
             h.wait()
     finally:
         d.stop()
+
+
+def test_second_daemon_on_a_live_socket_refuses(daemon, tmpdir_short):
+    r = subprocess.run([str(daemon_binary()), "--socket", daemon.socket, "--state-dir",
+                        str(tmpdir_short / "other")], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert f"socket '{daemon.socket}' is in use by a running daemon" in r.stderr
+    # The first daemon keeps its socket and keeps serving.
+    assert os.path.exists(daemon.socket)
+    assert daemon.probe("/grpc.health.v1.Health/Check", "")[0] == 0
+
+
+def daemon_binary():
+    from conftest import DETD
+    return DETD
