@@ -29,6 +29,7 @@
 
 #include "detd/error.h"
 #include "keyid.h"
+#include "rpc.h"
 
 #define CLUSTER_WORKERS 4
 #define CLUSTER_BACKOFF_MS 200
@@ -37,12 +38,20 @@
 #define CLUSTER_RELEASE_MS 15000
 #define CLUSTER_MONITOR_MS 1000
 
-enum job_kind { JOB_BOOT = 1, JOB_RESYNC, JOB_CLAIM, JOB_COMMIT, JOB_RELEASE };
+enum job_kind {
+    JOB_BOOT = 1,
+    JOB_RESYNC,
+    JOB_CLAIM,
+    JOB_COMMIT,
+    JOB_RELEASE,
+    JOB_FANOUT
+};
 
 struct job {
     enum job_kind kind;
     char id[KEYID_HEX_LEN + 1];
-    char *value; /* JOB_COMMIT: the decision JSON */
+    char *value;  /* JOB_COMMIT: the decision JSON; JOB_FANOUT: request */
+    char *method; /* JOB_FANOUT */
     size_t value_len;
     int64_t deadline_ms;
     uint64_t cookie;
@@ -52,6 +61,7 @@ struct job {
 struct cev {
     struct cluster_event ev;
     char id[KEYID_HEX_LEN + 1];
+    char node[CLUSTER_MAX_NODE_ID + 1];
     char *value;
     struct cev *next;
 };
@@ -68,6 +78,7 @@ struct cluster {
     char *endpoints;
     char node_id[CLUSTER_MAX_NODE_ID + 1];
     int64_t lease_ttl_s;
+    char *peer_ca, *peer_cert, *peer_key;
 
     pthread_mutex_t mu;
     pthread_cond_t cv; /* jobs queued, lease granted, stop */
@@ -207,6 +218,7 @@ static void on_async(uv_async_t *h) {
     while (e != NULL) {
         struct cev *next = e->next;
         e->ev.id = e->id;
+        e->ev.node = e->node;
         e->ev.value = e->value;
         c->cb(c->cb_ctx, &e->ev);
         free(e->value);
@@ -410,6 +422,75 @@ fail:
     free(dkey);
 }
 
+/* ---- verify --cluster ---- */
+
+static void post_peer(cluster *c, const char *node, int err, const void *v,
+                      size_t n, uint64_t cookie) {
+    struct cev *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return;
+    e->value = malloc(n + 1);
+    if (e->value == NULL) {
+        free(e);
+        return;
+    }
+    if (n > 0)
+        memcpy(e->value, v, n);
+    e->value[n] = '\0';
+    snprintf(e->node, sizeof(e->node), "%s", node);
+    e->ev.kind = CLUSTER_EV_PEER;
+    e->ev.err = err;
+    e->ev.value_len = n;
+    e->ev.cookie = cookie;
+    pthread_mutex_lock(&c->mu);
+    if (c->evs_tail != NULL)
+        c->evs_tail->next = e;
+    else
+        c->evs = e;
+    c->evs_tail = e;
+    pthread_mutex_unlock(&c->mu);
+    uv_async_send(&c->async);
+}
+
+static void do_fanout(cluster *c, struct job *j) {
+    struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
+    size_t n = 0;
+    if (nodes != NULL) {
+        pthread_mutex_lock(&c->mu);
+        n = c->n_nodes;
+        memcpy(nodes, c->nodes, n * sizeof(*nodes));
+        pthread_mutex_unlock(&c->mu);
+    }
+    struct rpc_client_tls tls = {c->peer_ca, c->peer_cert, c->peer_key};
+    int use_tls = c->peer_ca != NULL || c->peer_cert != NULL;
+    for (size_t i = 0; i < n; i++) {
+        const struct cluster_node *nd = &nodes[i];
+        if (strcmp(nd->node_id, c->node_id) == 0)
+            continue;
+        if (nd->listen[0] == '\0') {
+            const char *why = "registered without a --listen address";
+            post_peer(c, nd->node_id, DETD_EUNAVAILABLE, why, strlen(why),
+                      j->cookie);
+            continue;
+        }
+        void *resp = NULL;
+        size_t rlen = 0;
+        char *err = NULL;
+        int rc = rpc_client_unary(nd->listen, j->method, j->value, j->value_len,
+                                  use_tls ? &tls : NULL, j->deadline_ms, &resp,
+                                  &rlen, &err);
+        if (rc == 0)
+            post_peer(c, nd->node_id, 0, resp, rlen, j->cookie);
+        else
+            post_peer(c, nd->node_id, rc, err != NULL ? err : "",
+                      err != NULL ? strlen(err) : 0, j->cookie);
+        free(resp);
+        free(err);
+    }
+    free(nodes);
+    post(c, CLUSTER_EV_PEERS_DONE, "", 0, 0, NULL, 0, 0, j->cookie);
+}
+
 /* ---- watch and resync ---- */
 
 static void on_watch(const struct etcd_event *ev, void *arg);
@@ -609,8 +690,12 @@ static void *worker_main(void *arg) {
         case JOB_RELEASE:
             release_claim(c, j->id, j->deadline_ms);
             break;
+        case JOB_FANOUT:
+            do_fanout(c, j);
+            break;
         }
         free(j->value);
+        free(j->method);
         free(j);
     }
 }
@@ -696,6 +781,7 @@ static void free_queues(cluster *c) {
         struct job *j = c->jobs;
         c->jobs = j->next;
         free(j->value);
+        free(j->method);
         free(j);
     }
     while (c->evs != NULL) {
@@ -714,6 +800,9 @@ static void cluster_free(cluster *c) {
     free(c->writer);
     free(c->endpoints);
     free(c->nodes);
+    free(c->peer_ca);
+    free(c->peer_cert);
+    free(c->peer_key);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -773,6 +862,12 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     json_decref(nv);
     c->nodes = calloc(CLUSTER_MAX_NODES, sizeof(*c->nodes));
     c->endpoints = strdup(opt->endpoints);
+    if (opt->peer_ca != NULL)
+        c->peer_ca = strdup(opt->peer_ca);
+    if (opt->peer_cert != NULL && opt->peer_key != NULL) {
+        c->peer_cert = strdup(opt->peer_cert);
+        c->peer_key = strdup(opt->peer_key);
+    }
     if (asprintf(&c->ns_prefix, "/detd/v1/%s/", opt->ns) < 0)
         c->ns_prefix = NULL;
     if (asprintf(&c->node_key, "/detd/v1/%s/nodes/%s", opt->ns, opt->node_id) <
@@ -861,6 +956,40 @@ void cluster_close(cluster *c) {
 /* See cluster.h. */
 int cluster_claim(cluster *c, const char *id, int64_t deadline_ms) {
     return submit(c, JOB_CLAIM, id, NULL, 0, deadline_ms, 0);
+}
+
+/* See cluster.h. timeout_ms rides in the job's deadline field. */
+int cluster_fanout(cluster *c, const char *method, const void *req,
+                   size_t req_len, int64_t timeout_ms, uint64_t cookie) {
+    char *v = malloc(req_len > 0 ? req_len : 1);
+    char *m = strdup(method);
+    if (v == NULL || m == NULL) {
+        free(v);
+        free(m);
+        return DETD_ENOMEM;
+    }
+    memcpy(v, req, req_len);
+    struct job *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        free(v);
+        free(m);
+        return DETD_ENOMEM;
+    }
+    j->kind = JOB_FANOUT;
+    j->value = v;
+    j->value_len = req_len;
+    j->method = m;
+    j->deadline_ms = timeout_ms;
+    j->cookie = cookie;
+    pthread_mutex_lock(&c->mu);
+    if (c->jobs_tail != NULL)
+        c->jobs_tail->next = j;
+    else
+        c->jobs = j;
+    c->jobs_tail = j;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
 }
 
 /* See cluster.h. */

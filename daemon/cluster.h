@@ -68,6 +68,11 @@ struct cluster_options {
     const char *socket_path; /* for the node key (information) */
     uint32_t lease_ms;       /* node lease; rounded up to whole seconds */
     int64_t start_revision;  /* last applied revision; 0: full resync */
+    /* TLS towards other nodes' --listen (verify --cluster): roots and an
+     * optional client certificate; all NULL: plaintext. */
+    const char *peer_ca;
+    const char *peer_cert;
+    const char *peer_key;
 };
 
 typedef enum cluster_event_kind {
@@ -89,6 +94,10 @@ typedef enum cluster_event_kind {
     CLUSTER_EV_LEASE_LOST,
     /* Connection state changed: err 0 connected, else why not. */
     CLUSTER_EV_STATE,
+    /* cluster_fanout(): one per node (node; err, or value the response
+     * bytes), then PEERS_DONE; both with the cookie. */
+    CLUSTER_EV_PEER,
+    CLUSTER_EV_PEERS_DONE,
 } cluster_event_kind;
 
 /* Borrowed: valid only during the callback. */
@@ -100,7 +109,8 @@ struct cluster_event {
     const char *value; /* NUL-terminated JSON or NULL */
     size_t value_len;
     int64_t revision;
-    uint64_t cookie; /* cluster_commit()'s cookie */
+    uint64_t cookie;  /* cluster_commit()'s / cluster_fanout()'s cookie */
+    const char *node; /* PEER: the node's id; else "" */
 };
 
 /* Runs on the loop thread; may call any cluster_* function except
@@ -143,6 +153,15 @@ int cluster_claim(cluster *c, const char *id, int64_t deadline_ms);
  */
 int cluster_commit(cluster *c, const struct store_decision *row,
                    uint64_t claim_id, int64_t deadline_ms, uint64_t cookie);
+
+/*
+ * Make one unary call (method: full path; req: req_len bytes, copied) on
+ * every registered node but this one, through its --listen address, each
+ * bounded by timeout_ms; answers PEER events then PEERS_DONE with cookie.
+ * Returns 0 or DETD_ENOMEM. Loop thread.
+ */
+int cluster_fanout(cluster *c, const char *method, const void *req,
+                   size_t req_len, int64_t timeout_ms, uint64_t cookie);
 
 /* Delete this node's claim key for id, if it still is ours (no event).
  * Loop thread. */

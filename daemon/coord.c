@@ -461,6 +461,10 @@ void coord_event(void *ctx, const struct cluster_event *ev) {
         for (k = d->ckeys; k != NULL; k = k->next)
             k->ours = 0;
         break;
+    case CLUSTER_EV_PEER:
+    case CLUSTER_EV_PEERS_DONE:
+        admin_verify_peer(d, ev);
+        break;
     case CLUSTER_EV_STATE:
         d->etcd_connected = ev->err == 0;
         if (ev->err == 0) {

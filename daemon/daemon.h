@@ -103,6 +103,7 @@ struct pending {
 
 struct ckey;
 struct commit_op;
+struct verify_op;
 struct cluster;
 
 struct daemon {
@@ -148,6 +149,8 @@ struct daemon {
     int64_t etcd_revision; /* last applied etcd revision (stored) */
     int etcd_connected;
     char etcd_error[256];
+    struct verify_op *verifies; /* verify --cluster gathering (admin.c) */
+    uint64_t next_verify;
 };
 
 /* service.c: handle one event from the rpc thread (loop thread). */
@@ -163,6 +166,13 @@ void admin_list(struct daemon *d, struct rpc_event *ev);
 void admin_verify(struct daemon *d, struct rpc_event *ev);
 void admin_reset(struct daemon *d, struct rpc_event *ev);
 void admin_health(struct daemon *d, struct rpc_event *ev);
+void admin_list_observations(struct daemon *d, struct rpc_event *ev);
+
+/* admin.c: verify --cluster. A peer's observations (or why not) arrived,
+ * or all did (CLUSTER_EV_PEER / _PEERS_DONE); drain fails those pending. */
+struct cluster_event;
+void admin_verify_peer(struct daemon *d, const struct cluster_event *ev);
+void admin_verify_drain(struct daemon *d);
 
 /* service.c: answer every waiter and end every stream (drain). */
 void service_drain(struct daemon *d);

@@ -261,6 +261,10 @@ int daemon_run(const struct daemon_config *cfg) {
             .socket_path = cfg->socket_path,
             .lease_ms = cfg->lease_ms,
             .start_revision = d->etcd_revision,
+            /* Other nodes' listeners: same CA and certificate as ours. */
+            .peer_ca = cfg->listen_client_ca,
+            .peer_cert = cfg->listen_cert,
+            .peer_key = cfg->listen_key,
         };
         rc = cluster_open(&co, &d->loop, coord_event, d, &d->cluster, &err);
         if (rc != 0) {

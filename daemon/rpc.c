@@ -911,11 +911,10 @@ int rpc_client_unary(const char *target, const char *method, const void *req,
     cq = grpc_completion_queue_create_for_pluck(NULL);
     gpr_timespec dl = gpr_time_add(
         gpr_now(GPR_CLOCK_REALTIME),
-        gpr_time_from_millis(timeout_ms > 0 ? timeout_ms : 5000,
-                             GPR_TIMESPAN));
+        gpr_time_from_millis(timeout_ms > 0 ? timeout_ms : 5000, GPR_TIMESPAN));
     call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                    grpc_slice_from_static_string(method),
-                                    NULL, dl, NULL);
+                                    grpc_slice_from_static_string(method), NULL,
+                                    dl, NULL);
     grpc_slice sl = grpc_slice_from_copied_buffer(req, req_len);
     bb = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);

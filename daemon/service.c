@@ -735,6 +735,9 @@ void service_handle(struct daemon *d, struct rpc_event *ev) {
     case RPC_HEALTH:
         admin_health(d, ev);
         break;
+    case RPC_LIST_OBSERVATIONS:
+        admin_list_observations(d, ev);
+        break;
     default:
         protobuf_c_message_free_unpacked(ev->msg, NULL);
         rpc_fail(ev->call, RPC_UNIMPLEMENTED, "unknown method");
@@ -744,6 +747,7 @@ void service_handle(struct daemon *d, struct rpc_event *ev) {
 
 void service_drain(struct daemon *d) {
     coord_drain(d); /* etcd backend state; nothing for the local one */
+    admin_verify_drain(d);
     for (size_t b = 0; b < d->npending_buckets; b++) {
         while (d->pending[b] != NULL) {
             struct pending *p = pending_take(d, d->pending[b]->token);

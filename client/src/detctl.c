@@ -32,6 +32,8 @@ struct detctl_opts {
     const char *kernel;
     const char *namespace_;
     const char *command;
+    int cluster;         /* verify --cluster */
+    const char *address; /* --address HOST:PORT: a daemon's --listen */
 };
 
 static void detctl_usage(FILE *out) {
@@ -43,8 +45,11 @@ static void detctl_usage(FILE *out) {
             "counters\n"
             "  decisions [--json] [--kernel K] [--namespace NS]\n"
             "                                        stored decisions\n"
-            "  verify [--json] [--namespace NS]      compare the configs "
-            "ranks used;\n"
+            "  verify [--json] [--namespace NS] [--cluster]\n"
+            "                                        compare the configs "
+            "ranks used\n"
+            "                                        (--cluster: on every "
+            "node);\n"
             "                                        exit 1 on divergence\n"
             "  reset (--kernel K | --all) [--namespace NS]\n"
             "                                        forget decisions\n"
@@ -54,6 +59,8 @@ static void detctl_usage(FILE *out) {
             "options:\n"
             "  --socket PATH   the daemon's socket (default $DETD_SOCKET, "
             "else %s)\n"
+            "  --address HOST:PORT  a daemon's --listen address instead of\n"
+            "                  the socket (Admin calls only, plaintext)\n"
             "  --timeout MS    deadline of each call (default 5000)\n"
             "  --help, --version\n"
             "\n"
@@ -125,6 +132,45 @@ static int detctl_status(const struct detctl_opts *o, struct wire_channel *ch) {
     printf("  gpu probe    %s\n", s->gpu_probe[0] ? s->gpu_probe : "-");
     for (size_t i = 0; i < s->n_tables; i++)
         printf("  %-12s %s\n", i == 0 ? "tables" : "", s->tables[i]);
+    if (s->listen[0])
+        printf("  listen       %s\n", s->listen);
+    if (strcmp(s->backend, "etcd") == 0) {
+        printf("  node         %s\n", s->node_id);
+        printf("  etcd         %s%s%s\n",
+               s->etcd_connected ? "connected" : "NOT CONNECTED",
+               s->etcd_error[0] ? ": " : "", s->etcd_error);
+        printf("  revision     %lld (last applied)\n",
+               (long long)s->last_revision);
+        static const char *const eh[] = {"ENDPOINT", "HEALTH", "LEADER",
+                                         "VERSION", "ERROR"};
+        struct detctl_print_table *et = detctl_print_table_new(5, eh);
+        for (size_t i = 0; et != NULL && i < s->n_etcd_endpoints; i++) {
+            const Detd__V1__EtcdEndpoint *e = s->etcd_endpoints[i];
+            const char *row[] = {e->url, e->healthy ? "healthy" : "DOWN",
+                                 e->leader ? "leader" : "-",
+                                 e->version[0] ? e->version : "-",
+                                 e->error[0] ? e->error : "-"};
+            detctl_print_table_add(et, row);
+        }
+        printf("\netcd endpoints (%zu)\n", s->n_etcd_endpoints);
+        if (et != NULL)
+            detctl_print_table_write(et, stdout, 2);
+        detctl_print_table_free(et);
+        static const char *const nh[] = {"NODE", "LISTEN", "PID", "VERSION"};
+        struct detctl_print_table *nt = detctl_print_table_new(4, nh);
+        for (size_t i = 0; nt != NULL && i < s->n_nodes; i++) {
+            const Detd__V1__ClusterNode *n = s->nodes[i];
+            char pid[16];
+            snprintf(pid, sizeof(pid), "%u", n->pid);
+            const char *row[] = {n->node_id, n->listen[0] ? n->listen : "-",
+                                 pid, n->version};
+            detctl_print_table_add(nt, row);
+        }
+        printf("\nnodes (%zu registered)\n", s->n_nodes);
+        if (nt != NULL)
+            detctl_print_table_write(nt, stdout, 2);
+        detctl_print_table_free(nt);
+    }
 
     if (s->n_gpus > 0) {
         static const char *const h[] = {"GPU", "NAME",   "ARCH",
@@ -256,6 +302,7 @@ static int detctl_verify(const struct detctl_opts *o, struct wire_channel *ch) {
     req.api_version = DETD_API_VERSION;
     if (o->namespace_ != NULL)
         req.namespace_ = (char *)o->namespace_;
+    req.cluster = o->cluster != 0;
     int ex = detctl_unary(o, ch, WIRE_METHOD_VERIFY, &req.base,
                           &detd__v1__verify_response__descriptor,
                           (ProtobufCMessage **)&v);
@@ -291,7 +338,12 @@ static int detctl_verify(const struct detctl_opts *o, struct wire_channel *ch) {
            v->n_divergences == 1 ? "" : "s");
     if (v->ungoverned > 0)
         printf(", %llu ungoverned", (unsigned long long)v->ungoverned);
+    if (v->n_nodes_checked > 0)
+        printf(", %zu node%s", v->n_nodes_checked,
+               v->n_nodes_checked == 1 ? "" : "s");
     printf("\n");
+    for (size_t i = 0; i < v->n_nodes_unreachable; i++)
+        printf("UNREACHABLE %s\n", v->nodes_unreachable[i]);
     ex = diverged ? DETCTL_EXIT_NO : DETCTL_EXIT_OK;
 out:
     protobuf_c_message_free_unpacked(&v->base, NULL);
@@ -378,8 +430,11 @@ int main(int argc, char **argv) {
             o.json = 1;
         } else if (strcmp(a, "--all") == 0) {
             o.all = 1;
+        } else if (strcmp(a, "--cluster") == 0) {
+            o.cluster = 1;
         } else if (detctl_optval(argc, argv, &i, "--socket", &o.socket) ||
                    detctl_optval(argc, argv, &i, "--timeout", &timeout) ||
+                   detctl_optval(argc, argv, &i, "--address", &o.address) ||
                    detctl_optval(argc, argv, &i, "--kernel", &o.kernel) ||
                    detctl_optval(argc, argv, &i, "--namespace",
                                  &o.namespace_)) {
@@ -435,7 +490,10 @@ int main(int argc, char **argv) {
 
     char *target = NULL;
     struct wire_channel *ch = NULL;
-    if (asprintf(&target, "unix:%s", o.socket) < 0) {
+    if (o.address != NULL)
+        o.socket = o.address; /* named in messages */
+    if (o.address != NULL ? (target = strdup(o.address)) == NULL
+                          : asprintf(&target, "unix:%s", o.socket) < 0) {
         fprintf(stderr, "detctl: out of memory\n");
         return DETCTL_EXIT_ERR;
     }

@@ -202,8 +202,30 @@ json_t *detctl_print_json_status(const Detd__V1__StatusResponse *s) {
                       (json_int_t)s->gpus[i]->memory_bytes));
     for (size_t i = 0; i < s->n_tables; i++)
         json_array_append_new(tables, json_string(s->tables[i]));
+    json_t *eps = json_array(), *nodes = json_array();
+    for (size_t i = 0; i < s->n_etcd_endpoints; i++) {
+        const Detd__V1__EtcdEndpoint *e = s->etcd_endpoints[i];
+        json_array_append_new(
+            eps, json_pack("{s:s, s:b, s:s, s:b, s:s, s:I}", "url", e->url,
+                           "healthy", e->healthy, "error", e->error, "leader",
+                           e->leader, "version", e->version, "db_size",
+                           (json_int_t)e->db_size));
+    }
+    for (size_t i = 0; i < s->n_nodes; i++) {
+        const Detd__V1__ClusterNode *n = s->nodes[i];
+        json_array_append_new(
+            nodes,
+            json_pack("{s:s, s:s, s:i, s:I, s:s}", "node_id", n->node_id,
+                      "listen", n->listen, "pid", (int)n->pid, "started_at_ms",
+                      (json_int_t)n->started_at_ms, "version", n->version));
+    }
+    json_t *etcd =
+        json_pack("{s:s, s:s, s:I, s:b, s:s, s:o, s:o}", "node_id", s->node_id,
+                  "listen", s->listen, "last_revision",
+                  (json_int_t)s->last_revision, "connected", s->etcd_connected,
+                  "error", s->etcd_error, "endpoints", eps, "nodes", nodes);
     return json_pack("{s:i, s:s, s:s, s:s, s:I, s:I, s:o, s:i, s:i, s:o, "
-                     "s:o, s:s, s:s, s:i, s:o}",
+                     "s:o, s:s, s:s, s:i, s:o, s:o}",
                      "api_version", (int)s->api_version, "version", s->version,
                      "namespace", s->namespace_, "backend", s->backend,
                      "uptime_ms", (json_int_t)s->uptime_ms, "decisions",
@@ -211,7 +233,7 @@ json_t *detctl_print_json_status(const Detd__V1__StatusResponse *s) {
                      "open_claims", (int)s->open_claims, "waiters",
                      (int)s->waiters, "counters", counters, "gpus", gpus,
                      "store_path", s->store_path, "gpu_probe", s->gpu_probe,
-                     "pid", (int)s->pid, "tables", tables);
+                     "pid", (int)s->pid, "tables", tables, "etcd", etcd);
 }
 
 json_t *detctl_print_json_verify(const Detd__V1__VerifyResponse *v) {
@@ -234,8 +256,16 @@ json_t *detctl_print_json_verify(const Detd__V1__VerifyResponse *v) {
                             "decided", d->decided, "uses", uses, "reason",
                             d->reason));
     }
-    return json_pack("{s:b, s:I, s:I, s:I, s:o}", "ok", v->ok, "keys_checked",
-                     (json_int_t)v->keys_checked, "observations",
-                     (json_int_t)v->observations, "ungoverned",
-                     (json_int_t)v->ungoverned, "divergences", divs);
+    json_t *checked = json_array(), *unreachable = json_array();
+    for (size_t i = 0; i < v->n_nodes_checked; i++)
+        json_array_append_new(checked, json_string(v->nodes_checked[i]));
+    for (size_t i = 0; i < v->n_nodes_unreachable; i++)
+        json_array_append_new(unreachable,
+                              json_string(v->nodes_unreachable[i]));
+    return json_pack("{s:b, s:I, s:I, s:I, s:o, s:o, s:o}", "ok", v->ok,
+                     "keys_checked", (json_int_t)v->keys_checked,
+                     "observations", (json_int_t)v->observations, "ungoverned",
+                     (json_int_t)v->ungoverned, "divergences", divs,
+                     "nodes_checked", checked, "nodes_unreachable",
+                     unreachable);
 }

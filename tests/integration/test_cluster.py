@@ -459,3 +459,76 @@ def test_cut_off_daemon_never_decides_alone_and_catches_up(tmpdir_short, etcd,
     finally:
         for p in proxies:
             p.close()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def detctl(*args, timeout=30):
+    from conftest import DETCTL
+    return subprocess.run([str(DETCTL), *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_status_listen_and_verify_cluster(tmpdir_short, etcd, nodes):
+    ns = []
+    for _ in range(4):
+        ns += nodes(1, extra=["--listen", f"127.0.0.1:{free_port()}"])
+    # Every rank observes what it used; one rank on the last node uses
+    # another config on purpose (a divergence only visible cluster-wide).
+    procs = [spawn_client(tmpdir_short, nd, i, 3, "v:", 10, 20000,
+                          tag="-v") for i, nd in enumerate(ns)]
+    finish(procs)
+    # The same keys again, observed: every node saw its own ranks only.
+    def observe(nd, rank, use=None):
+        out = Path(tmpdir_short) / f"o-{nd.name}-{rank}.json"
+        args = [sys.executable, str(CLIENT), "--socket", nd.socket, "--keys",
+                "3", "--key-prefix", "v:", "--rank", str(rank), "--observe",
+                "--out", str(out)]
+        if use:
+            args += ["--use", use]
+        subprocess.run(args, check=True, timeout=60)
+    for i, nd in enumerate(ns[:3]):
+        observe(nd, 10 + i)
+    ok = detctl("--socket", ns[0].socket, "verify", "--cluster", "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    v = json.loads(ok.stdout)
+    assert sorted(v["nodes_checked"]) == sorted(n.name for n in ns)
+    assert v["observations"] == 9 and v["divergences"] == []
+    observe(ns[3], 13, use="BLOCK=16,num_warps=4;bad")
+    # The local view of node 0 sees nothing wrong; the cluster view does.
+    assert detctl("--socket", ns[0].socket, "verify").returncode == 0
+    bad = detctl("--socket", ns[0].socket, "verify", "--cluster", "--json")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    v = json.loads(bad.stdout)
+    assert v["observations"] == 12
+    assert len(v["divergences"]) == 3
+    for d in v["divergences"]:
+        hosts = {c["rank"] for u in d["uses"] for c in u["clients"]}
+        assert 13 in hosts
+    # Status over TCP (--address), from any node.
+    st = detctl("--address", ns[2].extra_args[-1], "status", "--json")
+    assert st.returncode == 0, st.stderr
+    s = json.loads(st.stdout)
+    assert s["backend"] == "etcd"
+    e = s["etcd"]
+    assert e["node_id"] == "n2" and e["connected"]
+    assert e["last_revision"] > 0
+    assert len(e["endpoints"]) == 3
+    assert all(x["healthy"] for x in e["endpoints"])
+    assert sum(x["leader"] for x in e["endpoints"]) == 1
+    wait_for(lambda: len(json.loads(detctl("--socket", ns[1].socket, "status",
+                                           "--json").stdout)["etcd"]["nodes"])
+             == 4, 10, "4 nodes registered")
+    txt = detctl("--socket", ns[1].socket, "status")
+    assert "nodes (4 registered)" in txt.stdout and "leader" in txt.stdout
+    # A node going away leaves the registry with its lease.
+    ns[3].stop()
+    wait_for(lambda: len(json.loads(detctl("--socket", ns[1].socket, "status",
+                                           "--json").stdout)["etcd"]["nodes"])
+             == 3, 10, "the stopped node unregistered")
