@@ -469,7 +469,7 @@ void coord_event(void *ctx, const struct cluster_event *ev) {
         d->etcd_connected = ev->err == 0;
         if (ev->err == 0) {
             d->etcd_error[0] = '\0';
-            log_info("etcd reachable again (%s)", ev->value ? ev->value : "");
+            log_info("etcd reachable (%s)", ev->value ? ev->value : "");
         } else {
             snprintf(d->etcd_error, sizeof(d->etcd_error), "%s: %s",
                      ev->value ? ev->value : "etcd", detd_strerror(ev->err));
