@@ -771,6 +771,8 @@ void admin_reset(struct daemon *d, struct rpc_event *ev) {
                  "reset takes a kernel or all=true, not both");
         goto out;
     }
+    /* Cached answers may name removed decisions: drop them all. */
+    hotcache_clear(d->hot);
     if (store_reset(d->store, ns, kernel, &removed) != 0) {
         rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
         goto out;

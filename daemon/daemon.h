@@ -19,6 +19,7 @@
 #include "detd.pb-c.h"
 #include "engine.h"
 #include "gpu.h"
+#include "hotcache.h"
 #include "log.h"
 #include "rpc.h"
 #include "store.h"
@@ -115,6 +116,7 @@ struct daemon {
     rpc_server *rpc;
     store *store;
     engine *engine;
+    hotcache *hot; /* packed answers of decided keys */
     char *store_path;
     struct gpu_probe gpus;
     int64_t started_unix_ms;

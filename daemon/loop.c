@@ -207,6 +207,11 @@ int daemon_run(const struct daemon_config *cfg) {
     /* Engine. */
     struct engine_limits lim = {cfg->max_waiters, cfg->max_claims,
                                 cfg->lease_ms};
+    rc = hotcache_new(16384, &d->hot);
+    if (rc != 0) {
+        log_error("create answer cache: %s", detd_strerror(rc));
+        goto out_store;
+    }
     rc = engine_new(&lim, service_engine_event, d, &d->engine);
     if (rc != 0) {
         log_error("create engine: %s", detd_strerror(rc));
@@ -333,6 +338,7 @@ out_handles:
         rpc_server_stop(d->rpc, 0);
     service_free(d);
     engine_free(d->engine);
+    hotcache_free(d->hot);
 out_store:
     store_close(d->store);
 out_loop:

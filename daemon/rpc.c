@@ -104,7 +104,8 @@ struct rpc_call {
     pthread_mutex_t mu; /* guards everything below */
     int initial_md_sent;
     int send_busy;
-    int ended; /* status queued or sent */
+    int ended;         /* status queued or sent */
+    int close_watched; /* RECV_CLOSE_ON_SERVER started */
     int status_pending;
     grpc_status_code pending_code;
     char *pending_msg;
@@ -319,6 +320,9 @@ static void start_send_locked(rpc_call *c) {
 }
 
 /* End the call (status, optional message). Consumes one reference. */
+static void end_call_bb(rpc_call *c, grpc_status_code code, const char *msg,
+                        grpc_byte_buffer *bb);
+
 static void end_call(rpc_call *c, grpc_status_code code, const char *msg,
                      const ProtobufCMessage *reply) {
     grpc_byte_buffer *bb = NULL;
@@ -329,6 +333,19 @@ static void end_call(rpc_call *c, grpc_status_code code, const char *msg,
             msg = "out of memory encoding the reply";
         }
     }
+    end_call_bb(c, code, msg, bb);
+}
+
+void rpc_reply_packed(rpc_call *c, const uint8_t *buf, size_t len) {
+    grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, len);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    end_call_bb(c, GRPC_STATUS_OK, "", bb);
+}
+
+/* End the call with bb (owned; may be NULL). Consumes one reference. */
+static void end_call_bb(rpc_call *c, grpc_status_code code, const char *msg,
+                        grpc_byte_buffer *bb) {
     pthread_mutex_lock(&c->mu);
     if (c->ended || atomic_load(&c->srv->stopped)) {
         pthread_mutex_unlock(&c->mu);
@@ -367,6 +384,17 @@ void rpc_fail(rpc_call *c, rpc_code code, const char *fmt, ...) {
 
 void rpc_finish(rpc_call *c) {
     end_call(c, GRPC_STATUS_OK, "", NULL);
+}
+
+static void start_close_watch(rpc_call *c);
+
+void rpc_watch_close(rpc_call *c) {
+    pthread_mutex_lock(&c->mu);
+    int skip = c->ended || c->close_watched || atomic_load(&c->srv->stopped);
+    c->close_watched = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (!skip)
+        start_close_watch(c);
 }
 
 void rpc_stream_send(rpc_call *c, const ProtobufCMessage *msg) {
@@ -419,7 +447,11 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
     c->deadline_ms = c->method == METHOD_UNKNOWN
                          ? deadline_to_ms(c->details.deadline)
                          : deadline_to_ms(c->deadline);
-    start_close_watch(c);
+    if (c->method != METHOD_UNKNOWN && methods[c->method].streaming)
+        start_close_watch(c);
+    /* Unary calls are watched for cancellation only once they wait
+     * (rpc_watch_close()): most are answered at once, and a watch costs
+     * a batch and a completion per call. */
     if (c->method == METHOD_UNKNOWN) {
         char path[256];
         size_t len = GRPC_SLICE_LENGTH(c->details.method);

@@ -116,11 +116,24 @@ void rpc_server_shutdown_begin(rpc_server *srv);
 void rpc_reply(rpc_call *call, const ProtobufCMessage *msg);
 
 /*
+ * Reply to a unary call with an already packed message (buf is copied)
+ * and status OK. Consumes the REQUEST reference.
+ */
+void rpc_reply_packed(rpc_call *call, const uint8_t *buf, size_t len);
+
+/*
  * End a call with a non-OK status and a message (copied). Consumes the
  * REQUEST reference (for any method).
  */
 void rpc_fail(rpc_call *call, rpc_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/*
+ * Report this unary call's cancellation by the client as an RPC_EV_CLOSED
+ * event (streams are always watched). Call it for calls that are held
+ * waiting; thread-safe, idempotent.
+ */
+void rpc_watch_close(rpc_call *call);
 
 /* Send one message on a streaming call; keeps the reference. */
 void rpc_stream_send(rpc_call *call, const ProtobufCMessage *msg);

@@ -135,6 +135,28 @@ static void reply_decided(struct daemon *d, rpc_call *call,
     (void)d;
 }
 
+/* Answer a store hit and keep the packed answer for the next asker. */
+static void reply_decided_cached(struct daemon *d, rpc_call *call,
+                                 const struct store_decision *r) {
+    struct convert_decision p;
+    convert_decision_fill(r, &p, 0);
+    Detd__V1__DecideResponse resp = DETD__V1__DECIDE_RESPONSE__INIT;
+    resp.api_version = SVC_API_VERSION;
+    resp.outcome = DETD__V1__OUTCOME__OUTCOME_DECIDED;
+    resp.decision = &p.msg;
+    size_t n = protobuf_c_message_get_packed_size(&resp.base);
+    uint8_t *buf = n <= HOTCACHE_MAX_ENTRY ? malloc(n) : NULL;
+    if (buf != NULL) {
+        protobuf_c_message_pack(&resp.base, buf);
+        hotcache_put(d->hot, r->id, buf, n);
+        rpc_reply_packed(call, buf, n);
+        free(buf);
+    } else {
+        rpc_reply(call, &resp.base);
+    }
+    convert_decision_clear(&p);
+}
+
 static void reply_designated(struct daemon *d, rpc_call *call, const char *id,
                              uint64_t claim, int takeover, uint32_t waited_ms) {
     Detd__V1__Decision dec = DETD__V1__DECISION__INIT;
@@ -247,6 +269,8 @@ static void pending_add(struct daemon *d, struct pending *p) {
     p->next = d->pending[b];
     d->pending[b] = p;
     d->npending++;
+    /* A held call must learn when its client gives up. */
+    rpc_watch_close(p->call);
 }
 
 static struct pending *pending_take(struct daemon *d, uint64_t token) {
@@ -368,10 +392,17 @@ static void on_decide(struct daemon *d, struct rpc_event *ev) {
         d->counters.rejected++;
         goto free_msg;
     }
+    const uint8_t *packed;
+    size_t npacked;
+    if (hotcache_get(d->hot, vk.id, &packed, &npacked)) {
+        d->counters.decide_hits++;
+        rpc_reply_packed(ev->call, packed, npacked);
+        goto free_msg;
+    }
     int rc = store_get_decision(d->store, vk.id, &row);
     if (rc == 0) {
         d->counters.decide_hits++;
-        reply_decided(d, ev->call, &row, 0);
+        reply_decided_cached(d, ev->call, &row);
         store_decision_clear(&row);
         goto free_msg;
     }

@@ -245,3 +245,20 @@ def test_second_daemon_on_a_live_socket_refuses(daemon, tmpdir_short):
 def daemon_binary():
     from conftest import DETD
     return DETD
+
+
+def test_waiter_that_dies_is_forgotten(daemon, tmpdir_short):
+    holder = daemon.client("--keys", 1, "--hold", stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "HOLD"
+    waiter = daemon.client("--keys", 1, "--rank", 1)
+    deadline = time.monotonic() + 10
+    while daemon.status()["waiters"] != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    waiter.kill()
+    waiter.wait()
+    while daemon.status()["waiters"] != 0:
+        assert time.monotonic() < deadline, "the dead waiter is still queued"
+        time.sleep(0.05)
+    holder.kill()
+    holder.wait()

@@ -1,0 +1,48 @@
+/*
+ * hotcache: packed Decide answers for decided keys, so a repeated Decide
+ * skips the store lookup and the encoding. Pure memory, loop thread only.
+ *
+ * Decisions never change once committed (first writer wins) except
+ * through an operator reset, which must call hotcache_clear(). The cache
+ * is direct-mapped with a fixed number of slots: memory is bounded by
+ * slots x (entry size), and a collision simply replaces the older entry.
+ */
+#ifndef DETD_HOTCACHE_H
+#define DETD_HOTCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct hotcache hotcache;
+
+/* Largest answer kept; bigger ones are served from the store each time. */
+#define HOTCACHE_MAX_ENTRY 2048
+
+/*
+ * Create a cache of nslots slots (rounded up to a power of two).
+ * Returns 0 or DETD_ENOMEM; *ret owns the cache (hotcache_free()).
+ */
+int hotcache_new(size_t nslots, hotcache **ret);
+
+/* Free the cache. NULL is a no-op. */
+void hotcache_free(hotcache *hc);
+
+/*
+ * Look up id (a 64-character decision id). On a hit *ret_buf (borrowed
+ * until the next call on hc) and *ret_len describe the packed answer and
+ * 1 is returned; 0 on a miss.
+ */
+int hotcache_get(hotcache *hc, const char *id, const uint8_t **ret_buf,
+                 size_t *ret_len);
+
+/* Keep a copy of buf for id (ignored over HOTCACHE_MAX_ENTRY or on OOM). */
+void hotcache_put(hotcache *hc, const char *id, const uint8_t *buf, size_t len);
+
+/* Forget everything (after a reset). */
+void hotcache_clear(hotcache *hc);
+
+/* Entries held, and hits/misses since creation. */
+void hotcache_stats(const hotcache *hc, uint64_t *ret_entries,
+                    uint64_t *ret_hits, uint64_t *ret_misses);
+
+#endif /* DETD_HOTCACHE_H */
