@@ -89,6 +89,9 @@ def main():
         pid = os.fork()
         if pid == 0:
             os.close(r)
+            import signal
+
+            signal.alarm(120)  # a hung child must not hang the test
             child = {}
             run_shape(rk, first, child, tag=f"{first}/child")
             run_shape(rk, second, child, tag=f"{second}/child")
@@ -104,8 +107,8 @@ def main():
             if not chunk:
                 break
             data += chunk
-        os.waitpid(pid, 0)
-        child = json.loads(data)
+        _, wstatus = os.waitpid(pid, 0)
+        child = json.loads(data) if data else {"error": f"child died (wait status {wstatus})"}
         result["child"] = child
         run_shape(rk, second, result["shapes"])
     else:

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Run the Python suite (tests/python) against several Triton releases, each
+# in its own virtual environment with torch (CPU build), using real Triton
+# in its CPU interpreter and the real detd daemon built from this tree.
+#
+#   tests/python/run_matrix.sh [pytest args...]
+#
+# Idempotent: venvs are created once and refreshed (pip install of pinned
+# versions is a no-op when they are present); the package is reinstalled
+# from client/python every run, bundling the libdetd just built.
+#
+# Environment:
+#   DETD_TRITON_VERSIONS  default "3.3.1 3.6.0 3.9.0" (oldest, 3.6, newest)
+#   DETD_TORCH_VERSION    default 2.13.0 (pip must resolve it to a CPU build:
+#                         a local CPU wheel through pip's find-links)
+#   DETD_VENV_ROOT        default ${XDG_CACHE_HOME:-$HOME/.cache}/detd-venvs
+#   DETD_BUILD_DIR        default <repo>/build (built here if binaries are missing)
+#   PYTHON                interpreter for the venvs, default python3
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${DETD_BUILD_DIR:-$REPO/build}
+VENVS=${DETD_VENV_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/detd-venvs}
+VERSIONS=${DETD_TRITON_VERSIONS:-"3.3.1 3.6.0 3.9.0"}
+TORCH=${DETD_TORCH_VERSION:-2.13.0}
+PY=${PYTHON:-python3}
+JOBS=${DETD_BUILD_JOBS:-2}
+
+log() { printf 'run_matrix: %s\n' "$*" >&2; }
+
+if [[ ! -x $BUILD/daemon/detd || ! -e $BUILD/client/libdetd.so || ! -x $BUILD/client/detctl ]]; then
+    log "building detd, libdetd and detctl into $BUILD"
+    cmake -S "$REPO" -B "$BUILD" >/dev/null
+    cmake --build "$BUILD" -j "$JOBS" --target detd detd_daemon detctl
+fi
+
+mkdir -p "$VENVS"
+declare -A RESULT
+status=0
+for v in $VERSIONS; do
+    venv=$VENVS/triton-$v
+    if [[ ! -x $venv/bin/python ]]; then
+        log "creating $venv"
+        "$PY" -m venv "$venv"
+    fi
+    log "triton $v: installing torch==$TORCH, triton==$v, pytest"
+    # torch first and pinned: an unpinned torch would pull a CUDA build.
+    "$venv/bin/python" -m pip install -q "torch==$TORCH" "setuptools>=61" pytest
+    "$venv/bin/python" -m pip install -q --no-deps "triton==$v"
+    if ! "$venv/bin/python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda is None else 1)'; then
+        log "warning: torch in $venv is a CUDA build; tests use the CPU only"
+    fi
+    # The package as users get it: pip install from the repository, with the
+    # freshly built libdetd and detctl bundled into detd/_lib/.
+    DETD_LIBRARY=$BUILD/client/libdetd.so DETD_DETCTL=$BUILD/client/detctl \
+        "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$REPO/client/python"
+    log "triton $v: running tests"
+    set +e
+    (cd "$REPO" && DETD_TEST_INSTALLED=1 DETD_BUILD_DIR=$BUILD TRITON_INTERPRET=1 \
+        "$venv/bin/python" -m pytest -p no:cacheprovider -q tests/python "$@")
+    rc=$?
+    set -e
+    RESULT[$v]=$rc
+    if [[ $rc -ne 0 ]]; then status=1; fi
+done
+
+for v in $VERSIONS; do
+    if [[ ${RESULT[$v]} -eq 0 ]]; then log "triton $v: passed"; else log "triton $v: FAILED (pytest exit ${RESULT[$v]})"; fi
+done
+exit $status
