@@ -30,6 +30,12 @@ def _position():
 
 
 def fake_do_bench(kernel_call, quantiles=None, **kw):
+    if os.environ.get("DETD_TEST_DIE_IN_BENCH"):
+        # A designated rank that dies in the middle of its pass.
+        import time
+
+        time.sleep(float(os.environ["DETD_TEST_DIE_IN_BENCH"]))
+        os._exit(9)
     kernel_call()
     frame_block = _current_block[0]
     CALLS.append(frame_block)

@@ -43,9 +43,9 @@ for v in $VERSIONS; do
         log "creating $venv"
         "$PY" -m venv "$venv"
     fi
-    log "triton $v: installing torch==$TORCH, triton==$v, pytest"
+    log "triton $v: installing torch==$TORCH, triton==$v, pytest, numpy"
     # torch first and pinned: an unpinned torch would pull a CUDA build.
-    "$venv/bin/python" -m pip install -q "torch==$TORCH" "setuptools>=61" pytest
+    "$venv/bin/python" -m pip install -q "torch==$TORCH" "setuptools>=61" pytest numpy
     "$venv/bin/python" -m pip install -q --no-deps "triton==$v"
     if ! "$venv/bin/python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda is None else 1)'; then
         log "warning: torch in $venv is a CUDA build; tests use the CPU only"

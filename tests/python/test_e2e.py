@@ -72,6 +72,8 @@ def test_coordinated_one_pass_identical_bytes_and_rerun(daemon, tmp_path):
             f"[i:{shape},")}
         assert srcs == {"timed"}, srcs
     first = {s: res[0]["shapes"][s] for s in SHAPES.split(",")}
+    counters = status(daemon)["counters"]
+    assert counters["timing_passes"] == 2 and counters["decisions_timed"] == 2, counters
     v = daemon.detctl("verify")
     assert v.returncode == 0, v.stdout + v.stderr
     dec = daemon.detctl("decisions", "--json")
@@ -252,3 +254,33 @@ def test_detd_run_unmodified_script(daemon, tmp_path):
     p = subprocess.run([sys.executable, "-m", "detd.run", str(script)], env=daemon.env(DETD_ON_MISS="sometimes"),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert p.returncode == 2 and "on_miss" in p.stdout and "DETD_ON_MISS" in p.stdout, p.stdout
+
+
+def status(daemon):
+    st = daemon.detctl("status", "--json")
+    assert st.returncode == 0, st.stderr
+    return json.loads(st.stdout)
+
+
+def test_designated_rank_dies_next_waiter_times(daemon, tmp_path):
+    """The designated process dies during its timing pass while another
+    waits for that key: the waiter is designated in its place (takeover),
+    times once, and the decision is its own fastest."""
+    import time
+
+    dying = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), str(tmp_path / "dead.json"),
+                              "--shapes", "256"], env=daemon.env(RANK=0, DETD_TEST_DIE_IN_BENCH=4),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 60
+    while status(daemon)["open_claims"] < 1:
+        assert time.time() < deadline and dying.poll() is None, "the first process was never designated"
+        time.sleep(0.1)
+    res = run_workers(daemon, 1, tmp_path, args=["--shapes", "256"], per_rank_env=lambda i: {"RANK": 3},
+                      tag="survivor")
+    assert dying.wait(60) == 9, dying.stdout.read()
+    assert_ok(res)
+    row = res[0]["shapes"]["256"]
+    assert row["bench_calls"] == N_CANDIDATES
+    assert row["config"] == expected_winner(3)
+    counters = status(daemon)["counters"]
+    assert counters["takeovers"] == 1 and counters["decisions_timed"] == 1, counters
