@@ -528,7 +528,7 @@ static void do_resync(cluster *c) {
         int err = etcd_range_prefix(c->etcd, dprefix, 0, resync_cb, &r, &rev);
         note(c, err, "resync");
         if (err == 0) {
-            post(c, CLUSTER_EV_REVISION, "", 0, 0, NULL, 0, rev, r.n);
+            post(c, CLUSTER_EV_REVISION, "", 0, 0, "resync", 6, rev, r.n);
             etcd_watch *w = NULL;
             if (etcd_watch_start(c->etcd, c->ns_prefix, rev + 1, on_watch, c,
                                  &w) == 0) {

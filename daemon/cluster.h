@@ -87,7 +87,9 @@ typedef enum cluster_event_kind {
      * value is its JSON; revision its mod revision (0 in a resync). */
     CLUSTER_EV_DECISION,
     CLUSTER_EV_CLAIM_GONE, /* the claim key of id was deleted */
-    /* Every decision up to revision has been delivered: persist it. */
+    /* Every decision up to revision has been delivered: persist it.
+     * At the end of a full resync value is "resync" and cookie the count
+     * of decisions read. */
     CLUSTER_EV_REVISION,
     /* The node lease was lost (claim keys under it are gone) and is
      * being re-granted: claims held must be taken again. */

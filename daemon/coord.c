@@ -214,9 +214,30 @@ void coord_sweep(struct daemon *d) {
     }
 }
 
+#define COORD_PERSIST_MS 500 /* how often the applied revision is stored */
+
+static void persist_revision(struct daemon *d) {
+    if (d->etcd_revision <= d->etcd_revision_stored)
+        return;
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%" PRId64, d->etcd_revision);
+    if (store_set_meta(d->store, "etcd_revision", buf) != 0)
+        log_error("store etcd revision: %s", store_errmsg(d->store));
+    else
+        d->etcd_revision_stored = d->etcd_revision;
+}
+
 /* See daemon.h. */
 int64_t coord_tick(struct daemon *d, int64_t now) {
     int64_t next = INT64_MAX;
+    if (d->etcd_revision > d->etcd_revision_stored) {
+        if (now >= d->persist_at) {
+            persist_revision(d);
+            d->persist_at = now + COORD_PERSIST_MS;
+        } else {
+            next = d->persist_at;
+        }
+    }
     struct ckey *k = d->ckeys;
     while (k != NULL) {
         struct ckey *nk = k->next;
@@ -439,20 +460,16 @@ void coord_event(void *ctx, const struct cluster_event *ev) {
         on_decision(d, ev);
         break;
     case CLUSTER_EV_REVISION:
-        if (ev->revision > d->etcd_revision) {
-            char buf[32];
-            snprintf(buf, sizeof(buf), "%" PRId64, ev->revision);
-            if (store_set_meta(d->store, "etcd_revision", buf) != 0)
-                log_error("store etcd revision: %s", store_errmsg(d->store));
+        /* Stored lazily (coord_tick, drain): a revision older than what
+         * is applied only replays events, which are idempotent. */
+        if (ev->revision > d->etcd_revision)
             d->etcd_revision = ev->revision;
-        }
-        if (ev->cookie > 0 || ev->value == NULL) {
-            /* A resync ends with the count of decisions read. */
-            if (ev->cookie > 0)
-                log_info("resync from etcd: %" PRIu64
-                         " decisions at revision %" PRId64,
-                         ev->cookie, ev->revision);
-        }
+        if (ev->value != NULL)
+            persist_revision(d);
+        if (ev->value != NULL) /* the end of a full resync */
+            log_info("resync from etcd: %" PRIu64
+                     " decisions at revision %" PRId64,
+                     ev->cookie, ev->revision);
         break;
     case CLUSTER_EV_LEASE_LOST:
         log_warn("etcd node lease lost (%s): claims held here are gone; "
@@ -494,6 +511,8 @@ const char *coord_etcd_error(struct daemon *d) {
 
 /* See daemon.h. */
 void coord_drain(struct daemon *d) {
+    if (d->cluster != NULL)
+        persist_revision(d);
     while (d->commits != NULL) {
         struct commit_op *op = d->commits;
         d->commits = op->next;

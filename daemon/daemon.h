@@ -148,7 +148,9 @@ struct daemon {
     struct ckey *ckeys;        /* keys with cluster claim activity */
     struct commit_op *commits; /* reports waiting for their commit */
     uint64_t next_commit;
-    int64_t etcd_revision; /* last applied etcd revision (stored) */
+    int64_t etcd_revision;        /* last applied etcd revision */
+    int64_t etcd_revision_stored; /* ... as stored in the meta table */
+    int64_t persist_at;           /* next time it may be stored */
     int etcd_connected;
     char etcd_error[256];
     struct verify_op *verifies; /* verify --cluster gathering (admin.c) */

@@ -251,6 +251,7 @@ int daemon_run(const struct daemon_config *cfg) {
         char *rev = NULL;
         if (store_get_meta(d->store, "etcd_revision", &rev) == 0) {
             d->etcd_revision = strtoll(rev, NULL, 10);
+            d->etcd_revision_stored = d->etcd_revision;
             free(rev);
         }
         struct cluster_options co = {

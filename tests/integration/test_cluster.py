@@ -380,7 +380,8 @@ def test_restart_catches_up_then_resyncs_after_compaction(tmpdir_short, etcd,
     wait_for(lambda: set(in_etcd) <= set(late.decisions()), 15,
              "the restarted node caught up")
     assert "full resync" not in late.read_log().split("etcd backend:")[-1]
-    assert int(late.meta("etcd_revision")) > rev_before
+    wait_for(lambda: int(late.meta("etcd_revision")) > rev_before, 5,
+             "the caught-up revision is stored")
 
     # Down again; more decisions; history compacted past its revision.
     late.stop()
