@@ -537,6 +537,20 @@ def _patched_run(self, *args, **kwargs):
     return ret
 
 
+SUPPORTED = ((3, 3), (3, 9))  # oldest and newest minor release checked
+
+
+def _check_version():
+    v = _triton_version()
+    try:
+        major, minor = (int(x) for x in v.split(".")[:2])
+    except ValueError:
+        return
+    if (major, minor) < SUPPORTED[0] or (major, minor) > SUPPORTED[1]:
+        _warn_once("version", f"detd: Triton {v} is outside the checked range "
+                              f"{SUPPORTED[0][0]}.{SUPPORTED[0][1]} to {SUPPORTED[1][0]}.{SUPPORTED[1][1]}")
+
+
 def patch():
     """Patch ``triton.runtime.autotuner.Autotuner.run`` once."""
     global _original_run
@@ -548,6 +562,7 @@ def patch():
         return
 
     _original_run = current
+    _check_version()
 
     def run(self, *args, **kwargs):
         return _patched_run(self, *args, **kwargs)

@@ -1,0 +1,174 @@
+"""detd: identical Triton kernel-config choices on every rank.
+
+Quick start::
+
+    import detd
+    detd.install()              # coordinated mode, every autotuner governed
+    ...                         # train as usual
+    if step % 1000 == 0:
+        detd.verify(strict=True)  # all ranks used the same configs
+
+or, for an unmodified script (settings from ``DETD_*`` variables)::
+
+    python -m detd.run train.py --lr 3e-4
+    torchrun --nproc-per-node 8 -m detd.run train.py
+    detd-run train.py           # the console script, same thing
+
+Settings are documented in :mod:`detd._policy`; the hook's design (one timing
+pass per key in the whole cluster, launches always using the committed
+config) in :mod:`detd._hook`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from typing import List, Optional
+
+from . import _policy
+from ._hook import MissError
+from ._native import DetdError, LibraryNotFound
+from ._policy import Settings
+
+__all__ = [
+    "install",
+    "installed",
+    "settings",
+    "autotuners",
+    "verify",
+    "DivergenceError",
+    "MissError",
+    "DetdError",
+    "LibraryNotFound",
+    "Settings",
+    "__version__",
+]
+
+__version__ = "0.1.0"
+
+_install_lock = threading.Lock()
+
+
+class DivergenceError(RuntimeError):
+    """``verify(strict=True)`` found ranks or decisions that disagree."""
+
+    def __init__(self, result: dict):
+        self.result = result
+        divs = result.get("divergences") or []
+        first = divs[0] if divs else {}
+        what = f"{first.get('kernel', '?')} key {first.get('key', '?')}" if first else "?"
+        super().__init__(f"detd: configs diverge on {len(divs)} key(s), first: {what}"
+                         + (f" ({first.get('reason')})" if first.get("reason") else ""))
+
+
+def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = None, overrides=None,
+            socket: Optional[str] = None, **more) -> Settings:
+    """Hook Triton's autotuner. Idempotent: calling again re-applies the
+    given settings (arguments win over ``DETD_*`` variables) and keeps the
+    one patch. Invalid settings raise ValueError naming the setting.
+    Other settings: exempt, namespace, arch, chaos, strict, timeout_ms, job.
+    Returns the settings in force."""
+    s = _policy.parse(mode=mode, scope=scope, on_miss=on_miss, overrides=overrides, socket=socket, **more)
+    from . import _hook
+
+    _hook.rank_identity()  # RANK/LOCAL_RANK/WORLD_SIZE must be integers
+    if s.mode != "auto":
+        from . import _native
+
+        _native.load()  # fail now, not at the first kernel
+    with _install_lock:
+        _hook.patch()
+        _hook.configure(s)
+    return s
+
+
+def installed() -> bool:
+    from . import _hook
+
+    return _hook._state.active
+
+
+def settings() -> Settings:
+    """The settings in force (defaults from the environment before install)."""
+    from . import _hook
+
+    if _hook._state.active:
+        return _hook._state.settings
+    return _policy.parse()
+
+
+def autotuners() -> List[dict]:
+    """Every autotuner this process reached through ``Autotuner.run``:
+    ``kernel`` (identity), ``name``, ``governed``, ``why``, ``candidates``
+    and ``keys``: one dict per key with ``key``, ``config`` (the one
+    launched), ``source`` (timed, table, override, fallback, local, ...),
+    ``governed``, ``chaos``, ``timed_here`` and, when timed here,
+    ``timings`` (ms per candidate).  Kernels that bypass ``Autotuner.run``
+    (``torch.compile``'s Inductor autotuner, subclasses overriding ``run``,
+    direct ``fn.run`` calls) are not seen."""
+    from . import _hook
+
+    return _hook.records()
+
+
+def _detctl() -> str:
+    env = os.environ.get("DETD_DETCTL")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands = [os.path.join(here, "_lib", "detctl")]
+    if os.environ.get("DETD_BUILD_DIR"):
+        cands.append(os.path.join(os.environ["DETD_BUILD_DIR"], "client", "detctl"))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    if os.path.isfile(os.path.join(repo, "proto", "detd.proto")):
+        cands.append(os.path.join(repo, "build", "client", "detctl"))
+    for c in cands:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    found = shutil.which("detctl")
+    if found:
+        return found
+    raise FileNotFoundError("detd.verify: detctl not found (set DETD_DETCTL)")
+
+
+def verify(strict: Optional[bool] = None, step: Optional[int] = None, every: Optional[int] = None,
+           timeout: float = 60.0) -> Optional[dict]:
+    """Check through the daemon that every rank launched the same config
+    for every governed key, and the decided one.
+
+    Returns the daemon's verify result (``ok``, ``keys_checked``,
+    ``observations``, ``divergences``, ``ungoverned``).  With ``strict``
+    (default: the ``strict`` setting / DETD_STRICT) a divergence raises
+    :class:`DivergenceError`.  In a training loop pass ``step`` and
+    ``every``: the check runs only when ``step % every == 0`` and returns
+    None otherwise.
+
+    The check runs ``detctl verify --json`` (libdetd exposes no admin
+    call); ``DETD_DETCTL`` names the binary when it is not on PATH."""
+    if every is not None and step is not None and every > 0 and step % every != 0:
+        return None
+    s = settings()
+    if strict is None:
+        strict = s.strict
+    cmd = [_detctl()]
+    sock = s.socket or os.environ.get("DETD_SOCKET")
+    if sock:
+        cmd += ["--socket", sock]
+    cmd += ["verify", "--json"]
+    if s.namespace:
+        cmd += ["--namespace", s.namespace]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    try:
+        result = json.loads(p.stdout) if p.stdout.strip() else None
+    except json.JSONDecodeError:
+        result = None
+    if not isinstance(result, dict) or p.returncode not in (0, 1):
+        raise RuntimeError(f"detd.verify: {' '.join(cmd)} exited {p.returncode}: "
+                           f"{(p.stderr or p.stdout).strip()[:500]}")
+    result.setdefault("ok", p.returncode == 0)
+    if strict and (not result["ok"] or p.returncode == 1):
+        raise DivergenceError(result)
+    return result

@@ -1,0 +1,597 @@
+"""The Triton hook: one class-level patch of ``Autotuner.run``.
+
+How a decision is made, and why the launch uses it
+--------------------------------------------------
+Triton's ``Autotuner.run`` (3.3 to 3.9) decides in exactly one place::
+
+    key = tuple(<key= argument values> + [str(t.dtype) for tensor args])
+    if key not in self.cache:          # <- the only decision point
+        <prune, time every candidate with self._bench, keep the fastest>
+    config = self.cache[key]
+    <launch with config>
+
+The patched ``run`` replaces ``self.cache`` (lazily, keeping its entries)
+with :class:`DetdCache`, a dict whose ``__contains__`` is the hook, then
+calls the original ``run`` with the call's arguments pushed on a
+thread-local stack.  Triton's own key code stays authoritative: the hook
+receives the very tuple Triton built.
+
+On a key this process has not resolved yet, ``__contains__`` asks the daemon:
+
+* ``decided``: the answer's canonical config string is matched back to the
+  autotuner's **live** ``Config`` (so ``pre_hook`` and every field stay
+  Triton's own); it is stored in the dict and ``__contains__`` returns True.
+  Triton then skips pruning, timing, its disk cache and its print, and
+  launches ``self.cache[key]``, which is that config.
+* ``designated``: this process is the one rank that times the key for the
+  whole cluster.  The hook runs the timing pass itself, **before** Triton's
+  launch, exactly as Triton's ``benchmark()`` would: ``prune_configs``, then
+  ``self._bench`` (hence ``do_bench``, Triton's benchmarker or the
+  kernel's ``do_bench=``) for every pruned config, sets ``configs_timings``
+  and ``bench_time``.  It reports every candidate's timing, receives the
+  config the daemon committed (first writer wins, lowest median), runs the
+  autotuner's ``pre_hook(..., reset_only=True)`` as Triton does after a
+  pass, stores the committed live config and returns True.  Triton's
+  ``if key not in self.cache`` is therefore False, so Triton times nothing
+  more and launches the committed config: one timing pass, and the first
+  launch already uses the cluster's config, even when this process's own
+  fastest differed.  (Letting Triton time and reading its pick afterwards
+  would launch the local winner once before the committed one.)
+* anything else (no decision in ``pinned`` mode, a timeout, an unreachable
+  daemon, an answer or override naming no live candidate): the ``on_miss``
+  policy: ``error`` raises :class:`MissError` naming kernel and key;
+  ``first`` takes the autotuner's first config; ``cheapest`` takes the
+  config with the smallest product of its integer meta-parameters (the tile
+  volume), then fewest ``num_warps``, fewest ``num_stages``, fewest
+  ``num_ctas``, then the canonical string: deterministic on every rank.
+  An answer never turns into a launch of a config the autotuner does not
+  hold.
+
+Autotuners that are not governed (``auto`` and ``record`` modes, outside
+``scope``, or ``exempt``) are left to Triton: ``__contains__`` returns
+False, Triton times as usual, and after ``run`` returns the hook reads
+``self.cache[key]`` and observes it (source ``local``).
+
+Every (autotuner, key) reached is observed once per process through the
+daemon's ``Observe`` (forked children observe again under their own pid),
+and listed by ``detd.autotuners()``.
+
+Threads and fork
+----------------
+Triton's autotuner is not thread-safe (``self.nargs`` is shared), so calls
+into one autotuner are serialized with a lock kept in a module-level
+``WeakKeyDictionary``; 8 threads meeting a new key at once make one
+request and one timing pass, the others find the resolved key.  Nothing is
+stored on the autotuner but the ``DetdCache`` (which pickles as a plain
+dict).  After ``fork`` the child gets fresh locks and a fresh daemon handle.
+
+Not covered: subclasses that override ``run`` without calling
+``Autotuner.run``, direct ``fn.run`` calls, and kernels lowered by
+``torch.compile`` (Inductor's ``CachingAutotuner``); they never reach the
+hook and are therefore not listed either.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _canon, _native
+from ._policy import Settings
+
+
+class MissError(RuntimeError):
+    """No usable decision for a governed kernel and ``on_miss=error``."""
+
+    def __init__(self, kernel: str, key: str, reason: str):
+        self.kernel, self.key, self.reason = kernel, key, reason
+        super().__init__(f"detd: no decision for kernel {kernel} key {key}: {reason} (on_miss=error)")
+
+
+# ---------------------------------------------------------------- state
+
+class _State:
+    def __init__(self):
+        self.settings: Settings = Settings()
+        self.active = False
+        self.client: Optional[_native.Client] = None
+        self.client_pid = -1
+        self.client_lock = threading.Lock()
+        self.identity: Optional[dict] = None
+        self.records: Dict[str, dict] = {}
+        self.records_lock = threading.Lock()
+        self.warned = set()
+
+
+_state = _State()
+_tls = threading.local()
+_locks: "weakref.WeakKeyDictionary[Any, threading.RLock]" = weakref.WeakKeyDictionary()
+_locks_guard = threading.Lock()
+_observed: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
+_infos: "weakref.WeakKeyDictionary[Any, _TunerInfo]" = weakref.WeakKeyDictionary()
+
+
+def _after_fork_in_child():
+    global _locks, _locks_guard, _observed
+    _locks = weakref.WeakKeyDictionary()
+    _locks_guard = threading.Lock()
+    _observed = weakref.WeakKeyDictionary()
+    _state.client = None
+    _state.client_pid = -1
+    _state.client_lock = threading.Lock()
+    _state.records_lock = threading.Lock()
+    _state.identity = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _lock_for(tuner) -> threading.RLock:
+    lock = _locks.get(tuner)
+    if lock is None:
+        with _locks_guard:
+            lock = _locks.get(tuner)
+            if lock is None:
+                lock = threading.RLock()
+                _locks[tuner] = lock
+    return lock
+
+
+def _warn_once(tag: str, msg: str):
+    if tag not in _state.warned:
+        _state.warned.add(tag)
+        warnings.warn(msg, RuntimeWarning, stacklevel=4)
+
+
+# ---------------------------------------------------------------- identity
+
+def _env_int(name: str, default: int) -> int:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"detd: invalid {name}={v!r}: expected an integer") from None
+
+
+def rank_identity() -> Tuple[int, int, int]:
+    """(rank, local_rank, world_size) from RANK, LOCAL_RANK, WORLD_SIZE."""
+    return _env_int("RANK", -1), _env_int("LOCAL_RANK", -1), _env_int("WORLD_SIZE", 0)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def detect_device(settings: Settings) -> Tuple[str, Optional[str], int]:
+    """(arch, device_name, sm_count). arch: DETD_ARCH / setting, "cpu"
+    under the interpreter or without a GPU, else "sm<major><minor>"
+    (CUDA) or the gfx name (ROCm)."""
+    if _interpreting():
+        return settings.arch or "cpu", None, 0
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            dev = torch.cuda.current_device()
+            props = torch.cuda.get_device_properties(dev)
+            if getattr(torch.version, "hip", None):
+                arch = getattr(props, "gcnArchName", "rocm").split(":")[0]
+            else:
+                major, minor = torch.cuda.get_device_capability(dev)
+                arch = f"sm{major}{minor}"
+            return settings.arch or arch, props.name, int(props.multi_processor_count)
+    except Exception:
+        pass
+    return settings.arch or "cpu", None, 0
+
+
+def _identity() -> dict:
+    ident = _state.identity
+    if ident is None:
+        rank, local_rank, world = rank_identity()
+        arch, name, sms = detect_device(_state.settings)
+        ident = dict(rank=rank, local_rank=local_rank, world_size=world, arch=arch, device_name=name,
+                     sm_count=sms)
+        _state.identity = ident
+    return ident
+
+
+def client() -> _native.Client:
+    """This process's libdetd handle (re-opened after fork)."""
+    c = _state.client
+    pid = os.getpid()
+    if c is not None and _state.client_pid == pid:
+        return c
+    with _state.client_lock:
+        if _state.client is None or _state.client_pid != pid:
+            ident = _identity()
+            _state.client = _native.Client(
+                _state.settings.socket, host=_native.default_host(), rank=ident["rank"],
+                local_rank=ident["local_rank"], world_size=ident["world_size"],
+                device_name=ident["device_name"], arch=ident["arch"], sm_count=ident["sm_count"],
+                job=_state.settings.job)
+            _state.client_pid = pid
+        return _state.client
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return str(triton.__version__)
+    except Exception:
+        return ""
+
+
+# ---------------------------------------------------------------- tuners
+
+class _TunerInfo:
+    __slots__ = ("kernel", "name", "governed", "why", "candidates", "live", "configs_sig")
+
+    def __init__(self, tuner, settings: Settings):
+        self.name = _canon.kernel_name(tuner)
+        self.kernel = _canon.kernel_identity(tuner)
+        self.governed = settings.is_governed(self.name)
+        if settings.mode not in ("pinned", "coordinated"):
+            self.why = f"mode {settings.mode}"
+        elif not self.governed:
+            self.why = "outside scope or exempt"
+        else:
+            self.why = f"mode {settings.mode}"
+        self.configs_sig = tuple(id(c) for c in tuner.configs)
+        self.live: Dict[str, Any] = {}
+        for c in tuner.configs:
+            self.live.setdefault(_canon.config_string(c), c)
+        self.candidates = tuple(self.live)
+
+
+def _info(tuner) -> _TunerInfo:
+    info = _infos.get(tuner)
+    if info is None or info.configs_sig != tuple(id(c) for c in tuner.configs) or \
+            info.governed != _state.settings.is_governed(info.name):
+        info = _TunerInfo(tuner, _state.settings)
+        _infos[tuner] = info
+    return info
+
+
+def _dkey(info: _TunerInfo, key_str: str) -> _native.Key:
+    return _native.Key(_state.settings.namespace, _identity()["arch"], info.kernel, key_str, info.candidates)
+
+
+def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: bool, chaos=False,
+            timed_here=False, timings=None, note=None):
+    with _state.records_lock:
+        rec = _state.records.get(info.kernel)
+        if rec is None:
+            rec = dict(kernel=info.kernel, name=info.name, governed=governed, why=info.why,
+                       candidates=list(info.candidates), keys={})
+            _state.records[info.kernel] = rec
+        rec["governed"] = governed
+        entry = dict(key=key_str, config=config, source=source, governed=governed, chaos=chaos,
+                     timed_here=timed_here)
+        if timings is not None:
+            entry["timings"] = timings
+        if note:
+            entry["note"] = note
+        rec["keys"][key_str] = entry
+
+
+def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: int, governed: bool,
+             chaos: bool = False):
+    seen = _observed.get(tuner)
+    if seen is None:
+        seen = set()
+        _observed[tuner] = seen
+    seen.add(key)
+    try:
+        client().observe(_dkey(info, key_str), config, source, governed, chaos)
+    except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+        _warn_once("observe", f"detd: cannot record observations: {e}")
+
+
+def _cheapest(configs: List[Any]):
+    def cost(c):
+        vol = 1
+        for v in c.kwargs.values():
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                vol *= v
+        return (vol, c.num_warps or 0, c.num_stages or 0, getattr(c, "num_ctas", 1) or 0,
+                _canon.config_string(c))
+
+    return min(configs, key=cost)
+
+
+# ---------------------------------------------------------------- the hook
+
+class _Call:
+    __slots__ = ("tuner", "args", "kwargs", "key", "local_key")
+
+    def __init__(self, tuner, args, kwargs):
+        self.tuner, self.args, self.kwargs = tuner, args, kwargs
+        self.key = None        # the key Triton asked about
+        self.local_key = None  # a key left to Triton's own timing
+
+
+def _current(cache) -> Optional[_Call]:
+    stack = getattr(_tls, "stack", None)
+    if not stack:
+        return None
+    ctx = stack[-1]
+    return ctx if ctx.tuner.__dict__.get("cache") is cache else None
+
+
+class DetdCache(dict):
+    """``Autotuner.cache`` replacement; see the module docstring."""
+
+    __slots__ = ()
+
+    def __contains__(self, key):
+        ctx = _current(self)
+        if ctx is not None:
+            ctx.key = key
+        if dict.__contains__(self, key):
+            return True
+        if ctx is None:
+            return False
+        return _resolve(self, ctx, key)
+
+    def __reduce__(self):
+        return (dict, (dict(self),))
+
+    def __reduce_ex__(self, protocol):
+        return self.__reduce__()
+
+    def __copy__(self):
+        return dict(self)
+
+    def __deepcopy__(self, memo):
+        import copy
+
+        return {copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()}
+
+
+def _normalize_timing(t) -> Tuple[List[float], bool]:
+    if isinstance(t, (list, tuple)):
+        ms = [float(x) for x in t]
+    else:
+        ms = [float(t)]
+    failed = not ms or any(x != x or x == float("inf") for x in ms)
+    return ms, failed
+
+
+def _timing_pass(ctx: _Call):
+    """Time every pruned candidate with the tuner's own ``_bench`` (Triton's
+    benchmarker or the kernel's ``do_bench=``), as Triton's ``benchmark()``
+    does. Returns (timings dict Config -> value, report rows)."""
+    tuner, args, kwargs = ctx.tuner, ctx.args, ctx.kwargs
+    tuner.nargs = dict(zip(tuner.arg_names, args))
+    pruned = tuner.prune_configs(kwargs)
+    start = time.time()
+    timings = {config: tuner._bench(*args, config=config, **kwargs) for config in pruned}
+    tuner.bench_time = time.time() - start
+    tuner.configs_timings = timings
+    rows, seen = [], set()
+    for config, t in timings.items():
+        s = _canon.config_string(config)
+        if s in seen:
+            continue
+        seen.add(s)
+        ms, failed = _normalize_timing(t)
+        rows.append((s, ms, failed))
+    return timings, rows
+
+
+def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str):
+    policy = _state.settings.on_miss
+    if policy == "error":
+        _record(info, key_str, None, "miss", True, note=reason)
+        raise MissError(info.kernel, key_str, reason)
+    configs = list(ctx.tuner.configs)
+    chosen = configs[0] if policy == "first" else _cheapest(configs)
+    return chosen, _native.SOURCE_FALLBACK, f"{reason}; on_miss={policy}"
+
+
+def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
+    tuner = ctx.tuner
+    settings = _state.settings
+    info = _info(tuner)
+    if not info.governed:
+        ctx.local_key = key
+        return False
+    key_str = _canon.key_string(key)
+    dkey = _dkey(info, key_str)
+    note, timed_here, timings_out = None, False, None
+    chosen, source = None, None
+
+    override = settings.override_for(info.name, info.kernel)
+    if override is not None:
+        chosen = info.live.get(override)
+        source = _native.SOURCE_OVERRIDE
+        if chosen is None:
+            chosen, source, note = _miss(ctx, info, key_str,
+                                         f"override {override!r} matches no live candidate")
+    else:
+        answer, reason = None, None
+        report_rows = None
+        for _attempt in range(4):
+            try:
+                answer = client().decide(dkey, settings.mode == "pinned", settings.timeout_ms)
+            except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+                answer, reason = None, f"daemon request failed: {e}"
+                break
+            if answer.outcome != _native.OUTCOME_DESIGNATED:
+                break
+            if report_rows is None:
+                timings, report_rows = _timing_pass(ctx)
+                timed_here = True
+                timings_out = {s: ms for s, ms, _ in report_rows}
+            try:
+                answer = client().report(answer.claim_id, dkey, report_rows, _triton_version(),
+                                         settings.timeout_ms)
+                answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
+                break
+            except _native.DetdError as e:
+                if e.code == _native.ESTALE:
+                    continue  # the claim moved on: ask again (a decision may exist now)
+                answer, reason = None, f"report failed: {e}"
+                break
+        if answer is not None and answer.outcome == _native.OUTCOME_DECIDED:
+            chosen = info.live.get(answer.config or "")
+            source = answer.source or _native.SOURCE_TIMED
+            if chosen is None:
+                reason = f"the daemon's config {answer.config!r} matches no live candidate"
+        elif answer is not None:
+            reason = {_native.OUTCOME_MISS: "no decision stored and none in the tables",
+                      _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
+                          answer.outcome, f"unexpected outcome {answer.outcome}")
+        if chosen is None:
+            chosen, source, note = _miss(ctx, info, key_str, reason or "no answer")
+        if timed_here:
+            full_nargs = {**tuner.nargs, **ctx.kwargs, **chosen.all_kwargs()}
+            tuner.pre_hook(full_nargs, reset_only=True)
+
+    chaos = settings.chaos
+    if chaos:
+        cands = sorted(info.candidates)
+        if len(cands) > 1:
+            base = cands.index(_canon.config_string(chosen))
+            rank = max(_identity()["rank"], 0)
+            chosen = info.live[cands[(base + 1 + rank) % len(cands)]]
+            note = "chaos: deliberately not the decided config"
+
+    dict.__setitem__(cache, key, chosen)
+    cfg = _canon.config_string(chosen)
+    _record(info, key_str, cfg, _native.SOURCE_NAMES.get(source, str(source)), True, chaos=chaos,
+            timed_here=timed_here, timings=timings_out, note=note)
+    _observe(tuner, info, key, key_str, cfg, source, True, chaos)
+    return True
+
+
+def _after_run(tuner, ctx: _Call):
+    """Observations that can only be made once Triton's run returned."""
+    seen = _observed.get(tuner)
+    if len(tuner.configs) <= 1:
+        key = _canon.triton_key(tuner, ctx.args, ctx.kwargs)
+        if seen is not None and key in seen:
+            return
+        info = _info(tuner)
+        key_str = _canon.key_string(key)
+        cfg = _canon.config_string(tuner.configs[0])
+        _record(info, key_str, cfg, "local", False, note="single config: nothing to decide")
+        _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
+        return
+    key = ctx.key
+    if key is None or (seen is not None and key in seen):
+        return
+    config = dict.get(tuner.cache, key) if isinstance(tuner.cache, dict) else None
+    if config is None:
+        return
+    info = _info(tuner)
+    key_str = _canon.key_string(key)
+    cfg = _canon.config_string(config)
+    if ctx.local_key is not None:
+        timings = None
+        ct = getattr(tuner, "configs_timings", None)
+        if isinstance(ct, dict):
+            timings = {_canon.config_string(c): _normalize_timing(t)[0] for c, t in ct.items()}
+        _record(info, key_str, cfg, "local", False, timed_here=timings is not None, timings=timings)
+        _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
+    else:
+        # A key resolved in the parent before fork, or before install():
+        # observe it under this process too, with what is known of it.
+        rec = _state.records.get(info.kernel, {}).get("keys", {}).get(key_str)
+        src = rec["source"] if rec else "local"
+        inv = {v: k for k, v in _native.SOURCE_NAMES.items()}
+        governed = bool(rec and rec["governed"])
+        _observe(tuner, info, key, key_str, cfg, inv.get(src, _native.SOURCE_LOCAL), governed,
+                 bool(rec and rec.get("chaos")))
+
+
+_original_run = None
+
+
+def _patched_run(self, *args, **kwargs):
+    if not _state.active:
+        return _original_run(self, *args, **kwargs)
+    cache = self.__dict__.get("cache")
+    if type(cache) is not DetdCache:
+        self.cache = DetdCache(cache or {})
+    ctx = _Call(self, args, kwargs)
+    with _lock_for(self):
+        stack = getattr(_tls, "stack", None)
+        if stack is None:
+            stack = _tls.stack = []
+        stack.append(ctx)
+        try:
+            ret = _original_run(self, *args, **kwargs)
+        finally:
+            stack.pop()
+        _after_run(self, ctx)
+    return ret
+
+
+SUPPORTED = ((3, 3), (3, 9))  # oldest and newest minor release checked
+
+
+def _check_version():
+    v = _triton_version()
+    try:
+        major, minor = (int(x) for x in v.split(".")[:2])
+    except ValueError:
+        return
+    if (major, minor) < SUPPORTED[0] or (major, minor) > SUPPORTED[1]:
+        _warn_once("version", f"detd: Triton {v} is outside the checked range "
+                              f"{SUPPORTED[0][0]}.{SUPPORTED[0][1]} to {SUPPORTED[1][0]}.{SUPPORTED[1][1]}")
+
+
+def patch():
+    """Patch ``triton.runtime.autotuner.Autotuner.run`` once."""
+    global _original_run
+    from triton.runtime import autotuner as at
+
+    current = at.Autotuner.run
+    if getattr(current, "__detd_original__", None) is not None:
+        _original_run = current.__detd_original__
+        return
+
+    _original_run = current
+    _check_version()
+
+    def run(self, *args, **kwargs):
+        return _patched_run(self, *args, **kwargs)
+
+    run.__detd_original__ = current
+    run.__doc__ = current.__doc__
+    run.__name__ = "run"
+    run.__qualname__ = "Autotuner.run"
+    at.Autotuner.run = run
+
+
+def configure(settings: Settings):
+    old = _state.settings
+    if (old.socket, old.job) != (settings.socket, settings.job) and _state.client is not None:
+        if _state.client_pid == os.getpid():
+            _state.client.close()
+        _state.client = None
+        _state.client_pid = -1
+    _state.settings = settings
+    _state.identity = None
+    _infos.clear()
+    _state.active = True
+
+
+def records() -> List[dict]:
+    with _state.records_lock:
+        out = []
+        for rec in _state.records.values():
+            r = dict(rec)
+            r["keys"] = [dict(v) for v in rec["keys"].values()]
+            out.append(r)
+        return out

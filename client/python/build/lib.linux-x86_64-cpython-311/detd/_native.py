@@ -1,0 +1,320 @@
+"""ctypes binding of libdetd (``detd/client.h``, ``detd/error.h``).
+
+The library is loaded on first use, from the first of:
+
+1. ``$DETD_LIBRARY`` (a path to ``libdetd.so``);
+2. ``detd/_lib/libdetd.so`` bundled by ``pip install``;
+3. a source checkout: ``$DETD_BUILD_DIR/client`` or ``<repo>/build/client``
+   when this package is imported from ``client/python``;
+4. the system's ``libdetd`` (``ctypes.util.find_library``).
+
+ctypes releases the GIL around every call, so a thread waiting for another
+rank's timing pass does not stall the others.
+
+One handle per process: a forked child gets a fresh handle on first use (the
+parent's is left alone, never closed in the child, since closing would act
+on a connection the parent still owns).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import socket as _socket
+import threading
+from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+c_char_p = ctypes.c_char_p
+c_int = ctypes.c_int
+c_int32 = ctypes.c_int32
+c_uint32 = ctypes.c_uint32
+c_uint64 = ctypes.c_uint64
+c_int64 = ctypes.c_int64
+c_size_t = ctypes.c_size_t
+
+OUTCOME_DECIDED = 1
+OUTCOME_DESIGNATED = 2
+OUTCOME_MISS = 3
+OUTCOME_TIMEOUT = 4
+OUTCOME_NAMES = {1: "decided", 2: "designated", 3: "miss", 4: "timeout"}
+
+SOURCE_UNSPECIFIED = 0
+SOURCE_TIMED = 1
+SOURCE_TABLE = 2
+SOURCE_OVERRIDE = 3
+SOURCE_IMPORT = 4
+SOURCE_FALLBACK = 5
+SOURCE_LOCAL = 6
+SOURCE_NAMES = {0: "unspecified", 1: "timed", 2: "table", 3: "override", 4: "import", 5: "fallback",
+                6: "local"}
+
+DECIDE_NO_CLAIM = 0x1
+OBSERVE_GOVERNED = 0x1
+OBSERVE_CHAOS = 0x2
+
+# From error.h (stable ABI values).
+ECONNECT = -1002
+ETIMEDOUT = -1003
+ESTALE = -1007
+EUNAVAILABLE = -1014
+
+
+class _Identity(ctypes.Structure):
+    _fields_ = [
+        ("host", c_char_p),
+        ("rank", c_int32),
+        ("local_rank", c_int32),
+        ("world_size", c_int32),
+        ("device_name", c_char_p),
+        ("arch", c_char_p),
+        ("sm_count", c_int32),
+        ("job", c_char_p),
+    ]
+
+
+class _Key(ctypes.Structure):
+    _fields_ = [
+        ("namespace_", c_char_p),
+        ("arch", c_char_p),
+        ("kernel", c_char_p),
+        ("key", c_char_p),
+        ("candidates", ctypes.POINTER(c_char_p)),
+        ("n_candidates", c_size_t),
+    ]
+
+
+class _Timing(ctypes.Structure):
+    _fields_ = [
+        ("config", c_char_p),
+        ("ms", ctypes.POINTER(ctypes.c_double)),
+        ("n_ms", c_size_t),
+        ("failed", c_int),
+    ]
+
+
+class _Answer(ctypes.Structure):
+    _fields_ = [
+        ("outcome", c_int),
+        ("config", c_char_p),
+        ("source", c_int),
+        ("decision_id", c_char_p),
+        ("claim_id", c_uint64),
+        ("lease_ms", c_uint32),
+        ("takeover", c_int),
+        ("superseded", c_int),
+        ("decided_by_host", c_char_p),
+        ("decided_by_rank", c_int32),
+        ("decided_by_pid", c_int32),
+        ("waited_ms", c_uint32),
+    ]
+
+
+class Answer(NamedTuple):
+    outcome: int
+    config: Optional[str]
+    source: int
+    decision_id: Optional[str]
+    claim_id: int
+    lease_ms: int
+    takeover: bool
+    superseded: bool
+    decided_by_host: Optional[str]
+    decided_by_rank: int
+    decided_by_pid: int
+    waited_ms: int
+
+
+class DetdError(RuntimeError):
+    """A libdetd call failed. ``code`` is the negative DETD_E*/-errno."""
+
+    def __init__(self, call: str, code: int, name: str, message: str, detail: str = ""):
+        self.call, self.code, self.name, self.detail = call, code, name, detail
+        text = f"{call}: {name}: {message}"
+        if detail and detail != message:
+            text += f" ({detail})"
+        super().__init__(text)
+
+
+class LibraryNotFound(ImportError):
+    pass
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _candidates() -> List[str]:
+    out = []
+    env = os.environ.get("DETD_LIBRARY")
+    if env:
+        out.append(env)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out.append(os.path.join(here, "_lib", "libdetd.so"))
+    build = os.environ.get("DETD_BUILD_DIR")
+    if build:
+        out.append(os.path.join(build, "client", "libdetd.so"))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    if os.path.isfile(os.path.join(repo, "proto", "detd.proto")):
+        out.append(os.path.join(repo, "build", "client", "libdetd.so"))
+    return out
+
+
+def library_path() -> Optional[str]:
+    """The path libdetd would be loaded from, or None."""
+    for p in _candidates():
+        if os.path.isfile(p):
+            return p
+    return ctypes.util.find_library("detd")
+
+
+def _bind(lib):
+    P = ctypes.POINTER
+    lib.detd_client_open.argtypes = [c_char_p, P(_Identity), P(ctypes.c_void_p)]
+    lib.detd_client_open.restype = c_int
+    lib.detd_client_close.argtypes = [ctypes.c_void_p]
+    lib.detd_client_close.restype = None
+    lib.detd_client_connect.argtypes = [ctypes.c_void_p, c_int64]
+    lib.detd_client_connect.restype = c_int
+    lib.detd_decide.argtypes = [ctypes.c_void_p, P(_Key), c_int, c_int64, P(P(_Answer))]
+    lib.detd_decide.restype = c_int
+    lib.detd_report.argtypes = [ctypes.c_void_p, c_uint64, P(_Key), P(_Timing), c_size_t, c_char_p, c_int64,
+                                P(P(_Answer))]
+    lib.detd_report.restype = c_int
+    lib.detd_observe.argtypes = [ctypes.c_void_p, P(_Key), c_char_p, c_int, c_int, c_int64]
+    lib.detd_observe.restype = c_int
+    lib.detd_answer_free.argtypes = [P(_Answer)]
+    lib.detd_answer_free.restype = None
+    lib.detd_version.argtypes = []
+    lib.detd_version.restype = c_char_p
+    lib.detd_strerror.argtypes = [c_int]
+    lib.detd_strerror.restype = c_char_p
+    lib.detd_err_name.argtypes = [c_int]
+    lib.detd_err_name.restype = c_char_p
+    if hasattr(lib, "detd_client_last_error"):
+        lib.detd_client_last_error.argtypes = []
+        lib.detd_client_last_error.restype = c_char_p
+
+
+def load():
+    """Load and bind libdetd once; raise LibraryNotFound if absent."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lib_lock:
+        if _lib is None:
+            path = library_path()
+            if path is None:
+                raise LibraryNotFound(
+                    "detd: libdetd not found (set DETD_LIBRARY, or install the package with its bundled library)")
+            lib = ctypes.CDLL(path)
+            _bind(lib)
+            _lib = lib
+    return _lib
+
+
+def _s(b) -> Optional[str]:
+    return None if b is None else b.decode("utf-8", "replace")
+
+
+def _b(s) -> Optional[bytes]:
+    return None if s is None else s.encode("utf-8")
+
+
+def _check(lib, call: str, rc: int):
+    if rc == 0:
+        return
+    detail = ""
+    if hasattr(lib, "detd_client_last_error"):
+        detail = _s(lib.detd_client_last_error()) or ""
+    raise DetdError(call, rc, _s(lib.detd_err_name(rc)) or str(rc), _s(lib.detd_strerror(rc)) or "", detail)
+
+
+class Key(NamedTuple):
+    namespace: Optional[str]
+    arch: str
+    kernel: str
+    key: str
+    candidates: Tuple[str, ...]
+
+
+class _CKey:
+    """A detd_key whose buffers live as long as this object."""
+
+    def __init__(self, key: Key):
+        self._strs = [_b(c) for c in key.candidates]
+        self._arr = (c_char_p * max(1, len(self._strs)))(*self._strs)
+        self.s = _Key(_b(key.namespace), _b(key.arch), _b(key.kernel), _b(key.key),
+                      ctypes.cast(self._arr, ctypes.POINTER(c_char_p)), len(self._strs))
+
+
+def _answer(lib, p) -> Answer:
+    a = p.contents
+    try:
+        return Answer(a.outcome, _s(a.config), a.source, _s(a.decision_id), a.claim_id, a.lease_ms,
+                      bool(a.takeover), bool(a.superseded), _s(a.decided_by_host), a.decided_by_rank,
+                      a.decided_by_pid, a.waited_ms)
+    finally:
+        lib.detd_answer_free(p)
+
+
+class Client:
+    """One libdetd handle."""
+
+    def __init__(self, socket_path: Optional[str], host=None, rank=-1, local_rank=-1, world_size=0,
+                 device_name=None, arch=None, sm_count=0, job=None):
+        self._lib = lib = load()
+        self._keep = [_b(host), _b(device_name), _b(arch), _b(job)]
+        ident = _Identity(self._keep[0], rank, local_rank, world_size, self._keep[1], self._keep[2], sm_count,
+                          self._keep[3])
+        h = ctypes.c_void_p()
+        _check(lib, "detd_client_open", lib.detd_client_open(_b(socket_path), ctypes.byref(ident),
+                                                             ctypes.byref(h)))
+        self._h = h
+        self.pid = os.getpid()
+
+    def connect(self, timeout_ms: int = 5000):
+        _check(self._lib, "detd_client_connect", self._lib.detd_client_connect(self._h, timeout_ms))
+
+    def decide(self, key: Key, no_claim: bool, timeout_ms: int) -> Answer:
+        ck = _CKey(key)
+        p = ctypes.POINTER(_Answer)()
+        rc = self._lib.detd_decide(self._h, ctypes.byref(ck.s), DECIDE_NO_CLAIM if no_claim else 0, timeout_ms,
+                                   ctypes.byref(p))
+        _check(self._lib, "detd_decide", rc)
+        return _answer(self._lib, p)
+
+    def report(self, claim_id: int, key: Key, timings: Sequence[Tuple[str, Sequence[float], bool]],
+               triton_version: str, timeout_ms: int) -> Answer:
+        ck = _CKey(key)
+        keep = []
+        arr = (_Timing * max(1, len(timings)))()
+        for i, (cfg, ms, failed) in enumerate(timings):
+            buf = (ctypes.c_double * max(1, len(ms)))(*ms)
+            cb = _b(cfg)
+            keep.append((buf, cb))
+            arr[i] = _Timing(cb, ctypes.cast(buf, ctypes.POINTER(ctypes.c_double)), len(ms), 1 if failed else 0)
+        p = ctypes.POINTER(_Answer)()
+        rc = self._lib.detd_report(self._h, claim_id, ctypes.byref(ck.s), arr, len(timings), _b(triton_version),
+                                   timeout_ms, ctypes.byref(p))
+        _check(self._lib, "detd_report", rc)
+        return _answer(self._lib, p)
+
+    def observe(self, key: Key, config: str, source: int, governed: bool, chaos: bool, timeout_ms: int = 10_000):
+        ck = _CKey(key)
+        flags = (OBSERVE_GOVERNED if governed else 0) | (OBSERVE_CHAOS if chaos else 0)
+        _check(self._lib, "detd_observe",
+               self._lib.detd_observe(self._h, ctypes.byref(ck.s), _b(config), source, flags, timeout_ms))
+
+    def close(self):
+        if self._h and self.pid == os.getpid():
+            self._lib.detd_client_close(self._h)
+        self._h = None
+
+
+def version() -> str:
+    return _s(load().detd_version()) or ""
+
+
+def default_host() -> str:
+    return _socket.gethostname()

@@ -1,0 +1,255 @@
+"""Settings: parsed from ``detd.install()`` arguments and ``DETD_*``
+environment variables, validated once.  An invalid setting raises
+``ValueError`` naming it (the argument name and its variable).
+
+=====================  ======================  ==============================
+argument               variable                meaning
+=====================  ======================  ==============================
+``mode``               ``DETD_MODE``           ``auto`` | ``pinned`` |
+                                               ``coordinated`` (default) |
+                                               ``record``
+``scope``              ``DETD_SCOPE``          module prefixes governed,
+                                               comma separated; empty/unset:
+                                               every autotuner
+``exempt``             ``DETD_EXEMPT``         kernels left to Triton's own
+                                               timing (output independent of
+                                               the config): ``module:qualname``
+                                               patterns (fnmatch), comma sep.
+``on_miss``            ``DETD_ON_MISS``        ``error`` | ``cheapest`` |
+                                               ``first``
+``overrides``          ``DETD_OVERRIDES``      ``{kernel: config}``; the
+                                               variable holds JSON or
+                                               ``@/path/to/file.json``
+``socket``             ``DETD_SOCKET``         the daemon's unix socket
+``namespace``          ``DETD_NAMESPACE``      decision namespace (default:
+                                               the daemon's)
+``arch``               ``DETD_ARCH``           device class override
+``chaos``              ``DETD_CHAOS``          1: each rank picks a different
+                                               config on purpose
+``strict``             ``DETD_STRICT``         1: ``verify()`` raises on
+                                               divergence
+``timeout_ms``         ``DETD_TIMEOUT_MS``     longest wait for a decision
+``job``                ``DETD_JOB``            free-form job label
+=====================  ======================  ==============================
+
+Explicit arguments win over variables.  Override keys are ``module:qualname``
+(any code version) or ``module:qualname@guard``; values are canonical config
+strings or dicts of config fields (``{"BLOCK": 64, "num_warps": 4}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import os
+from typing import Mapping, Optional, Tuple
+
+MODES = ("auto", "pinned", "coordinated", "record")
+ON_MISS = ("error", "cheapest", "first")
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    mode: str = "coordinated"
+    scope: Optional[Tuple[str, ...]] = None
+    exempt: Tuple[str, ...] = ()
+    on_miss: str = "error"
+    overrides: Tuple[Tuple[str, str], ...] = ()
+    socket: Optional[str] = None
+    namespace: Optional[str] = None
+    arch: Optional[str] = None
+    chaos: bool = False
+    strict: bool = False
+    timeout_ms: int = 600_000
+    job: Optional[str] = None
+
+    @property
+    def governs_anything(self) -> bool:
+        return self.mode in ("pinned", "coordinated")
+
+    def is_governed(self, name: str) -> bool:
+        """Whether the kernel ``module:qualname`` is governed."""
+        if not self.governs_anything:
+            return False
+        module = name.split(":", 1)[0]
+        if self.scope is not None:
+            if not any(module == p or module.startswith(p + ".") or p == "*" for p in self.scope):
+                return False
+        return not any(fnmatch.fnmatchcase(name, pat) for pat in self.exempt)
+
+    def override_for(self, name: str, identity: str) -> Optional[str]:
+        """The override config string for a kernel, or None."""
+        for k, v in self.overrides:
+            if k == identity:
+                return v
+        for k, v in self.overrides:
+            if k == name:
+                return v
+        return None
+
+
+def _bad(arg: str, env: str, value, why: str) -> ValueError:
+    return ValueError(f"detd: invalid setting {arg} ({env}={value!r}): {why}")
+
+
+def _choice(arg, env, value, choices):
+    v = str(value).strip().lower()
+    if v not in choices:
+        return None, _bad(arg, env, value, "expected one of " + ", ".join(choices))
+    return v, None
+
+
+def _bool(arg, env, value):
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise _bad(arg, env, value, "expected 1/0, true/false, yes/no or on/off")
+
+
+def _list(arg, env, value) -> Tuple[str, ...]:
+    if isinstance(value, str):
+        items = [x.strip() for x in value.split(",")]
+    else:
+        try:
+            items = [str(x).strip() for x in value]
+        except TypeError:
+            raise _bad(arg, env, value, "expected a list of names or a comma-separated string") from None
+    items = [x for x in items if x]
+    for x in items:
+        if any(c.isspace() for c in x):
+            raise _bad(arg, env, value, f"{x!r} contains whitespace")
+    return tuple(items)
+
+
+def _override_value(arg, env, kernel, v) -> str:
+    if isinstance(v, str):
+        s = v.strip()
+        if not s or any(c.isspace() for c in s):
+            raise _bad(arg, env, v, f"override for {kernel!r} must be a canonical config string")
+        for part in s.split(","):
+            if "=" not in part or not part.split("=", 1)[0]:
+                raise _bad(arg, env, v, f"override for {kernel!r}: {part!r} is not NAME=value")
+        return s
+    if isinstance(v, Mapping):
+        from types import SimpleNamespace
+
+        from ._canon import config_string
+
+        fields = dict(v)
+        meta = {k: fields.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in fields}
+        cfg = SimpleNamespace(kwargs=fields, num_warps=meta.get("num_warps", 4),
+                              num_stages=meta.get("num_stages", 3), num_ctas=meta.get("num_ctas", 1),
+                              maxnreg=meta.get("maxnreg"))
+        return config_string(cfg)
+    if hasattr(v, "kwargs") and hasattr(v, "num_warps"):
+        from ._canon import config_string
+
+        return config_string(v)
+    raise _bad(arg, env, v, f"override for {kernel!r} must be a config string, a dict or a triton.Config")
+
+
+def _overrides(arg, env, value) -> Tuple[Tuple[str, str], ...]:
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return ()
+        if text.startswith("@"):
+            try:
+                with open(text[1:], encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as e:
+                raise _bad(arg, env, value, f"cannot read {text[1:]!r}: {e.strerror}") from None
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise _bad(arg, env, value, f"not JSON: {e}") from None
+    if not isinstance(value, Mapping):
+        raise _bad(arg, env, value, "expected a mapping of kernel to config")
+    out = []
+    for k, v in value.items():
+        if not isinstance(k, str) or ":" not in k:
+            raise _bad(arg, env, k, "override keys are 'module:qualname' or 'module:qualname@guard'")
+        out.append((k, _override_value(arg, env, k, v)))
+    return tuple(sorted(out))
+
+
+def parse(environ: Optional[Mapping[str, str]] = None, **kwargs) -> Settings:
+    """Build Settings from keyword arguments (None: not given) over the
+    environment. Raises ValueError naming the first invalid setting."""
+    env = os.environ if environ is None else environ
+    unknown = set(kwargs) - {f.name for f in dataclasses.fields(Settings)}
+    if unknown:
+        raise TypeError("detd.install() got unknown settings: " + ", ".join(sorted(unknown)))
+
+    def get(name):
+        v = kwargs.get(name)
+        var = "DETD_" + name.upper()
+        if v is None and var in env:
+            return env[var], var
+        return v, var
+
+    out = {}
+    v, var = get("mode")
+    if v is not None:
+        out["mode"], err = _choice("mode", var, v, MODES)
+        if err:
+            raise err
+    mode = out.get("mode", "coordinated")
+
+    v, var = get("scope")
+    if v is not None:
+        items = _list("scope", var, v)
+        out["scope"] = items if items else None
+
+    v, var = get("exempt")
+    if v is not None:
+        out["exempt"] = _list("exempt", var, v)
+
+    v, var = get("on_miss")
+    if v is not None:
+        out["on_miss"], err = _choice("on_miss", var, v, ON_MISS)
+        if err:
+            raise err
+
+    v, var = get("overrides")
+    if v is not None:
+        out["overrides"] = _overrides("overrides", var, v)
+
+    for name in ("socket", "namespace", "arch", "job"):
+        v, var = get(name)
+        if v is not None:
+            s = str(v)
+            if name == "socket" and s and not s.startswith("/") and not s.startswith("unix:"):
+                s = os.path.abspath(s)
+            if name in ("namespace", "arch") and any(c.isspace() for c in s):
+                raise _bad(name, var, v, "must not contain whitespace")
+            if name == "arch" and not s:
+                raise _bad(name, var, v, "must not be empty")
+            out[name] = s if s else None
+
+    for name in ("chaos", "strict"):
+        v, var = get(name)
+        if v is not None:
+            out[name] = _bool(name, var, v)
+
+    v, var = get("timeout_ms")
+    if v is not None:
+        try:
+            t = int(str(v).strip()) if not isinstance(v, int) or isinstance(v, bool) else v
+        except ValueError:
+            raise _bad("timeout_ms", var, v, "expected an integer number of milliseconds") from None
+        if isinstance(v, bool) or t <= 0:
+            raise _bad("timeout_ms", var, v, "expected a positive integer number of milliseconds")
+        out["timeout_ms"] = t
+
+    if out.get("chaos") and mode != "coordinated":
+        raise _bad("chaos", "DETD_CHAOS", "1", f"chaos needs mode coordinated, not {mode}")
+    return Settings(**out)

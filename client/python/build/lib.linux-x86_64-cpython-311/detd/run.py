@@ -1,0 +1,47 @@
+"""Run an unmodified script with detd installed.
+
+    python -m detd.run train.py [args...]
+    python -m detd.run -m package.module [args...]
+    torchrun --nproc-per-node 8 -m detd.run train.py [args...]
+    detd-run train.py [args...]
+
+Settings come from the ``DETD_*`` environment variables (see
+:mod:`detd._policy`); invalid ones stop the run before the script starts.
+The script runs as ``__main__`` with ``sys.argv`` as if started directly.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    import detd
+
+    try:
+        detd.install()
+    except (ValueError, ImportError) as e:
+        print(f"detd-run: {e}", file=sys.stderr)
+        return 2
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            print("detd-run: -m needs a module name", file=sys.stderr)
+            return 2
+        sys.argv = [argv[1]] + argv[2:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        path = argv[0]
+        sys.argv = argv
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+        runpy.run_path(path, run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
