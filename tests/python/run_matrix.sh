@@ -54,6 +54,12 @@ for v in $VERSIONS; do
     # freshly built libdetd and detctl bundled into detd/_lib/.
     DETD_LIBRARY=$BUILD/client/libdetd.so DETD_DETCTL=$BUILD/client/detctl \
         "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$REPO/client/python"
+    # The installed package finds its bundled library on its own.
+    (cd / && env -u DETD_LIBRARY -u DETD_BUILD_DIR "$venv/bin/python" -c '
+import os, sys, detd._native as n
+p = n.library_path()
+assert p and os.path.dirname(p).endswith(os.path.join("detd", "_lib")), p
+print("run_matrix: bundled libdetd", n.version(), file=sys.stderr)')
     log "triton $v: running tests"
     set +e
     (cd "$REPO" && DETD_TEST_INSTALLED=1 DETD_BUILD_DIR=$BUILD TRITON_INTERPRET=1 \
