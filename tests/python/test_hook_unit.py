@@ -197,3 +197,17 @@ def test_install_idempotent_patches_once(monkeypatch):
     finally:
         _hook._state.active = False
         _hook._state.settings = _policy.Settings()
+
+
+def test_autotuning_listener_sees_the_pass(hooked, monkeypatch):
+    knobs = pytest.importorskip("triton.knobs") if hasattr(triton, "knobs") else None
+    if knobs is None or not hasattr(knobs.autotuning, "listener"):
+        pytest.skip("this Triton has no autotuning listener (added in 3.9)")
+    seen = []
+    monkeypatch.setattr(knobs.autotuning, "listener", lambda **kw: seen.append(kw))
+    committed = "BLOCK=32,num_warps=4,num_stages=1,num_ctas=1"
+    hooked(Scripted(lambda k: answer(_native.OUTCOME_DESIGNATED, claim=1),
+                    lambda k, rows: answer(_native.OUTCOME_DECIDED, committed)))
+    run_once()
+    assert len(seen) == 1 and seen[0]["key"] == KEY and seen[0]["cache_hit"] is False
+    assert seen[0]["best_config"].kwargs["BLOCK"] == 32 and len(seen[0]["configs_timings"]) == 4

@@ -388,6 +388,22 @@ def _timing_pass(ctx: _Call):
     return timings, rows
 
 
+def _notify_listener(tuner, key, chosen):
+    """Triton 3.9+ calls ``knobs.autotuning.listener`` after a timing pass;
+    do the same for the pass made here (with the committed config)."""
+    try:
+        from triton import knobs
+
+        listener = getattr(getattr(knobs, "autotuning", None), "listener", None)
+    except ImportError:
+        return
+    if listener is None:
+        return
+    listener(fn=_canon._jit_function(tuner) or tuner.fn, key=key, best_config=chosen,
+             configs_timings=getattr(tuner, "configs_timings", None), duration=getattr(tuner, "bench_time", None),
+             cache_hit=False)
+
+
 def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str):
     policy = _state.settings.on_miss
     if policy == "error":
@@ -456,6 +472,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         if timed_here:
             full_nargs = {**tuner.nargs, **ctx.kwargs, **chosen.all_kwargs()}
             tuner.pre_hook(full_nargs, reset_only=True)
+            _notify_listener(tuner, key, chosen)
 
     chaos = settings.chaos
     if chaos:
