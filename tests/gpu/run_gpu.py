@@ -73,6 +73,7 @@ class Daemon:
         self.sock = os.path.join(root, "detd.sock")
         self.state = os.path.join(root, "state")
         self.log = open(os.path.join(root, "detd.log"), "a")
+        os.environ["DETD_SOCKET"] = self.sock  # for the workers' detd.install()
         self.p = subprocess.Popen([os.path.join(BIN, "detd"), "--socket", self.sock, "--state-dir", self.state],
                                   env=env_for({}), stdout=self.log, stderr=subprocess.STDOUT)
         for _ in range(200):
@@ -162,20 +163,31 @@ def main():
             if v1.returncode != 0 or v2.returncode != 0:
                 print(v1.stdout, v1.stderr, v2.stdout, v2.stderr)
         if "time" in phases:
-            # Kernel time of detd's committed configs (pinned: no timing)
-            # against a fresh timed autotune in its own process, interleaved.
-            fresh, pinned = [], []
-            for _ in range(2):
-                fresh += run_procs(1, "default", work, f"fresh{len(fresh)}", args=wargs + ["--time-workload"])
-                pinned += run_procs(1, "detd", work, f"pinned{len(pinned)}", {"DETD_MODE": "pinned"},
-                                    args=wargs + ["--time-workload"])
-            f_ms = statistics.median(x for r in fresh for x in r["workload_ms"])
-            p_ms = statistics.median(x for r in pinned for x in r["workload_ms"])
-            summary.update({"workload_ms_fresh_autotune": f_ms, "workload_ms_detd_pinned": p_ms,
-                            "detd_vs_fresh": p_ms / f_ms - 1.0,
-                            "pinned_timing_passes": sum(r["passes"] for r in pinned),
-                            "fresh_runs": [r["workload_ms"] for r in fresh],
-                            "pinned_runs": [r["workload_ms"] for r in pinned]})
+            # Kernel time of detd's committed configs against a fresh timed
+            # autotune: entry by entry, in one process, alternating A/B.
+            if "agree" in phases:
+                decided = run1[0]["configs"]
+            else:
+                decided = run_procs(1, "detd", work, "decide", args=wargs)[0]["configs"]
+            cfile = os.path.join(work, "decided.json")
+            json.dump(decided, open(cfile, "w"))
+            rows = []
+            for i in range(2):
+                rows += run_procs(1, "default", work, f"fresh{i}", args=wargs + ["--compare", cfile])[0]["compare"]
+            diff = [r for r in rows if not r["same"]]
+            print(f"\n== kernel time: detd's configs vs a fresh timed autotune (2 fresh processes) ==")
+            print(f"{'entry':60s} {'fresh cfg':>30s} {'ms':>8s} {'detd cfg':>30s} {'ms':>8s}")
+            for r in diff:
+                print(f"{r['entry'][:60]:60s} {r['fresh'][-30:]:>30s} {r['fresh_ms']:8.4f} "
+                      f"{r['detd'][-30:]:>30s} {r['detd_ms']:8.4f}")
+            same = sum(1 for r in rows if r["same"])
+            f_tot = sum(r["fresh_ms"] for r in rows)
+            d_tot = sum(r["detd_ms"] for r in rows)
+            print(f"entries compared {len(rows)} ({same} with the same config); total kernel time: "
+                  f"fresh autotune {f_tot:.4f} ms, detd {d_tot:.4f} ms ({(d_tot / f_tot - 1) * 100:+.2f}%)")
+            summary.update({"compared_entries": len(rows), "same_config_entries": same,
+                            "kernel_ms_fresh_autotune": f_tot, "kernel_ms_detd": d_tot,
+                            "detd_vs_fresh": d_tot / f_tot - 1.0})
         if "overhead" in phases:
             plain, hooked = [], []
             for _ in range(3):

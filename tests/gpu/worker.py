@@ -42,9 +42,21 @@ def _bench(self, *a, **k):
     return _orig_bench(self, *a, **k)
 
 
+CALLS = {}  # entry -> (tuner, args, kwargs) of the call that resolved it
+
+
 def _run(self, *a, **k):
     TUNERS.add(self)
-    return _orig_run(self, *a, **k)
+    before = set(dict(self.cache)) if isinstance(self.cache, dict) else set()
+    ret = _orig_run(self, *a, **k)
+    for key in set(dict(self.cache)) - before:
+        CALLS[entry_name(self, key)] = (self, a, dict(k))
+    return ret
+
+
+def entry_name(tuner, key):
+    fn = tuner.base_fn
+    return f"{fn.__module__}:{fn.__qualname__}|{key!r}"
 
 
 def canonical(cfg):
@@ -59,11 +71,36 @@ def canonical(cfg):
 def chosen():
     out = {}
     for t in list(TUNERS):
-        fn = t.base_fn
-        name = f"{fn.__module__}:{fn.__qualname__}"
         for key, cfg in dict(t.cache).items():
-            out[f"{name}|{key!r}"] = canonical(cfg)
+            out[entry_name(t, key)] = canonical(cfg)
     return out
+
+
+def compare(other):
+    """Kernel time of this process's fresh autotune picks against the
+    configs in other (entry -> canonical string), entry by entry, with the
+    tuner's own benchmarker on the call's own arguments, alternating A/B in
+    one process so both see the same GPU state."""
+    import statistics
+
+    mine = chosen()
+    rows = []
+    for entry, (tuner, args, kwargs) in sorted(CALLS.items()):
+        a, b = mine.get(entry), other.get(entry)
+        if a is None or b is None:
+            continue
+        live = {canonical(c): c for c in tuner.configs}
+        ta, tb = [], []
+        pairs = [(live[a], ta)] if a == b else [(live[a], ta), (live[b], tb)]
+        for _ in range(5):
+            for cfg, acc in pairs:
+                tuner.nargs = dict(zip(tuner.arg_names, args))
+                t = _orig_bench(tuner, *args, config=cfg, **kwargs)
+                acc.append(t[0] if isinstance(t, (list, tuple)) else t)
+        fa = statistics.median(ta)
+        rows.append({"entry": entry, "fresh": a, "detd": b, "same": a == b, "fresh_ms": fa,
+                     "detd_ms": fa if a == b else statistics.median(tb)})
+    return rows
 
 
 def main():
@@ -73,6 +110,7 @@ def main():
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--time-workload", action="store_true")
     ap.add_argument("--launch-overhead", action="store_true")
+    ap.add_argument("--compare", help="JSON file: entry -> config to time against this process's picks")
     args = ap.parse_args()
 
     if args.mode == "detd":
@@ -105,6 +143,8 @@ def main():
     res["configs"] = chosen()
     res.update(COUNTS)
 
+    if args.compare:
+        res["compare"] = compare(json.load(open(args.compare)))
     if args.time_workload:
         import triton.testing
 
