@@ -14,18 +14,3 @@ endif()
 # detd_daemon and its file is named detd.
 set_target_properties(detd_daemon PROPERTIES OUTPUT_NAME detd)
 install(TARGETS detd_daemon RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-
-# The etcd backend end to end (4 daemons, a real 3-member etcd cluster).
-if(DETD_BUILD_TESTS)
-  find_program(DETD_PYTHON3_CLUSTER python3)
-  find_program(DETD_ETCD_BIN_CLUSTER etcd)
-  if(DETD_PYTHON3_CLUSTER AND DETD_ETCD_BIN_CLUSTER)
-    add_test(NAME cluster
-             COMMAND ${DETD_PYTHON3_CLUSTER} -m pytest -q
-                     ${CMAKE_SOURCE_DIR}/tests/integration/test_cluster.py
-             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-    set_tests_properties(cluster PROPERTIES
-                         ENVIRONMENT "DETD_BUILD_DIR=${CMAKE_BINARY_DIR}"
-                         TIMEOUT 600)
-  endif()
-endif()

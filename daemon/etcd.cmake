@@ -33,16 +33,4 @@ if(DETD_BUILD_TESTS)
   target_include_directories(test_etcd_adapter
                              PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit)
   target_link_libraries(test_etcd_adapter PRIVATE detd_etcd Threads::Threads)
-  find_program(DETD_PYTHON3 python3)
-  find_program(DETD_ETCD_BIN etcd)
-  if(DETD_PYTHON3 AND DETD_ETCD_BIN)
-    enable_testing()
-    add_test(NAME etcd_adapter
-             COMMAND ${DETD_PYTHON3} -m pytest -q
-                     ${CMAKE_SOURCE_DIR}/tests/integration/test_etcd_adapter.py
-             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-    set_tests_properties(etcd_adapter PROPERTIES
-                         ENVIRONMENT "DETD_BUILD_DIR=${CMAKE_BINARY_DIR}"
-                         TIMEOUT 900)
-  endif()
 endif()

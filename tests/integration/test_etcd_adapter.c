@@ -491,7 +491,9 @@ static void do_put(etcd_client *c, struct expect *x, const char *prefix,
 
 static void do_del(etcd_client *c, struct expect *x, const char *key) {
     CHECK(x->n < MAXEV);
-    snprintf(x->key[x->n], sizeof(x->key[0]), "%s", key);
+    char copy[sizeof(x->key[0])];
+    snprintf(copy, sizeof(copy), "%s", key); /* key may be one of x->key */
+    memcpy(x->key[x->n], copy, sizeof(copy));
     int64_t d = 0;
     CHECK_ERR(etcd_delete(c, key, 0, &d, &x->rev[x->n]));
     CHECK_EQ_INT(d, 1);

@@ -7,4 +7,4 @@ target_link_libraries(detd_loadgen PRIVATE detd detd_wire PkgConfig::JANSSON
                       Threads::Threads)
 
 # Registration of the integration tests (ctest) goes here, e.g.
-# add_test(NAME integration_daemon COMMAND ...)
+# (the pytest suites are registered in tests/CMakeLists.txt)
