@@ -42,7 +42,7 @@ struct session {
     pid_t pid;
     struct wire_channel *channel;        /* unary calls */
     struct wire_channel *attach_channel; /* the Attach stream only */
-    struct wire_stream *stream; /* owned by the thread while it runs */
+    struct wire_stream *stream;          /* owned by the thread while it runs */
     pthread_t thread;
     int thread_joinable;
     enum session_state state;

@@ -93,9 +93,9 @@ struct detd_key {
 /* One candidate's timing, for detd_report(). */
 struct detd_timing {
     const char *config;
-    const double *ms;  /* samples or quantiles; the daemon uses the median */
+    const double *ms; /* samples or quantiles; the daemon uses the median */
     size_t n_ms;
-    int failed;        /* nonzero: the candidate could not run */
+    int failed; /* nonzero: the candidate could not run */
 };
 
 /*
@@ -104,13 +104,13 @@ struct detd_timing {
  */
 struct detd_answer {
     detd_outcome outcome;
-    char *config;        /* chosen config (DECIDED, report) or NULL */
+    char *config; /* chosen config (DECIDED, report) or NULL */
     detd_source source;
-    char *decision_id;   /* hex SHA-256 of the key, or NULL */
-    uint64_t claim_id;   /* DESIGNATED: pass to detd_report() */
+    char *decision_id; /* hex SHA-256 of the key, or NULL */
+    uint64_t claim_id; /* DESIGNATED: pass to detd_report() */
     uint32_t lease_ms;
-    int takeover;        /* designated after the previous timer left */
-    int superseded;      /* report: another claim made the decision */
+    int takeover;   /* designated after the previous timer left */
+    int superseded; /* report: another claim made the decision */
     char *decided_by_host;
     int32_t decided_by_rank;
     int32_t decided_by_pid;
