@@ -65,6 +65,7 @@ class build_py(_build_py):
             lib, built_ctl = _cmake_build(build_dir)
             ctl = ctl or built_ctl
         target = os.path.join(self.build_lib, "detd", "_lib")
+        shutil.rmtree(target, ignore_errors=True)  # never ship a stale library
         os.makedirs(target, exist_ok=True)
         if lib:
             shutil.copyfile(os.path.realpath(lib), os.path.join(target, "libdetd.so"))
