@@ -452,10 +452,14 @@ static void post_peer(cluster *c, const char *node, int err, const void *v,
     uv_async_send(&c->async);
 }
 
+static int read_nodes(cluster *c, struct cluster_node *nodes, size_t *ret_n);
+
 static void do_fanout(cluster *c, struct job *j) {
     struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
     size_t n = 0;
-    if (nodes != NULL) {
+    /* The registry as etcd has it now: the monitor's copy may predate
+     * nodes that registered since. Without etcd, fall back to that copy. */
+    if (nodes != NULL && read_nodes(c, nodes, &n) != 0) {
         pthread_mutex_lock(&c->mu);
         n = c->n_nodes;
         memcpy(nodes, c->nodes, n * sizeof(*nodes));
@@ -732,32 +736,42 @@ static int nodes_cb(const struct etcd_kv *kv, void *arg) {
     return 0;
 }
 
+/* Read the registered nodes from etcd into nodes (CLUSTER_MAX_NODES). */
+static int read_nodes(cluster *c, struct cluster_node *nodes, size_t *ret_n) {
+    char *nprefix = NULL;
+    if (asprintf(&nprefix, "%snodes/", c->ns_prefix) < 0)
+        return DETD_ENOMEM;
+    struct nodes_ctx x = {nodes, 0, strlen(nprefix)};
+    int err = etcd_range_prefix(c->etcd, nprefix, 0, nodes_cb, &x, NULL);
+    free(nprefix);
+    if (err != 0 && err != 1)
+        return err;
+    *ret_n = x.n;
+    return 0;
+}
+
 static void *monitor_main(void *arg) {
     cluster *c = arg;
     struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
     struct etcd_member_status *ms = calloc(ETCD_MAX_ENDPOINTS, sizeof(*ms));
-    char *nprefix = NULL;
-    if (nodes == NULL || ms == NULL ||
-        asprintf(&nprefix, "%snodes/", c->ns_prefix) < 0)
+    if (nodes == NULL || ms == NULL)
         goto out;
     while (!stopping(c)) {
-        size_t nm = 0;
+        size_t nm = 0, nn = 0;
         etcd_status(c->etcd, ms, ETCD_MAX_ENDPOINTS, &nm);
-        struct nodes_ctx x = {nodes, 0, strlen(nprefix)};
-        int err = etcd_range_prefix(c->etcd, nprefix, 0, nodes_cb, &x, NULL);
+        int err = read_nodes(c, nodes, &nn);
         pthread_mutex_lock(&c->mu);
         memcpy(c->members, ms, nm * sizeof(*ms));
         c->n_members = nm;
-        if (err == 0 || err == 1) {
-            memcpy(c->nodes, nodes, x.n * sizeof(*nodes));
-            c->n_nodes = x.n;
+        if (err == 0) {
+            memcpy(c->nodes, nodes, nn * sizeof(*nodes));
+            c->n_nodes = nn;
         }
         if (!c->stopping)
             timed_wait_locked(c, CLUSTER_MONITOR_MS);
         pthread_mutex_unlock(&c->mu);
     }
 out:
-    free(nprefix);
     free(nodes);
     free(ms);
     return NULL;
