@@ -59,11 +59,18 @@ and listed by ``detd.autotuners()``.
 Threads and fork
 ----------------
 Triton's autotuner is not thread-safe (``self.nargs`` is shared), so calls
-into one autotuner are serialized with a lock kept in a module-level
-``WeakKeyDictionary``; 8 threads meeting a new key at once make one
-request and one timing pass, the others find the resolved key.  Nothing is
-stored on the autotuner but the ``DetdCache`` (which pickles as a plain
-dict).  After ``fork`` the child gets fresh locks and a fresh daemon handle.
+into one autotuner are serialized with a lock held by its ``DetdCache``; 8
+threads meeting a new key at once make one request and one timing pass,
+the others find the resolved key.  Nothing is stored on the autotuner but
+the ``DetdCache`` (which pickles as a plain dict).  After ``fork`` the
+child renews each cache's lock and its set of observed keys on first use,
+and gets a fresh daemon handle.
+
+Cost per launch
+---------------
+A launch on a key this process already resolved and observed takes the
+cache's lock, one dict and one set lookup in ``__contains__``, and returns:
+no daemon call, no canonical strings, no weak-dictionary lookups.
 
 Not covered: subclasses that override ``run`` without calling
 ``Autotuner.run``, direct ``fn.run`` calls, and kernels lowered by
@@ -109,16 +116,16 @@ class _State:
 
 _state = _State()
 _tls = threading.local()
-_locks: "weakref.WeakKeyDictionary[Any, threading.RLock]" = weakref.WeakKeyDictionary()
-_locks_guard = threading.Lock()
 _observed: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
 _infos: "weakref.WeakKeyDictionary[Any, _TunerInfo]" = weakref.WeakKeyDictionary()
+# Bumped in a forked child: per-cache state of another process (its lock,
+# the keys it observed) is stale there.
+_gen = [0]
 
 
 def _after_fork_in_child():
-    global _locks, _locks_guard, _observed
-    _locks = weakref.WeakKeyDictionary()
-    _locks_guard = threading.Lock()
+    global _observed
+    _gen[0] += 1
     _observed = weakref.WeakKeyDictionary()
     _state.client = None
     _state.client_pid = -1
@@ -129,17 +136,6 @@ def _after_fork_in_child():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _lock_for(tuner) -> threading.RLock:
-    lock = _locks.get(tuner)
-    if lock is None:
-        with _locks_guard:
-            lock = _locks.get(tuner)
-            if lock is None:
-                lock = threading.RLock()
-                _locks[tuner] = lock
-    return lock
 
 
 def _warn_once(tag: str, msg: str):
@@ -290,6 +286,9 @@ def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: in
         seen = set()
         _observed[tuner] = seen
     seen.add(key)
+    cache = tuner.__dict__.get("cache")
+    if type(cache) is DetdCache and cache._gen == _gen[0]:
+        cache._fast.add(key)
     try:
         client().observe(_dkey(info, key_str), config, source, governed, chaos)
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
@@ -320,19 +319,42 @@ class _Call:
 
 
 def _current(cache) -> Optional[_Call]:
-    stack = getattr(_tls, "stack", None)
+    """The call being resolved by ``cache``'s tuner on this thread."""
+    stack = _tls.__dict__.get("stack")
     if not stack:
         return None
-    ctx = stack[-1]
-    return ctx if ctx.tuner.__dict__.get("cache") is cache else None
+    top = stack[-1]
+    if type(top) is _Call:
+        return top if top.tuner.__dict__.get("cache") is cache else None
+    if top[0].__dict__.get("cache") is not cache:
+        return None
+    ctx = stack[-1] = _Call(*top)
+    return ctx
 
 
 class DetdCache(dict):
-    """``Autotuner.cache`` replacement; see the module docstring."""
+    """``Autotuner.cache`` replacement; see the module docstring.
 
-    __slots__ = ()
+    ``_fast`` holds the keys this process resolved and observed: a launch
+    on one of them costs a dict and a set lookup, nothing else. ``_lock``
+    serializes this tuner's calls (Triton's autotuner is not thread-safe).
+    Both belong to one process generation (``_gen``) and are renewed after
+    fork."""
+
+    __slots__ = ("_fast", "_lock", "_gen")
+
+    def __init__(self, *a, **kw):
+        dict.__init__(self, *a, **kw)
+        self._renew()
+
+    def _renew(self):
+        self._fast = set()
+        self._lock = threading.RLock()
+        self._gen = _gen[0]
 
     def __contains__(self, key):
+        if dict.__contains__(self, key) and key in self._fast:
+            return True
         ctx = _current(self)
         if ctx is not None:
             ctx.key = key
@@ -493,6 +515,8 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
 
 def _after_run(tuner, ctx: _Call):
     """Observations that can only be made once Triton's run returned."""
+    if ctx.key is None and len(tuner.configs) > 1:
+        return  # a key this process already observed (or no key at all)
     seen = _observed.get(tuner)
     if len(tuner.configs) <= 1:
         key = _canon.triton_key(tuner, ctx.args, ctx.kwargs)
@@ -505,7 +529,12 @@ def _after_run(tuner, ctx: _Call):
         _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
         return
     key = ctx.key
-    if key is None or (seen is not None and key in seen):
+    if key is None:
+        return
+    if seen is not None and key in seen:
+        cache = tuner.__dict__.get("cache")
+        if type(cache) is DetdCache and cache._gen == _gen[0]:
+            cache._fast.add(key)
         return
     config = dict.get(tuner.cache, key) if isinstance(tuner.cache, dict) else None
     if config is None:
@@ -535,22 +564,31 @@ _original_run = None
 
 
 def _patched_run(self, *args, **kwargs):
+    """``Autotuner.run`` once patched (installed as is: no extra frame).
+
+    The call's arguments go on a thread-local stack as a plain tuple; the
+    cache's membership test turns it into a :class:`_Call` only when it
+    has work to do, so a launch on a resolved key allocates nothing."""
     if not _state.active:
         return _original_run(self, *args, **kwargs)
     cache = self.__dict__.get("cache")
     if type(cache) is not DetdCache:
-        self.cache = DetdCache(cache or {})
-    ctx = _Call(self, args, kwargs)
-    with _lock_for(self):
-        stack = getattr(_tls, "stack", None)
-        if stack is None:
-            stack = _tls.stack = []
-        stack.append(ctx)
+        cache = self.cache = DetdCache(cache or {})
+    elif cache._gen != _gen[0]:
+        cache._renew()
+    stack = _tls.__dict__.get("stack")
+    if stack is None:
+        stack = _tls.stack = []
+    with cache._lock:
+        stack.append((self, args, kwargs))
         try:
             ret = _original_run(self, *args, **kwargs)
         finally:
-            stack.pop()
-        _after_run(self, ctx)
+            top = stack.pop()
+        if type(top) is _Call:
+            _after_run(self, top)
+        elif len(self.configs) <= 1:
+            _after_run(self, _Call(self, args, kwargs))
     return ret
 
 
@@ -580,14 +618,8 @@ def patch():
 
     _original_run = current
     _check_version()
-
-    def run(self, *args, **kwargs):
-        return _patched_run(self, *args, **kwargs)
-
+    run = _patched_run
     run.__detd_original__ = current
-    run.__doc__ = current.__doc__
-    run.__name__ = "run"
-    run.__qualname__ = "Autotuner.run"
     at.Autotuner.run = run
 
 
