@@ -40,7 +40,10 @@ DETD_BUILD_DIR="$REPO/build" "$REPO/tests/python/run_matrix.sh"
 
 echo "== build (ASan + UBSan)"
 build "$REPO/build-asan" -DCMAKE_BUILD_TYPE=Debug -DDETD_SANITIZE=ON
+# Python client processes load the plain libdetd (DETD_CLIENT_BUILD_DIR): an
+# ASan library cannot be loaded into an interpreter that was not started with
+# the ASan runtime. libdetd itself runs under ASan in test_client/test_wire.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_suites "$REPO/build-asan" sanitizers
+    DETD_CLIENT_BUILD_DIR="$REPO/build" run_suites "$REPO/build-asan" sanitizers
 
 echo "== all suites passed"

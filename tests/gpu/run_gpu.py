@@ -195,7 +195,14 @@ def main():
                 hooked += run_procs(1, "detd", work, f"hooked{len(hooked)}", args=["--launch-overhead"])
             pu = statistics.median(r["launch_us"] for r in plain)
             hu = statistics.median(r["launch_us"] for r in hooked)
+            gpu_p = statistics.median(r["gpu_bound_launch_us"] for r in plain)
+            gpu_h = statistics.median(r["gpu_bound_launch_us"] for r in hooked)
+            print(f"\n== launch on a decided key: unpatched Triton vs detd (3 processes each, median) ==")
+            print(f"tiny kernel (host-bound)   {pu:8.2f} us  {hu:8.2f} us  {(hu / pu - 1) * 100:+.1f}%")
+            print(f"4096x16384 row sum         {gpu_p:8.2f} us  {gpu_h:8.2f} us  {(gpu_h / gpu_p - 1) * 100:+.1f}%")
             summary.update({"launch_us_plain": pu, "launch_us_detd": hu, "launch_overhead": hu / pu - 1.0,
+                            "gpu_bound_us_plain": gpu_p, "gpu_bound_us_detd": gpu_h,
+                            "gpu_bound_overhead": gpu_h / gpu_p - 1.0,
                             "launch_plain_runs": [r["launch_us"] for r in plain],
                             "launch_detd_runs": [r["launch_us"] for r in hooked]})
     finally:

@@ -169,25 +169,35 @@ def _wrap_detd_run():
 
 
 def launch_overhead(kernels, launch_run):
-    """Host time per launch of a tiny autotuned kernel on a decided key."""
-    x = torch.randn(64, 512, device="cuda")
-    out = torch.empty(64, device="cuda")
+    """Time per launch on a decided key: a tiny kernel (host-bound: the
+    launch path is all there is) and a GPU-bound one (a 4096x16384 row
+    sum), each as 20000 / 2000 back-to-back launches, median of 5."""
+    import statistics
+
+    tiny_x = torch.randn(64, 512, device="cuda")
+    tiny_o = torch.empty(64, device="cuda")
+    big_x = torch.randn(4096, 16384, device="cuda")
+    big_o = torch.empty(4096, device="cuda")
     k = kernels.row_sum_kernel
-    k[(64,)](x, out, 512, x.stride(0))  # decide (or time) once
+    for x, o in ((tiny_x, tiny_o), (big_x, big_o)):
+        k[(x.shape[0],)](x, o, x.shape[1], x.stride(0))  # decide (or time) once
     torch.cuda.synchronize()
-    # Measure the launch path as users get it, without the counting wrapper.
+    # The launch path as users get it, without the counting wrapper.
     _at.Autotuner.run = launch_run
-    n = 20000
-    best = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            k[(64,)](x, out, 512, x.stride(0))
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        best.append((t1 - t0) / n * 1e6)
-    return {"launch_us": sorted(best)[len(best) // 2], "launch_us_all": best}
+    out = {}
+    for name, (x, o, n) in {"launch_us": (tiny_x, tiny_o, 20000),
+                            "gpu_bound_launch_us": (big_x, big_o, 2000)}.items():
+        runs = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                k[(x.shape[0],)](x, o, x.shape[1], x.stride(0))
+            torch.cuda.synchronize()
+            runs.append((time.perf_counter() - t0) / n * 1e6)
+        out[name] = statistics.median(runs)
+        out[name + "_all"] = runs
+    return out
 
 
 if __name__ == "__main__":

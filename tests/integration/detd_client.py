@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("DETD_BUILD_DIR", REPO / "build"))
+# The library to load: DETD_CLIENT_BUILD_DIR when the daemon under test is a
+# sanitizer build (an ASan library cannot be loaded into a plain Python).
+BUILD = Path(os.environ.get("DETD_CLIENT_BUILD_DIR") or os.environ.get("DETD_BUILD_DIR") or REPO / "build")
 
 
 class Identity(ctypes.Structure):
