@@ -81,6 +81,7 @@ hook and are therefore not listed either.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import warnings
@@ -332,16 +333,50 @@ def _current(cache) -> Optional[_Call]:
     return ctx
 
 
+def _contains_slow(cache, key) -> bool:
+    if cache._gen != _gen[0]:
+        cache._renew()
+    ctx = _current(cache)
+    if ctx is not None:  # called under the patched run
+        ctx.key = key
+        if dict.__contains__(cache, key):
+            return True
+        return _resolve(cache, ctx, key)
+    # A direct launch: the caller two frames up is Triton's own run.
+    frame = sys._getframe(2)
+    if not _state.active or _original_run is None or frame.f_code is not _original_run.__code__:
+        return dict.__contains__(cache, key)
+    loc = frame.f_locals
+    tuner = loc.get("self")
+    if tuner is None or tuner.__dict__.get("cache") is not cache:
+        return dict.__contains__(cache, key)
+    ctx = _Call(tuner, loc.get("args", ()), loc.get("kwargs", {}))
+    ctx.key = key
+    with cache._lock:
+        if dict.__contains__(cache, key):
+            _after_run(tuner, ctx)  # resolved before fork or install: observe
+            return True
+        resolved = _resolve(cache, ctx, key)
+    if not resolved:
+        # Left to Triton (no longer governed): back to the full path, which
+        # observes Triton's pick after its run.
+        cache._direct = False
+    return resolved
+
+
 class DetdCache(dict):
     """``Autotuner.cache`` replacement; see the module docstring.
 
     ``_fast`` holds the keys this process resolved and observed: a launch
-    on one of them costs a dict and a set lookup, nothing else. ``_lock``
-    serializes this tuner's calls (Triton's autotuner is not thread-safe).
-    Both belong to one process generation (``_gen``) and are renewed after
-    fork."""
+    on one of them costs a set lookup here, nothing else. ``_lock``
+    serializes this tuner's misses (Triton's autotuner is not thread-safe).
+    ``_direct`` marks a governed tuner whose launches skip the patched
+    run's bookkeeping: a miss then finds the call's arguments in Triton's
+    own ``run`` frame. All three belong to one process generation
+    (``_gen``, bumped by fork and by a new ``install()``) and are renewed
+    when it changes."""
 
-    __slots__ = ("_fast", "_lock", "_gen")
+    __slots__ = ("_fast", "_lock", "_gen", "_direct")
 
     def __init__(self, *a, **kw):
         dict.__init__(self, *a, **kw)
@@ -351,18 +386,12 @@ class DetdCache(dict):
         self._fast = set()
         self._lock = threading.RLock()
         self._gen = _gen[0]
+        self._direct = False
 
     def __contains__(self, key):
-        if dict.__contains__(self, key) and key in self._fast:
+        if key in self._fast and self._gen == _gen[0]:
             return True
-        ctx = _current(self)
-        if ctx is not None:
-            ctx.key = key
-        if dict.__contains__(self, key):
-            return True
-        if ctx is None:
-            return False
-        return _resolve(self, ctx, key)
+        return _contains_slow(self, key)
 
     def __reduce__(self):
         return (dict, (dict(self),))
@@ -566,12 +595,16 @@ _original_run = None
 def _patched_run(self, *args, **kwargs):
     """``Autotuner.run`` once patched (installed as is: no extra frame).
 
-    The call's arguments go on a thread-local stack as a plain tuple; the
-    cache's membership test turns it into a :class:`_Call` only when it
-    has work to do, so a launch on a resolved key allocates nothing."""
+    A governed tuner whose cache is marked direct goes straight to
+    Triton's run: its cache's membership test does any work needed. Other
+    calls push their arguments on a thread-local stack as a plain tuple,
+    turned into a :class:`_Call` only when the cache has work to do, and
+    run under the tuner's lock; their picks are observed afterwards."""
+    cache = self.__dict__.get("cache")
+    if type(cache) is DetdCache and cache._direct and cache._gen == _gen[0]:
+        return _original_run(self, *args, **kwargs)
     if not _state.active:
         return _original_run(self, *args, **kwargs)
-    cache = self.__dict__.get("cache")
     if type(cache) is not DetdCache:
         cache = self.cache = DetdCache(cache or {})
     elif cache._gen != _gen[0]:
@@ -589,6 +622,8 @@ def _patched_run(self, *args, **kwargs):
             _after_run(self, top)
         elif len(self.configs) <= 1:
             _after_run(self, _Call(self, args, kwargs))
+        if len(self.configs) > 1 and not cache._direct and _info(self).governed:
+            cache._direct = True
     return ret
 
 
@@ -624,6 +659,7 @@ def patch():
 
 
 def configure(settings: Settings):
+    _gen[0] += 1  # caches renew: direct launches and observed keys reset
     old = _state.settings
     if (old.socket, old.job) != (settings.socket, settings.job) and _state.client is not None:
         if _state.client_pid == os.getpid():
