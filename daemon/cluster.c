@@ -229,6 +229,18 @@ static void on_async(uv_async_t *h) {
 
 /* ---- jobs ---- */
 
+/* Hand a filled job to the workers. */
+static void enqueue(cluster *c, struct job *j) {
+    pthread_mutex_lock(&c->mu);
+    if (c->jobs_tail != NULL)
+        c->jobs_tail->next = j;
+    else
+        c->jobs = j;
+    c->jobs_tail = j;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static int submit(cluster *c, enum job_kind kind, const char *id, char *value,
                   size_t value_len, int64_t deadline_ms, uint64_t cookie) {
     struct job *j = calloc(1, sizeof(*j));
@@ -242,14 +254,7 @@ static int submit(cluster *c, enum job_kind kind, const char *id, char *value,
     j->value_len = value_len;
     j->deadline_ms = deadline_ms;
     j->cookie = cookie;
-    pthread_mutex_lock(&c->mu);
-    if (c->jobs_tail != NULL)
-        c->jobs_tail->next = j;
-    else
-        c->jobs = j;
-    c->jobs_tail = j;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    enqueue(c, j);
     return 0;
 }
 
@@ -995,14 +1000,7 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
     j->method = m;
     j->deadline_ms = timeout_ms;
     j->cookie = cookie;
-    pthread_mutex_lock(&c->mu);
-    if (c->jobs_tail != NULL)
-        c->jobs_tail->next = j;
-    else
-        c->jobs = j;
-    c->jobs_tail = j;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    enqueue(c, j);
     return 0;
 }
 
