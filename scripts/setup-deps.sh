@@ -8,7 +8,7 @@ debs=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libuv1-dev libsqlite3-dev libjansson-dev sqlite3
   etcd-server etcd-client
-  clang-format python3 python3-pip python3-venv
+  clang-format python3 python3-pip python3-venv python3-pytest
 )
 
 missing=()
@@ -27,4 +27,6 @@ fi
 
 # Python test tools (the Triton matrix brings its own venvs).
 python3 -m pip --version >/dev/null 2>&1 || { echo "setup-deps: pip missing" >&2; exit 1; }
+# Debian's python3 gets pytest from python3-pytest above; another python3 on
+# PATH (pyenv, a venv) gets it from PyPI.
 python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest
