@@ -173,12 +173,35 @@ def test_cache_pickles_as_plain_dict(hooked):
     run_once()
     cache = rk.row_sum_kernel.cache
     assert type(cache) is _hook.DetdCache
-    for clone in (pickle.loads(pickle.dumps(dict(cache))), copy.copy(cache), copy.deepcopy(cache)):
+    for clone in (pickle.loads(pickle.dumps(dict(cache))), pickle.loads(pickle.dumps(cache))):
         assert type(clone) is dict and list(clone) == [KEY]
-    assert type(pickle.loads(pickle.dumps(cache))) is dict
-    # Nothing else of detd's lives on the autotuner.
+    # In-process copies stay governed: a copied tuner may launch directly.
+    for clone in (copy.copy(cache), copy.deepcopy(cache)):
+        assert type(clone) is _hook.DetdCache and list(clone) == [KEY]
+    # Nothing else of detd's lives on the autotuner but the direct launch
+    # path: Triton's own run, bound.
     assert not [k for k, v in vars(rk.row_sum_kernel).items()
                 if type(v).__module__.startswith("detd") and k != "cache"]
+    assert rk.row_sum_kernel.run.__func__ is _hook._original_run
+
+
+def test_direct_launches_resolve_new_keys_and_skip_known_ones(hooked):
+    s = hooked(Scripted(lambda k: answer(_native.OUTCOME_DECIDED, "BLOCK=64,num_warps=4,num_stages=1,num_ctas=1")))
+    run_once()  # first call: the patched run, then the tuner goes direct
+    tuner = rk.row_sum_kernel
+    assert "run" in vars(tuner) and tuner.cache._direct
+    assert len(s.decides) == 1 and len(s.observed) == 1
+    run_once()  # a known key: no daemon call, no observation
+    assert len(s.decides) == 1 and len(s.observed) == 1
+    # A new key on the direct path: the miss takes its arguments from
+    # Triton's run frame and resolves through the daemon like any other.
+    x = rk.make_input(rows=4, n=512, seed=512)
+    rk.row_sum(x)
+    assert len(s.decides) == 2 and len(s.observed) == 2
+    assert dict.get(tuner.cache, (512, "torch.float32", "torch.float32")).kwargs["BLOCK"] == 64
+    # A new install() takes every tuner back to the full path.
+    hooked(s)
+    assert "run" not in vars(tuner) and not tuner.cache._direct
 
 
 def test_install_idempotent_patches_once(monkeypatch):

@@ -122,6 +122,27 @@ _infos: "weakref.WeakKeyDictionary[Any, _TunerInfo]" = weakref.WeakKeyDictionary
 # Bumped in a forked child: per-cache state of another process (its lock,
 # the keys it observed) is stale there.
 _gen = [0]
+# Governed tuners launching through Triton's own run (see _go_direct()).
+_direct_tuners: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def _go_direct(tuner, cache):
+    """Let tuner launch without the patched run: an instance attribute
+    ``run`` bound to Triton's own run shadows the class-level patch, so a
+    launch costs only the cache's membership test. A miss then takes the
+    call's arguments from Triton's run frame (``_contains_slow``). Pickling
+    and copying keep working: a bound method pickles as ``getattr(obj,
+    "run")``, which the copy resolves again."""
+    cache._direct = True
+    tuner.__dict__["run"] = _original_run.__get__(tuner, type(tuner))
+    _direct_tuners.add(tuner)
+
+
+def _leave_direct(tuner, cache):
+    cache._direct = False
+    if tuner.__dict__.get("run") is not None:
+        del tuner.__dict__["run"]
+    _direct_tuners.discard(tuner)
 
 
 def _after_fork_in_child():
@@ -360,7 +381,7 @@ def _contains_slow(cache, key) -> bool:
     if not resolved:
         # Left to Triton (no longer governed): back to the full path, which
         # observes Triton's pick after its run.
-        cache._direct = False
+        _leave_direct(tuner, cache)
     return resolved
 
 
@@ -380,18 +401,37 @@ class DetdCache(dict):
 
     def __init__(self, *a, **kw):
         dict.__init__(self, *a, **kw)
+        self._direct = False
         self._renew()
 
     def _renew(self):
         self._fast = set()
         self._lock = threading.RLock()
         self._gen = _gen[0]
-        self._direct = False
 
     def __contains__(self, key):
         if key in self._fast and self._gen == _gen[0]:
             return True
         return _contains_slow(self, key)
+
+    # Removing entries (Triton never does; tests and users may) keeps
+    # _fast a subset of the keys held.
+    def __delitem__(self, key):
+        dict.__delitem__(self, key)
+        self._fast.discard(key)
+
+    def pop(self, key, *default):
+        self._fast.discard(key)
+        return dict.pop(self, key, *default)
+
+    def popitem(self):
+        key, value = dict.popitem(self)
+        self._fast.discard(key)
+        return key, value
+
+    def clear(self):
+        dict.clear(self)
+        self._fast.clear()
 
     def __reduce__(self):
         return (dict, (dict(self),))
@@ -400,12 +440,18 @@ class DetdCache(dict):
         return self.__reduce__()
 
     def __copy__(self):
-        return dict(self)
+        # In-process copies stay governed (a copied tuner may carry an
+        # instance-level run bound to Triton's own: see _go_direct()).
+        c = DetdCache(self)
+        c._direct = self._direct
+        return c
 
     def __deepcopy__(self, memo):
         import copy
 
-        return {copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()}
+        c = DetdCache({copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()})
+        c._direct = self._direct
+        return c
 
 
 def _normalize_timing(t) -> Tuple[List[float], bool]:
@@ -623,7 +669,7 @@ def _patched_run(self, *args, **kwargs):
         elif len(self.configs) <= 1:
             _after_run(self, _Call(self, args, kwargs))
         if len(self.configs) > 1 and not cache._direct and _info(self).governed:
-            cache._direct = True
+            _go_direct(self, cache)
     return ret
 
 
@@ -659,7 +705,11 @@ def patch():
 
 
 def configure(settings: Settings):
-    _gen[0] += 1  # caches renew: direct launches and observed keys reset
+    _gen[0] += 1  # caches renew: observed keys reset
+    for tuner in list(_direct_tuners):  # governance may change: full path
+        cache = tuner.__dict__.get("cache")
+        if type(cache) is DetdCache:
+            _leave_direct(tuner, cache)
     old = _state.settings
     if (old.socket, old.job) != (settings.socket, settings.job) and _state.client is not None:
         if _state.client_pid == os.getpid():
