@@ -205,6 +205,14 @@ def main():
                             "gpu_bound_overhead": gpu_h / gpu_p - 1.0,
                             "launch_plain_runs": [r["launch_us"] for r in plain],
                             "launch_detd_runs": [r["launch_us"] for r in hooked]})
+        if "paired" in phases:
+            r = run_procs(1, "detd", work, "paired", args=["--launch-paired"])[0]
+            print(f"\n== launch on a decided key, unpatched and detd alternated in one process "
+                  f"(10 x 5000 launches each, median) ==")
+            print(f"tiny kernel (host-bound)   {r['paired_plain_us']:8.2f} us  {r['paired_detd_us']:8.2f} us  "
+                  f"{r['paired_overhead'] * 100:+.1f}%  (median paired difference "
+                  f"{r['paired_diff_us_median']:+.2f} us; direct launch path: {r['direct']})")
+            summary.update({k: v for k, v in r.items() if k.startswith("paired") or k == "direct"})
     finally:
         rc = d.stop()
         summary["daemon_exit"] = rc

@@ -110,6 +110,8 @@ def main():
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--time-workload", action="store_true")
     ap.add_argument("--launch-overhead", action="store_true")
+    ap.add_argument("--launch-paired", action="store_true",
+                    help="detd mode: unpatched and hooked launches alternated in one process")
     ap.add_argument("--compare", help="JSON file: entry -> config to time against this process's picks")
     args = ap.parse_args()
 
@@ -130,6 +132,10 @@ def main():
     torch.cuda.synchronize()
     res = {"mode": args.mode, "rank": int(os.environ.get("RANK", "0")), "pid": os.getpid()}
 
+    if args.launch_paired:
+        res.update(launch_paired(kernels, launch_run))
+        json.dump(res, open(args.out, "w"))
+        return
     if args.launch_overhead:
         res.update(launch_overhead(kernels, launch_run))
         json.dump(res, open(args.out, "w"))
@@ -198,6 +204,51 @@ def launch_overhead(kernels, launch_run):
         out[name] = statistics.median(runs)
         out[name + "_all"] = runs
     return out
+
+
+def launch_paired(kernels, launch_run):
+    """Host time per launch of a tiny kernel on a decided key, unpatched
+    Triton and detd alternated in one process (10 rounds of 5000 launches
+    each), so both see the same CPU state. Needs --mode detd."""
+    import statistics
+
+    k = kernels.row_sum_kernel
+    x = torch.randn(64, 512, device="cuda")
+    o = torch.empty(64, device="cuda")
+    _at.Autotuner.run = launch_run
+    for _ in range(2):  # resolve through detd, then go direct
+        k[(64,)](x, o, 512, x.stride(0))
+    torch.cuda.synchronize()
+    detd_cache, detd_inst = k.cache, k.__dict__.get("run")
+    plain_cache = dict(detd_cache)
+
+    def use(plain):
+        if plain:
+            k.__dict__.pop("run", None)
+            _at.Autotuner.run = _orig_run
+            k.cache = plain_cache
+        else:
+            _at.Autotuner.run = launch_run
+            k.cache = detd_cache
+            if detd_inst is not None:
+                k.__dict__["run"] = detd_inst
+
+    t = {True: [], False: []}
+    for _ in range(10):
+        for plain in (True, False):
+            use(plain)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(5000):
+                k[(64,)](x, o, 512, x.stride(0))
+            torch.cuda.synchronize()
+            t[plain].append((time.perf_counter() - t0) / 5000 * 1e6)
+    use(False)
+    p, d = statistics.median(t[True]), statistics.median(t[False])
+    diffs = [b - a for a, b in zip(t[True], t[False])]
+    return {"paired_plain_us": p, "paired_detd_us": d, "paired_overhead": d / p - 1.0,
+            "paired_diff_us_median": statistics.median(diffs), "paired_plain_all": t[True],
+            "paired_detd_all": t[False], "direct": detd_inst is not None}
 
 
 if __name__ == "__main__":
