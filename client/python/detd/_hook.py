@@ -68,9 +68,15 @@ and gets a fresh daemon handle.
 
 Cost per launch
 ---------------
-A launch on a key this process already resolved and observed takes the
-cache's lock, one dict and one set lookup in ``__contains__``, and returns:
-no daemon call, no canonical strings, no weak-dictionary lookups.
+Once a governed tuner has resolved its first key, an instance-level ``run``
+bound to Triton's own shadows the class-level patch (``_go_direct``): a
+launch on a key this process already resolved and observed costs one set
+lookup in ``__contains__`` and nothing else (no lock, no daemon call, no
+canonical strings). A new key on that path takes the call's arguments from
+Triton's ``run`` frame and resolves under the tuner's lock. Other tuners
+(ungoverned, single-config, or before their first key) take the patched run:
+the tuner's lock, a thread-local call record, and the after-run
+observations.
 
 Not covered: subclasses that override ``run`` without calling
 ``Autotuner.run``, direct ``fn.run`` calls, and kernels lowered by
