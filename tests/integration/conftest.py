@@ -104,7 +104,14 @@ class Daemon:
 
     def probe(self, method, hexbytes=None, nbytes=None):
         """A raw gRPC call: returns (status code, message)."""
-        args = ["--hex", hexbytes] if nbytes is None else ["--bytes", str(nbytes)]
+        if nbytes is not None:
+            args = ["--bytes", str(nbytes)]
+        elif len(hexbytes) > 60000:  # over what one argument may hold
+            path = self.root / "probe-payload.bin"
+            path.write_bytes(bytes.fromhex(hexbytes))
+            args = ["--file", str(path)]
+        else:
+            args = ["--hex", hexbytes]
         r = subprocess.run([str(PROBE), self.socket, method, *args], capture_output=True, text=True, timeout=30)
         line = r.stdout.strip()
         if not line.startswith("status="):

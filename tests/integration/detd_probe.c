@@ -3,7 +3,8 @@
  * socket and print the status. For tests of hostile input: unknown
  * methods, undecodable requests, oversized messages.
  *
- *   detd_probe SOCKET METHOD (--hex HEX | --bytes N [--fill BYTE])
+ *   detd_probe SOCKET METHOD (--hex HEX | --file PATH | --bytes N [--fill
+ * BYTE])
  *
  * Prints "status=<code> message=<text>" and exits 0 once the call ended
  * (whatever its status), 2 on a usage or local error.
@@ -32,7 +33,7 @@ static int hexval(char c) {
 int main(int argc, char **argv) {
     if (argc < 5) {
         fprintf(stderr, "usage: detd_probe SOCKET METHOD (--hex HEX | "
-                        "--bytes N [--fill BYTE])\n");
+                        "--file PATH | --bytes N [--fill BYTE])\n");
         return 2;
     }
     size_t n = 0;
@@ -49,6 +50,20 @@ int main(int argc, char **argv) {
                 return 2;
             buf[i] = (unsigned char)(hi * 16 + lo);
         }
+    } else if (strcmp(argv[3], "--file") == 0) {
+        FILE *f = fopen(argv[4], "rb");
+        if (f == NULL)
+            return 2;
+        fseek(f, 0, SEEK_END);
+        long len = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        if (len < 0 || len > 64L * 1024 * 1024)
+            return 2;
+        n = (size_t)len;
+        buf = malloc(n + 1);
+        if (buf == NULL || fread(buf, 1, n, f) != n)
+            return 2;
+        fclose(f);
     } else if (strcmp(argv[3], "--bytes") == 0) {
         n = strtoull(argv[4], NULL, 10);
         int fill = argc > 6 && strcmp(argv[5], "--fill") == 0
