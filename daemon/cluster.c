@@ -177,6 +177,17 @@ static void note(cluster *c, int err, const char *what) {
 
 /* ---- the event queue (any thread -> loop) ---- */
 
+/* Queue an event for the loop thread and wake it. */
+static void deliver(cluster *c, struct cev *e) {
+    pthread_mutex_lock(&c->mu);
+    if (c->evs_tail != NULL)
+        c->evs_tail->next = e;
+    else
+        c->evs = e;
+    c->evs_tail = e;
+    pthread_mutex_unlock(&c->mu);
+    uv_async_send(&c->async);
+}
 static void post(cluster *c, cluster_event_kind kind, const char *id, int err,
                  int won, const void *value, size_t value_len, int64_t revision,
                  uint64_t cookie) {
@@ -199,14 +210,7 @@ static void post(cluster *c, cluster_event_kind kind, const char *id, int err,
     e->ev.value_len = value_len;
     e->ev.revision = revision;
     e->ev.cookie = cookie;
-    pthread_mutex_lock(&c->mu);
-    if (c->evs_tail != NULL)
-        c->evs_tail->next = e;
-    else
-        c->evs = e;
-    c->evs_tail = e;
-    pthread_mutex_unlock(&c->mu);
-    uv_async_send(&c->async);
+    deliver(c, e);
 }
 
 static void on_async(uv_async_t *h) {
@@ -447,14 +451,7 @@ static void post_peer(cluster *c, const char *node, int err, const void *v,
     e->ev.err = err;
     e->ev.value_len = n;
     e->ev.cookie = cookie;
-    pthread_mutex_lock(&c->mu);
-    if (c->evs_tail != NULL)
-        c->evs_tail->next = e;
-    else
-        c->evs = e;
-    c->evs_tail = e;
-    pthread_mutex_unlock(&c->mu);
-    uv_async_send(&c->async);
+    deliver(c, e);
 }
 
 static int read_nodes(cluster *c, struct cluster_node *nodes, size_t *ret_n);
