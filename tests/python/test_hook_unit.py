@@ -140,6 +140,43 @@ def test_designated_launch_uses_committed_config_not_local_fastest(hooked, monke
     assert rec["timed_here"] and rec["config"] == committed and len(rec["timings"]) == 4
 
 
+def test_designated_on_the_direct_path_times_once_and_uses_committed(hooked, monkeypatch):
+    """A tuner already direct meets a new key the daemon designates this
+    rank to time: exactly one pass over the 4 candidates (through the
+    patched prune_configs), the committed config (not this rank's fastest)
+    launched, and the placeholder measurement never launches anything."""
+    monkeypatch.setenv("RANK", "0")
+    committed = "BLOCK=128,num_warps=4,num_stages=1,num_ctas=1"
+    decided = "BLOCK=64,num_warps=4,num_stages=1,num_ctas=1"
+    s = hooked(Scripted(lambda k: answer(_native.OUTCOME_DECIDED, decided) if "256" in k.key
+                        else answer(_native.OUTCOME_DESIGNATED, claim=9),
+                        lambda k, rows: answer(_native.OUTCOME_DECIDED, committed)))
+    run_once()
+    tuner = rk.row_sum_kernel
+    assert type(tuner.cache) is _hook.DirectCache
+    x = rk.make_input(rows=4, n=1024, seed=3)
+    before = len(rk.CALLS)
+    out = rk.row_sum(x)
+    assert len(rk.CALLS) - before == 4  # one timing pass, nothing more
+    assert len(s.reports) == 1 and len(s.reports[0]) == 4
+    new_key = (1024, "torch.float32", "torch.float32")
+    assert _hook._canon.config_string(dict.get(tuner.cache, new_key)) == committed
+    assert s.observed[-1] == (committed, _native.SOURCE_TIMED, True, False)
+    # Bits of the committed config, launched by plain Triton.
+    live = [c for c in tuner.configs if c.kwargs["BLOCK"] == 128][0]
+    plain = dict(tuner.cache)
+    was = _hook._state.active
+    _hook._state.active = False
+    try:
+        tuner.__dict__["cache"] = {new_key: live}
+        ref = rk.row_sum(x)
+    finally:
+        _hook._state.active = was
+        tuner.__dict__["cache"] = _hook.DirectCache(plain)
+    assert out.numpy().tobytes() == ref.numpy().tobytes()
+    assert _hook._tls.__dict__.get("skip") is None
+
+
 def test_pinned_asks_without_claim_and_never_times(hooked):
     s = hooked(Scripted(lambda k: answer(_native.OUTCOME_MISS)), mode="pinned", on_miss="cheapest")
     sha, calls = run_once()
@@ -172,12 +209,14 @@ def test_cache_pickles_as_plain_dict(hooked):
     hooked(Scripted(lambda k: answer(_native.OUTCOME_DECIDED, "BLOCK=64,num_warps=4,num_stages=1,num_ctas=1")))
     run_once()
     cache = rk.row_sum_kernel.cache
-    assert type(cache) is _hook.DetdCache
-    for clone in (pickle.loads(pickle.dumps(dict(cache))), pickle.loads(pickle.dumps(cache))):
-        assert type(clone) is dict and list(clone) == [KEY]
-    # In-process copies stay governed: a copied tuner may launch directly.
-    for clone in (copy.copy(cache), copy.deepcopy(cache)):
-        assert type(clone) is _hook.DetdCache and list(clone) == [KEY]
+    assert type(cache) is _hook.DirectCache  # resolved one key: direct
+    full = _hook.DetdCache(dict(cache))
+    for c in (cache, full):
+        for clone in (pickle.loads(pickle.dumps(dict(c))), pickle.loads(pickle.dumps(c))):
+            assert type(clone) is dict and list(clone) == [KEY]
+        # In-process copies stay governed: a copied tuner may launch directly.
+        for clone in (copy.copy(c), copy.deepcopy(c)):
+            assert type(clone) is type(c) and list(clone) == [KEY]
     # Nothing else of detd's lives on the autotuner but the direct launch
     # path: Triton's own run, bound.
     assert not [k for k, v in vars(rk.row_sum_kernel).items()
@@ -189,19 +228,32 @@ def test_direct_launches_resolve_new_keys_and_skip_known_ones(hooked):
     s = hooked(Scripted(lambda k: answer(_native.OUTCOME_DECIDED, "BLOCK=64,num_warps=4,num_stages=1,num_ctas=1")))
     run_once()  # first call: the patched run, then the tuner goes direct
     tuner = rk.row_sum_kernel
-    assert "run" in vars(tuner) and tuner.cache._direct
+    assert "run" in vars(tuner) and type(tuner.cache) is _hook.DirectCache
+    # The direct path is Triton's own: membership is dict's C method.
+    assert type(tuner.cache).__contains__ is dict.__contains__
     assert len(s.decides) == 1 and len(s.observed) == 1
     run_once()  # a known key: no daemon call, no observation
     assert len(s.decides) == 1 and len(s.observed) == 1
-    # A new key on the direct path: the miss takes its arguments from
-    # Triton's run frame and resolves through the daemon like any other.
-    x = rk.make_input(rows=4, n=512, seed=512)
-    rk.row_sum(x)
+    # A new key on the direct path: the miss reaches the patched
+    # prune_configs, which takes the arguments from Triton's run frame and
+    # resolves through the daemon like any other; nothing is timed.
+    from triton.runtime import autotuner as at
+
+    benched = []
+    orig_bench = _hook._original_bench
+    _hook._original_bench = lambda *a, **k: benched.append(k["config"]) or orig_bench(*a, **k)
+    try:
+        x = rk.make_input(rows=4, n=512, seed=512)
+        out = rk.row_sum(x)
+    finally:
+        _hook._original_bench = orig_bench
+    assert benched == [] and at.Autotuner._bench is _hook._patched_bench
     assert len(s.decides) == 2 and len(s.observed) == 2
     assert dict.get(tuner.cache, (512, "torch.float32", "torch.float32")).kwargs["BLOCK"] == 64
+    assert out.shape == (4,)
     # A new install() takes every tuner back to the full path.
     hooked(s)
-    assert "run" not in vars(tuner) and not tuner.cache._direct
+    assert "run" not in vars(tuner) and type(tuner.cache) is _hook.DetdCache
 
 
 def test_install_idempotent_patches_once(monkeypatch):

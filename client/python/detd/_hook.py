@@ -68,15 +68,21 @@ and gets a fresh daemon handle.
 
 Cost per launch
 ---------------
-Once a governed tuner has resolved its first key, an instance-level ``run``
-bound to Triton's own shadows the class-level patch (``_go_direct``): a
-launch on a key this process already resolved and observed costs one set
-lookup in ``__contains__`` and nothing else (no lock, no daemon call, no
-canonical strings). A new key on that path takes the call's arguments from
-Triton's ``run`` frame and resolves under the tuner's lock. Other tuners
-(ungoverned, single-config, or before their first key) take the patched run:
-the tuner's lock, a thread-local call record, and the after-run
-observations.
+Once a governed tuner has resolved its first key it goes direct
+(``_go_direct``): its cache becomes a ``DirectCache``, a dict subclass
+without a Python ``__contains__``, and an instance-level ``run`` bound to
+Triton's own shadows the class-level patch.  A launch on a key this
+process already resolved and observed then runs exactly Triton's code: no
+detd frame, no lock, no daemon call.  A new key misses the cache, so
+Triton's run calls ``prune_configs``; the patched ``prune_configs`` finds
+the call's arguments in Triton's run frame, resolves the key under the
+tuner's lock, and returns the resolved config as the only candidate
+(releases that still time a single candidate get that measurement skipped
+by the patched ``_bench``).  Other tuners (ungoverned, single-config, or
+before their first key) take the patched run: the tuner's lock, a
+thread-local call record, and the after-run observations.  After fork
+and on a new ``install()`` every tuner goes back to the full path, so a
+child observes the keys it launches under its own pid.
 
 Not covered: subclasses that override ``run`` without calling
 ``Autotuner.run``, direct ``fn.run`` calls, and kernels lowered by
@@ -133,19 +139,37 @@ _direct_tuners: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def _go_direct(tuner, cache):
-    """Let tuner launch without the patched run: an instance attribute
-    ``run`` bound to Triton's own run shadows the class-level patch, so a
-    launch costs only the cache's membership test. A miss then takes the
-    call's arguments from Triton's run frame (``_contains_slow``). Pickling
-    and copying keep working: a bound method pickles as ``getattr(obj,
-    "run")``, which the copy resolves again."""
-    cache._direct = True
+    """Let tuner launch without any detd code on a known key.
+
+    The tuner's cache becomes a :class:`DirectCache` (a dict subclass with
+    dict's own C membership test) holding the keys this process resolved
+    and observed, and an instance attribute ``run`` bound to Triton's own
+    run shadows the class-level patch. A launch on a known key then runs
+    exactly Triton's code. A new key misses the cache, and Triton's run
+    calls ``prune_configs``, where the class-level :func:`_patched_prune`
+    resolves it through the daemon. Pickling and copying keep working: a
+    bound method pickles as ``getattr(obj, "run")``, which the copy resolves
+    again."""
+    known = {k: dict.__getitem__(cache, k) for k in cache._fast if dict.__contains__(cache, k)}
+    direct = DirectCache(known)
+    direct._lock = cache._lock
+    direct._gen = cache._gen
+    tuner.__dict__["cache"] = direct
     tuner.__dict__["run"] = _original_run.__get__(tuner, type(tuner))
     _direct_tuners.add(tuner)
 
 
-def _leave_direct(tuner, cache):
-    cache._direct = False
+def _leave_direct(tuner):
+    """Back to the patched run and a :class:`DetdCache` (after fork, a new
+    install(), or a tuner no longer governed). Entries are kept; they count
+    as observed only within the generation that resolved them."""
+    cache = tuner.__dict__.get("cache")
+    if type(cache) is DirectCache:
+        full = DetdCache(dict(cache))
+        if cache._gen == _gen[0]:
+            full._lock = cache._lock
+            full._fast = set(full)
+        tuner.__dict__["cache"] = full
     if tuner.__dict__.get("run") is not None:
         del tuner.__dict__["run"]
     _direct_tuners.discard(tuner)
@@ -154,6 +178,10 @@ def _leave_direct(tuner, cache):
 def _after_fork_in_child():
     global _observed
     _gen[0] += 1
+    # Keys resolved in the parent are observed again under this process:
+    # its tuners take the full path until they resolve a key here.
+    for tuner in list(_direct_tuners):
+        _leave_direct(tuner)
     _observed = weakref.WeakKeyDictionary()
     _state.client = None
     _state.client_pid = -1
@@ -384,30 +412,23 @@ def _contains_slow(cache, key) -> bool:
             _after_run(tuner, ctx)  # resolved before fork or install: observe
             return True
         resolved = _resolve(cache, ctx, key)
-    if not resolved:
-        # Left to Triton (no longer governed): back to the full path, which
-        # observes Triton's pick after its run.
-        _leave_direct(tuner, cache)
     return resolved
 
 
 class DetdCache(dict):
-    """``Autotuner.cache`` replacement; see the module docstring.
+    """``Autotuner.cache`` replacement on the full path; see the module
+    docstring.
 
     ``_fast`` holds the keys this process resolved and observed: a launch
     on one of them costs a set lookup here, nothing else. ``_lock``
     serializes this tuner's misses (Triton's autotuner is not thread-safe).
-    ``_direct`` marks a governed tuner whose launches skip the patched
-    run's bookkeeping: a miss then finds the call's arguments in Triton's
-    own ``run`` frame. All three belong to one process generation
-    (``_gen``, bumped by fork and by a new ``install()``) and are renewed
-    when it changes."""
+    Both belong to one process generation (``_gen``, bumped by fork and by
+    a new ``install()``) and are renewed when it changes."""
 
-    __slots__ = ("_fast", "_lock", "_gen", "_direct")
+    __slots__ = ("_fast", "_lock", "_gen")
 
     def __init__(self, *a, **kw):
         dict.__init__(self, *a, **kw)
-        self._direct = False
         self._renew()
 
     def _renew(self):
@@ -446,17 +467,47 @@ class DetdCache(dict):
         return self.__reduce__()
 
     def __copy__(self):
-        # In-process copies stay governed (a copied tuner may carry an
+        return DetdCache(self)
+
+    def __deepcopy__(self, memo):
+        import copy
+
+        return DetdCache({copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()})
+
+
+class DirectCache(dict):
+    """``Autotuner.cache`` of a governed tuner on the direct path (see
+    :func:`_go_direct`): it holds only keys this process resolved and
+    observed, and it defines no ``__contains__``, so Triton's membership
+    test is dict's own. A miss reaches :func:`_patched_prune`. ``_lock``
+    serializes the tuner's misses; ``_gen`` is the process generation that
+    filled it."""
+
+    __slots__ = ("_lock", "_gen")
+
+    def __init__(self, *a, **kw):
+        dict.__init__(self, *a, **kw)
+        self._lock = threading.RLock()
+        self._gen = _gen[0]
+
+    def __reduce__(self):
+        return (dict, (dict(self),))
+
+    def __reduce_ex__(self, protocol):
+        return self.__reduce__()
+
+    def __copy__(self):
+        # In-process copies stay direct (a copied tuner carries the
         # instance-level run bound to Triton's own: see _go_direct()).
-        c = DetdCache(self)
-        c._direct = self._direct
+        c = DirectCache(self)
+        c._lock, c._gen = self._lock, self._gen
         return c
 
     def __deepcopy__(self, memo):
         import copy
 
-        c = DetdCache({copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()})
-        c._direct = self._direct
+        c = DirectCache({copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()})
+        c._gen = self._gen
         return c
 
 
@@ -475,7 +526,8 @@ def _timing_pass(ctx: _Call):
     does. Returns (timings dict Config -> value, report rows)."""
     tuner, args, kwargs = ctx.tuner, ctx.args, ctx.kwargs
     tuner.nargs = dict(zip(tuner.arg_names, args))
-    pruned = tuner.prune_configs(kwargs)
+    _tls.skip = None
+    pruned = _original_prune(tuner, kwargs)
     start = time.time()
     timings = {config: tuner._bench(*args, config=config, **kwargs) for config in pruned}
     tuner.bench_time = time.time() - start
@@ -653,7 +705,7 @@ def _patched_run(self, *args, **kwargs):
     turned into a :class:`_Call` only when the cache has work to do, and
     run under the tuner's lock; their picks are observed afterwards."""
     cache = self.__dict__.get("cache")
-    if type(cache) is DetdCache and cache._direct and cache._gen == _gen[0]:
+    if type(cache) is DirectCache or not _state.active:
         return _original_run(self, *args, **kwargs)
     if not _state.active:
         return _original_run(self, *args, **kwargs)
@@ -674,9 +726,60 @@ def _patched_run(self, *args, **kwargs):
             _after_run(self, top)
         elif len(self.configs) <= 1:
             _after_run(self, _Call(self, args, kwargs))
-        if len(self.configs) > 1 and not cache._direct and _info(self).governed:
+        if len(self.configs) > 1 and self.__dict__.get("cache") is cache and _info(self).governed:
             _go_direct(self, cache)
     return ret
+
+
+_original_prune = None
+_original_bench = None
+# Whether Triton's run still times a single pruned candidate (before 3.9);
+# set by patch().
+_single_config_benched = True
+
+
+def _patched_prune(self, kwargs, *rest, **kw):
+    """``Autotuner.prune_configs`` once patched. Triton's run calls it only
+    when a key misses its cache; for a tuner on the direct path that is
+    where a new key is resolved through the daemon. Returns the resolved
+    config as the only candidate, so Triton's run stores it and launches
+    it; Triton releases that still time a single candidate get the
+    measurement skipped (:func:`_patched_bench`). Every other caller
+    (``warmup``, the timing pass, tuners on the full path) gets Triton's
+    own pruning."""
+    _tls.skip = None
+    cache = self.__dict__.get("cache")
+    if type(cache) is not DirectCache or not _state.active:
+        return _original_prune(self, kwargs, *rest, **kw)
+    frame = sys._getframe(1)
+    if frame.f_code is not _original_run.__code__ or frame.f_locals.get("self") is not self:
+        return _original_prune(self, kwargs, *rest, **kw)
+    key = frame.f_locals.get("key")
+    ctx = _Call(self, frame.f_locals.get("args", ()), kwargs)
+    ctx.key = key
+    del frame
+    with cache._lock:
+        if not dict.__contains__(cache, key) and not _resolve(cache, ctx, key):
+            # No longer governed: Triton times it, the full path observes.
+            _leave_direct(self)
+            return _original_prune(self, kwargs, *rest, **kw)
+        chosen = dict.__getitem__(cache, key)
+    if _single_config_benched:
+        timed = getattr(self, "configs_timings", None)
+        _tls.skip = (self, chosen, timed.get(chosen, 0.0) if isinstance(timed, dict) else 0.0)
+    return [chosen]
+
+
+def _patched_bench(self, *args, config, **meta):
+    """``Autotuner._bench`` once patched: the one measurement a Triton run
+    asks for right after :func:`_patched_prune` resolved the key returns
+    the resolved config's own timing (when this process timed it) instead
+    of launching; everything else is Triton's benchmark."""
+    skip = _tls.__dict__.get("skip")
+    if skip is not None and skip[0] is self and skip[1] is config:
+        _tls.skip = None
+        return skip[2]
+    return _original_bench(self, *args, config=config, **meta)
 
 
 SUPPORTED = ((3, 3), (3, 9))  # oldest and newest minor release checked
@@ -694,28 +797,38 @@ def _check_version():
 
 
 def patch():
-    """Patch ``triton.runtime.autotuner.Autotuner.run`` once."""
-    global _original_run
+    """Patch ``Autotuner.run``, ``prune_configs`` and ``_bench`` of
+    ``triton.runtime.autotuner`` once (idempotent)."""
+    global _original_run, _original_prune, _original_bench, _single_config_benched
     from triton.runtime import autotuner as at
 
     current = at.Autotuner.run
     if getattr(current, "__detd_original__", None) is not None:
         _original_run = current.__detd_original__
+        _original_prune = at.Autotuner.prune_configs.__detd_original__
+        _original_bench = at.Autotuner._bench.__detd_original__
         return
 
-    _original_run = current
     _check_version()
-    run = _patched_run
-    run.__detd_original__ = current
-    at.Autotuner.run = run
+    _original_run, _original_prune, _original_bench = current, at.Autotuner.prune_configs, at.Autotuner._bench
+    try:
+        import inspect
+
+        _single_config_benched = "len(pruned_configs) == 1" not in inspect.getsource(current)
+    except (OSError, TypeError):
+        _single_config_benched = True  # a stale skip is cleared by the next prune
+    _patched_run.__detd_original__ = current
+    _patched_prune.__detd_original__ = _original_prune
+    _patched_bench.__detd_original__ = _original_bench
+    at.Autotuner.prune_configs = _patched_prune
+    at.Autotuner._bench = _patched_bench
+    at.Autotuner.run = _patched_run
 
 
 def configure(settings: Settings):
     _gen[0] += 1  # caches renew: observed keys reset
     for tuner in list(_direct_tuners):  # governance may change: full path
-        cache = tuner.__dict__.get("cache")
-        if type(cache) is DetdCache:
-            _leave_direct(tuner, cache)
+        _leave_direct(tuner)
     old = _state.settings
     if (old.socket, old.job) != (settings.socket, settings.job) and _state.client is not None:
         if _state.client_pid == os.getpid():
