@@ -1,7 +1,14 @@
 # The detd executable: loop, rpc adapter, service, GPU probe.
-add_executable(detd_daemon main.c loop.c service.c admin.c convert.c hotcache.c rpc.c gpu.c log.c
+# Settings: the option table, argv, the configuration file, and the log
+# lines (no foreign API: unit-tested alone).
+add_library(detd_options STATIC options.c conffile.c log.c)
+target_include_directories(detd_options PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}
+                           ${CMAKE_SOURCE_DIR}/client/include)
+target_link_libraries(detd_options PUBLIC detd_error detd_proto PkgConfig::LIBUV)
+
+add_executable(detd_daemon main.c loop.c service.c admin.c convert.c hotcache.c rpc.c gpu.c
                cluster.c cluster_codec.c coord.c)
-target_link_libraries(detd_daemon PRIVATE detd_store detd_pure detd_proto detd_error
+target_link_libraries(detd_daemon PRIVATE detd_options detd_store detd_pure detd_proto detd_error
                       detd_etcd
                       PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::JANSSON
                       Threads::Threads ${CMAKE_DL_LIBS} m)

@@ -42,6 +42,7 @@ struct daemon_config {
     const char *ns;
     uint32_t lease_ms;
     log_level level;
+    log_format log_format; /* --log-format */
     uint32_t max_clients;
     uint32_t max_waiters;
     uint32_t max_claims;
