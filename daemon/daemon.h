@@ -114,6 +114,7 @@ struct daemon {
     uv_async_t wake;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t tick;
+    uv_timer_t watchdog; /* systemd watchdog pings, from the loop */
     rpc_server *rpc;
     store *store;
     engine *engine;
@@ -184,6 +185,17 @@ void service_drain(struct daemon *d);
 
 /* service.c: free sessions and pending tables at exit. */
 void service_free(struct daemon *d);
+
+/*
+ * service.c: log a decision just committed to this daemon's store, once,
+ * at info level, with its fields (id, namespace, arch, kernel, key,
+ * config, source, claim, and who timed it: host, pid, rank). origin: the
+ * node that committed it ("local" for the local backend); via: how this
+ * daemon learned it ("report", "committed here", "watch", ...). r and the
+ * strings are borrowed.
+ */
+void service_log_decision(const struct store_decision *r, const char *origin,
+                          const char *via);
 
 /* service.c: helpers shared with coord.c (loop thread). */
 void service_pending_add(struct daemon *d, struct pending *p);
