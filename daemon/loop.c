@@ -17,6 +17,7 @@
 #include "cluster.h"
 #include "detd/client.h"
 #include "detd/error.h"
+#include "sdnotify.h"
 
 int64_t daemon_unix_ms(void) {
     struct timeval tv;
@@ -116,11 +117,21 @@ static void close_cb(uv_handle_t *h) {
     (void)h;
 }
 
+/* The watchdog is fed by the loop itself: a stuck loop stops the pings
+ * and systemd kills the daemon. */
+static void on_watchdog(uv_timer_t *t) {
+    (void)t;
+    sdnotify_watchdog();
+}
+
 static void begin_drain(struct daemon *d, const char *why) {
     if (d->draining)
         return;
     d->draining = 1;
     log_info("%s: draining (refusing new calls, answering waiters)", why);
+    char status[128];
+    snprintf(status, sizeof(status), "draining (%s)", why);
+    sdnotify_stopping(status);
     rpc_server_shutdown_begin(d->rpc);
     on_wake(&d->wake); /* handle what already arrived */
     service_drain(d);
@@ -233,6 +244,8 @@ int daemon_run(const struct daemon_config *cfg) {
     d->wake.data = d;
     uv_timer_init(&d->loop, &d->tick);
     d->tick.data = d;
+    uv_timer_init(&d->loop, &d->watchdog);
+    d->watchdog.data = d;
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
     uv_signal_init(&d->loop, &d->sig_hup);
@@ -309,6 +322,23 @@ int daemon_run(const struct daemon_config *cfg) {
              d->cluster != NULL ? "etcd" : "local", d->store_path,
              (unsigned long long)total, cfg->lease_ms);
     arm_tick(d);
+    /* Ready: the socket accepts calls and the store is open. */
+    char status[256];
+    snprintf(status, sizeof(status),
+             "serving on %.100s (namespace '%.64s', backend %s, %llu "
+             "decisions)",
+             cfg->socket_path, cfg->ns, d->cluster != NULL ? "etcd" : "local",
+             (unsigned long long)total);
+    sdnotify_ready(status);
+    uint64_t wd_usec = sdnotify_watchdog_usec();
+    if (wd_usec > 0) {
+        /* Ping at half the interval, as sd_watchdog_enabled(3) advises. */
+        uint64_t period_ms = wd_usec / 2000 > 0 ? wd_usec / 2000 : 1;
+        sdnotify_watchdog();
+        uv_timer_start(&d->watchdog, on_watchdog, period_ms, period_ms);
+        log_info("systemd watchdog: pinging every %llu ms",
+                 (unsigned long long)period_ms);
+    }
 
     uv_run(&d->loop, UV_RUN_DEFAULT);
 
@@ -331,6 +361,7 @@ out_handles:
     d->cluster = NULL;
     uv_close((uv_handle_t *)&d->wake, close_cb);
     uv_close((uv_handle_t *)&d->tick, close_cb);
+    uv_close((uv_handle_t *)&d->watchdog, close_cb);
     uv_close((uv_handle_t *)&d->sig_term, close_cb);
     uv_close((uv_handle_t *)&d->sig_int, close_cb);
     uv_close((uv_handle_t *)&d->sig_hup, close_cb);
