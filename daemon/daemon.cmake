@@ -30,6 +30,7 @@ set(DETD_SYSTEMD_UNITDIR "${CMAKE_INSTALL_PREFIX}/lib/systemd/system"
 set(DETD_SYSUSERSDIR "${CMAKE_INSTALL_PREFIX}/lib/sysusers.d"
     CACHE PATH "Where the sysusers.d file for the detd user is installed")
 install(FILES ${CMAKE_SOURCE_DIR}/deploy/systemd/detd.service
+              ${CMAKE_SOURCE_DIR}/deploy/systemd/detd.socket
         DESTINATION ${DETD_SYSTEMD_UNITDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/deploy/systemd/detd.sysusers
         DESTINATION ${DETD_SYSUSERSDIR} RENAME detd.conf)

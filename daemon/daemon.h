@@ -115,6 +115,12 @@ struct daemon {
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t tick;
     uv_timer_t watchdog; /* systemd watchdog pings, from the loop */
+    /* Socket activation: the listening socket systemd passed (else -1),
+     * polled by the loop; each connection goes to the rpc server. */
+    int listen_fd;
+    uv_poll_t accept_poll;
+    int accept_polling;
+    char activated_path[108];
     rpc_server *rpc;
     store *store;
     engine *engine;

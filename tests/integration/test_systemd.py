@@ -7,6 +7,7 @@ against what the daemon has done at that moment. (systemd-run needs
 systemd as PID 1, which this test environment does not have; the harness
 is the test of the protocol.)
 """
+import json
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ sys.path.insert(0, str(HERE))
 from conftest import DETD, REPO, Daemon  # noqa: E402
 
 UNIT = REPO / "deploy" / "systemd" / "detd.service"
+SOCKET_UNIT = REPO / "deploy" / "systemd" / "detd.socket"
 SYSUSERS = REPO / "deploy" / "systemd" / "detd.sysusers"
 
 
@@ -52,7 +54,10 @@ def test_unit_verifies(tmpdir_short):
                  "ExecStart=/usr/bin/detd --config /etc/detd/detd.conf",
                  "ExecReload=/bin/kill -HUP $MAINPID"]:
         assert line in text.splitlines(), line
-    r = subprocess.run([analyze(), "verify", str(unit_copy(tmpdir_short))],
+    service = unit_copy(tmpdir_short)
+    sock = tmpdir_short / "detd.socket"
+    sock.write_text(SOCKET_UNIT.read_text())
+    r = subprocess.run([analyze(), "verify", str(service), str(sock)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stderr.strip() == "", r.stderr
@@ -172,3 +177,53 @@ def test_no_notify_socket_is_a_no_op(tmpdir_short):
     d.wait_ready()
     assert d.stop() == 0
     assert "watchdog" not in d.read_log()
+
+
+def test_socket_activation(tmpdir_short):
+    """systemd-socket-activate holds the socket and execs detd (same pid)
+    with LISTEN_FDS=1 on the first connection: that connection, and every
+    later one, is served on the passed socket, Decider calls included."""
+    exe = shutil.which("systemd-socket-activate")
+    assert exe, "systemd-socket-activate is missing: setup-deps installs systemd"
+    n = Notify(tmpdir_short / "notify.sock")
+    d = Daemon(tmpdir_short)
+    activated = str(tmpdir_short / "activated.sock")
+    unused = tmpdir_short / "unused" / "detd.sock"
+    env = dict(os.environ, NOTIFY_SOCKET=n.path)
+    d.log = open(d.log_path, "ab")
+    d.proc = subprocess.Popen(
+        [exe, "-l", activated, "-E", "NOTIFY_SOCKET", str(DETD), "--socket", str(unused),
+         "--state-dir", d.state], stdout=d.log, stderr=subprocess.STDOUT,
+        env=env)
+    try:
+        end = time.monotonic() + 10
+        while not os.path.exists(activated) and time.monotonic() < end:
+            time.sleep(0.02)
+        d.socket = activated
+        # The first call starts the daemon and is answered.
+        assert d.probe("/grpc.health.v1.Health/Check", "")[0] == 0
+        ready = n.wait_for("READY", 10)
+        assert "serving on " + activated in ready["STATUS"]
+        # Clients (Attach, Decide, Report, Observe) over the passed socket.
+        outs = []
+        ps = [d.client("--keys", 3, "--rank", r, "--observe",
+                       out=tmpdir_short / f"c{r}.json") for r in range(2)]
+        for p in ps:
+            assert p.wait(60) == 0
+        for r in range(2):
+            outs.append(json.loads((tmpdir_short / f"c{r}.json").read_text()))
+        assert outs[0]["keys"].keys() == outs[1]["keys"].keys()
+        for k in outs[0]["keys"]:
+            assert outs[0]["keys"][k]["config"] == outs[1]["keys"][k]["config"]
+        st = d.status()
+        assert st["decisions"] == 3
+        assert d.detctl("verify").returncode == 0
+        assert not unused.exists() and not unused.parent.exists()
+        assert d.stop() == 0
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
+    # The socket belongs to systemd: detd leaves it in place.
+    assert os.path.exists(activated)
+    assert "socket activation: serving the socket passed by systemd" in d.read_log()
