@@ -264,7 +264,7 @@ int64_t coord_tick(struct daemon *d, int64_t now) {
 
 /* Store a decision from etcd and release everyone waiting for it. */
 static void apply_decision(struct daemon *d, const struct store_decision *row,
-                           const char *why) {
+                           const char *writer, const char *why) {
     struct store_decision existing;
     const struct store_decision *won = row;
     int rc = store_put_decision(d->store, row, &existing);
@@ -281,8 +281,17 @@ static void apply_decision(struct daemon *d, const struct store_decision *row,
         return;
     } else {
         d->counters.committed[row->source & 7]++;
-        log_debug("decision %.12s (%s key %s -> %s) from etcd (%s)", row->id,
-                  row->kernel, row->key, row->config, why);
+        /* Logged once per daemon, by whichever path stored it first
+         * (the commit's answer or the watch). origin: the node part of
+         * the writer ("node/pid/nonce/claim"). */
+        char origin[DAEMON_MAX_NAMESPACE + 1];
+        const char *w = writer != NULL ? writer : "";
+        size_t n = strcspn(w, "/");
+        if (n > DAEMON_MAX_NAMESPACE)
+            n = DAEMON_MAX_NAMESPACE;
+        memcpy(origin, w, n);
+        origin[n] = '\0';
+        service_log_decision(row, n > 0 ? origin : "unknown", why);
     }
     d->releasing = won;
     engine_decided(d->engine, won->id);
@@ -348,7 +357,8 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
         return;
     }
     struct store_decision row;
-    int rc = cluster_decision_decode(ev->value, ev->value_len, &row, NULL);
+    char *writer = NULL;
+    int rc = cluster_decision_decode(ev->value, ev->value_len, &row, &writer);
     if (rc != 0) {
         log_error("decision %.12s in etcd is malformed: %s", ev->id,
                   detd_strerror(rc));
@@ -359,12 +369,9 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
         free(op);
         return;
     }
-    if (ev->won)
-        log_info("decided %s key %s -> %s in etcd (claim %" PRIu64
-                 ", timed by %s pid %d rank %d)",
-                 row.kernel, row.key, row.config, row.claim_id, row.by_host,
-                 row.by_pid, row.by_rank);
-    apply_decision(d, &row, ev->won ? "committed here" : "another node won");
+    apply_decision(d, &row, writer,
+                   ev->won ? "committed here" : "another node won");
+    free(writer);
     if (op != NULL) {
         struct store_decision cur;
         if (store_get_decision(d->store, row.id, &cur) == 0) {
@@ -380,7 +387,8 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
 
 static void on_decision(struct daemon *d, const struct cluster_event *ev) {
     struct store_decision row;
-    int rc = cluster_decision_decode(ev->value, ev->value_len, &row, NULL);
+    char *writer = NULL;
+    int rc = cluster_decision_decode(ev->value, ev->value_len, &row, &writer);
     if (rc != 0) {
         log_error("decision %.12s in etcd is malformed (%s): ignored", ev->id,
                   detd_strerror(rc));
@@ -392,7 +400,8 @@ static void on_decision(struct daemon *d, const struct cluster_event *ev) {
     struct ckey *k = ckey_find(d, ev->id);
     if (k != NULL)
         k->claiming = 0;
-    apply_decision(d, &row, ev->revision > 0 ? "watch" : "read");
+    apply_decision(d, &row, writer, ev->revision > 0 ? "watch" : "read");
+    free(writer);
     store_decision_clear(&row);
 }
 

@@ -1,9 +1,17 @@
 # The detd executable: loop, rpc adapter, service, GPU probe.
-add_executable(detd_daemon main.c loop.c service.c admin.c convert.c hotcache.c rpc.c gpu.c log.c
-               cluster.c cluster_codec.c coord.c)
-target_link_libraries(detd_daemon PRIVATE detd_store detd_pure detd_proto detd_error
+# Settings: the option table, argv, the configuration file, and the log
+# lines (no foreign API: unit-tested alone).
+add_library(detd_options STATIC options.c conffile.c log.c)
+target_include_directories(detd_options PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}
+                           ${CMAKE_SOURCE_DIR}/client/include)
+target_link_libraries(detd_options PUBLIC detd_error detd_proto PkgConfig::LIBUV)
+
+add_executable(detd_daemon main.c loop.c service.c admin.c convert.c hotcache.c rpc.c gpu.c
+               cluster.c cluster_codec.c coord.c sdnotify.c)
+target_link_libraries(detd_daemon PRIVATE detd_options detd_store detd_pure detd_proto detd_error
                       detd_etcd
                       PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::JANSSON
+                      PkgConfig::SYSTEMD
                       Threads::Threads ${CMAKE_DL_LIBS} m)
 target_include_directories(detd_daemon PRIVATE ${CMAKE_SOURCE_DIR}/client/include)
 if(CUDA_DRIVER_INCLUDE)
@@ -14,3 +22,17 @@ endif()
 # detd_daemon and its file is named detd.
 set_target_properties(detd_daemon PROPERTIES OUTPUT_NAME detd)
 install(TARGETS detd_daemon RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# systemd integration and the example configuration. The unit runs
+# /usr/bin/detd --config /etc/detd/detd.conf (install with --prefix /usr).
+set(DETD_SYSTEMD_UNITDIR "${CMAKE_INSTALL_PREFIX}/lib/systemd/system"
+    CACHE PATH "Where detd.service is installed")
+set(DETD_SYSUSERSDIR "${CMAKE_INSTALL_PREFIX}/lib/sysusers.d"
+    CACHE PATH "Where the sysusers.d file for the detd user is installed")
+install(FILES ${CMAKE_SOURCE_DIR}/deploy/systemd/detd.service
+              ${CMAKE_SOURCE_DIR}/deploy/systemd/detd.socket
+        DESTINATION ${DETD_SYSTEMD_UNITDIR})
+install(FILES ${CMAKE_SOURCE_DIR}/deploy/systemd/detd.sysusers
+        DESTINATION ${DETD_SYSUSERSDIR} RENAME detd.conf)
+install(FILES ${CMAKE_SOURCE_DIR}/deploy/detd.conf
+        DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/detd)

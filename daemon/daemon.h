@@ -42,6 +42,7 @@ struct daemon_config {
     const char *ns;
     uint32_t lease_ms;
     log_level level;
+    log_format log_format; /* --log-format */
     uint32_t max_clients;
     uint32_t max_waiters;
     uint32_t max_claims;
@@ -113,6 +114,13 @@ struct daemon {
     uv_async_t wake;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t tick;
+    uv_timer_t watchdog; /* systemd watchdog pings, from the loop */
+    /* Socket activation: the listening socket systemd passed (else -1),
+     * polled by the loop; each connection goes to the rpc server. */
+    int listen_fd;
+    uv_poll_t accept_poll;
+    int accept_polling;
+    char activated_path[108];
     rpc_server *rpc;
     store *store;
     engine *engine;
@@ -183,6 +191,17 @@ void service_drain(struct daemon *d);
 
 /* service.c: free sessions and pending tables at exit. */
 void service_free(struct daemon *d);
+
+/*
+ * service.c: log a decision just committed to this daemon's store, once,
+ * at info level, with its fields (id, namespace, arch, kernel, key,
+ * config, source, claim, and who timed it: host, pid, rank). origin: the
+ * node that committed it ("local" for the local backend); via: how this
+ * daemon learned it ("report", "committed here", "watch", ...). r and the
+ * strings are borrowed.
+ */
+void service_log_decision(const struct store_decision *r, const char *origin,
+                          const char *via);
 
 /* service.c: helpers shared with coord.c (loop thread). */
 void service_pending_add(struct daemon *d, struct pending *p);

@@ -7,16 +7,20 @@
 #include "daemon.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include "cluster.h"
 #include "detd/client.h"
 #include "detd/error.h"
+#include "sdnotify.h"
 
 int64_t daemon_unix_ms(void) {
     struct timeval tv;
@@ -116,11 +120,49 @@ static void close_cb(uv_handle_t *h) {
     (void)h;
 }
 
+/* The watchdog is fed by the loop itself: a stuck loop stops the pings
+ * and systemd kills the daemon. */
+static void on_watchdog(uv_timer_t *t) {
+    (void)t;
+    sdnotify_watchdog();
+}
+
+/*
+ * Socket activation: the listening socket is readable, accept every
+ * pending connection and hand it to the rpc server (gRPC serves an
+ * accepted fd like a connection to its own socket).
+ */
+static void on_accept(uv_poll_t *h, int status, int events) {
+    struct daemon *d = h->data;
+    if (status < 0) {
+        log_error("socket activation: poll: %s", uv_strerror(status));
+        return;
+    }
+    for (;;) {
+        int fd =
+            accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                log_warn("socket activation: accept: %s", strerror(errno));
+            return;
+        }
+        if (d->draining || rpc_server_add_connection(d->rpc, fd) != 0)
+            close(fd);
+    }
+}
+
 static void begin_drain(struct daemon *d, const char *why) {
     if (d->draining)
         return;
     d->draining = 1;
+    if (d->accept_polling)
+        uv_poll_stop(&d->accept_poll);
     log_info("%s: draining (refusing new calls, answering waiters)", why);
+    char status[128];
+    snprintf(status, sizeof(status), "draining (%s)", why);
+    sdnotify_stopping(status);
     rpc_server_shutdown_begin(d->rpc);
     on_wake(&d->wake); /* handle what already arrived */
     service_drain(d);
@@ -177,11 +219,39 @@ int daemon_run(const struct daemon_config *cfg) {
     d->started_mono_ms = rpc_now_ms();
     pthread_mutex_init(&d->qmu, NULL);
     uv_loop_init(&d->loop);
+    d->listen_fd = -1;
     d->npending_buckets = 1024;
     d->pending = calloc(d->npending_buckets, sizeof(*d->pending));
     if (d->pending == NULL) {
         log_error("out of memory");
         goto out_loop;
+    }
+
+    /* Socket activation (systemd's detd.socket): take the socket now,
+     * before anything else could inherit it. */
+    rc = sdnotify_listen_fd(&d->listen_fd, &err);
+    if (rc != 0) {
+        log_error("%s", err != NULL ? err : detd_strerror(rc));
+        free(err);
+        goto out_loop;
+    }
+    if (d->listen_fd >= 0) {
+        struct sockaddr_un sa;
+        socklen_t salen = sizeof(sa);
+        memset(&sa, 0, sizeof(sa));
+        int fl = fcntl(d->listen_fd, F_GETFL);
+        if (fl < 0 || fcntl(d->listen_fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+            log_error("socket activation: set O_NONBLOCK: %s", strerror(errno));
+            goto out_loop;
+        }
+        if (getsockname(d->listen_fd, (struct sockaddr *)&sa, &salen) != 0)
+            sa.sun_path[0] = '\0';
+        sa.sun_path[sizeof(sa.sun_path) - 1] = '\0';
+        snprintf(d->activated_path, sizeof(d->activated_path), "%s",
+                 sa.sun_path[0] != '\0' ? sa.sun_path : "(unnamed socket)");
+        log_info("socket activation: serving the socket passed by systemd "
+                 "(%s) instead of creating %s",
+                 d->activated_path, cfg->socket_path);
     }
 
     /* Store. */
@@ -233,6 +303,8 @@ int daemon_run(const struct daemon_config *cfg) {
     d->wake.data = d;
     uv_timer_init(&d->loop, &d->tick);
     d->tick.data = d;
+    uv_timer_init(&d->loop, &d->watchdog);
+    d->watchdog.data = d;
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
     uv_signal_init(&d->loop, &d->sig_hup);
@@ -241,7 +313,7 @@ int daemon_run(const struct daemon_config *cfg) {
     uv_signal_start(&d->sig_int, on_signal, SIGINT);
     uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
 
-    rc = make_parents(cfg->socket_path);
+    rc = d->listen_fd >= 0 ? 0 : make_parents(cfg->socket_path);
     if (rc != 0) {
         log_error("create socket directory for '%s': %s", cfg->socket_path,
                   detd_strerror(rc));
@@ -293,6 +365,7 @@ int daemon_run(const struct daemon_config *cfg) {
         .listen_cert = cfg->listen_cert,
         .listen_key = cfg->listen_key,
         .listen_client_ca = cfg->listen_client_ca,
+        .activated = d->listen_fd >= 0,
     };
     rc = rpc_server_start(&ro, on_rpc_event, d, &d->rpc, &err);
     if (rc != 0) {
@@ -300,15 +373,47 @@ int daemon_run(const struct daemon_config *cfg) {
         free(err);
         goto out_handles;
     }
+    if (d->listen_fd >= 0) {
+        rc = uv_poll_init(&d->loop, &d->accept_poll, d->listen_fd);
+        if (rc == 0) {
+            d->accept_poll.data = d;
+            d->accept_polling = 1;
+            rc = uv_poll_start(&d->accept_poll, UV_READABLE, on_accept);
+        }
+        if (rc != 0) {
+            log_error("socket activation: poll the socket: %s",
+                      uv_strerror(rc));
+            goto out_handles;
+        }
+    }
+    const char *serving =
+        d->listen_fd >= 0 ? d->activated_path : cfg->socket_path;
     uint64_t total = 0;
     store_count_decisions(d->store, cfg->ns, &total, NULL);
     log_info("detd %s serving on %s%s%s (namespace '%s', backend %s, store "
              "'%s', %llu decisions, lease %u ms)",
-             DETD_VERSION, cfg->socket_path, cfg->listen ? " and " : "",
+             DETD_VERSION, serving, cfg->listen ? " and " : "",
              cfg->listen ? cfg->listen : "", cfg->ns,
              d->cluster != NULL ? "etcd" : "local", d->store_path,
              (unsigned long long)total, cfg->lease_ms);
     arm_tick(d);
+    /* Ready: the socket accepts calls and the store is open. */
+    char status[256];
+    snprintf(status, sizeof(status),
+             "serving on %.100s (namespace '%.64s', backend %s, %llu "
+             "decisions)",
+             serving, cfg->ns, d->cluster != NULL ? "etcd" : "local",
+             (unsigned long long)total);
+    sdnotify_ready(status);
+    uint64_t wd_usec = sdnotify_watchdog_usec();
+    if (wd_usec > 0) {
+        /* Ping at half the interval, as sd_watchdog_enabled(3) advises. */
+        uint64_t period_ms = wd_usec / 2000 > 0 ? wd_usec / 2000 : 1;
+        sdnotify_watchdog();
+        uv_timer_start(&d->watchdog, on_watchdog, period_ms, period_ms);
+        log_info("systemd watchdog: pinging every %llu ms",
+                 (unsigned long long)period_ms);
+    }
 
     uv_run(&d->loop, UV_RUN_DEFAULT);
 
@@ -331,6 +436,9 @@ out_handles:
     d->cluster = NULL;
     uv_close((uv_handle_t *)&d->wake, close_cb);
     uv_close((uv_handle_t *)&d->tick, close_cb);
+    uv_close((uv_handle_t *)&d->watchdog, close_cb);
+    if (d->accept_polling)
+        uv_close((uv_handle_t *)&d->accept_poll, close_cb);
     uv_close((uv_handle_t *)&d->sig_term, close_cb);
     uv_close((uv_handle_t *)&d->sig_int, close_cb);
     uv_close((uv_handle_t *)&d->sig_hup, close_cb);
@@ -343,6 +451,8 @@ out_handles:
 out_store:
     store_close(d->store);
 out_loop:
+    if (d->listen_fd >= 0)
+        close(d->listen_fd);
     uv_loop_close(&d->loop);
     gpu_probe_clear(&d->gpus);
     free(d->store_path);

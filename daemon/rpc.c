@@ -26,6 +26,7 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
+#include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
@@ -137,6 +138,7 @@ struct rpc_server {
     char *socket_path;
     dev_t sock_dev; /* the socket file this server created */
     ino_t sock_ino;
+    int activated; /* socket activation: the socket path is not ours */
 };
 
 int64_t rpc_now_ms(void) {
@@ -466,8 +468,10 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
         return;
     }
     const struct method_info *mi = &methods[c->method];
+    /* Local peers: "unix:" (our socket) or "fd:" (connections accepted
+     * on a socket-activated unix socket, rpc_server_add_connection()). */
     if (c->method <= RPC_OBSERVE && c->peer != NULL &&
-        strncmp(c->peer, "unix:", 5) != 0) {
+        strncmp(c->peer, "unix:", 5) != 0 && strncmp(c->peer, "fd:", 3) != 0) {
         /* The TCP listener serves Admin and Health only. */
         rpc_fail(c, RPC_PERMISSION_DENIED,
                  "%s is served on the node's unix socket only, not over TCP",
@@ -743,7 +747,7 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
 
     /* Remove a stale socket, never anything else. */
     struct stat st;
-    if (lstat(opts->socket_path, &st) == 0) {
+    if (!opts->activated && lstat(opts->socket_path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
             err = errmsgf("socket path '%s' exists and is not a socket",
                           opts->socket_path);
@@ -794,7 +798,9 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
     /* The socket is created by the bind below: the umask gives it its mode
      * from the start, with no window where it is more open. */
     mode_t old = umask((mode_t)(~opts->socket_mode & 0777));
-    int port = grpc_server_add_http2_port(srv->server, target, creds);
+    int port = opts->activated
+                   ? 1
+                   : grpc_server_add_http2_port(srv->server, target, creds);
     umask(old);
     grpc_server_credentials_release(creds);
     if (port == 0) {
@@ -808,11 +814,12 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
             goto out;
     }
     grpc_server_start(srv->server);
-    if (lstat(opts->socket_path, &st) == 0) {
+    srv->activated = opts->activated;
+    if (!opts->activated && lstat(opts->socket_path, &st) == 0) {
         srv->sock_dev = st.st_dev;
         srv->sock_ino = st.st_ino;
     }
-    if (chmod(opts->socket_path, opts->socket_mode) != 0) {
+    if (!opts->activated && chmod(opts->socket_path, opts->socket_mode) != 0) {
         rc = -errno;
         err = errmsgf("chmod socket '%s': %s", opts->socket_path,
                       strerror(errno));
@@ -849,6 +856,16 @@ out:
     }
     server_free(srv);
     return rc;
+}
+
+/* See rpc.h. */
+int rpc_server_add_connection(rpc_server *srv, int fd) {
+    if (srv == NULL || fd < 0 || atomic_load(&srv->shutting_down))
+        return DETD_EINVAL;
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    grpc_server_add_channel_from_fd(srv->server, fd, creds);
+    grpc_server_credentials_release(creds);
+    return 0;
 }
 
 void rpc_server_shutdown_begin(rpc_server *srv) {
@@ -892,8 +909,8 @@ void rpc_server_stop(rpc_server *srv, int64_t grace_ms) {
     /* Remove the socket only if it is still ours: another daemon may have
      * taken the path over since. */
     struct stat st;
-    if (lstat(srv->socket_path, &st) == 0 && st.st_dev == srv->sock_dev &&
-        st.st_ino == srv->sock_ino)
+    if (!srv->activated && lstat(srv->socket_path, &st) == 0 &&
+        st.st_dev == srv->sock_dev && st.st_ino == srv->sock_ino)
         unlink(srv->socket_path);
     server_free(srv);
 }

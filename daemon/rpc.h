@@ -87,7 +87,19 @@ struct rpc_options {
     const char *listen_cert;
     const char *listen_key;
     const char *listen_client_ca;
+    /* Socket activation: the listening socket is not ours (systemd holds
+     * it); bind nothing at socket_path and leave the path alone at stop.
+     * Connections come through rpc_server_add_connection(). */
+    int activated;
 };
+
+/*
+ * Hand one accepted connection (a connected unix stream socket, in
+ * non-blocking mode) to the server, which owns fd from then on and serves
+ * it like a connection to its own socket. Call after rpc_server_start(),
+ * from any thread, before rpc_server_stop(). Returns 0 or DETD_EINVAL.
+ */
+int rpc_server_add_connection(rpc_server *srv, int fd);
 
 /*
  * Create and start the server: bind the socket (removing a stale socket

@@ -489,6 +489,27 @@ free_msg:
 
 /* ---- Report ---------------------------------------------------------- */
 
+/* See daemon.h. */
+void service_log_decision(const struct store_decision *r, const char *origin,
+                          const char *via) {
+    const struct log_field f[] = {
+        LOG_STR("id", r->id),
+        LOG_STR("namespace", r->ns),
+        LOG_STR("arch", r->arch),
+        LOG_STR("kernel", r->kernel),
+        LOG_STR("key", r->key),
+        LOG_STR("config", r->config),
+        LOG_STR("source", source_names[r->source & 7]),
+        LOG_NUM("claim", (long long)r->claim_id),
+        LOG_STR("host", r->by_host),
+        LOG_NUM("pid", r->by_pid),
+        LOG_NUM("rank", r->by_rank),
+        LOG_STR("origin", origin),
+        LOG_STR("via", via),
+    };
+    log_event(LOG_INFO, f, sizeof(f) / sizeof(f[0]), "decided");
+}
+
 static char *timings_json(const Detd__V1__ReportRequest *req) {
     json_t *arr = json_array();
     for (size_t i = 0; i < req->n_timings; i++) {
@@ -531,11 +552,7 @@ static void commit_and_release(struct daemon *d, rpc_call *call,
         return;
     } else {
         d->counters.committed[row->source & 7]++;
-        log_info("decided %s key %s -> %s (source %s, claim %" PRIu64
-                 ", timed by %s pid %d rank %d)",
-                 row->kernel, row->key, row->config,
-                 source_names[row->source & 7], row->claim_id, row->by_host,
-                 row->by_pid, row->by_rank);
+        service_log_decision(row, "local", "report");
     }
     d->releasing = won;
     size_t n = engine_decided(d->engine, won->id);

@@ -113,13 +113,13 @@ def run_n(root, etcd, n, keys):
     # Propagation from the logs.
     committed = {}
     for line in logs[0].read_text(errors="replace").splitlines():
-        m = re.search(r"decided bench:kernel@0 key (k:\d+) -> .* in etcd", line)
+        m = re.search(r" decided .*kernel=bench:kernel@0 key=(k:\d+) ", line)
         if m:
             committed[m.group(1)] = ts_ms(line)
     arrival = {}
     for log in logs[1:]:
         for line in log.read_text(errors="replace").splitlines():
-            m = re.search(r"\(bench:kernel@0 key (k:\d+) -> .*\) from etcd \(watch\)", line)
+            m = re.search(r" decided .*kernel=bench:kernel@0 key=(k:\d+) .* via=watch$", line)
             if m and m.group(1) in committed:
                 t = ts_ms(line)
                 arrival.setdefault(m.group(1), []).append(t)

@@ -14,3 +14,7 @@ if(TARGET detd)
   detd_unit_test(test_wire detd detd_wire detd_proto PkgConfig::GRPC
                  Threads::Threads)
 endif()
+# The option table and the configuration file reader.
+if(TARGET detd_options)
+  detd_unit_test(test_options detd_options)
+endif()
