@@ -67,6 +67,11 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"observes", d->counters.observes},
         {"rejected", d->counters.rejected},
         {"busy", d->counters.busy},
+        {"refused_allow_list", atomic_load(&d->refused[ACCESS_DENIED_ALLOW])},
+        {"refused_admin_list", atomic_load(&d->refused[ACCESS_DENIED_ADMIN])},
+        {"refused_no_credentials",
+         atomic_load(&d->refused[ACCESS_DENIED_NOCRED])},
+        {"refused_connections", d->refused_connections},
     };
     enum { NCOUNTERS = sizeof(counters) / sizeof(counters[0]) };
     Detd__V1__Counter cn[NCOUNTERS];

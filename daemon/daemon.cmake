@@ -1,7 +1,12 @@
+# The unix socket's access policy (ids and the check; no sockets).
+add_library(detd_access STATIC access.c)
+target_include_directories(detd_access PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(detd_access PUBLIC detd_error)
+
 # The detd executable: loop, rpc adapter, service, GPU probe.
 add_executable(detd_daemon main.c loop.c service.c admin.c convert.c hotcache.c rpc.c gpu.c log.c
-               cluster.c cluster_codec.c coord.c)
-target_link_libraries(detd_daemon PRIVATE detd_store detd_pure detd_proto detd_error
+               cluster.c cluster_codec.c coord.c listener.c)
+target_link_libraries(detd_daemon PRIVATE detd_access detd_store detd_pure detd_proto detd_error
                       detd_etcd
                       PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::JANSSON
                       Threads::Threads ${CMAKE_DL_LIBS} m)

@@ -11,11 +11,13 @@
 #define DETD_DAEMON_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <uv.h>
 
+#include "access.h"
 #include "detd.pb-c.h"
 #include "engine.h"
 #include "gpu.h"
@@ -60,6 +62,13 @@ struct daemon_config {
     const char *listen_cert;
     const char *listen_key;
     const char *listen_client_ca;
+    /* The unix socket's mode and group (-1: the daemon's), and who may
+     * call through it (access.h). */
+    unsigned socket_mode;
+    long socket_gid;
+    const struct access_policy *access;
+    /* Prometheus metrics and /healthz over HTTP ("HOST:PORT"; NULL: off). */
+    const char *metrics;
 };
 
 /* Counters shown by status (and later exported as metrics). */
@@ -103,6 +112,7 @@ struct pending {
 };
 
 struct ckey;
+struct listener;
 struct commit_op;
 struct verify_op;
 struct cluster;
@@ -114,6 +124,7 @@ struct daemon {
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t tick;
     rpc_server *rpc;
+    struct listener *listener; /* the unix socket (listener.c) */
     store *store;
     engine *engine;
     hotcache *hot; /* packed answers of decided keys */
@@ -142,6 +153,10 @@ struct daemon {
     const struct store_decision *releasing;
 
     struct daemon_counters counters;
+    /* Refused calls by access_reason (rpc thread and loop) and refused
+     * connections (loop). */
+    atomic_uint_fast64_t refused[ACCESS_REASON_COUNT];
+    uint64_t refused_connections;
 
     /* etcd backend (coord.c); cluster NULL for the local backend. */
     struct cluster *cluster;

@@ -59,6 +59,18 @@ static void usage(FILE *f) {
         "  --listen-key FILE   TLS key for --listen (PEM)\n"
         "  --listen-client-ca FILE  require client certificates signed\n"
         "                      by this CA on --listen\n"
+        "\n"
+        "Access (the unix socket) and metrics:\n"
+        "  --socket-mode OCTAL socket file mode (default 0660)\n"
+        "  --socket-group G    socket file group, name or gid (default:\n"
+        "                      the daemon's)\n"
+        "  --allow-uid U, --allow-gid G  repeatable, names or ids: only\n"
+        "                      these users / group members may call\n"
+        "                      (default: whoever can open the socket)\n"
+        "  --admin-uid U, --admin-gid G  repeatable: only these may make\n"
+        "                      admin calls that change state (Reset);\n"
+        "                      default: every allowed caller\n"
+        "  --metrics HOST:PORT Prometheus /metrics and /healthz over HTTP\n"
         "  --version           print the version and exit\n"
         "  --help              print this help and exit\n"
         "\n"
@@ -79,6 +91,33 @@ static int parse_u32(const char *flag, const char *s, uint32_t min,
         return -1;
     }
     *ret = (uint32_t)v;
+    return 0;
+}
+
+/* --socket-mode: an octal mode with permission bits only. */
+static int parse_mode(const char *s, unsigned *ret) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 8);
+    if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v > 0777) {
+        fprintf(stderr,
+                "detd: --socket-mode: '%s' is not an octal mode from 0 to "
+                "0777\n",
+                s);
+        return -1;
+    }
+    *ret = (unsigned)v;
+    return 0;
+}
+
+/* A user or group list flag: one name or id added to ids. */
+static int parse_ids(const char *flag, const char *s, int is_group,
+                     struct access_ids *ids) {
+    const char *why = "";
+    if (access_ids_add(ids, s, is_group, &why) != 0) {
+        fprintf(stderr, "detd: %s: '%s': %s\n", flag, s, why);
+        return -1;
+    }
     return 0;
 }
 
@@ -118,6 +157,13 @@ int main(int argc, char **argv) {
         OPT_LISTEN_CERT,
         OPT_LISTEN_KEY,
         OPT_LISTEN_CA,
+        OPT_SOCKET_MODE,
+        OPT_SOCKET_GROUP,
+        OPT_ALLOW_UID,
+        OPT_ALLOW_GID,
+        OPT_ADMIN_UID,
+        OPT_ADMIN_GID,
+        OPT_METRICS,
     };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, OPT_SOCKET},
@@ -141,6 +187,13 @@ int main(int argc, char **argv) {
         {"listen-cert", required_argument, NULL, OPT_LISTEN_CERT},
         {"listen-key", required_argument, NULL, OPT_LISTEN_KEY},
         {"listen-client-ca", required_argument, NULL, OPT_LISTEN_CA},
+        {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
+        {"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
+        {"allow-uid", required_argument, NULL, OPT_ALLOW_UID},
+        {"allow-gid", required_argument, NULL, OPT_ALLOW_GID},
+        {"admin-uid", required_argument, NULL, OPT_ADMIN_UID},
+        {"admin-gid", required_argument, NULL, OPT_ADMIN_GID},
+        {"metrics", required_argument, NULL, OPT_METRICS},
         {NULL, 0, NULL, 0},
     };
     struct daemon_config cfg = {
@@ -153,7 +206,11 @@ int main(int argc, char **argv) {
         .max_waiters = 65536,
         .max_claims = 1 << 20,
         .max_queue = 1 << 20,
+        .socket_mode = 0660,
+        .socket_gid = -1,
     };
+    static struct access_policy access;
+    cfg.access = &access;
     if (cfg.socket_path == NULL || cfg.socket_path[0] == '\0')
         cfg.socket_path = DETD_DEFAULT_SOCKET;
     const char **tables = calloc((size_t)argc + 1, sizeof(*tables));
@@ -248,6 +305,37 @@ int main(int argc, char **argv) {
             break;
         case OPT_LISTEN_CA:
             cfg.listen_client_ca = optarg;
+            break;
+        case OPT_SOCKET_MODE:
+            if (parse_mode(optarg, &cfg.socket_mode))
+                return 2;
+            break;
+        case OPT_SOCKET_GROUP: {
+            struct access_ids one = {.n = 0};
+            if (parse_ids("--socket-group", optarg, 1, &one))
+                return 2;
+            cfg.socket_gid = (long)one.ids[0];
+            break;
+        }
+        case OPT_ALLOW_UID:
+        case OPT_ALLOW_GID:
+        case OPT_ADMIN_UID:
+        case OPT_ADMIN_GID: {
+            int grp = c == OPT_ALLOW_GID || c == OPT_ADMIN_GID;
+            struct access_ids *ids = c == OPT_ALLOW_UID   ? &access.allow_uid
+                                     : c == OPT_ALLOW_GID ? &access.allow_gid
+                                     : c == OPT_ADMIN_UID ? &access.admin_uid
+                                                          : &access.admin_gid;
+            const char *flag = c == OPT_ALLOW_UID   ? "--allow-uid"
+                               : c == OPT_ALLOW_GID ? "--allow-gid"
+                               : c == OPT_ADMIN_UID ? "--admin-uid"
+                                                    : "--admin-gid";
+            if (parse_ids(flag, optarg, grp, ids))
+                return 2;
+            break;
+        }
+        case OPT_METRICS:
+            cfg.metrics = optarg;
             break;
         case OPT_VERSION:
             printf("detd %s\n", DETD_VERSION);

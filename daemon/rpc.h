@@ -73,9 +73,26 @@ struct rpc_event {
 
 typedef void (*rpc_event_cb)(void *ctx, struct rpc_event *ev);
 
+/* The credentials of a caller on a local (fd) connection. */
+struct rpc_peer_cred {
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups; /* supplementary groups; borrowed */
+    size_t n_groups;
+};
+
+/*
+ * Decide whether a call on a local connection may go on (rpc thread,
+ * before the request is decoded). cred is NULL when the peer credentials
+ * could not be read. Return 0 to serve the call, nonzero to refuse it with
+ * PERMISSION_DENIED and the message written to why (why_len bytes).
+ */
+typedef int (*rpc_authorize_cb)(void *ctx, rpc_method method,
+                                const struct rpc_peer_cred *cred, char *why,
+                                size_t why_len);
+
 struct rpc_options {
-    const char *socket_path;     /* unix socket; created with socket_mode */
-    unsigned socket_mode;        /* e.g. 0660 */
     size_t max_message_bytes;    /* request cap, enforced by gRPC */
     unsigned pending_per_method; /* calls kept requested per method */
     /* Optional TCP listener "HOST:PORT" for the Admin and Health services
@@ -87,16 +104,34 @@ struct rpc_options {
     const char *listen_cert;
     const char *listen_key;
     const char *listen_client_ca;
+    /* Optional check of local callers (see rpc_authorize_cb); with
+     * peer_groups set, their supplementary groups are read too. */
+    rpc_authorize_cb authorize;
+    void *authorize_ctx;
+    int peer_groups;
 };
 
 /*
- * Create and start the server: bind the socket (removing a stale socket
- * file first, never another kind of file), start the rpc thread.
- * Returns 0 or a negative DETD_E* / -errno; *ret_errmsg (heap, caller
- * frees) names the problem on failure. cb runs on the rpc thread.
+ * Create and start the server: the optional TCP listener, the rpc
+ * thread. Local connections are accepted by the owner (listener.c) and
+ * added with rpc_server_add_fd(). Returns 0 or a negative DETD_E* /
+ * -errno; *ret_errmsg (heap, caller frees) names the problem on failure.
+ * cb runs on the rpc thread.
  */
 int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
                      void *cb_ctx, rpc_server **ret, char **ret_errmsg);
+
+/*
+ * Serve gRPC on an accepted local connection (a connected unix socket).
+ * Takes fd in every case (closed here when the server is shutting
+ * down: DETD_EUNAVAILABLE). Calls on it carry the peer's credentials
+ * (rpc_call_cred()) and pass opts->authorize. Any thread.
+ */
+int rpc_server_add_fd(rpc_server *srv, int fd);
+
+/* A local call's peer credentials (read when the call arrived); NULL for
+ * calls over TCP or when unknown. Borrowed while the call lives. */
+const struct rpc_peer_cred *rpc_call_cred(const rpc_call *call);
 
 /*
  * Stop accepting calls, cancel those still open after grace_ms, stop the
@@ -151,7 +186,8 @@ void rpc_call_unref(rpc_call *call);
  */
 int64_t rpc_call_deadline_ms(const rpc_call *call);
 
-/* The client's peer string ("unix:..."); borrowed while the call lives. */
+/* The client's peer string ("fd:N" for local connections, "ipv4:..."
+ * over TCP); borrowed while the call lives. */
 const char *rpc_call_peer(const rpc_call *call);
 
 /* A stable small id for logs. */
