@@ -1,15 +1,20 @@
 # The unix socket's access policy (ids and the check; no sockets).
 add_library(detd_access STATIC access.c)
+# The Prometheus text format (pure).
+add_library(detd_metrics STATIC metrics.c)
+target_include_directories(detd_metrics PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(detd_metrics PUBLIC detd_error m)
 target_include_directories(detd_access PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(detd_access PUBLIC detd_error)
 
 # The detd executable: loop, rpc adapter, service, GPU probe.
 add_executable(detd_daemon main.c loop.c service.c admin.c convert.c hotcache.c rpc.c gpu.c log.c
-               cluster.c cluster_codec.c coord.c listener.c)
-target_link_libraries(detd_daemon PRIVATE detd_access detd_store detd_pure detd_proto detd_error
+               cluster.c cluster_codec.c coord.c listener.c exporter.c
+               metrics_http.c)
+target_link_libraries(detd_daemon PRIVATE detd_access detd_metrics detd_store detd_pure detd_proto detd_error
                       detd_etcd
                       PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::JANSSON
-                      Threads::Threads ${CMAKE_DL_LIBS} m)
+                      PkgConfig::MHD Threads::Threads ${CMAKE_DL_LIBS} m)
 target_include_directories(detd_daemon PRIVATE ${CMAKE_SOURCE_DIR}/client/include)
 if(CUDA_DRIVER_INCLUDE)
   target_compile_definitions(detd_daemon PRIVATE DETD_HAVE_CUDA_H=1)

@@ -22,6 +22,7 @@
 #include "engine.h"
 #include "gpu.h"
 #include "hotcache.h"
+#include "metrics.h"
 #include "log.h"
 #include "rpc.h"
 #include "store.h"
@@ -87,6 +88,10 @@ struct daemon_counters {
     uint64_t rejected;     /* invalid or over a limit */
     uint64_t busy;         /* refused for capacity */
     uint64_t committed[8]; /* decisions committed, by source */
+    uint64_t table_hits;   /* table lookups of undecided keys */
+    uint64_t table_misses;
+    uint64_t table_stale;        /* an entry naming no live candidate */
+    uint64_t verify_divergences; /* divergent keys found by Verify */
 };
 
 struct session {
@@ -113,6 +118,7 @@ struct pending {
 
 struct ckey;
 struct listener;
+struct exporter;
 struct commit_op;
 struct verify_op;
 struct cluster;
@@ -125,6 +131,7 @@ struct daemon {
     uv_timer_t tick;
     rpc_server *rpc;
     struct listener *listener; /* the unix socket (listener.c) */
+    struct exporter *exporter; /* --metrics (exporter.c) */
     store *store;
     engine *engine;
     hotcache *hot; /* packed answers of decided keys */
@@ -153,6 +160,7 @@ struct daemon {
     const struct store_decision *releasing;
 
     struct daemon_counters counters;
+    struct metrics_hist wait_hist; /* held Decide calls, when they end */
     /* Refused calls by access_reason (rpc thread and loop) and refused
      * connections (loop). */
     atomic_uint_fast64_t refused[ACCESS_REASON_COUNT];

@@ -16,6 +16,7 @@
 
 #include "cluster.h"
 #include "detd/client.h"
+#include "exporter.h"
 #include "listener.h"
 #include "detd/error.h"
 
@@ -352,6 +353,15 @@ int daemon_run(const struct daemon_config *cfg) {
         free(err);
         goto out_handles;
     }
+    if (cfg->metrics != NULL) {
+        rc = exporter_open(d, cfg->metrics, &d->exporter, &err);
+        if (rc != 0) {
+            log_error("metrics: %s", err != NULL ? err : detd_strerror(rc));
+            free(err);
+            goto out_handles;
+        }
+        log_info("metrics on http://%s/metrics", cfg->metrics);
+    }
     uint64_t total = 0;
     store_count_decisions(d->store, cfg->ns, &total, NULL);
     log_info("detd %s serving on %s%s%s (namespace '%s', backend %s, store "
@@ -385,6 +395,8 @@ out_handles:
     d->cluster = NULL;
     listener_close(d->listener);
     d->listener = NULL;
+    exporter_close(d->exporter);
+    d->exporter = NULL;
     uv_close((uv_handle_t *)&d->wake, close_cb);
     uv_close((uv_handle_t *)&d->tick, close_cb);
     uv_close((uv_handle_t *)&d->sig_term, close_cb);

@@ -39,6 +39,7 @@
 #include "detd.pb-c.h"
 #include "detd/error.h"
 #include "health.pb-c.h"
+#include "metrics.h"
 
 #define RPC_MAX_STREAM_QUEUE 8
 #define RPC_MAX_PEER_GROUPS 64
@@ -106,7 +107,8 @@ struct rpc_call {
     int closed;    /* close seen (rpc thread only) */
     char *peer;
     int64_t deadline_ms;
-    int have_cred; /* local call with credentials read */
+    int64_t started_us; /* CLOCK_MONOTONIC, when the call arrived */
+    int have_cred;      /* local call with credentials read */
     struct rpc_peer_cred cred;
     gid_t groups[RPC_MAX_PEER_GROUPS];
 
@@ -146,6 +148,8 @@ struct rpc_server {
     rpc_authorize_cb authorize;
     void *authorize_ctx;
     int peer_groups;
+    pthread_mutex_t lat_mu; /* guards lat */
+    struct metrics_hist lat[RPC_METHOD_COUNT];
 };
 
 int64_t rpc_now_ms(void) {
@@ -368,6 +372,18 @@ static void end_call_bb(rpc_call *c, grpc_status_code code, const char *msg,
         return;
     }
     c->ended = 1;
+    if (c->method != METHOD_UNKNOWN && !methods[c->method].streaming &&
+        c->started_us > 0) {
+        /* Request latency, arrival to status: every unary call counts,
+         * refused and failed ones too. */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        pthread_mutex_lock(&c->srv->lat_mu);
+        metrics_hist_observe(&c->srv->lat[c->method],
+                             (double)(us - c->started_us) / 1e6);
+        pthread_mutex_unlock(&c->srv->lat_mu);
+    }
     if (c->send_busy || c->nqueue > 0) {
         /* A stream message is in flight: send the status after it. */
         c->status_pending = 1;
@@ -487,6 +503,9 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
         rpc_call_unref(c);
         return;
     }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    c->started_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     c->peer = grpc_call_get_peer(c->call);
     c->deadline_ms = c->method == METHOD_UNKNOWN
                          ? deadline_to_ms(c->details.deadline)
@@ -750,6 +769,7 @@ static void server_free(rpc_server *srv) {
     if (srv->cq != NULL)
         grpc_completion_queue_destroy(srv->cq);
     pthread_mutex_destroy(&srv->mu);
+    pthread_mutex_destroy(&srv->lat_mu);
     pthread_cond_destroy(&srv->cond);
     free(srv);
 }
@@ -766,6 +786,7 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
     if (srv == NULL)
         return DETD_ENOMEM;
     pthread_mutex_init(&srv->mu, NULL);
+    pthread_mutex_init(&srv->lat_mu, NULL);
     pthread_cond_init(&srv->cond, NULL);
     srv->cb = cb;
     srv->cb_ctx = cb_ctx;
@@ -830,6 +851,27 @@ out:
     }
     server_free(srv);
     return rc;
+}
+
+void rpc_server_latency(rpc_server *srv, rpc_method m,
+                        struct metrics_hist *ret) {
+    memset(ret, 0, sizeof(*ret));
+    if (srv == NULL || (int)m < 0 || m >= RPC_METHOD_COUNT)
+        return;
+    pthread_mutex_lock(&srv->lat_mu);
+    *ret = srv->lat[m];
+    pthread_mutex_unlock(&srv->lat_mu);
+}
+
+const char *rpc_method_name(rpc_method m) {
+    if ((int)m < 0 || m >= RPC_METHOD_COUNT)
+        return "";
+    const char *slash = strrchr(methods[m].path, '/');
+    return slash + 1;
+}
+
+int rpc_method_streaming(rpc_method m) {
+    return (int)m >= 0 && m < RPC_METHOD_COUNT && methods[m].streaming;
 }
 
 int rpc_server_add_fd(rpc_server *srv, int fd) {

@@ -129,6 +129,21 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
  */
 int rpc_server_add_fd(rpc_server *srv, int fd);
 
+struct metrics_hist;
+
+/*
+ * Copy the latency histogram of a method's unary calls (arrival to
+ * status, every call including refused ones) into *ret. Any thread.
+ */
+void rpc_server_latency(rpc_server *srv, rpc_method m,
+                        struct metrics_hist *ret);
+
+/* A method's short name ("Decide", "Check"); static text. */
+const char *rpc_method_name(rpc_method m);
+
+/* Is the method a stream (no latency histogram)? */
+int rpc_method_streaming(rpc_method m);
+
 /* A local call's peer credentials (read when the call arrived); NULL for
  * calls over TCP or when unknown. Borrowed while the call lives. */
 const struct rpc_peer_cred *rpc_call_cred(const rpc_call *call);
