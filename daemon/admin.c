@@ -67,6 +67,11 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"observes", d->counters.observes},
         {"rejected", d->counters.rejected},
         {"busy", d->counters.busy},
+        {"refused_allow_list", atomic_load(&d->refused[ACCESS_DENIED_ALLOW])},
+        {"refused_admin_list", atomic_load(&d->refused[ACCESS_DENIED_ADMIN])},
+        {"refused_no_credentials",
+         atomic_load(&d->refused[ACCESS_DENIED_NOCRED])},
+        {"refused_connections", d->refused_connections},
     };
     enum { NCOUNTERS = sizeof(counters) / sizeof(counters[0]) };
     Detd__V1__Counter cn[NCOUNTERS];
@@ -446,6 +451,7 @@ void admin_verify(struct daemon *d, struct rpc_event *ev) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
+    d->counters.verify_divergences += r.n_divergences;
     reply_verify(ev->call, &r, NULL, 0, NULL, 0);
 out:
     verify_result_clear(&r);
@@ -581,6 +587,7 @@ static void verify_cluster_finish(struct daemon *d, struct verify_op *op) {
         rpc_fail(op->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
+    d->counters.verify_divergences += r.n_divergences;
     reply_verify(op->call, &r, op->checked, op->n_checked, op->unreachable,
                  op->n_unreachable);
 out:

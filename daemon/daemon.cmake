@@ -1,17 +1,27 @@
+# The unix socket's access policy (ids and the check; no sockets).
+add_library(detd_access STATIC access.c)
+# The Prometheus text format (pure).
+add_library(detd_metrics STATIC metrics.c)
+target_include_directories(detd_metrics PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(detd_metrics PUBLIC detd_error m)
+target_include_directories(detd_access PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(detd_access PUBLIC detd_error)
+
 # The detd executable: loop, rpc adapter, service, GPU probe.
 # Settings: the option table, argv, the configuration file, and the log
 # lines (no foreign API: unit-tested alone).
 add_library(detd_options STATIC options.c conffile.c log.c)
 target_include_directories(detd_options PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}
                            ${CMAKE_SOURCE_DIR}/client/include)
-target_link_libraries(detd_options PUBLIC detd_error detd_proto PkgConfig::LIBUV)
+target_link_libraries(detd_options PUBLIC detd_access detd_error detd_proto PkgConfig::LIBUV)
 
 add_executable(detd_daemon main.c loop.c service.c admin.c convert.c hotcache.c rpc.c gpu.c
-               cluster.c cluster_codec.c coord.c sdnotify.c)
-target_link_libraries(detd_daemon PRIVATE detd_options detd_store detd_pure detd_proto detd_error
-                      detd_etcd
+               cluster.c cluster_codec.c coord.c sdnotify.c listener.c exporter.c
+               metrics_http.c)
+target_link_libraries(detd_daemon PRIVATE detd_options detd_access detd_metrics detd_store detd_pure
+                      detd_proto detd_error detd_etcd
                       PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::JANSSON
-                      PkgConfig::SYSTEMD
+                      PkgConfig::SYSTEMD PkgConfig::MHD
                       Threads::Threads ${CMAKE_DL_LIBS} m)
 target_include_directories(detd_daemon PRIVATE ${CMAKE_SOURCE_DIR}/client/include)
 if(CUDA_DRIVER_INCLUDE)

@@ -11,15 +11,18 @@
 #define DETD_DAEMON_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <uv.h>
 
+#include "access.h"
 #include "detd.pb-c.h"
 #include "engine.h"
 #include "gpu.h"
 #include "hotcache.h"
+#include "metrics.h"
 #include "log.h"
 #include "rpc.h"
 #include "store.h"
@@ -61,6 +64,13 @@ struct daemon_config {
     const char *listen_cert;
     const char *listen_key;
     const char *listen_client_ca;
+    /* The unix socket's mode and group (-1: the daemon's), and who may
+     * call through it (access.h). */
+    unsigned socket_mode;
+    long socket_gid;
+    const struct access_policy *access;
+    /* Prometheus metrics and /healthz over HTTP ("HOST:PORT"; NULL: off). */
+    const char *metrics;
 };
 
 /* Counters shown by status (and later exported as metrics). */
@@ -79,6 +89,10 @@ struct daemon_counters {
     uint64_t rejected;     /* invalid or over a limit */
     uint64_t busy;         /* refused for capacity */
     uint64_t committed[8]; /* decisions committed, by source */
+    uint64_t table_hits;   /* table lookups of undecided keys */
+    uint64_t table_misses;
+    uint64_t table_stale;        /* an entry naming no live candidate */
+    uint64_t verify_divergences; /* divergent keys found by Verify */
 };
 
 struct session {
@@ -104,6 +118,8 @@ struct pending {
 };
 
 struct ckey;
+struct listener;
+struct exporter;
 struct commit_op;
 struct verify_op;
 struct cluster;
@@ -117,11 +133,11 @@ struct daemon {
     uv_timer_t watchdog; /* systemd watchdog pings, from the loop */
     /* Socket activation: the listening socket systemd passed (else -1),
      * polled by the loop; each connection goes to the rpc server. */
-    int listen_fd;
-    uv_poll_t accept_poll;
-    int accept_polling;
+    int listen_fd; /* socket activation: the passed socket until opened */
     char activated_path[108];
     rpc_server *rpc;
+    struct listener *listener; /* the unix socket (listener.c) */
+    struct exporter *exporter; /* --metrics (exporter.c) */
     store *store;
     engine *engine;
     hotcache *hot; /* packed answers of decided keys */
@@ -150,6 +166,11 @@ struct daemon {
     const struct store_decision *releasing;
 
     struct daemon_counters counters;
+    struct metrics_hist wait_hist; /* held Decide calls, when they end */
+    /* Refused calls by access_reason (rpc thread and loop) and refused
+     * connections (loop). */
+    atomic_uint_fast64_t refused[ACCESS_REASON_COUNT];
+    uint64_t refused_connections;
 
     /* etcd backend (coord.c); cluster NULL for the local backend. */
     struct cluster *cluster;

@@ -19,6 +19,8 @@
 
 #include "cluster.h"
 #include "detd/client.h"
+#include "exporter.h"
+#include "listener.h"
 #include "detd/error.h"
 #include "sdnotify.h"
 
@@ -116,6 +118,46 @@ static void arm_tick(struct daemon *d) {
     uv_timer_start(&d->tick, on_tick, (uint64_t)delay, 0);
 }
 
+/* rpc thread: may this local call go on? (the policy is read-only) */
+static int authorize(void *ctx, rpc_method m, const struct rpc_peer_cred *pc,
+                     char *why, size_t why_len) {
+    struct daemon *d = ctx;
+    struct access_cred c = {0};
+    if (pc != NULL)
+        c = (struct access_cred){pc->pid, pc->uid, pc->gid, pc->groups,
+                                 pc->n_groups};
+    /* Reset changes state; so will Reload and ImportTable. */
+    int admin = m == RPC_RESET;
+    access_reason r = access_check(d->cfg->access, pc != NULL ? &c : NULL,
+                                   admin, why, why_len);
+    if (r == ACCESS_OK)
+        return 0;
+    atomic_fetch_add(&d->refused[r], 1);
+    /* A refused connection is logged once, when accepted; a refused admin
+     * call each time (they are rare and worth seeing). */
+    if (r == ACCESS_DENIED_ADMIN)
+        log_warn("refused %s from pid %d: %s",
+                 m == RPC_RESET ? "Reset" : "an admin call", (int)c.pid, why);
+    return 1;
+}
+
+/* loop thread: a connection on the unix socket. */
+static void on_connection(void *ctx, int fd, const struct access_cred *cred) {
+    struct daemon *d = ctx;
+    char why[256];
+    if (access_check(d->cfg->access, cred, 0, why, sizeof(why)) != ACCESS_OK) {
+        d->refused_connections++;
+        if (cred != NULL)
+            log_warn("connection from pid %d uid %u: refusing its calls: %s",
+                     (int)cred->pid, (unsigned)cred->uid, why);
+        else
+            log_warn("connection with unknown credentials: refusing its "
+                     "calls: %s",
+                     why);
+    }
+    rpc_server_add_fd(d->rpc, fd);
+}
+
 static void close_cb(uv_handle_t *h) {
     (void)h;
 }
@@ -127,42 +169,15 @@ static void on_watchdog(uv_timer_t *t) {
     sdnotify_watchdog();
 }
 
-/*
- * Socket activation: the listening socket is readable, accept every
- * pending connection and hand it to the rpc server (gRPC serves an
- * accepted fd like a connection to its own socket).
- */
-static void on_accept(uv_poll_t *h, int status, int events) {
-    struct daemon *d = h->data;
-    if (status < 0) {
-        log_error("socket activation: poll: %s", uv_strerror(status));
-        return;
-    }
-    for (;;) {
-        int fd =
-            accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                log_warn("socket activation: accept: %s", strerror(errno));
-            return;
-        }
-        if (d->draining || rpc_server_add_connection(d->rpc, fd) != 0)
-            close(fd);
-    }
-}
-
 static void begin_drain(struct daemon *d, const char *why) {
     if (d->draining)
         return;
     d->draining = 1;
-    if (d->accept_polling)
-        uv_poll_stop(&d->accept_poll);
     log_info("%s: draining (refusing new calls, answering waiters)", why);
     char status[128];
     snprintf(status, sizeof(status), "draining (%s)", why);
     sdnotify_stopping(status);
+    listener_stop(d->listener);
     rpc_server_shutdown_begin(d->rpc);
     on_wake(&d->wake); /* handle what already arrived */
     service_drain(d);
@@ -357,15 +372,16 @@ int daemon_run(const struct daemon_config *cfg) {
                  d->etcd_revision == 0 ? " (full resync)" : "");
     }
     struct rpc_options ro = {
-        .socket_path = cfg->socket_path,
-        .socket_mode = 0660,
         .max_message_bytes = DETD_MAX_MESSAGE_BYTES,
         .pending_per_method = 8,
         .listen = cfg->listen,
         .listen_cert = cfg->listen_cert,
         .listen_key = cfg->listen_key,
         .listen_client_ca = cfg->listen_client_ca,
-        .activated = d->listen_fd >= 0,
+        .authorize = authorize,
+        .authorize_ctx = d,
+        .peer_groups = cfg->access != NULL && (cfg->access->allow_gid.n > 0 ||
+                                               cfg->access->admin_gid.n > 0),
     };
     rc = rpc_server_start(&ro, on_rpc_event, d, &d->rpc, &err);
     if (rc != 0) {
@@ -373,21 +389,26 @@ int daemon_run(const struct daemon_config *cfg) {
         free(err);
         goto out_handles;
     }
-    if (d->listen_fd >= 0) {
-        rc = uv_poll_init(&d->loop, &d->accept_poll, d->listen_fd);
-        if (rc == 0) {
-            d->accept_poll.data = d;
-            d->accept_polling = 1;
-            rc = uv_poll_start(&d->accept_poll, UV_READABLE, on_accept);
-        }
+    struct listener_options lo = {cfg->socket_path, cfg->socket_mode,
+                                  cfg->socket_gid, d->listen_fd};
+    rc = listener_open(&lo, &d->loop, on_connection, d, &d->listener, &err);
+    if (rc != 0) {
+        log_error("start server: %s", err != NULL ? err : detd_strerror(rc));
+        free(err);
+        goto out_handles;
+    }
+    if (cfg->metrics != NULL) {
+        rc = exporter_open(d, cfg->metrics, &d->exporter, &err);
         if (rc != 0) {
-            log_error("socket activation: poll the socket: %s",
-                      uv_strerror(rc));
+            log_error("metrics: %s", err != NULL ? err : detd_strerror(rc));
+            free(err);
             goto out_handles;
         }
+        log_info("metrics on http://%s/metrics", cfg->metrics);
     }
+    d->listen_fd = -1; /* the listener owns it now */
     const char *serving =
-        d->listen_fd >= 0 ? d->activated_path : cfg->socket_path;
+        d->activated_path[0] != '\0' ? d->activated_path : cfg->socket_path;
     uint64_t total = 0;
     store_count_decisions(d->store, cfg->ns, &total, NULL);
     log_info("detd %s serving on %s%s%s (namespace '%s', backend %s, store "
@@ -420,6 +441,8 @@ int daemon_run(const struct daemon_config *cfg) {
     /* Drained: stop the server (cancels what is left after the grace). */
     rpc_server_stop(d->rpc, 2000);
     d->rpc = NULL;
+    listener_close(d->listener);
+    d->listener = NULL;
     /* Events that raced the stop: release them. */
     size_t n = take_queue(d);
     for (size_t i = 0; i < n; i++) {
@@ -434,11 +457,13 @@ out_handles:
     /* Revokes the node lease: this node's claims go at once. */
     cluster_close(d->cluster);
     d->cluster = NULL;
+    listener_close(d->listener);
+    d->listener = NULL;
+    exporter_close(d->exporter);
+    d->exporter = NULL;
     uv_close((uv_handle_t *)&d->wake, close_cb);
     uv_close((uv_handle_t *)&d->tick, close_cb);
     uv_close((uv_handle_t *)&d->watchdog, close_cb);
-    if (d->accept_polling)
-        uv_close((uv_handle_t *)&d->accept_poll, close_cb);
     uv_close((uv_handle_t *)&d->sig_term, close_cb);
     uv_close((uv_handle_t *)&d->sig_int, close_cb);
     uv_close((uv_handle_t *)&d->sig_hup, close_cb);

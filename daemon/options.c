@@ -92,6 +92,29 @@ static int check_socket(const struct option_row *r, const char *v,
     return 0;
 }
 
+static int check_mode(const struct option_row *r, const char *v,
+                      char **ret_err) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long m = strtoul(v, &end, 8);
+    if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || m > 0777) {
+        *ret_err = errf("'%s' is not an octal mode from 0 to 0777", v);
+        return DETD_EINVAL;
+    }
+    return 0;
+}
+
+/* A user (min 0) or group (min 1) name or id that resolves now. */
+static int check_id(const struct option_row *r, const char *v, char **ret_err) {
+    struct access_ids one = {.n = 0};
+    const char *why = "";
+    if (access_ids_add(&one, v, r->min == 1, &why) != 0) {
+        *ret_err = errf("'%s': %s", v, why);
+        return DETD_EINVAL;
+    }
+    return 0;
+}
+
 #define CFG(field) offsetof(struct options, cfg.field)
 #define OPT(field) offsetof(struct options, field)
 
@@ -163,6 +186,30 @@ static const struct option_row rows[] = {
      NULL, NULL, 0, NULL,
      "require client certificates signed by this CA\n"
      "on --listen"},
+    {"socket-mode", "OCTAL", KIND_STRING, OPT(socket_mode), 0, 0, 0, NULL,
+     check_mode, 0, "Access (the unix socket) and metrics:",
+     "socket file mode (default 0660)"},
+    {"socket-group", "GROUP", KIND_STRING, OPT(socket_group), 0, 1, 0, NULL,
+     check_id, 0, NULL,
+     "socket file group, name or gid (default: the\n"
+     "daemon's)"},
+    {"allow-uid", "USER", KIND_LIST, OPT(allow_uid), OPT(n_allow_uid), 0, 0,
+     NULL, check_id, 0, NULL,
+     "repeatable, name or uid: only these users (or\n"
+     "members of --allow-gid groups) may call; default:\n"
+     "whoever can open the socket"},
+    {"allow-gid", "GROUP", KIND_LIST, OPT(allow_gid), OPT(n_allow_gid), 1, 0,
+     NULL, check_id, 0, NULL, "repeatable, name or gid (see allow-uid)"},
+    {"admin-uid", "USER", KIND_LIST, OPT(admin_uid), OPT(n_admin_uid), 0, 0,
+     NULL, check_id, 0, NULL,
+     "repeatable: only these users (or --admin-gid\n"
+     "members) may make admin calls that change state\n"
+     "(Reset, Reload, ImportTable); default: every\n"
+     "allowed caller"},
+    {"admin-gid", "GROUP", KIND_LIST, OPT(admin_gid), OPT(n_admin_gid), 1, 0,
+     NULL, check_id, 0, NULL, "repeatable, name or gid (see admin-uid)"},
+    {"metrics", "HOST:PORT", KIND_STRING, CFG(metrics), 0, 0, 0, NULL, NULL,
+     0, NULL, "Prometheus /metrics and /healthz over HTTP"},
     {"version", NULL, KIND_FLAG, OPT(version), 0, 0, 0, NULL, NULL,
      ROW_CLI_ONLY, "", "print the version and exit"},
     {"help", NULL, KIND_FLAG, OPT(help), 0, 0, 0, NULL, NULL, ROW_CLI_ONLY,
@@ -222,7 +269,10 @@ void options_init(struct options *o) {
         .max_waiters = 65536,
         .max_claims = 1 << 20,
         .max_queue = 1 << 20,
+        .socket_mode = 0660,
+        .socket_gid = -1,
     };
+    o->cfg.access = &o->access;
     if (o->cfg.socket_path == NULL || o->cfg.socket_path[0] == '\0')
         o->cfg.socket_path = DETD_DEFAULT_SOCKET;
 }
@@ -366,9 +416,43 @@ struct cli_value {
     const char *value;
 };
 
+/* The access settings (each value already checked) into the config. */
+static void finish_access(struct options *o) {
+    struct daemon_config *c = &o->cfg;
+    const char *why = "";
+    if (o->socket_mode != NULL)
+        c->socket_mode = (unsigned)strtoul(o->socket_mode, NULL, 8);
+    if (o->socket_group != NULL) {
+        struct access_ids one = {.n = 0};
+        if (access_ids_add(&one, o->socket_group, 1, &why) == 0)
+            c->socket_gid = (long)one.ids[0];
+    }
+    const struct {
+        const char *key;
+        const char *const *items;
+        size_t n;
+        int group;
+        struct access_ids *ids;
+    } lists[] = {
+        {"allow-uid", o->allow_uid, o->n_allow_uid, 0, &o->access.allow_uid},
+        {"allow-gid", o->allow_gid, o->n_allow_gid, 1, &o->access.allow_gid},
+        {"admin-uid", o->admin_uid, o->n_admin_uid, 0, &o->access.admin_uid},
+        {"admin-gid", o->admin_gid, o->n_admin_gid, 1, &o->access.admin_gid},
+    };
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        lists[i].ids->n = 0;
+        for (size_t j = 0; j < lists[i].n; j++)
+            if (access_ids_add(lists[i].ids, lists[i].items[j], lists[i].group,
+                               &why) != 0)
+                add_error(o, errf("%s: '%s': %s", lists[i].key,
+                                  lists[i].items[j], why));
+    }
+}
+
 /* Cross-field rules, the password, the default node id. */
 static void finish(struct options *o) {
     struct daemon_config *c = &o->cfg;
+    finish_access(o);
     if ((c->listen_cert != NULL) != (c->listen_key != NULL) ||
         (c->listen_client_ca != NULL && c->listen_cert == NULL))
         add_error(o, errf("listen-cert and listen-key go together (and "

@@ -34,6 +34,14 @@ struct options {
     int version;              /* --version */
     const char *password_file;
 
+    /* Access settings as given (validated per value), turned into
+     * cfg.socket_mode, cfg.socket_gid and access by options_parse(). */
+    const char *socket_mode;
+    const char *socket_group;
+    const char **allow_uid, **allow_gid, **admin_uid, **admin_gid;
+    size_t n_allow_uid, n_allow_gid, n_admin_uid, n_admin_gid;
+    struct access_policy access; /* cfg.access points here */
+
     /* Errors ("file:line: key: what" or "--flag: what"), owned. */
     char *errors[OPTIONS_MAX_ERRORS];
     size_t nerrors;

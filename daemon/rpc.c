@@ -23,6 +23,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
+
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -35,8 +39,10 @@
 #include "detd.pb-c.h"
 #include "detd/error.h"
 #include "health.pb-c.h"
+#include "metrics.h"
 
 #define RPC_MAX_STREAM_QUEUE 8
+#define RPC_MAX_PEER_GROUPS 64
 
 enum tag_kind {
     TAG_NEW = 1,
@@ -101,6 +107,10 @@ struct rpc_call {
     int closed;    /* close seen (rpc thread only) */
     char *peer;
     int64_t deadline_ms;
+    int64_t started_us; /* CLOCK_MONOTONIC, when the call arrived */
+    int have_cred;      /* local call with credentials read */
+    struct rpc_peer_cred cred;
+    gid_t groups[RPC_MAX_PEER_GROUPS];
 
     pthread_mutex_t mu; /* guards everything below */
     int initial_md_sent;
@@ -135,10 +145,11 @@ struct rpc_server {
     pthread_cond_t cond;
     int shutdown_done;
     struct rpc_tag t_shutdown;
-    char *socket_path;
-    dev_t sock_dev; /* the socket file this server created */
-    ino_t sock_ino;
-    int activated; /* socket activation: the socket path is not ours */
+    rpc_authorize_cb authorize;
+    void *authorize_ctx;
+    int peer_groups;
+    pthread_mutex_t lat_mu; /* guards lat */
+    struct metrics_hist lat[RPC_METHOD_COUNT];
 };
 
 int64_t rpc_now_ms(void) {
@@ -185,6 +196,10 @@ int64_t rpc_call_deadline_ms(const rpc_call *c) {
 
 const char *rpc_call_peer(const rpc_call *c) {
     return c->peer != NULL ? c->peer : "";
+}
+
+const struct rpc_peer_cred *rpc_call_cred(const rpc_call *c) {
+    return c->have_cred ? &c->cred : NULL;
 }
 
 uint64_t rpc_call_id(const rpc_call *c) {
@@ -357,6 +372,18 @@ static void end_call_bb(rpc_call *c, grpc_status_code code, const char *msg,
         return;
     }
     c->ended = 1;
+    if (c->method != METHOD_UNKNOWN && !methods[c->method].streaming &&
+        c->started_us > 0) {
+        /* Request latency, arrival to status: every unary call counts,
+         * refused and failed ones too. */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        pthread_mutex_lock(&c->srv->lat_mu);
+        metrics_hist_observe(&c->srv->lat[c->method],
+                             (double)(us - c->started_us) / 1e6);
+        pthread_mutex_unlock(&c->srv->lat_mu);
+    }
     if (c->send_busy || c->nqueue > 0) {
         /* A stream message is in flight: send the status after it. */
         c->status_pending = 1;
@@ -438,6 +465,37 @@ static void start_recv(rpc_call *c) {
     start_batch(c, &op, 1, &c->t_recv);
 }
 
+/*
+ * A local call: gRPC names the connection "fd:N" (channels added with
+ * grpc_server_add_channel_from_fd), so the credentials are read from that
+ * socket now, while the connection that carried the call is open. (A call
+ * whose connection already closed and whose fd number was reused before
+ * this point would read the new connection's credentials; its reply goes
+ * nowhere, and the window is one completion-queue hop.)
+ */
+static void read_cred(rpc_server *srv, rpc_call *c) {
+    char *end = NULL;
+    long fd = strtol(c->peer + 3, &end, 10);
+    if (end == c->peer + 3 || *end != '\0' || fd < 0 || fd > 1 << 30)
+        return;
+    struct ucred uc;
+    socklen_t len = sizeof(uc);
+    if (getsockopt((int)fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) != 0)
+        return;
+    c->cred.pid = uc.pid;
+    c->cred.uid = uc.uid;
+    c->cred.gid = uc.gid;
+    if (srv->peer_groups) {
+        socklen_t glen = sizeof(c->groups);
+        if (getsockopt((int)fd, SOL_SOCKET, SO_PEERGROUPS, c->groups, &glen) ==
+            0) {
+            c->cred.groups = c->groups;
+            c->cred.n_groups = glen / sizeof(gid_t);
+        }
+    }
+    c->have_cred = 1;
+}
+
 static void on_new(rpc_server *srv, rpc_call *c, int ok) {
     /* Keep one request posted per slot: replace the one just used. */
     post_request(srv, c->method);
@@ -445,6 +503,9 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
         rpc_call_unref(c);
         return;
     }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    c->started_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     c->peer = grpc_call_get_peer(c->call);
     c->deadline_ms = c->method == METHOD_UNKNOWN
                          ? deadline_to_ms(c->details.deadline)
@@ -468,10 +529,18 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
         return;
     }
     const struct method_info *mi = &methods[c->method];
-    /* Local peers: "unix:" (our socket) or "fd:" (connections accepted
-     * on a socket-activated unix socket, rpc_server_add_connection()). */
-    if (c->method <= RPC_OBSERVE && c->peer != NULL &&
-        strncmp(c->peer, "unix:", 5) != 0 && strncmp(c->peer, "fd:", 3) != 0) {
+    int local = c->peer != NULL && strncmp(c->peer, "fd:", 3) == 0;
+    if (local) {
+        read_cred(srv, c);
+        char why[512] = "";
+        if (srv->authorize != NULL &&
+            srv->authorize(srv->authorize_ctx, (rpc_method)c->method,
+                           rpc_call_cred(c), why, sizeof(why)) != 0) {
+            rpc_fail(c, RPC_PERMISSION_DENIED, "%s: %s", mi->path, why);
+            return;
+        }
+    }
+    if (c->method <= RPC_OBSERVE && !local) {
         /* The TCP listener serves Admin and Health only. */
         rpc_fail(c, RPC_PERMISSION_DENIED,
                  "%s is served on the node's unix socket only, not over TCP",
@@ -689,22 +758,6 @@ out:
     return rc;
 }
 
-/* Does a server accept connections on this unix socket right now? */
-static int socket_is_live(const char *path) {
-    struct sockaddr_un sa;
-    if (strlen(path) >= sizeof(sa.sun_path))
-        return 0;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    int live = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-    close(fd);
-    return live;
-}
-
 static pthread_once_t grpc_once = PTHREAD_ONCE_INIT;
 static void grpc_init_once(void) {
     grpc_init();
@@ -716,8 +769,8 @@ static void server_free(rpc_server *srv) {
     if (srv->cq != NULL)
         grpc_completion_queue_destroy(srv->cq);
     pthread_mutex_destroy(&srv->mu);
+    pthread_mutex_destroy(&srv->lat_mu);
     pthread_cond_destroy(&srv->cond);
-    free(srv->socket_path);
     free(srv);
 }
 
@@ -725,7 +778,7 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
                      void *cb_ctx, rpc_server **ret, char **ret_errmsg) {
     char *err = NULL;
     int rc = 0;
-    if (opts == NULL || opts->socket_path == NULL || cb == NULL || ret == NULL)
+    if (opts == NULL || cb == NULL || ret == NULL)
         return DETD_EINVAL;
     pthread_once(&grpc_once, grpc_init_once);
 
@@ -733,40 +786,16 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
     if (srv == NULL)
         return DETD_ENOMEM;
     pthread_mutex_init(&srv->mu, NULL);
+    pthread_mutex_init(&srv->lat_mu, NULL);
     pthread_cond_init(&srv->cond, NULL);
     srv->cb = cb;
     srv->cb_ctx = cb_ctx;
+    srv->authorize = opts->authorize;
+    srv->authorize_ctx = opts->authorize_ctx;
+    srv->peer_groups = opts->peer_groups;
     srv->pending_per_method =
         opts->pending_per_method > 0 ? opts->pending_per_method : 4;
     srv->t_shutdown = (struct rpc_tag){TAG_SHUTDOWN, NULL};
-    srv->socket_path = strdup(opts->socket_path);
-    if (srv->socket_path == NULL) {
-        rc = DETD_ENOMEM;
-        goto out;
-    }
-
-    /* Remove a stale socket, never anything else. */
-    struct stat st;
-    if (!opts->activated && lstat(opts->socket_path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            err = errmsgf("socket path '%s' exists and is not a socket",
-                          opts->socket_path);
-            rc = -EEXIST;
-            goto out;
-        }
-        if (socket_is_live(opts->socket_path)) {
-            err = errmsgf("socket '%s' is in use by a running daemon",
-                          opts->socket_path);
-            rc = DETD_EBUSY;
-            goto out;
-        }
-        if (unlink(opts->socket_path) != 0) {
-            rc = -errno;
-            err = errmsgf("remove stale socket '%s': %s", opts->socket_path,
-                          strerror(errno));
-            goto out;
-        }
-    }
 
     grpc_arg args[2];
     args[0].type = GRPC_ARG_INTEGER;
@@ -792,46 +821,12 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
     }
     grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
 
-    char target[4096 + 8];
-    snprintf(target, sizeof(target), "unix:%s", opts->socket_path);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    /* The socket is created by the bind below: the umask gives it its mode
-     * from the start, with no window where it is more open. */
-    mode_t old = umask((mode_t)(~opts->socket_mode & 0777));
-    int port = opts->activated
-                   ? 1
-                   : grpc_server_add_http2_port(srv->server, target, creds);
-    umask(old);
-    grpc_server_credentials_release(creds);
-    if (port == 0) {
-        err = errmsgf("cannot listen on unix socket '%s'", opts->socket_path);
-        rc = DETD_EUNAVAILABLE;
-        goto out;
-    }
     if (opts->listen != NULL) {
         rc = add_tcp_port(srv, opts, &err);
         if (rc != 0)
             goto out;
     }
     grpc_server_start(srv->server);
-    srv->activated = opts->activated;
-    if (!opts->activated && lstat(opts->socket_path, &st) == 0) {
-        srv->sock_dev = st.st_dev;
-        srv->sock_ino = st.st_ino;
-    }
-    if (!opts->activated && chmod(opts->socket_path, opts->socket_mode) != 0) {
-        rc = -errno;
-        err = errmsgf("chmod socket '%s': %s", opts->socket_path,
-                      strerror(errno));
-        grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->t_shutdown);
-        grpc_server_cancel_all_calls(srv->server);
-        grpc_completion_queue_shutdown(srv->cq);
-        while (grpc_completion_queue_next(
-                   srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-                   .type != GRPC_QUEUE_SHUTDOWN)
-            ;
-        goto out;
-    }
 
     for (int m = 0; m < RPC_METHOD_COUNT; m++)
         for (unsigned i = 0; i < srv->pending_per_method; i++)
@@ -858,10 +853,32 @@ out:
     return rc;
 }
 
-/* See rpc.h. */
-int rpc_server_add_connection(rpc_server *srv, int fd) {
-    if (srv == NULL || fd < 0 || atomic_load(&srv->shutting_down))
-        return DETD_EINVAL;
+void rpc_server_latency(rpc_server *srv, rpc_method m,
+                        struct metrics_hist *ret) {
+    memset(ret, 0, sizeof(*ret));
+    if (srv == NULL || (int)m < 0 || m >= RPC_METHOD_COUNT)
+        return;
+    pthread_mutex_lock(&srv->lat_mu);
+    *ret = srv->lat[m];
+    pthread_mutex_unlock(&srv->lat_mu);
+}
+
+const char *rpc_method_name(rpc_method m) {
+    if ((int)m < 0 || m >= RPC_METHOD_COUNT)
+        return "";
+    const char *slash = strrchr(methods[m].path, '/');
+    return slash + 1;
+}
+
+int rpc_method_streaming(rpc_method m) {
+    return (int)m >= 0 && m < RPC_METHOD_COUNT && methods[m].streaming;
+}
+
+int rpc_server_add_fd(rpc_server *srv, int fd) {
+    if (srv == NULL || atomic_load(&srv->shutting_down)) {
+        close(fd);
+        return DETD_EUNAVAILABLE;
+    }
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     grpc_server_add_channel_from_fd(srv->server, fd, creds);
     grpc_server_credentials_release(creds);
@@ -906,12 +923,6 @@ void rpc_server_stop(rpc_server *srv, int64_t grace_ms) {
     grpc_completion_queue_shutdown(srv->cq);
     if (srv->thread_started)
         pthread_join(srv->thread, NULL);
-    /* Remove the socket only if it is still ours: another daemon may have
-     * taken the path over since. */
-    struct stat st;
-    if (!srv->activated && lstat(srv->socket_path, &st) == 0 &&
-        st.st_dev == srv->sock_dev && st.st_ino == srv->sock_ino)
-        unlink(srv->socket_path);
     server_free(srv);
 }
 

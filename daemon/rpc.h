@@ -73,9 +73,26 @@ struct rpc_event {
 
 typedef void (*rpc_event_cb)(void *ctx, struct rpc_event *ev);
 
+/* The credentials of a caller on a local (fd) connection. */
+struct rpc_peer_cred {
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups; /* supplementary groups; borrowed */
+    size_t n_groups;
+};
+
+/*
+ * Decide whether a call on a local connection may go on (rpc thread,
+ * before the request is decoded). cred is NULL when the peer credentials
+ * could not be read. Return 0 to serve the call, nonzero to refuse it with
+ * PERMISSION_DENIED and the message written to why (why_len bytes).
+ */
+typedef int (*rpc_authorize_cb)(void *ctx, rpc_method method,
+                                const struct rpc_peer_cred *cred, char *why,
+                                size_t why_len);
+
 struct rpc_options {
-    const char *socket_path;     /* unix socket; created with socket_mode */
-    unsigned socket_mode;        /* e.g. 0660 */
     size_t max_message_bytes;    /* request cap, enforced by gRPC */
     unsigned pending_per_method; /* calls kept requested per method */
     /* Optional TCP listener "HOST:PORT" for the Admin and Health services
@@ -87,28 +104,49 @@ struct rpc_options {
     const char *listen_cert;
     const char *listen_key;
     const char *listen_client_ca;
-    /* Socket activation: the listening socket is not ours (systemd holds
-     * it); bind nothing at socket_path and leave the path alone at stop.
-     * Connections come through rpc_server_add_connection(). */
-    int activated;
+    /* Optional check of local callers (see rpc_authorize_cb); with
+     * peer_groups set, their supplementary groups are read too. */
+    rpc_authorize_cb authorize;
+    void *authorize_ctx;
+    int peer_groups;
 };
 
 /*
- * Hand one accepted connection (a connected unix stream socket, in
- * non-blocking mode) to the server, which owns fd from then on and serves
- * it like a connection to its own socket. Call after rpc_server_start(),
- * from any thread, before rpc_server_stop(). Returns 0 or DETD_EINVAL.
- */
-int rpc_server_add_connection(rpc_server *srv, int fd);
-
-/*
- * Create and start the server: bind the socket (removing a stale socket
- * file first, never another kind of file), start the rpc thread.
- * Returns 0 or a negative DETD_E* / -errno; *ret_errmsg (heap, caller
- * frees) names the problem on failure. cb runs on the rpc thread.
+ * Create and start the server: the optional TCP listener, the rpc
+ * thread. Local connections are accepted by the owner (listener.c) and
+ * added with rpc_server_add_fd(). Returns 0 or a negative DETD_E* /
+ * -errno; *ret_errmsg (heap, caller frees) names the problem on failure.
+ * cb runs on the rpc thread.
  */
 int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
                      void *cb_ctx, rpc_server **ret, char **ret_errmsg);
+
+/*
+ * Serve gRPC on an accepted local connection (a connected unix socket).
+ * Takes fd in every case (closed here when the server is shutting
+ * down: DETD_EUNAVAILABLE). Calls on it carry the peer's credentials
+ * (rpc_call_cred()) and pass opts->authorize. Any thread.
+ */
+int rpc_server_add_fd(rpc_server *srv, int fd);
+
+struct metrics_hist;
+
+/*
+ * Copy the latency histogram of a method's unary calls (arrival to
+ * status, every call including refused ones) into *ret. Any thread.
+ */
+void rpc_server_latency(rpc_server *srv, rpc_method m,
+                        struct metrics_hist *ret);
+
+/* A method's short name ("Decide", "Check"); static text. */
+const char *rpc_method_name(rpc_method m);
+
+/* Is the method a stream (no latency histogram)? */
+int rpc_method_streaming(rpc_method m);
+
+/* A local call's peer credentials (read when the call arrived); NULL for
+ * calls over TCP or when unknown. Borrowed while the call lives. */
+const struct rpc_peer_cred *rpc_call_cred(const rpc_call *call);
 
 /*
  * Stop accepting calls, cancel those still open after grace_ms, stop the
@@ -163,7 +201,8 @@ void rpc_call_unref(rpc_call *call);
  */
 int64_t rpc_call_deadline_ms(const rpc_call *call);
 
-/* The client's peer string ("unix:..."); borrowed while the call lives. */
+/* The client's peer string ("fd:N" for local connections, "ipv4:..."
+ * over TCP); borrowed while the call lives. */
 const char *rpc_call_peer(const rpc_call *call);
 
 /* A stable small id for logs. */

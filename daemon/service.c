@@ -273,6 +273,8 @@ static void pending_add(struct daemon *d, struct pending *p) {
     rpc_watch_close(p->call);
 }
 
+static uint32_t waited(const struct pending *p);
+
 static struct pending *pending_take(struct daemon *d, uint64_t token) {
     struct pending **pp = &d->pending[pending_bucket(d, token)];
     for (; *pp != NULL; pp = &(*pp)->next) {
@@ -280,6 +282,9 @@ static struct pending *pending_take(struct daemon *d, uint64_t token) {
             struct pending *p = *pp;
             *pp = p->next;
             d->npending--;
+            /* Every held call leaves through here: answered, timed out,
+             * cancelled or drained. */
+            metrics_hist_observe(&d->wait_hist, (double)waited(p) / 1000.0);
             return p;
         }
     }
@@ -410,7 +415,12 @@ static void on_decide(struct daemon *d, struct rpc_event *ev) {
         rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
         goto free_msg;
     }
-    if (tables_lookup(d, &vk, &row) == 0) {
+    rc = d->cfg->n_tables > 0 ? tables_lookup(d, &vk, &row) : DETD_ENOTFOUND;
+    if (d->cfg->n_tables > 0 && rc == 0)
+        d->counters.table_hits++;
+    else if (d->cfg->n_tables > 0)
+        d->counters.table_misses++;
+    if (rc == 0) {
         d->counters.decide_hits++;
         reply_decided(d, ev->call, &row, 0);
         store_decision_clear(&row);

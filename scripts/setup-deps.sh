@@ -6,7 +6,7 @@ set -euo pipefail
 debs=(
   build-essential cmake pkg-config git
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
-  libuv1-dev libsqlite3-dev libjansson-dev sqlite3
+  libuv1-dev libsqlite3-dev libjansson-dev sqlite3 libmicrohttpd-dev openssl
   libsystemd-dev systemd
   etcd-server etcd-client
   clang-format python3 python3-pip python3-venv python3-pytest

@@ -34,6 +34,9 @@ struct detctl_opts {
     const char *command;
     int cluster;         /* verify --cluster */
     const char *address; /* --address HOST:PORT: a daemon's --listen */
+    const char *tls_ca;  /* --tls-ca/--tls-cert/--tls-key: TLS to it */
+    const char *tls_cert;
+    const char *tls_key;
 };
 
 static void detctl_usage(FILE *out) {
@@ -60,7 +63,11 @@ static void detctl_usage(FILE *out) {
             "  --socket PATH   the daemon's socket (default $DETD_SOCKET, "
             "else %s)\n"
             "  --address HOST:PORT  a daemon's --listen address instead of\n"
-            "                  the socket (Admin calls only, plaintext)\n"
+            "                  the socket (Admin calls only; also --server)\n"
+            "  --tls-ca FILE   TLS to --address, checking the daemon's\n"
+            "                  certificate against this CA (PEM)\n"
+            "  --tls-cert FILE, --tls-key FILE  client certificate and key\n"
+            "                  (PEM) for a --listen-client-ca daemon\n"
             "  --timeout MS    deadline of each call (default 5000)\n"
             "  --help, --version\n"
             "\n"
@@ -435,6 +442,10 @@ int main(int argc, char **argv) {
         } else if (detctl_optval(argc, argv, &i, "--socket", &o.socket) ||
                    detctl_optval(argc, argv, &i, "--timeout", &timeout) ||
                    detctl_optval(argc, argv, &i, "--address", &o.address) ||
+                   detctl_optval(argc, argv, &i, "--server", &o.address) ||
+                   detctl_optval(argc, argv, &i, "--tls-ca", &o.tls_ca) ||
+                   detctl_optval(argc, argv, &i, "--tls-cert", &o.tls_cert) ||
+                   detctl_optval(argc, argv, &i, "--tls-key", &o.tls_key) ||
                    detctl_optval(argc, argv, &i, "--kernel", &o.kernel) ||
                    detctl_optval(argc, argv, &i, "--namespace",
                                  &o.namespace_)) {
@@ -497,7 +508,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "detctl: out of memory\n");
         return DETCTL_EXIT_ERR;
     }
-    int rc = wire_channel_new(target, &ch);
+    int use_tls = o.tls_ca != NULL || o.tls_cert != NULL || o.tls_key != NULL;
+    if (use_tls && o.address == NULL) {
+        free(target);
+        fprintf(stderr, "detctl: --tls-ca/--tls-cert/--tls-key need --address "
+                        "HOST:PORT\n");
+        return DETCTL_EXIT_ERR;
+    }
+    if ((o.tls_cert != NULL) != (o.tls_key != NULL)) {
+        free(target);
+        fprintf(stderr, "detctl: --tls-cert and --tls-key go together\n");
+        return DETCTL_EXIT_ERR;
+    }
+    struct wire_tls tls = {o.tls_ca, o.tls_cert, o.tls_key};
+    int rc = wire_channel_new_tls(target, use_tls ? &tls : NULL, &ch);
     free(target);
     if (rc < 0)
         return detctl_fail(&o, "connect", rc);

@@ -288,9 +288,77 @@ int wire_status_to_err(int grpc_status, const char *message) {
     }
 }
 
+static int channel_new(const char *target, int use_tls, const char *ca,
+                       const char *cert, const char *key,
+                       struct wire_channel **ret);
+
+/* Read a PEM file (capped at 1 MiB) into a NUL-terminated heap string. */
+static int read_pem_file(const char *path, char **ret) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        int e = errno;
+        wire_set_error("read '%s': %s", path, strerror(e));
+        return -e;
+    }
+    size_t cap = 1024 * 1024;
+    char *buf = malloc(cap + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return DETD_ENOMEM;
+    }
+    size_t n = fread(buf, 1, cap + 1, f);
+    fclose(f);
+    if (n > cap) {
+        free(buf);
+        wire_set_error("read '%s': larger than 1 MiB", path);
+        return DETD_ELIMIT;
+    }
+    buf[n] = '\0';
+    *ret = buf;
+    return 0;
+}
+
 int wire_channel_new(const char *target, struct wire_channel **ret) {
+    return wire_channel_new_tls(target, NULL, ret);
+}
+
+int wire_channel_new_tls(const char *target, const struct wire_tls *tls,
+                         struct wire_channel **ret) {
     if (target == NULL || ret == NULL)
         return DETD_EINVAL;
+    if (tls != NULL && (tls->cert_file != NULL) != (tls->key_file != NULL)) {
+        wire_set_error("a client certificate and its key go together");
+        return DETD_EINVAL;
+    }
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    if (tls != NULL) {
+        int prc = 0;
+        if (tls->ca_file != NULL)
+            prc = read_pem_file(tls->ca_file, &ca);
+        if (prc == 0 && tls->cert_file != NULL)
+            prc = read_pem_file(tls->cert_file, &cert);
+        if (prc == 0 && tls->key_file != NULL)
+            prc = read_pem_file(tls->key_file, &key);
+        if (prc != 0) {
+            free(ca);
+            free(cert);
+            free(key);
+            return prc;
+        }
+    }
+    int rc = channel_new(target, tls != NULL, ca, cert, key, ret);
+    free(ca);
+    free(cert);
+    if (key != NULL) {
+        memset(key, 0, strlen(key));
+        free(key);
+    }
+    return rc;
+}
+
+static int channel_new(const char *target, int use_tls, const char *ca,
+                       const char *cert, const char *key,
+                       struct wire_channel **ret) {
     int rc = wire_init();
     if (rc < 0)
         return rc;
@@ -325,7 +393,14 @@ int wire_channel_new(const char *target, struct wire_channel **ret) {
     };
     grpc_channel_args cargs = {sizeof(args) / sizeof(args[0]), args};
     wire_gate_enter_();
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_channel_credentials *creds = NULL;
+    if (use_tls) {
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        creds = grpc_ssl_credentials_create(ca, cert != NULL ? &pair : NULL,
+                                            NULL, NULL);
+    } else {
+        creds = grpc_insecure_credentials_create();
+    }
     if (creds == NULL) {
         wire_gate_leave_();
         free(ch);

@@ -83,6 +83,23 @@ int wire_status_to_err(int grpc_status, const char *message);
  */
 int wire_channel_new(const char *target, struct wire_channel **ret);
 
+/* TLS for wire_channel_new_tls(): PEM paths; NULL members are unused. */
+struct wire_tls {
+    const char *ca_file;   /* roots to check the server against (NULL:
+                              gRPC's default roots) */
+    const char *cert_file; /* client certificate and key, or both NULL */
+    const char *key_file;
+};
+
+/*
+ * As wire_channel_new(), over TLS when tls is non-NULL (a TCP target
+ * "HOST:PORT"; the server's certificate must name HOST). The files are
+ * read here. Returns 0, DETD_EINVAL, DETD_ELIMIT, -errno (a file could not
+ * be read; wire_last_error() names it) or DETD_ENOMEM.
+ */
+int wire_channel_new_tls(const char *target, const struct wire_tls *tls,
+                         struct wire_channel **ret);
+
 /* Destroy a channel; no call or stream may still use it. NULL: no-op. */
 void wire_channel_free(struct wire_channel *ch);
 

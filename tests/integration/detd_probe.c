@@ -6,6 +6,9 @@
  *   detd_probe SOCKET METHOD (--hex HEX | --file PATH | --bytes N [--fill
  * BYTE])
  *
+ * SOCKET is a unix socket path, or tcp:HOST:PORT for a --listen address
+ * (plaintext).
+ *
  * Prints "status=<code> message=<text>" and exits 0 once the call ended
  * (whatever its status), 2 on a usage or local error.
  */
@@ -76,7 +79,10 @@ int main(int argc, char **argv) {
     }
     grpc_init();
     char target[512];
-    snprintf(target, sizeof(target), "unix:%s", argv[1]);
+    if (strncmp(argv[1], "tcp:", 4) == 0)
+        snprintf(target, sizeof(target), "%s", argv[1] + 4);
+    else
+        snprintf(target, sizeof(target), "unix:%s", argv[1]);
     grpc_arg arg;
     arg.type = GRPC_ARG_INTEGER;
     arg.key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;

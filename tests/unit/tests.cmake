@@ -3,6 +3,8 @@ detd_unit_test(test_store detd_store)
 detd_unit_test(test_engine detd_pure)
 detd_unit_test(test_keyid detd_pure)
 detd_unit_test(test_verify detd_pure)
+detd_unit_test(test_access detd_access)
+detd_unit_test(test_metrics detd_metrics m)
 # Allocation-failure tests: the pure modules' allocations go through the
 # test's __wrap_* functions, which fail the n-th one on request.
 foreach(t test_engine test_keyid test_verify)
