@@ -9,6 +9,7 @@ debs=(
   libuv1-dev libsqlite3-dev libjansson-dev sqlite3
   etcd-server etcd-client
   clang-format python3 python3-pip python3-venv python3-pytest
+  python3-yaml
 )
 
 missing=()
