@@ -128,7 +128,7 @@ def hostport_port(s: str):
     return int(m.group(1)) if m else None
 
 
-# ---- pod helpers -----------------------------------------------------------
+# ---- pod accessors ---------------------------------------------------------
 
 def pod_spec(m: Manifest):
     if m.kind == "Pod":
@@ -245,6 +245,12 @@ def check_workload(m: Manifest, errs: list):
             for r in ("cpu", "memory"):
                 if r not in got:
                     errs.append(f"{cw}: resources.{part}.{r} is missing")
+        volumes = {v.get("name") for v in spec.get("volumes") or []}
+        volumes |= {(t.get("metadata") or {}).get("name")
+                    for t in (m.doc.get("spec") or {}).get("volumeClaimTemplates") or []}
+        for vm in c.get("volumeMounts") or []:
+            if vm.get("name") not in volumes:
+                errs.append(f"{cw}: volumeMount '{vm.get('name')}' names no volume of the pod")
         named, numbers = container_ports(c)
         serving = runs_daemon(c) or (not is_init and m.kind != "Pod") or c.get("restartPolicy") == "Always"
         if serving:

@@ -108,6 +108,28 @@ def test_runtime_packages_provide_every_library_of_the_built_binaries():
     assert ("detd", "libjansson.so.4") in missing and ("detctl", "libjansson.so.4") in missing
 
 
+def test_installed_tree_matches_the_image_layout(tmp_path):
+    # What the build stage does after compiling: cmake --install into a
+    # staging root, then the Python package with libdetd as detd/_lib.
+    staging = tmp_path / "staging"
+    r = subprocess.run(["cmake", "--install", str(BUILD), "--prefix", "/usr"],
+                       env=dict(os.environ, DESTDIR=str(staging)), capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ids = image_facts()
+    entry = staging / ids["entrypoint"][0].lstrip("/")
+    assert entry.is_file() and os.access(entry, os.X_OK), f"ENTRYPOINT {ids['entrypoint'][0]} is not installed"
+    assert (staging / "usr" / "bin" / "detctl").is_file()
+    assert list(staging.glob("usr/lib/**/libdetd.so.0")), "libdetd.so.0 is not installed"
+    # The copied package finds the library where the Dockerfile puts it and
+    # has the module the sidecar pod runs.
+    pkg = REPO / "client" / "python" / "detd"
+    assert (pkg / "run.py").is_file()
+    assert 'os.path.join(here, "_lib", "libdetd.so")' in (pkg / "_native.py").read_text()
+    text = (REPO / "Dockerfile").read_text()
+    assert f"{ids['python_dir']}/detd/_lib/libdetd.so" in text
+    assert "/usr/share/detd/tables" in text and "tables = /usr/share/detd/tables" in configmap_conf_text()
+
+
 # ---- mistakes made on purpose are reported --------------------------------
 
 def docs_of(kdir, name):
@@ -228,6 +250,11 @@ def etcd_member_name_typo(docs):
     args[i] = args[i].replace("detd-etcd-2=", "etcd-2=")
 
 
+def mount_without_volume(docs):
+    vols = find(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+    vols[:] = [v for v in vols if v["name"] != "tmp"]
+
+
 def etcd_service_not_headless(docs):
     next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "detd-etcd")["spec"]["clusterIP"] = ""
 
@@ -246,6 +273,7 @@ MUTATIONS = [
     ("daemonset.yaml", runs_as_other_user, "runAsUser is 1000, the image's detd user is 10001"),
     ("daemonset.yaml", no_rolling_update, "updateStrategy is not RollingUpdate"),
     ("daemonset.yaml", requests_gpu, "requests a GPU resource"),
+    ("daemonset.yaml", mount_without_volume, "volumeMount 'tmp' names no volume of the pod"),
     ("configmap.yaml", conf_listen_port, "containerPort 'grpc' is 7070, detd.conf listen port is 7071"),
     ("configmap.yaml", conf_listen_port, "EXPOSE does not list port 7071"),
     ("configmap.yaml", conf_unknown_key, "lease_ms: unknown key"),
