@@ -10,6 +10,7 @@ debs=(
   libsystemd-dev systemd
   etcd-server etcd-client
   clang-format python3 python3-pip python3-venv python3-pytest
+  python3-yaml
 )
 
 missing=()
