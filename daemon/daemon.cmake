@@ -1,8 +1,8 @@
 # The detd executable: loop, rpc adapter, service, GPU probe.
 add_executable(detd_daemon main.c loop.c service.c admin.c convert.c hotcache.c rpc.c gpu.c log.c
-               cluster.c cluster_codec.c coord.c)
+               cluster.c cluster_codec.c coord.c tableadmin.c)
 target_link_libraries(detd_daemon PRIVATE detd_store detd_pure detd_proto detd_error
-                      detd_etcd
+                      detd_etcd detd_tables
                       PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::JANSSON
                       Threads::Threads ${CMAKE_DL_LIBS} m)
 target_include_directories(detd_daemon PRIVATE ${CMAKE_SOURCE_DIR}/client/include)
@@ -13,4 +13,12 @@ endif()
 # The library target is called detd (libdetd.so): the executable target is
 # detd_daemon and its file is named detd.
 set_target_properties(detd_daemon PROPERTIES OUTPUT_NAME detd)
+# The packaged tables: searched after every --tables directory.
+set(DETD_TABLES_DIR "${CMAKE_INSTALL_FULL_DATADIR}/detd/tables" CACHE PATH
+    "Directory of the tables installed with detd (searched last)")
+target_compile_definitions(detd_daemon PRIVATE
+                           DETD_TABLES_DIR="${DETD_TABLES_DIR}")
+file(GLOB DETD_PACKAGED_TABLES ${CMAKE_SOURCE_DIR}/tables/*.json)
+install(FILES ${DETD_PACKAGED_TABLES}
+        DESTINATION ${DETD_TABLES_DIR})
 install(TARGETS detd_daemon RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -131,9 +131,9 @@ static void begin_drain(struct daemon *d, const char *why) {
 static void on_signal(uv_signal_t *s, int signum) {
     struct daemon *d = s->data;
     if (signum == SIGHUP) {
-        /* Tables are re-read here once the table loader is in place. */
-        log_info("SIGHUP: reloading tables from %zu director%s",
-                 d->cfg->n_tables, d->cfg->n_tables == 1 ? "y" : "ies");
+        log_info("SIGHUP: reloading tables");
+        if (!d->draining)
+            tableadmin_reload(d, NULL);
         return;
     }
     begin_drain(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -215,6 +215,13 @@ int daemon_run(const struct daemon_config *cfg) {
     rc = engine_new(&lim, service_engine_event, d, &d->engine);
     if (rc != 0) {
         log_error("create engine: %s", detd_strerror(rc));
+        goto out_store;
+    }
+
+    /* Tables: a bad file is skipped (and listed by status). */
+    rc = tableadmin_load_initial(d);
+    if (rc != 0) {
+        log_error("load tables: %s", detd_strerror(rc));
         goto out_store;
     }
 
@@ -341,6 +348,7 @@ out_handles:
     engine_free(d->engine);
     hotcache_free(d->hot);
 out_store:
+    tableadmin_free(d);
     store_close(d->store);
 out_loop:
     uv_loop_close(&d->loop);

@@ -156,10 +156,10 @@ int main(int argc, char **argv) {
     };
     if (cfg.socket_path == NULL || cfg.socket_path[0] == '\0')
         cfg.socket_path = DETD_DEFAULT_SOCKET;
-    const char **tables = calloc((size_t)argc + 1, sizeof(*tables));
-    if (tables == NULL)
+    const char **table_dirs = calloc((size_t)argc + 1, sizeof(*table_dirs));
+    if (table_dirs == NULL)
         return 1;
-    cfg.tables = tables;
+    cfg.tables = table_dirs;
     const char *pwfile = NULL;
     char password[512] = "";
     char hostname[256] = "";
@@ -174,7 +174,7 @@ int main(int argc, char **argv) {
             cfg.state_dir = optarg;
             break;
         case OPT_TABLES:
-            tables[cfg.n_tables++] = optarg;
+            table_dirs[cfg.n_tables++] = optarg;
             break;
         case OPT_NS:
             if (!valid_namespace(optarg)) {
@@ -319,6 +319,6 @@ int main(int argc, char **argv) {
     log_set_level(cfg.level);
     signal(SIGPIPE, SIG_IGN);
     int rc = daemon_run(&cfg);
-    free(tables);
+    free(table_dirs);
     return rc;
 }
