@@ -37,7 +37,7 @@ class Identity(ctypes.Structure):
 class Key(ctypes.Structure):
     _fields_ = [("namespace_", ctypes.c_char_p), ("arch", ctypes.c_char_p), ("kernel", ctypes.c_char_p),
                 ("key", ctypes.c_char_p), ("candidates", ctypes.POINTER(ctypes.c_char_p)),
-                ("n_candidates", ctypes.c_size_t)]
+                ("n_candidates", ctypes.c_size_t), ("table_key", ctypes.c_char_p)]
 
 
 class Timing(ctypes.Structure):
