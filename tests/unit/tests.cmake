@@ -14,3 +14,10 @@ if(TARGET detd)
   detd_unit_test(test_wire detd detd_wire detd_proto PkgConfig::GRPC
                  Threads::Threads)
 endif()
+# Tables: the format module and the loaded set (test files in tests/tables).
+detd_unit_test(test_tablefmt detd_tablefmt)
+detd_unit_test(test_tables detd_tables)
+foreach(t test_tablefmt test_tables)
+  target_compile_definitions(${t} PRIVATE
+                             DETD_TEST_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
+endforeach()
