@@ -8,7 +8,8 @@ debs=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libuv1-dev libsqlite3-dev libjansson-dev sqlite3
   etcd-server etcd-client
-  clang-format python3 python3-pip python3-venv python3-pytest
+  clang-format clang libclang-rt-dev
+  python3 python3-pip python3-venv python3-pytest
 )
 
 missing=()
