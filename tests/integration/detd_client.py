@@ -166,8 +166,8 @@ def main():
         if a.observe and "config" in entry:
             used = (a.use or entry["config"]).encode()
             if a.use == "other":  # the next candidate after the decided one
-                i = cands.index(entry["config"].encode())
-                used = cands[(i + 1) % len(cands)]
+                j = cands.index(entry["config"].encode())
+                used = cands[(j + 1) % len(cands)]
             rc = lib.detd_observe(cl, ctypes.byref(key), used, entry.get("source", 1), 1, a.timeout_ms)
             if rc != 0:
                 result["errors"].append(err(lib, keystr, rc, "observe"))
