@@ -72,11 +72,16 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"refused_no_credentials",
          atomic_load(&d->refused[ACCESS_DENIED_NOCRED])},
         {"refused_connections", d->refused_connections},
+        {"table_hits", d->counters.table_hits},
+        {"table_misses", d->counters.table_misses},
+        {"table_stale", d->counters.table_stale},
+        {"table_reloads", d->counters.table_reloads},
     };
     enum { NCOUNTERS = sizeof(counters) / sizeof(counters[0]) };
     Detd__V1__Counter cn[NCOUNTERS];
     Detd__V1__Counter *cnp[NCOUNTERS];
     struct cluster_status *cs = NULL;
+    struct tableadmin_status ts = {0};
     /* Scratch for the etcd part of the answer (loop thread only). */
     static Detd__V1__EtcdEndpoint eps[ETCD_MAX_ENDPOINTS];
     static Detd__V1__EtcdEndpoint *epp[ETCD_MAX_ENDPOINTS];
@@ -119,6 +124,14 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
     resp.counters = cnp;
     resp.n_counters = NCOUNTERS;
     resp.listen = (char *)(d->cfg->listen != NULL ? d->cfg->listen : "");
+    if (tableadmin_status_fill(d, &ts) != 0) {
+        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    resp.table_files = ts.filep;
+    resp.n_table_files = ts.nfiles;
+    resp.table_errors = ts.errorp;
+    resp.n_table_errors = ts.nerrors;
     if (d->cluster != NULL) {
         cs = malloc(sizeof(*cs));
         if (cs == NULL) {
@@ -165,6 +178,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
     }
     rpc_reply(ev->call, &resp.base);
 out:
+    tableadmin_status_clear(&ts);
     free(cs);
     free(ci);
     free(cip);

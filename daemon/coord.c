@@ -56,6 +56,7 @@ struct ckey {
 struct commit_op {
     uint64_t cookie;
     rpc_call *call;
+    int decide; /* a Decide answered from a table (DecideResponse) */
     char id[KEYID_HEX_LEN + 1];
     struct commit_op *next;
 };
@@ -312,14 +313,15 @@ static void apply_decision(struct daemon *d, const struct store_decision *row,
         store_decision_clear(&existing);
 }
 
-/* See daemon.h. */
-int coord_commit(struct daemon *d, rpc_call *call,
-                 const struct store_decision *row, int64_t deadline_ms) {
+static int commit_start(struct daemon *d, rpc_call *call,
+                        const struct store_decision *row, int64_t deadline_ms,
+                        int decide) {
     struct commit_op *op = calloc(1, sizeof(*op));
     if (op == NULL)
         return DETD_ENOMEM;
     op->cookie = ++d->next_commit;
     op->call = call;
+    op->decide = decide;
     snprintf(op->id, sizeof(op->id), "%s", row->id);
     int rc =
         cluster_commit(d->cluster, row, row->claim_id, deadline_ms, op->cookie);
@@ -330,6 +332,18 @@ int coord_commit(struct daemon *d, rpc_call *call,
     op->next = d->commits;
     d->commits = op;
     return 0;
+}
+
+/* See daemon.h. */
+int coord_commit(struct daemon *d, rpc_call *call,
+                 const struct store_decision *row, int64_t deadline_ms) {
+    return commit_start(d, call, row, deadline_ms, 0);
+}
+
+/* See daemon.h. */
+int coord_commit_decide(struct daemon *d, rpc_call *call,
+                        const struct store_decision *row, int64_t deadline_ms) {
+    return commit_start(d, call, row, deadline_ms, 1);
 }
 
 static struct commit_op *commit_take(struct daemon *d, uint64_t cookie) {
@@ -351,8 +365,9 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
         if (op != NULL)
             rpc_fail(op->call, RPC_UNAVAILABLE,
                      "etcd unreachable (%s): the decision for key %.12s was "
-                     "not committed and nothing was decided; report again",
-                     detd_strerror(ev->err), ev->id);
+                     "not committed and nothing was decided; %s",
+                     detd_strerror(ev->err), ev->id,
+                     op->decide ? "ask again" : "report again");
         free(op);
         return;
     }
@@ -374,12 +389,14 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
     free(writer);
     if (op != NULL) {
         struct store_decision cur;
-        if (store_get_decision(d->store, row.id, &cur) == 0) {
-            service_reply_report(op->call, &cur, !ev->won);
+        int have = store_get_decision(d->store, row.id, &cur) == 0;
+        const struct store_decision *r = have ? &cur : &row;
+        if (op->decide)
+            service_reply_decided(d, op->call, r, 0);
+        else
+            service_reply_report(op->call, r, !ev->won);
+        if (have)
             store_decision_clear(&cur);
-        } else {
-            service_reply_report(op->call, &row, !ev->won);
-        }
     }
     free(op);
     store_decision_clear(&row);

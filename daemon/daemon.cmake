@@ -17,9 +17,9 @@ target_link_libraries(detd_options PUBLIC detd_access detd_error detd_proto PkgC
 
 add_executable(detd_daemon main.c loop.c service.c admin.c convert.c hotcache.c rpc.c gpu.c
                cluster.c cluster_codec.c coord.c sdnotify.c listener.c exporter.c
-               metrics_http.c)
+               metrics_http.c tableadmin.c)
 target_link_libraries(detd_daemon PRIVATE detd_options detd_access detd_metrics detd_store detd_pure
-                      detd_proto detd_error detd_etcd
+                      detd_proto detd_error detd_etcd detd_tables
                       PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::JANSSON
                       PkgConfig::SYSTEMD PkgConfig::MHD
                       Threads::Threads ${CMAKE_DL_LIBS} m)
@@ -31,6 +31,14 @@ endif()
 # The library target is called detd (libdetd.so): the executable target is
 # detd_daemon and its file is named detd.
 set_target_properties(detd_daemon PROPERTIES OUTPUT_NAME detd)
+# The packaged tables: searched after every --tables directory.
+set(DETD_TABLES_DIR "${CMAKE_INSTALL_FULL_DATADIR}/detd/tables" CACHE PATH
+    "Directory of the tables installed with detd (searched last)")
+target_compile_definitions(detd_daemon PRIVATE
+                           DETD_TABLES_DIR="${DETD_TABLES_DIR}")
+file(GLOB DETD_PACKAGED_TABLES ${CMAKE_SOURCE_DIR}/tables/*.json)
+install(FILES ${DETD_PACKAGED_TABLES}
+        DESTINATION ${DETD_TABLES_DIR})
 install(TARGETS detd_daemon RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # systemd integration and the example configuration. The unit runs

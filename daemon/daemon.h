@@ -26,6 +26,7 @@
 #include "log.h"
 #include "rpc.h"
 #include "store.h"
+#include "tables.h"
 
 /* Hard caps on what a client can make the daemon hold or parse. */
 #define DAEMON_MAX_NAMESPACE 128
@@ -89,9 +90,11 @@ struct daemon_counters {
     uint64_t rejected;     /* invalid or over a limit */
     uint64_t busy;         /* refused for capacity */
     uint64_t committed[8]; /* decisions committed, by source */
-    uint64_t table_hits;   /* table lookups of undecided keys */
-    uint64_t table_misses;
-    uint64_t table_stale;        /* an entry naming no live candidate */
+    uint64_t table_hits;   /* Decide answered from a table entry */
+    uint64_t table_misses; /* table step found no usable entry */
+    uint64_t table_stale;  /* ... and met an entry that named no live
+                              candidate (also counted as a miss) */
+    uint64_t table_reloads;
     uint64_t verify_divergences; /* divergent keys found by Verify */
 };
 
@@ -121,6 +124,7 @@ struct ckey;
 struct listener;
 struct exporter;
 struct commit_op;
+struct tables_reload;
 struct verify_op;
 struct cluster;
 
@@ -184,6 +188,11 @@ struct daemon {
     char etcd_error[256];
     struct verify_op *verifies; /* verify --cluster gathering (admin.c) */
     uint64_t next_verify;
+
+    /* Per-architecture tables (tableadmin.c): the set in use, swapped
+     * whole by a reload; the reload being loaded off the loop, if any. */
+    tables *tables;
+    struct tables_reload *reload;
 };
 
 /* service.c: handle one event from the rpc thread (loop thread). */
@@ -206,6 +215,34 @@ void admin_list_observations(struct daemon *d, struct rpc_event *ev);
 struct cluster_event;
 void admin_verify_peer(struct daemon *d, const struct cluster_event *ev);
 void admin_verify_drain(struct daemon *d);
+
+/*
+ * tableadmin.c: tables on the loop thread.
+ * tableadmin_load_initial: load the set synchronously at start-up
+ * (logs each skipped file); returns 0 or DETD_ENOMEM.
+ * tableadmin_reload: load a new set on a worker thread and swap it in on
+ * the loop thread when complete; call (may be NULL: SIGHUP) is answered
+ * then with a ReloadResponse (its request event's reference is taken).
+ * tableadmin_explain: the Explain method (consumes the event).
+ * tableadmin_status: fill the table part of a status answer; the arrays
+ * live until tableadmin_status_clear().
+ * tableadmin_free: free the set (at exit, after the loop stopped).
+ */
+int tableadmin_load_initial(struct daemon *d);
+void tableadmin_reload(struct daemon *d, rpc_call *call);
+void tableadmin_reload_rpc(struct daemon *d, struct rpc_event *ev);
+void tableadmin_explain(struct daemon *d, struct rpc_event *ev);
+struct tableadmin_status {
+    Detd__V1__TableFile *files;
+    Detd__V1__TableFile **filep;
+    size_t nfiles;
+    Detd__V1__TableError *errors;
+    Detd__V1__TableError **errorp;
+    size_t nerrors;
+};
+int tableadmin_status_fill(struct daemon *d, struct tableadmin_status *ret);
+void tableadmin_status_clear(struct tableadmin_status *s);
+void tableadmin_free(struct daemon *d);
 
 /* service.c: answer every waiter and end every stream (drain). */
 void service_drain(struct daemon *d);
@@ -259,6 +296,10 @@ void coord_hold(struct daemon *d, struct pending *p);
 void coord_held_cancelled(struct daemon *d, struct pending *p);
 int coord_commit(struct daemon *d, rpc_call *call,
                  const struct store_decision *row, int64_t deadline_ms);
+/* coord_commit_decide: as coord_commit, for a Decide answered from a
+ * table: the reply to call is a DecideResponse with the winning row. */
+int coord_commit_decide(struct daemon *d, rpc_call *call,
+                        const struct store_decision *row, int64_t deadline_ms);
 int64_t coord_tick(struct daemon *d, int64_t now);
 void coord_sweep(struct daemon *d);
 int coord_etcd_trouble(struct daemon *d, const char *id);

@@ -126,8 +126,8 @@ static int authorize(void *ctx, rpc_method m, const struct rpc_peer_cred *pc,
     if (pc != NULL)
         c = (struct access_cred){pc->pid, pc->uid, pc->gid, pc->groups,
                                  pc->n_groups};
-    /* Reset changes state; so will Reload and ImportTable. */
-    int admin = m == RPC_RESET;
+    /* The admin calls that change state. */
+    int admin = m == RPC_RESET || m == RPC_RELOAD;
     access_reason r = access_check(d->cfg->access, pc != NULL ? &c : NULL,
                                    admin, why, why_len);
     if (r == ACCESS_OK)
@@ -136,8 +136,8 @@ static int authorize(void *ctx, rpc_method m, const struct rpc_peer_cred *pc,
     /* A refused connection is logged once, when accepted; a refused admin
      * call each time (they are rare and worth seeing). */
     if (r == ACCESS_DENIED_ADMIN)
-        log_warn("refused %s from pid %d: %s",
-                 m == RPC_RESET ? "Reset" : "an admin call", (int)c.pid, why);
+        log_warn("refused %s from pid %d: %s", rpc_method_name(m), (int)c.pid,
+                 why);
     return 1;
 }
 
@@ -188,9 +188,9 @@ static void begin_drain(struct daemon *d, const char *why) {
 static void on_signal(uv_signal_t *s, int signum) {
     struct daemon *d = s->data;
     if (signum == SIGHUP) {
-        /* Tables are re-read here once the table loader is in place. */
-        log_info("SIGHUP: reloading tables from %zu director%s",
-                 d->cfg->n_tables, d->cfg->n_tables == 1 ? "y" : "ies");
+        log_info("SIGHUP: reloading tables");
+        if (!d->draining)
+            tableadmin_reload(d, NULL);
         return;
     }
     begin_drain(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -300,6 +300,13 @@ int daemon_run(const struct daemon_config *cfg) {
     rc = engine_new(&lim, service_engine_event, d, &d->engine);
     if (rc != 0) {
         log_error("create engine: %s", detd_strerror(rc));
+        goto out_store;
+    }
+
+    /* Tables: a bad file is skipped (and listed by status). */
+    rc = tableadmin_load_initial(d);
+    if (rc != 0) {
+        log_error("load tables: %s", detd_strerror(rc));
         goto out_store;
     }
 
@@ -474,6 +481,7 @@ out_handles:
     engine_free(d->engine);
     hotcache_free(d->hot);
 out_store:
+    tableadmin_free(d);
     store_close(d->store);
 out_loop:
     if (d->listen_fd >= 0)

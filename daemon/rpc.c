@@ -86,6 +86,10 @@ static const struct method_info methods[RPC_METHOD_COUNT] = {
     [RPC_LIST_OBSERVATIONS] = {"/detd.v1.Admin/ListObservations",
                                &detd__v1__list_observations_request__descriptor,
                                0},
+    [RPC_RELOAD] = {"/detd.v1.Admin/Reload",
+                    &detd__v1__reload_request__descriptor, 0},
+    [RPC_EXPLAIN] = {"/detd.v1.Admin/Explain",
+                     &detd__v1__explain_request__descriptor, 0},
 };
 
 /* RPC_METHOD_COUNT stands for "unknown method" (generic request). */

@@ -38,6 +38,8 @@ typedef enum rpc_method {
     RPC_RESET,
     RPC_HEALTH,
     RPC_LIST_OBSERVATIONS,
+    RPC_RELOAD,
+    RPC_EXPLAIN,
     RPC_METHOD_COUNT
 } rpc_method;
 

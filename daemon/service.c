@@ -3,7 +3,7 @@
  * grpc.health.v1.Health, answered on the loop thread.
  *
  * Resolution order for Decide (the local backend): the decision store,
- * then the tables (hook point: tables_lookup below), then a claim from the
+ * then the tables (tables_answer below), then a claim from the
  * engine: the first asker times the candidates, the others wait here
  * until the decision is committed or the claim passes to them.
  */
@@ -79,7 +79,8 @@ static int validate_key(struct daemon *d, rpc_call *call,
                   0) ||
         check_str(call, "key.arch", k->arch, DAEMON_MAX_ARCH, 1) ||
         check_str(call, "key.kernel", k->kernel, DAEMON_MAX_KERNEL, 1) ||
-        check_str(call, "key.key", k->key, DETD_MAX_KEY_BYTES, 0))
+        check_str(call, "key.key", k->key, DETD_MAX_KEY_BYTES, 0) ||
+        check_str(call, "key.table_key", k->table_key, DETD_MAX_KEY_BYTES, 0))
         return -1;
     if (k->n_candidates == 0) {
         rpc_fail(call, RPC_INVALID_ARGUMENT,
@@ -362,16 +363,82 @@ void service_engine_event(void *ctx, const struct engine_event *ev) {
 /* ---- Decide ---------------------------------------------------------- */
 
 /*
- * Tables hook: a table entry naming a live candidate would be committed
- * as a decision (source table) here. Returns DETD_ENOTFOUND while no
- * table loader is configured.
+ * The table step: a table entry for the key that names one of the live
+ * candidates is committed as a decision (source table, first writer
+ * wins: locally in the store, or through etcd like a report) and
+ * answered. Returns 1 when the call was answered (or is being, through
+ * etcd), 0 for a miss (counted; a stale entry is a miss too).
  */
-static int tables_lookup(struct daemon *d, const struct vkey *vk,
-                         struct store_decision *ret) {
-    (void)d;
-    (void)vk;
-    (void)ret;
-    return DETD_ENOTFOUND;
+static int tables_answer(struct daemon *d, rpc_call *call,
+                         const struct vkey *vk) {
+    const Detd__V1__DecisionKey *k = vk->k;
+    struct tables_result tr;
+    tables_lookup(d->tables, k->arch, k->kernel, k->key, k->table_key,
+                  (const char *const *)k->candidates, k->n_candidates, &tr);
+    if (!tr.hit) {
+        d->counters.table_misses++;
+        if (tr.n_stale > 0) {
+            d->counters.table_stale++;
+            const struct tables_considered *c = &tr.considered[0];
+            log_debug("table entry %s \"%s\" \"%s\" -> %s is stale for %s "
+                      "key %s: not among the %zu candidates",
+                      c->file, c->kernel, c->key, c->config, k->kernel, k->key,
+                      k->n_candidates);
+        }
+        return 0;
+    }
+    const struct tables_considered *e = &tr.considered[tr.n_considered - 1];
+    d->counters.table_hits++;
+    struct store_decision row = {
+        .id = (char *)vk->id,
+        .ns = (char *)vk->ns,
+        .arch = k->arch,
+        .kernel = k->kernel,
+        .key = k->key ? k->key : "",
+        .candidates_fp = (char *)vk->fp,
+        .n_candidates = (int32_t)k->n_candidates,
+        .config = (char *)e->config,
+        .source = DETD_SOURCE_TABLE,
+        .claim_id = 0,
+        .by_host = "",
+        .by_pid = 0,
+        .by_rank = -1,
+        .by_local_rank = -1,
+        .by_device = "",
+        .by_arch = "",
+        .triton_version = "",
+        .timings_json = "[]",
+        .table_file = (char *)e->file,
+        .decided_at_ms = daemon_unix_ms(),
+    };
+    if (d->cluster != NULL) {
+        int rc = coord_commit_decide(d, call, &row,
+                                     wait_deadline(call, 0, rpc_now_ms()));
+        if (rc != 0)
+            rpc_fail(call, RPC_INTERNAL, "commit: %s", detd_strerror(rc));
+        return 1;
+    }
+    struct store_decision existing;
+    int rc = store_put_decision(d->store, &row, &existing);
+    const struct store_decision *won = &row;
+    if (rc == DETD_EEXIST) {
+        won = &existing;
+    } else if (rc != 0) {
+        rpc_fail(call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        return 1;
+    } else {
+        d->counters.committed[DETD_SOURCE_TABLE]++;
+        log_info("decided %s key %s -> %s (source table, %s \"%s\" \"%s\")",
+                 row.kernel, row.key, row.config, e->file, e->kernel, e->key);
+    }
+    /* Anyone waiting on a timing pass for this key gets the entry too. */
+    d->releasing = won;
+    engine_decided(d->engine, won->id);
+    d->releasing = NULL;
+    reply_decided_cached(d, call, won);
+    if (won != &row)
+        store_decision_clear(&existing);
+    return 1;
 }
 
 static int64_t wait_deadline(const rpc_call *call, uint32_t wait_ms,
@@ -415,15 +482,8 @@ static void on_decide(struct daemon *d, struct rpc_event *ev) {
         rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
         goto free_msg;
     }
-    rc = d->cfg->n_tables > 0 ? tables_lookup(d, &vk, &row) : DETD_ENOTFOUND;
-    if (d->cfg->n_tables > 0 && rc == 0)
-        d->counters.table_hits++;
-    else if (d->cfg->n_tables > 0)
-        d->counters.table_misses++;
-    if (rc == 0) {
+    if (tables_answer(d, ev->call, &vk)) {
         d->counters.decide_hits++;
-        reply_decided(d, ev->call, &row, 0);
-        store_decision_clear(&row);
         goto free_msg;
     }
     if (req->no_claim) {
@@ -795,6 +855,12 @@ void service_handle(struct daemon *d, struct rpc_event *ev) {
         break;
     case RPC_LIST_OBSERVATIONS:
         admin_list_observations(d, ev);
+        break;
+    case RPC_RELOAD:
+        tableadmin_reload_rpc(d, ev);
+        break;
+    case RPC_EXPLAIN:
+        tableadmin_explain(d, ev);
         break;
     default:
         protobuf_c_message_free_unpacked(ev->msg, NULL);

@@ -9,8 +9,8 @@ debs=(
   libuv1-dev libsqlite3-dev libjansson-dev sqlite3 libmicrohttpd-dev openssl
   libsystemd-dev systemd
   etcd-server etcd-client
-  clang-format python3 python3-pip python3-venv python3-pytest
-  python3-yaml
+  clang-format clang libclang-rt-dev
+  python3 python3-pip python3-venv python3-pytest python3-yaml
 )
 
 missing=()

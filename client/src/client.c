@@ -183,6 +183,11 @@ static int client_check_key_(const struct detd_key *k) {
         wire_set_error("key exceeds %d bytes (%zu)", DETD_MAX_KEY_BYTES, n);
         return DETD_ELIMIT;
     }
+    if (k->table_key != NULL && strlen(k->table_key) > DETD_MAX_KEY_BYTES) {
+        wire_set_error("table_key exceeds %d bytes (%zu)", DETD_MAX_KEY_BYTES,
+                       strlen(k->table_key));
+        return DETD_ELIMIT;
+    }
     if (k->n_candidates > DETD_MAX_CANDIDATES) {
         wire_set_error("%zu candidates exceed the limit of %d", k->n_candidates,
                        DETD_MAX_CANDIDATES);
@@ -211,6 +216,8 @@ static Detd__V1__DecisionKey client_key_msg_(const struct detd_key *k) {
     m.key = (char *)k->key;
     m.n_candidates = k->n_candidates;
     m.candidates = (char **)k->candidates;
+    if (k->table_key != NULL)
+        m.table_key = (char *)k->table_key;
     return m;
 }
 

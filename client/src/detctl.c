@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "detctl_print.h"
+#include "detctl_tables.h"
 #include "detd.pb-c.h"
 #include "detd/client.h"
 #include "wire.h"
@@ -37,6 +38,12 @@ struct detctl_opts {
     const char *tls_ca;  /* --tls-ca/--tls-cert/--tls-key: TLS to it */
     const char *tls_cert;
     const char *tls_key;
+    /* explain */
+    const char *key;
+    const char *arch;
+    const char *table_key;
+    const char **candidates;
+    size_t n_candidates;
 };
 
 static void detctl_usage(FILE *out) {
@@ -58,6 +65,17 @@ static void detctl_usage(FILE *out) {
             "                                        forget decisions\n"
             "  health                                grpc.health.v1 check; "
             "exit 0 when SERVING\n"
+            "  reload [--json]                       re-read the table "
+            "directories;\n"
+            "                                        lists files loaded and "
+            "skipped\n"
+            "  explain --kernel K --key S --arch A [--table-key T]\n"
+            "          [--candidate C]... [--namespace NS] [--json]\n"
+            "                                        where the answer for a "
+            "key comes\n"
+            "                                        from: a decision, a table "
+            "entry,\n"
+            "                                        or a timing pass\n"
             "\n"
             "options:\n"
             "  --socket PATH   the daemon's socket (default $DETD_SOCKET, "
@@ -124,7 +142,16 @@ static int detctl_status(const struct detctl_opts *o, struct wire_channel *ch) {
     if (ex != DETCTL_EXIT_OK)
         return ex;
     if (o->json) {
-        ex = detctl_print_json(detctl_print_json_status(s));
+        json_t *j = detctl_print_json_status(s);
+        if (j != NULL) {
+            json_object_set_new(
+                j, "table_files",
+                detctl_tables_json_files(s->table_files, s->n_table_files));
+            json_object_set_new(
+                j, "table_errors",
+                detctl_tables_json_errors(s->table_errors, s->n_table_errors));
+        }
+        ex = detctl_print_json(j);
         goto out;
     }
     char up[32], buf[64];
@@ -139,6 +166,8 @@ static int detctl_status(const struct detctl_opts *o, struct wire_channel *ch) {
     printf("  gpu probe    %s\n", s->gpu_probe[0] ? s->gpu_probe : "-");
     for (size_t i = 0; i < s->n_tables; i++)
         printf("  %-12s %s\n", i == 0 ? "tables" : "", s->tables[i]);
+    detctl_tables_print_files(s->table_files, s->n_table_files, s->table_errors,
+                              s->n_table_errors);
     if (s->listen[0])
         printf("  listen       %s\n", s->listen);
     if (strcmp(s->backend, "etcd") == 0) {
@@ -401,6 +430,61 @@ static int detctl_health(const struct detctl_opts *o, struct wire_channel *ch) {
     return st == WIRE_HEALTH_SERVING ? DETCTL_EXIT_OK : DETCTL_EXIT_NO;
 }
 
+static int detctl_reload(const struct detctl_opts *o, struct wire_channel *ch) {
+    Detd__V1__ReloadRequest req = DETD__V1__RELOAD_REQUEST__INIT;
+    Detd__V1__ReloadResponse *r = NULL;
+    req.api_version = DETD_API_VERSION;
+    int ex = detctl_unary(o, ch, WIRE_METHOD_RELOAD, &req.base,
+                          &detd__v1__reload_response__descriptor,
+                          (ProtobufCMessage **)&r);
+    if (ex != DETCTL_EXIT_OK)
+        return ex;
+    if (o->json) {
+        ex = detctl_print_json(detctl_tables_json_reload(r));
+    } else {
+        printf("reloaded: %zu table file%s, %llu entries, %zu skipped (%lld "
+               "ms)\n",
+               r->n_files, r->n_files == 1 ? "" : "s",
+               (unsigned long long)r->entries, r->n_errors,
+               (long long)r->took_ms);
+        detctl_tables_print_files(r->files, r->n_files, r->errors, r->n_errors);
+    }
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return ex;
+}
+
+static int detctl_explain(const struct detctl_opts *o,
+                          struct wire_channel *ch) {
+    if (o->kernel == NULL || o->key == NULL || o->arch == NULL) {
+        fprintf(stderr, "detctl: explain needs --kernel K, --key S and "
+                        "--arch A\n");
+        return DETCTL_EXIT_ERR;
+    }
+    Detd__V1__ExplainRequest req = DETD__V1__EXPLAIN_REQUEST__INIT;
+    Detd__V1__ExplainResponse *r = NULL;
+    req.api_version = DETD_API_VERSION;
+    if (o->namespace_ != NULL)
+        req.namespace_ = (char *)o->namespace_;
+    req.kernel = (char *)o->kernel;
+    req.key = (char *)o->key;
+    req.arch = (char *)o->arch;
+    if (o->table_key != NULL)
+        req.table_key = (char *)o->table_key;
+    req.candidates = (char **)o->candidates;
+    req.n_candidates = o->n_candidates;
+    int ex = detctl_unary(o, ch, WIRE_METHOD_EXPLAIN, &req.base,
+                          &detd__v1__explain_response__descriptor,
+                          (ProtobufCMessage **)&r);
+    if (ex != DETCTL_EXIT_OK)
+        return ex;
+    if (o->json)
+        ex = detctl_print_json(detctl_tables_json_explain(r));
+    else
+        detctl_tables_print_explain(r, stdout);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return ex;
+}
+
 /* "--name=value" or "--name value". */
 static int detctl_optval(int argc, char **argv, int *i, const char *name,
                          const char **ret) {
@@ -424,6 +508,7 @@ static int detctl_optval(int argc, char **argv, int *i, const char *name,
 int main(int argc, char **argv) {
     struct detctl_opts o = {0};
     const char *timeout = NULL;
+    const char *cand = NULL;
     o.timeout_ms = 5000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -448,8 +533,19 @@ int main(int argc, char **argv) {
                    detctl_optval(argc, argv, &i, "--tls-key", &o.tls_key) ||
                    detctl_optval(argc, argv, &i, "--kernel", &o.kernel) ||
                    detctl_optval(argc, argv, &i, "--namespace",
-                                 &o.namespace_)) {
+                                 &o.namespace_) ||
+                   detctl_optval(argc, argv, &i, "--key", &o.key) ||
+                   detctl_optval(argc, argv, &i, "--arch", &o.arch) ||
+                   detctl_optval(argc, argv, &i, "--table-key", &o.table_key)) {
             continue;
+        } else if (detctl_optval(argc, argv, &i, "--candidate", &cand)) {
+            if (o.candidates == NULL)
+                o.candidates = calloc((size_t)argc, sizeof(*o.candidates));
+            if (o.candidates == NULL) {
+                fprintf(stderr, "detctl: out of memory\n");
+                return DETCTL_EXIT_ERR;
+            }
+            o.candidates[o.n_candidates++] = cand;
         } else if (a[0] == '-') {
             fprintf(stderr, "detctl: unknown option '%s' (see --help)\n", a);
             return DETCTL_EXIT_ERR;
@@ -493,6 +589,10 @@ int main(int argc, char **argv) {
         fn = detctl_reset;
     else if (strcmp(o.command, "health") == 0)
         fn = detctl_health;
+    else if (strcmp(o.command, "reload") == 0)
+        fn = detctl_reload;
+    else if (strcmp(o.command, "explain") == 0)
+        fn = detctl_explain;
     if (fn == NULL) {
         fprintf(stderr, "detctl: unknown command '%s' (see --help)\n",
                 o.command);
@@ -527,5 +627,6 @@ int main(int argc, char **argv) {
         return detctl_fail(&o, "connect", rc);
     int ex = fn(&o, ch);
     wire_channel_free(ch);
+    free(o.candidates);
     return ex;
 }

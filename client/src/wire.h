@@ -34,6 +34,8 @@
 #define WIRE_METHOD_LIST_DECISIONS "/detd.v1.Admin/ListDecisions"
 #define WIRE_METHOD_VERIFY "/detd.v1.Admin/Verify"
 #define WIRE_METHOD_RESET "/detd.v1.Admin/Reset"
+#define WIRE_METHOD_RELOAD "/detd.v1.Admin/Reload"
+#define WIRE_METHOD_EXPLAIN "/detd.v1.Admin/Explain"
 #define WIRE_METHOD_HEALTH_CHECK "/grpc.health.v1.Health/Check"
 
 /* Values of grpc.health.v1.HealthCheckResponse.ServingStatus. */

@@ -69,6 +69,7 @@ static void make_key(long i, char *buf, size_t n, struct detd_key *k) {
     k->key = buf;
     k->candidates = CANDS;
     k->n_candidates = 4;
+    k->table_key = NULL;
 }
 
 static void *populate_thread(void *arg) {

@@ -37,7 +37,7 @@ class Identity(ctypes.Structure):
 class Key(ctypes.Structure):
     _fields_ = [("namespace_", ctypes.c_char_p), ("arch", ctypes.c_char_p), ("kernel", ctypes.c_char_p),
                 ("key", ctypes.c_char_p), ("candidates", ctypes.POINTER(ctypes.c_char_p)),
-                ("n_candidates", ctypes.c_size_t)]
+                ("n_candidates", ctypes.c_size_t), ("table_key", ctypes.c_char_p)]
 
 
 class Timing(ctypes.Structure):
@@ -93,22 +93,37 @@ def main():
     ap.add_argument("--use")
     ap.add_argument("--timeout-ms", type=int, default=60000)
     ap.add_argument("--wait-start", help="spin until this file exists (start line)")
+    ap.add_argument("--arch", default="sm90")
+    ap.add_argument("--cands", help="candidate configs separated by ';' (instead of --candidates)")
+    ap.add_argument("--table-key-prefix", help="send table_key PREFIX<i> with key i")
+    ap.add_argument("--until", help="ask fresh keys (0, 1, ...) until this file exists; "
+                                    "the order of answers goes to \"sequence\"")
     a = ap.parse_args()
 
     lib = load()
-    ident = Identity(b"node-a", a.rank, a.rank, 16, b"Test GPU", b"sm90", 132, b"it")
+    ident = Identity(b"node-a", a.rank, a.rank, 16, b"Test GPU", a.arch.encode(), 132, b"it")
     cl = ctypes.c_void_p()
     rc = lib.detd_client_open(a.socket.encode(), ctypes.byref(ident), ctypes.byref(cl))
     assert rc == 0, rc
     cands = [f"BLOCK={16 << i},num_warps=4".encode() for i in range(a.candidates)]
+    if a.cands:
+        cands = [c.encode() for c in a.cands.split(";")]
     arr = (ctypes.c_char_p * len(cands))(*cands)
     if a.wait_start:
         while not os.path.exists(a.wait_start):
             time.sleep(0.001)
-    result = {"rank": a.rank, "pid": os.getpid(), "keys": {}, "errors": []}
-    for i in range(a.keys):
+    result = {"rank": a.rank, "pid": os.getpid(), "keys": {}, "errors": [], "sequence": []}
+    i = -1
+    while True:
+        i += 1
+        if a.until is not None:
+            if os.path.exists(a.until):
+                break
+        elif i >= a.keys:
+            break
         keystr = f"{a.key_prefix}{i}".encode()
-        key = Key(None, b"sm90", a.kernel.encode(), keystr, arr, len(cands))
+        tkey = f"{a.table_key_prefix}{i}".encode() if a.table_key_prefix else None
+        key = Key(None, a.arch.encode(), a.kernel.encode(), keystr, arr, len(cands), tkey)
         ans = ctypes.POINTER(Answer)()
         t0 = time.monotonic()
         rc = lib.detd_decide(cl, ctypes.byref(key), 0, a.timeout_ms, ctypes.byref(ans))
@@ -151,12 +166,14 @@ def main():
         if a.observe and "config" in entry:
             used = (a.use or entry["config"]).encode()
             if a.use == "other":  # the next candidate after the decided one
-                i = cands.index(entry["config"].encode())
-                used = cands[(i + 1) % len(cands)]
+                j = cands.index(entry["config"].encode())
+                used = cands[(j + 1) % len(cands)]
             rc = lib.detd_observe(cl, ctypes.byref(key), used, entry.get("source", 1), 1, a.timeout_ms)
             if rc != 0:
                 result["errors"].append(err(lib, keystr, rc, "observe"))
         result["keys"][keystr.decode()] = entry
+        if a.until is not None:
+            result["sequence"].append([keystr.decode(), entry.get("config"), entry.get("source"), outcome])
     lib.detd_client_close(cl)
     if a.out:
         with open(a.out, "w") as f:

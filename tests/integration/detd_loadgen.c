@@ -122,7 +122,8 @@ static int loadgen_one(const struct loadgen_opts *o, detd_client *c,
                          o->kernel,
                          keyname,
                          (const char *const *)ks->cands,
-                         (size_t)ks->n};
+                         (size_t)ks->n,
+                         NULL};
     struct detd_answer *a = NULL, *r = NULL;
     int timed = 0, ok = 0;
     const char *config = NULL;
@@ -247,7 +248,8 @@ static void *loadgen_bench_thread(void *arg) {
                                  b->o->kernel,
                                  keyname,
                                  (const char *const *)b->ks->cands,
-                                 (size_t)b->ks->n};
+                                 (size_t)b->ks->n,
+                                 NULL};
             struct detd_answer *a = NULL;
             rc = detd_decide(b->client, &k, DETD_DECIDE_NO_CLAIM, 10000, &a);
             if (rc == 0 && a->outcome != DETD_OUTCOME_DECIDED)

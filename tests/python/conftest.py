@@ -44,8 +44,9 @@ def _require_build():
 
 
 class Daemon:
-    def __init__(self, root):
+    def __init__(self, root, extra_args=()):
         self.root = root
+        self.extra_args = list(extra_args)
         self.socket = os.path.join(root, "detd.sock")
         self.state = os.path.join(root, "state")
         os.makedirs(self.state, exist_ok=True)
@@ -55,7 +56,7 @@ class Daemon:
     def start(self):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([DETD_BIN, "--socket", self.socket, "--state-dir", self.state,
-                                      "--log-level", "info"], stdout=log, stderr=log,
+                                      "--log-level", "info", *self.extra_args], stdout=log, stderr=log,
                                      stdin=subprocess.DEVNULL)
         deadline = time.time() + 20
         while time.time() < deadline:

@@ -192,3 +192,37 @@ def test_install_rejects_bad_rank(monkeypatch):
     monkeypatch.setenv("RANK", "zero")
     with pytest.raises(ValueError, match="RANK"):
         detd.install(mode="auto")
+
+
+def test_config_string_matches_table_render_cases():
+    """tests/tables/render_cases.json holds table entries and the config
+    strings tablefmt.c must render (tests/unit/test_tablefmt.c checks the C
+    side against the same file): each must be what config_string() gives
+    for a triton.Config with those values."""
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "tables" / "render_cases.json"
+    cases = json.loads(path.read_text())["cases"]
+    assert len(cases) >= 7
+    for case in cases:
+        e = case["entry"]
+        c = cfg(dict(e["kwargs"]), num_warps=e["num_warps"], num_stages=e["num_stages"],
+                num_ctas=e.get("num_ctas", 1), maxnreg=e.get("maxnreg"))
+        assert _canon.config_string(c) == case["expected"], e
+
+
+def test_megatron_key_form():
+    """name=str(value) for the tuner's key names present, then str(dtype)
+    of every tensor argument in argument order, joined by '|'."""
+
+    class T:
+        dtype = "torch.float32"
+
+        def __str__(self):
+            return "tensor"
+
+    tuner = types.SimpleNamespace(arg_names=["x", "y", "N", "MODE", "out"], keys=["N", "MODE", "MISSING"])
+    x, out = T(), T()
+    out.dtype = "torch.bfloat16"
+    assert _canon.megatron_key(tuner, (x, 3, 128), {"MODE": True, "out": out}) == \
+        "N=128|MODE=True|torch.float32|torch.bfloat16"

@@ -284,3 +284,48 @@ def test_designated_rank_dies_next_waiter_times(daemon, tmp_path):
     assert row["config"] == expected_winner(3)
     counters = status(daemon)["counters"]
     assert counters["takeovers"] == 1 and counters["decisions_timed"] == 1, counters
+
+
+def test_preloaded_table_answers_every_key_without_timing(tmp_path):
+    """A --tables directory answers every key: shape 256 through the
+    Megatron-form key the hook sends (bare function name, N=256|dtypes),
+    shape 512 through detd's canonical key. No timing pass anywhere, every
+    process launches the table's config, and the decisions say table."""
+    import shutil
+    import tempfile
+
+    from conftest import Daemon, _require_build
+
+    _require_build()
+    root = tempfile.mkdtemp(prefix="detd-py-", dir="/tmp")
+    tdir = os.path.join(root, "tables")
+    os.makedirs(tdir)
+    entry = {"kwargs": {"BLOCK": 64}, "num_warps": 4, "num_stages": 1, "num_ctas": 1, "maxnreg": None}
+    entry512 = dict(entry, kwargs={"BLOCK": 32})
+    with open(os.path.join(tdir, "sm90.json"), "w") as f:
+        json.dump({"arch": "sm90", "kernels": {
+            "row_sum_kernel": {"N=256|torch.float32|torch.float32": entry},
+            "rowsum_kernels:row_sum_kernel": {'[i:512,s:"torch.float32",s:"torch.float32"]': entry512},
+        }}, f)
+    d = Daemon(root, ["--tables", tdir]).start()
+    try:
+        res = run_workers(d, 4, tmp_path, args=["--shapes", SHAPES], env={"DETD_ARCH": "sm90"})
+        assert_ok(res)
+        want = {"256": "BLOCK=64,num_warps=4,num_stages=1,num_ctas=1",
+                "512": "BLOCK=32,num_warps=4,num_stages=1,num_ctas=1"}
+        for shape in SHAPES.split(","):
+            rows = by_shape(res, shape)
+            assert [r["bench_calls"] for r in rows] == [0] * 4
+            assert {r["config"] for r in rows} == {want[shape]}
+            assert len({r["sha"] for r in rows}) == 1
+        srcs = {k["source"] for r in res for t in r["autotuners"] for k in t["keys"]}
+        assert srcs == {"table"}, srcs
+        counters = status(d)["counters"]
+        assert counters["timing_passes"] == 0 and counters["decisions_table"] == 2, counters
+        assert counters["table_hits"] == 2, counters
+        dec = json.loads(d.detctl("decisions", "--json").stdout)["decisions"]
+        assert {x["source"] for x in dec} == {"table"}
+        assert {x["table_file"] for x in dec} == {os.path.join(tdir, "sm90.json")}
+    finally:
+        d.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -88,7 +88,7 @@ TEST(open_rejects_bad_arguments) {
 TEST(decide_validates_before_sending) {
     detd_client *c = open_missing_();
     struct detd_answer *a = NULL;
-    struct detd_key k = {NULL, "sm90", "m:k@1", "(1024,)", cands_, 2};
+    struct detd_key k = {NULL, "sm90", "m:k@1", "(1024,)", cands_, 2, NULL};
 
     CHECK_EQ_INT(detd_decide(NULL, &k, 0, 1000, &a), DETD_EINVAL);
     CHECK_EQ_INT(detd_decide(c, NULL, 0, 1000, &a), DETD_EINVAL);
@@ -120,7 +120,7 @@ TEST(decide_limits) {
     char *key = malloc(DETD_MAX_KEY_BYTES + 2);
     memset(key, 'k', DETD_MAX_KEY_BYTES + 1);
     key[DETD_MAX_KEY_BYTES + 1] = '\0';
-    struct detd_key k = {NULL, "sm90", "m:k@1", key, cands_, 2};
+    struct detd_key k = {NULL, "sm90", "m:k@1", key, cands_, 2, NULL};
     int64_t t0 = now_ms();
     CHECK_EQ_INT(detd_decide(c, &k, 0, 1000, &a), DETD_ELIMIT);
     CHECK(strstr(detd_client_last_error(), "4096") != NULL);
@@ -134,8 +134,8 @@ TEST(decide_limits) {
     const char **many = calloc(DETD_MAX_CANDIDATES + 1, sizeof(*many));
     for (size_t i = 0; i <= DETD_MAX_CANDIDATES; i++)
         many[i] = "c";
-    struct detd_key km = {NULL, "sm90", "m:k@1",
-                          "x",  many,   DETD_MAX_CANDIDATES + 1};
+    struct detd_key km = {
+        NULL, "sm90", "m:k@1", "x", many, DETD_MAX_CANDIDATES + 1, NULL};
     CHECK_EQ_INT(detd_decide(c, &km, 0, 1000, &a), DETD_ELIMIT);
     CHECK(strstr(detd_client_last_error(), "1024") != NULL);
     free(many);
@@ -146,7 +146,7 @@ TEST(decide_limits) {
 TEST(report_and_observe_validate) {
     detd_client *c = open_missing_();
     struct detd_answer *a = NULL;
-    struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2};
+    struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2, NULL};
     double ms[] = {1.0};
     struct detd_timing t[] = {{cands_[0], ms, 1, 0}};
     CHECK_EQ_INT(detd_report(c, 0, &k, t, 1, NULL, 1000, &a), DETD_EINVAL);
@@ -170,7 +170,7 @@ TEST(report_and_observe_validate) {
 
 TEST(connection_refused_within_deadline) {
     detd_client *c = open_missing_();
-    struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2};
+    struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2, NULL};
     struct detd_answer *a = NULL;
     int64_t t0 = now_ms();
     int rc = detd_decide(c, &k, 0, 3000, &a);

@@ -328,16 +328,16 @@ TEST(password_file) {
 
 TEST(check_paths) {
     setup("");
-    char file[160], tables[160], state[200], sock[200];
+    char file[160], tdir[160], state[200], sock[200];
     snprintf(file, sizeof(file), "%s/plain", dir);
     FILE *f = fopen(file, "w");
     CHECK(f != NULL);
     fclose(f);
-    snprintf(tables, sizeof(tables), "%s/no-tables", dir);
+    snprintf(tdir, sizeof(tdir), "%s/no-tables", dir);
     snprintf(state, sizeof(state), "%s/plain/state", dir);
     snprintf(sock, sizeof(sock), "%s/new/sub/d.sock", dir);
     struct options o;
-    CHECK_EQ_INT(parse(&o, "--state-dir", state, "--tables", tables, "--tables",
+    CHECK_EQ_INT(parse(&o, "--state-dir", state, "--tables", tdir, "--tables",
                        dir, "--socket", sock, "--listen-cert",
                        "/nonexistent/c.pem", "--listen-key", file, "--listen",
                        "127.0.0.1:0", NULL),

@@ -445,7 +445,7 @@ static const char *const cands_[] = {"BLOCK=128,num_warps=4",
                                      "BLOCK=256,num_warps=8"};
 
 static struct detd_key key_(const char *k) {
-    struct detd_key key = {NULL, "sm90", "mod:kern@1", k, cands_, 2};
+    struct detd_key key = {NULL, "sm90", "mod:kern@1", k, cands_, 2, NULL};
     return key;
 }
 

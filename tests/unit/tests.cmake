@@ -20,3 +20,10 @@ endif()
 if(TARGET detd_options)
   detd_unit_test(test_options detd_options)
 endif()
+# Tables: the format module and the loaded set (test files in tests/tables).
+detd_unit_test(test_tablefmt detd_tablefmt)
+detd_unit_test(test_tables detd_tables)
+foreach(t test_tablefmt test_tables)
+  target_compile_definitions(${t} PRIVATE
+                             DETD_TEST_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
+endforeach()

@@ -88,6 +88,10 @@ struct detd_key {
     const char *key;
     const char *const *candidates;
     size_t n_candidates;
+    /* Optional (NULL: none): the key in Megatron-LM's tuning_key form
+     * ("N=128|torch.float32"), used by the daemon only to look the key
+     * up in per-architecture tables. Never part of the decision id. */
+    const char *table_key;
 };
 
 /* One candidate's timing, for detd_report(). */

@@ -22,6 +22,14 @@ Key strings
     escaped, ASCII), ``t[...]`` tuple, ``l[...]`` list, ``o:<type>:"<str>"``
     anything else.  ``True`` and ``1`` (and ``1.0``) never collide.
 
+Megatron-form keys
+    Megatron-LM's ``megatron.core.tuning`` tables key entries by
+    ``name=str(value)`` for each of the autotuner's ``key`` argument names
+    present in the call, then ``str(dtype)`` of every tensor argument in
+    argument order, all joined by ``|``: ``N=128|torch.float32``.  The hook
+    sends it along (``DecisionKey.table_key``) so such tables answer; it
+    never enters the decision id.
+
 Kernel identity
     ``module:qualname@guard`` of the innermost Python function, the guard
     being the first 16 hex digits of SHA-256 over the JIT function's
@@ -44,6 +52,7 @@ __all__ = [
     "kernel_name",
     "code_guard",
     "triton_key",
+    "megatron_key",
 ]
 
 # Fields appended after the documented ones only when not neutral.
@@ -127,6 +136,19 @@ def triton_key(tuner, args, kwargs) -> tuple:
         if hasattr(arg, "dtype"):
             key.append(str(arg.dtype))
     return tuple(key)
+
+
+def megatron_key(tuner, args, kwargs) -> str:
+    """The key in Megatron-LM's ``tuning_key`` form (see the module
+    docstring), built from the call's arguments like ``triton_key``."""
+    nargs = dict(zip(tuner.arg_names, args))
+    all_args = {**nargs, **kwargs}
+    _args = {k: v for (k, v) in all_args.items() if k in tuner.arg_names}
+    parts = [f"{k}={_args[k]}" for k in tuner.keys if k in _args]
+    for _, arg in _args.items():
+        if hasattr(arg, "dtype"):
+            parts.append(str(arg.dtype))
+    return "|".join(parts)
 
 
 def kernel_name(tuner) -> str:

@@ -313,8 +313,9 @@ def _info(tuner) -> _TunerInfo:
     return info
 
 
-def _dkey(info: _TunerInfo, key_str: str) -> _native.Key:
-    return _native.Key(_state.settings.namespace, _identity()["arch"], info.kernel, key_str, info.candidates)
+def _dkey(info: _TunerInfo, key_str: str, table_key: Optional[str] = None) -> _native.Key:
+    return _native.Key(_state.settings.namespace, _identity()["arch"], info.kernel, key_str, info.candidates,
+                       table_key)
 
 
 def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: bool, chaos=False,
@@ -577,7 +578,12 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         ctx.local_key = key
         return False
     key_str = _canon.key_string(key)
-    dkey = _dkey(info, key_str)
+    # The Megatron-form key: tables recorded by Megatron-LM answer through it.
+    try:
+        table_key = _canon.megatron_key(tuner, ctx.args, ctx.kwargs)
+    except Exception:  # an argument whose str() fails: no table alias
+        table_key = None
+    dkey = _dkey(info, key_str, table_key)
     note, timed_here, timings_out = None, False, None
     chosen, source = None, None
 

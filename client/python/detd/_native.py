@@ -81,6 +81,7 @@ class _Key(ctypes.Structure):
         ("key", c_char_p),
         ("candidates", ctypes.POINTER(c_char_p)),
         ("n_candidates", c_size_t),
+        ("table_key", c_char_p),
     ]
 
 
@@ -236,6 +237,7 @@ class Key(NamedTuple):
     kernel: str
     key: str
     candidates: Tuple[str, ...]
+    table_key: Optional[str] = None  # Megatron-form key: table lookup only
 
 
 class _CKey:
@@ -245,7 +247,7 @@ class _CKey:
         self._strs = [_b(c) for c in key.candidates]
         self._arr = (c_char_p * max(1, len(self._strs)))(*self._strs)
         self.s = _Key(_b(key.namespace), _b(key.arch), _b(key.kernel), _b(key.key),
-                      ctypes.cast(self._arr, ctypes.POINTER(c_char_p)), len(self._strs))
+                      ctypes.cast(self._arr, ctypes.POINTER(c_char_p)), len(self._strs), _b(key.table_key))
 
 
 def _answer(lib, p) -> Answer:
