@@ -14,3 +14,4 @@ if(TARGET detd)
   detd_unit_test(test_wire detd detd_wire detd_proto PkgConfig::GRPC
                  Threads::Threads)
 endif()
+detd_unit_test(test_store_vote detd_store)
