@@ -1,5 +1,5 @@
 # The detd executable: loop, rpc adapter, service, GPU probe.
-add_executable(detd_daemon main.c loop.c service.c admin.c convert.c hotcache.c rpc.c gpu.c log.c
+add_executable(detd_daemon main.c loop.c service.c admin.c votes.c convert.c hotcache.c rpc.c gpu.c log.c
                cluster.c cluster_codec.c coord.c)
 target_link_libraries(detd_daemon PRIVATE detd_store detd_pure detd_proto detd_error
                       detd_etcd

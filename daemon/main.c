@@ -38,6 +38,7 @@ static void usage(FILE *f) {
         "  --max-clients N     attached client processes (default 4096)\n"
         "  --max-waiters N     calls waiting for a timing pass (default "
         "65536)\n"
+        "  --max-votes N       record-mode votes kept (default 1000000)\n"
         "  --log-level LEVEL   error, warn, info or debug (default info)\n"
         "\n"
         "Multi-node (etcd backend):\n"
@@ -118,6 +119,7 @@ int main(int argc, char **argv) {
         OPT_LISTEN_CERT,
         OPT_LISTEN_KEY,
         OPT_LISTEN_CA,
+        OPT_MAX_VOTES,
     };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, OPT_SOCKET},
@@ -128,6 +130,7 @@ int main(int argc, char **argv) {
         {"log-level", required_argument, NULL, OPT_LOG},
         {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
         {"max-waiters", required_argument, NULL, OPT_MAX_WAITERS},
+        {"max-votes", required_argument, NULL, OPT_MAX_VOTES},
         {"version", no_argument, NULL, OPT_VERSION},
         {"help", no_argument, NULL, OPT_HELP},
         {"etcd", required_argument, NULL, OPT_ETCD},
@@ -153,6 +156,7 @@ int main(int argc, char **argv) {
         .max_waiters = 65536,
         .max_claims = 1 << 20,
         .max_queue = 1 << 20,
+        .max_votes = DAEMON_DEFAULT_MAX_VOTES,
     };
     if (cfg.socket_path == NULL || cfg.socket_path[0] == '\0')
         cfg.socket_path = DETD_DEFAULT_SOCKET;
@@ -209,6 +213,14 @@ int main(int argc, char **argv) {
                           &cfg.max_waiters))
                 return 2;
             break;
+        case OPT_MAX_VOTES: {
+            uint32_t v = 0;
+            if (parse_u32("--max-votes", optarg, 1,
+                          DAEMON_DEFAULT_MAX_VOTES * 100, &v))
+                return 2;
+            cfg.max_votes = v;
+            break;
+        }
         case OPT_ETCD:
             cfg.etcd_endpoints = optarg;
             break;

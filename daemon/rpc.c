@@ -79,6 +79,13 @@ static const struct method_info methods[RPC_METHOD_COUNT] = {
     [RPC_LIST_OBSERVATIONS] = {"/detd.v1.Admin/ListObservations",
                                &detd__v1__list_observations_request__descriptor,
                                0},
+    [RPC_VOTE] = {"/detd.v1.Decider/Vote", &detd__v1__vote_request__descriptor,
+                  0},
+    [RPC_LIST_VOTES] = {"/detd.v1.Admin/ListVotes",
+                        &detd__v1__list_votes_request__descriptor, 0},
+    [RPC_EXPORT_DECISIONS] = {"/detd.v1.Admin/ExportDecisions",
+                              &detd__v1__export_decisions_request__descriptor,
+                              0},
 };
 
 /* RPC_METHOD_COUNT stands for "unknown method" (generic request). */
@@ -466,8 +473,8 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
         return;
     }
     const struct method_info *mi = &methods[c->method];
-    if (c->method <= RPC_OBSERVE && c->peer != NULL &&
-        strncmp(c->peer, "unix:", 5) != 0) {
+    if ((c->method <= RPC_OBSERVE || c->method == RPC_VOTE) &&
+        c->peer != NULL && strncmp(c->peer, "unix:", 5) != 0) {
         /* The TCP listener serves Admin and Health only. */
         rpc_fail(c, RPC_PERMISSION_DENIED,
                  "%s is served on the node's unix socket only, not over TCP",

@@ -38,6 +38,9 @@ typedef enum rpc_method {
     RPC_RESET,
     RPC_HEALTH,
     RPC_LIST_OBSERVATIONS,
+    RPC_VOTE,
+    RPC_LIST_VOTES,
+    RPC_EXPORT_DECISIONS,
     RPC_METHOD_COUNT
 } rpc_method;
 
