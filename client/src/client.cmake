@@ -27,6 +27,7 @@ set_target_properties(detd PROPERTIES
 
 # detctl: the operator's CLI (admin API, health).
 add_executable(detctl ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_table.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_print.c)
 target_link_libraries(detctl PRIVATE detd_wire PkgConfig::JANSSON)
 
