@@ -44,6 +44,7 @@ __all__ = [
     "kernel_name",
     "code_guard",
     "triton_key",
+    "megatron_key",
 ]
 
 # Fields appended after the documented ones only when not neutral.
@@ -127,6 +128,18 @@ def triton_key(tuner, args, kwargs) -> tuple:
         if hasattr(arg, "dtype"):
             key.append(str(arg.dtype))
     return tuple(key)
+
+
+def megatron_key(tuner, args, kwargs) -> str:
+    """The key in Megatron-LM's ``tuning_key`` form (``N=128|torch.float32``):
+    ``name=str(value)`` for each of the autotuner's ``key`` argument names
+    present in the call, then ``str(dtype)`` of every tensor argument in
+    argument order, joined by ``|``. Megatron's tables use it; detd's table
+    lookup tries it after the canonical key."""
+    named = dict(zip(tuner.arg_names, args))
+    named.update(kwargs)
+    return "|".join([f"{n}={named[n]}" for n in tuner.keys if n in named] +
+                    [str(v.dtype) for v in named.values() if hasattr(v, "dtype")])
 
 
 def kernel_name(tuner) -> str:
