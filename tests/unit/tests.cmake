@@ -15,3 +15,13 @@ if(TARGET detd)
                  Threads::Threads)
 endif()
 detd_unit_test(test_store_vote detd_store)
+if(TARGET detctl)
+  add_executable(test_detctl_table unit/test_detctl_table.c
+                 ${CMAKE_SOURCE_DIR}/client/src/detctl_table.c)
+  target_include_directories(test_detctl_table PRIVATE
+                             ${CMAKE_CURRENT_SOURCE_DIR}/unit
+                             ${CMAKE_SOURCE_DIR}/client/src)
+  target_link_libraries(test_detctl_table PRIVATE detd detd_wire
+                        PkgConfig::JANSSON)
+  add_test(NAME test_detctl_table COMMAND test_detctl_table)
+endif()
