@@ -18,6 +18,7 @@
 #include "health.pb-c.h"
 #include "keyid.h"
 #include "verify.h"
+#include "votes.h"
 
 #define SVC_API_VERSION DETD_API_VERSION
 
@@ -27,6 +28,8 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
     struct engine_stats es;
     engine_get_stats(d->engine, &es);
     store_count_decisions(d->store, d->cfg->ns, &total, by_source);
+    uint64_t votes = 0;
+    store_count_votes(d->store, NULL, &votes);
     resp.api_version = SVC_API_VERSION;
     resp.version = (char *)DETD_VERSION;
     resp.namespace_ = (char *)d->cfg->ns;
@@ -65,6 +68,10 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"reports_stale", d->counters.reports_stale},
         {"reports_repeated", d->counters.reports_repeated},
         {"observes", d->counters.observes},
+        {"votes", votes},
+        {"votes_max", d->cfg->max_votes},
+        {"vote_calls", d->counters.vote_calls},
+        {"votes_refused_full", d->counters.votes_refused_full},
         {"rejected", d->counters.rejected},
         {"busy", d->counters.busy},
         {"refused_allow_list", atomic_load(&d->refused[ACCESS_DENIED_ALLOW])},
@@ -782,6 +789,10 @@ void admin_reset(struct daemon *d, struct rpc_event *ev) {
         req->namespace_ && req->namespace_[0] ? req->namespace_ : d->cfg->ns;
     const char *kernel = req->kernel && req->kernel[0] ? req->kernel : NULL;
     uint64_t removed = 0;
+    if (req->votes) {
+        votes_reset(d, ev);
+        return;
+    }
     if (kernel == NULL && !req->all) {
         rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
                  "reset needs a kernel or all=true");

@@ -37,6 +37,9 @@
 #define DAEMON_MAX_IDENTITY_STRING 256
 #define DAEMON_MAX_WAIT_MS (60LL * 60 * 1000)
 #define DAEMON_MAX_LIST 10000
+#define DAEMON_DEFAULT_MAX_VOTES 1000000
+/* Bytes of rows in one ListVotes / ExportDecisions answer (then paged). */
+#define DAEMON_MAX_PAGE_BYTES (512 * 1024)
 
 struct daemon_config {
     const char *socket_path;
@@ -51,6 +54,7 @@ struct daemon_config {
     uint32_t max_waiters;
     uint32_t max_claims;
     uint32_t max_queue; /* events queued for the loop */
+    uint32_t max_votes; /* record-mode votes kept (all namespaces) */
     const char *cuda_library;
     /* etcd backend (etcd_endpoints NULL: the local backend). */
     const char *etcd_endpoints;
@@ -96,6 +100,8 @@ struct daemon_counters {
                               candidate (also counted as a miss) */
     uint64_t table_reloads;
     uint64_t verify_divergences; /* divergent keys found by Verify */
+    uint64_t vote_calls;
+    uint64_t votes_refused_full; /* votes refused: --max-votes reached */
 };
 
 struct session {
@@ -272,6 +278,23 @@ void service_reply_designated(struct daemon *d, rpc_call *call, const char *id,
                               uint64_t claim, int takeover, uint32_t waited_ms);
 void service_reply_report(rpc_call *call, const struct store_decision *r,
                           int superseded);
+
+/*
+ * service.c: the request checks of Decide, shared with votes.c (loop
+ * thread). Each returns 0, or -1 after answering call INVALID_ARGUMENT
+ * (or RESOURCE_EXHAUSTED) with a message naming the field.
+ * service_validate_key: on success *ret_ns borrows the namespace (the
+ * key's, or the daemon's), ret_fp and ret_id get the hex candidate
+ * fingerprint and decision id. service_has_candidate: 1 when config is
+ * one of k's candidates.
+ */
+int service_check_identity(rpc_call *call, const Detd__V1__ClientIdentity *c);
+int service_check_str(rpc_call *call, const char *what, const char *s,
+                      size_t max, int required);
+int service_validate_key(struct daemon *d, rpc_call *call,
+                         const Detd__V1__DecisionKey *k, const char **ret_ns,
+                         char ret_fp[65], char ret_id[65]);
+int service_has_candidate(const Detd__V1__DecisionKey *k, const char *config);
 
 /*
  * coord.c: the etcd backend on the loop thread (see coord.c). All of them

@@ -90,6 +90,13 @@ static const struct method_info methods[RPC_METHOD_COUNT] = {
                     &detd__v1__reload_request__descriptor, 0},
     [RPC_EXPLAIN] = {"/detd.v1.Admin/Explain",
                      &detd__v1__explain_request__descriptor, 0},
+    [RPC_VOTE] = {"/detd.v1.Decider/Vote", &detd__v1__vote_request__descriptor,
+                  0},
+    [RPC_LIST_VOTES] = {"/detd.v1.Admin/ListVotes",
+                        &detd__v1__list_votes_request__descriptor, 0},
+    [RPC_EXPORT_DECISIONS] = {"/detd.v1.Admin/ExportDecisions",
+                              &detd__v1__export_decisions_request__descriptor,
+                              0},
 };
 
 /* RPC_METHOD_COUNT stands for "unknown method" (generic request). */
@@ -544,7 +551,7 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
             return;
         }
     }
-    if (c->method <= RPC_OBSERVE && !local) {
+    if ((c->method <= RPC_OBSERVE || c->method == RPC_VOTE) && !local) {
         /* The TCP listener serves Admin and Health only. */
         rpc_fail(c, RPC_PERMISSION_DENIED,
                  "%s is served on the node's unix socket only, not over TCP",

@@ -40,6 +40,9 @@ typedef enum rpc_method {
     RPC_LIST_OBSERVATIONS,
     RPC_RELOAD,
     RPC_EXPLAIN,
+    RPC_VOTE,
+    RPC_LIST_VOTES,
+    RPC_EXPORT_DECISIONS,
     RPC_METHOD_COUNT
 } rpc_method;
 

@@ -23,6 +23,7 @@
 #include "detd/error.h"
 #include "convert.h"
 #include "keyid.h"
+#include "votes.h"
 
 #define SVC_API_VERSION DETD_API_VERSION
 
@@ -862,6 +863,15 @@ void service_handle(struct daemon *d, struct rpc_event *ev) {
     case RPC_EXPLAIN:
         tableadmin_explain(d, ev);
         break;
+    case RPC_VOTE:
+        votes_on_vote(d, ev);
+        break;
+    case RPC_LIST_VOTES:
+        votes_list(d, ev);
+        break;
+    case RPC_EXPORT_DECISIONS:
+        votes_export_decisions(d, ev);
+        break;
     default:
         protobuf_c_message_free_unpacked(ev->msg, NULL);
         rpc_fail(ev->call, RPC_UNIMPLEMENTED, "unknown method");
@@ -922,4 +932,31 @@ void service_reply_designated(struct daemon *d, rpc_call *call, const char *id,
 void service_reply_report(rpc_call *call, const struct store_decision *r,
                           int superseded) {
     reply_report(call, r, superseded);
+}
+
+/* ---- shared with votes.c ---- */
+
+int service_check_identity(rpc_call *call, const Detd__V1__ClientIdentity *c) {
+    return check_identity(call, c);
+}
+
+int service_check_str(rpc_call *call, const char *what, const char *s,
+                      size_t max, int required) {
+    return check_str(call, what, s, max, required);
+}
+
+int service_validate_key(struct daemon *d, rpc_call *call,
+                         const Detd__V1__DecisionKey *k, const char **ret_ns,
+                         char ret_fp[65], char ret_id[65]) {
+    struct vkey vk;
+    if (validate_key(d, call, k, &vk) != 0)
+        return -1;
+    *ret_ns = vk.ns;
+    memcpy(ret_fp, vk.fp, sizeof vk.fp);
+    memcpy(ret_id, vk.id, sizeof vk.id);
+    return 0;
+}
+
+int service_has_candidate(const Detd__V1__DecisionKey *k, const char *config) {
+    return has_candidate(k, config);
 }

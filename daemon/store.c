@@ -21,6 +21,7 @@
 
 #include "detd/client.h"
 #include "detd/error.h"
+#include "store_int.h"
 
 #ifndef DETD_VERSION
 #define DETD_VERSION "unknown"
@@ -33,15 +34,6 @@
 #define STORE_N_SOURCES 8
 /* PRAGMA application_id: "detd", tells our files from other databases. */
 #define STORE_APPLICATION_ID 0x64657464
-
-struct store {
-    sqlite3 *db;
-    /* Cached statements for the hot paths; the rest are prepared per call. */
-    sqlite3_stmt *get_decision;
-    sqlite3_stmt *put_decision;
-    sqlite3_stmt *put_observation;
-    char errmsg[512];
-};
 
 /*
  * Schema migrations. Step i takes the database from user_version i to
@@ -87,6 +79,19 @@ static const struct store_migration store_migrations[] = {
         " device TEXT NOT NULL, at_ms INTEGER NOT NULL,"
         " PRIMARY KEY (id, host, pid));"
         "CREATE INDEX observations_ns_id ON observations(ns, id);"},
+    /* Record-mode votes (store_vote.c). seq is never reused (paging);
+     * one vote per (decision id, host, pid): a repeat replaces it. */
+    {2, "CREATE TABLE votes ("
+        " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " id TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,"
+        " ns TEXT NOT NULL, arch TEXT NOT NULL, kernel TEXT NOT NULL,"
+        " key TEXT NOT NULL, table_key TEXT NOT NULL,"
+        " candidates_fp TEXT NOT NULL, config TEXT NOT NULL,"
+        " rank INTEGER NOT NULL, local_rank INTEGER NOT NULL,"
+        " device TEXT NOT NULL, timings_json TEXT NOT NULL,"
+        " triton_version TEXT NOT NULL, voted_at_ms INTEGER NOT NULL,"
+        " UNIQUE (id, host, pid));"
+        "CREATE INDEX votes_ns_arch_kernel ON votes(ns, arch, kernel);"},
 };
 
 #define STORE_SCHEMA_VERSION                                                   \
@@ -188,8 +193,7 @@ static int store_sqlite_err(int rc) {
     }
 }
 
-__attribute__((format(printf, 3, 4))) static int
-store_failf(store *s, int err, const char *fmt, ...) {
+int store_failf(store *s, int err, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
@@ -198,28 +202,28 @@ store_failf(store *s, int err, const char *fmt, ...) {
 }
 
 /* Argument errors; s may be NULL (then there is nowhere to say why). */
-static int store_einval(store *s, const char *op, const char *why) {
+int store_einval(store *s, const char *op, const char *why) {
     return s != NULL ? store_failf(s, DETD_EINVAL, "%s: %s", op, why)
                      : DETD_EINVAL;
 }
 
 /* Record SQLite's message for op; call before anything else touches db. */
-static int store_fail(store *s, int rc, const char *op) {
+int store_fail(store *s, int rc, const char *op) {
     return store_failf(s, store_sqlite_err(rc), "%s: %s", op,
                        sqlite3_errmsg(s->db));
 }
 
 /* ---- statements and transactions ---- */
 
-static int store_exec(store *s, const char *sql, const char *op) {
+int store_exec(store *s, const char *sql, const char *op) {
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
     if (rc != SQLITE_OK)
         return store_fail(s, rc, op);
     return 0;
 }
 
-static int store_prepare(store *s, const char *sql, unsigned flags,
-                         sqlite3_stmt **ret, const char *op) {
+int store_prepare(store *s, const char *sql, unsigned flags, sqlite3_stmt **ret,
+                  const char *op) {
     int rc = sqlite3_prepare_v3(s->db, sql, -1, flags, ret, NULL);
     if (rc != SQLITE_OK)
         return store_fail(s, rc, op);
@@ -227,23 +231,23 @@ static int store_prepare(store *s, const char *sql, unsigned flags,
 }
 
 /* Make a cached statement ready for the next use. */
-static void store_stmt_done(sqlite3_stmt *st) {
+void store_stmt_done(sqlite3_stmt *st) {
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
 }
 
 /* IMMEDIATE: take the write lock now, not at the first write. */
-static int store_begin(store *s, const char *op) {
+int store_begin(store *s, const char *op) {
     return store_exec(s, "BEGIN IMMEDIATE", op);
 }
 
 /* Roll back an open transaction, if SQLite has not already done so. */
-static void store_rollback(store *s) {
+void store_rollback(store *s) {
     if (!sqlite3_get_autocommit(s->db))
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
-static int store_commit(store *s, const char *op) {
+int store_commit(store *s, const char *op) {
     int err = store_exec(s, "COMMIT", op);
     if (err < 0)
         store_rollback(s);
@@ -251,8 +255,7 @@ static int store_commit(store *s, const char *op) {
 }
 
 /* A one-row, one-integer query (PRAGMA user_version, ...). */
-static int store_query_int(store *s, const char *sql, const char *op,
-                           int64_t *ret) {
+int store_query_int(store *s, const char *sql, const char *op, int64_t *ret) {
     sqlite3_stmt *st = NULL;
     int err = store_prepare(s, sql, 0, &st, op);
     if (err < 0)
@@ -272,8 +275,8 @@ out:
 
 /* ---- binding (values from callers; lengths capped) ---- */
 
-static int store_bind_text(store *s, sqlite3_stmt *st, int idx, const char *v,
-                           const char *what) {
+int store_bind_text(store *s, sqlite3_stmt *st, int idx, const char *v,
+                    const char *what) {
     if (v == NULL)
         v = "";
     size_t n = strlen(v);
@@ -286,8 +289,8 @@ static int store_bind_text(store *s, sqlite3_stmt *st, int idx, const char *v,
     return 0;
 }
 
-static int store_bind_int(store *s, sqlite3_stmt *st, int idx, int64_t v,
-                          const char *what) {
+int store_bind_int(store *s, sqlite3_stmt *st, int idx, int64_t v,
+                   const char *what) {
     int rc = sqlite3_bind_int64(st, idx, v);
     if (rc != SQLITE_OK)
         return store_fail(s, rc, what);
@@ -301,8 +304,8 @@ static int store_bind_int(store *s, sqlite3_stmt *st, int idx, int64_t v,
  * bytes without embedded NULs. SQL NULL reads as "". The pointer lives
  * until st is stepped, reset or finalized.
  */
-static int store_col_text(store *s, sqlite3_stmt *st, int i, const char *op,
-                          const char **ret, size_t *ret_len) {
+int store_col_text(store *s, sqlite3_stmt *st, int i, const char *op,
+                   const char **ret, size_t *ret_len) {
     if (sqlite3_column_type(st, i) == SQLITE_NULL) {
         *ret = "";
         *ret_len = 0;
@@ -325,8 +328,8 @@ static int store_col_text(store *s, sqlite3_stmt *st, int i, const char *op,
 }
 
 /* Column i as a heap copy (see store_col_text()). */
-static int store_col_strdup(store *s, sqlite3_stmt *st, int i, const char *op,
-                            char **ret) {
+int store_col_strdup(store *s, sqlite3_stmt *st, int i, const char *op,
+                     char **ret) {
     const char *p;
     size_t n;
     int err = store_col_text(s, st, i, op, &p, &n);
@@ -342,8 +345,8 @@ static int store_col_strdup(store *s, sqlite3_stmt *st, int i, const char *op,
 }
 
 /* Column i as an integer in [min, max]; anything else is corruption. */
-static int store_col_int(store *s, sqlite3_stmt *st, int i, int64_t min,
-                         int64_t max, const char *op, int64_t *ret) {
+int store_col_int(store *s, sqlite3_stmt *st, int i, int64_t min, int64_t max,
+                  const char *op, int64_t *ret) {
     if (sqlite3_column_type(st, i) != SQLITE_INTEGER)
         return store_failf(s, DETD_ECORRUPT, "%s: column %s is not an integer",
                            op, sqlite3_column_name(st, i));
@@ -357,8 +360,8 @@ static int store_col_int(store *s, sqlite3_stmt *st, int i, int64_t min,
     return 0;
 }
 
-static int store_col_int32(store *s, sqlite3_stmt *st, int i, int64_t min,
-                           int64_t max, const char *op, int32_t *ret) {
+int store_col_int32(store *s, sqlite3_stmt *st, int i, int64_t min, int64_t max,
+                    const char *op, int32_t *ret) {
     int64_t v;
     int err = store_col_int(s, st, i, min, max, op, &v);
     if (err == 0)
@@ -820,6 +823,50 @@ int store_each_decision(store *s, const char *ns, const char *kernel,
     if ((ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0) ||
         (kernel != NULL && (err = store_bind_text(s, st, 2, kernel, op)) < 0) ||
         (err = store_bind_int(s, st, 3, limit == 0 ? -1 : (int64_t)limit, op)) <
+            0)
+        goto out;
+    for (;;) {
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+            break;
+        if (rc != SQLITE_ROW) {
+            err = store_fail(s, rc, op);
+            goto out;
+        }
+        struct store_decision d;
+        if ((err = store_read_decision(s, st, op, &d)) < 0)
+            goto out;
+        int stop = cb(ctx, &d);
+        store_decision_clear(&d);
+        if (stop)
+            break;
+    }
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+int store_each_decision_page(store *s, const char *ns, const char *arch,
+                             const char *kernel, const char *after_id,
+                             uint32_t limit, store_decision_cb cb, void *ctx) {
+    static const char op[] = "list decisions by id";
+    if (s == NULL || cb == NULL)
+        return store_einval(s, op, "a NULL argument");
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(
+        s,
+        "SELECT " DECISION_COLS " FROM decisions"
+        " WHERE (?1 IS NULL OR ns = ?1) AND (?2 IS NULL OR arch = ?2)"
+        " AND " STORE_KERNEL_MATCH("kernel", 3) " AND id > ?4"
+                                                " ORDER BY id LIMIT ?5",
+        0, &st, op);
+    if (err < 0)
+        return err;
+    if ((ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0) ||
+        (arch != NULL && (err = store_bind_text(s, st, 2, arch, op)) < 0) ||
+        (kernel != NULL && (err = store_bind_text(s, st, 3, kernel, op)) < 0) ||
+        (err = store_bind_text(s, st, 4, after_id, op)) < 0 ||
+        (err = store_bind_int(s, st, 5, limit == 0 ? -1 : (int64_t)limit, op)) <
             0)
         goto out;
     for (;;) {

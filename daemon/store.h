@@ -141,6 +141,17 @@ int store_each_decision(store *s, const char *ns, const char *kernel,
                         uint32_t limit, store_decision_cb cb, void *ctx);
 
 /*
+ * Like store_each_decision(), for export in pages: decisions of namespace
+ * ns and arch (each NULL: all) whose kernel is kernel (NULL: all; an
+ * exact id, or "module:qualname" for every code version of it), with id
+ * greater than after_id (NULL or "": from the start), ordered by id, at
+ * most limit (0: no limit). Same callback contract.
+ */
+int store_each_decision_page(store *s, const char *ns, const char *arch,
+                             const char *kernel, const char *after_id,
+                             uint32_t limit, store_decision_cb cb, void *ctx);
+
+/*
  * Call cb for each observation of namespace ns (NULL: all) ordered by id,
  * then config, then host, rank, pid. Row borrowed for the callback; cb
  * returns nonzero to stop and must not write through s. Returns 0 or an
@@ -167,6 +178,65 @@ int store_reset(store *s, const char *ns, const char *kernel,
  */
 int store_count_decisions(store *s, const char *ns, uint64_t *ret_total,
                           uint64_t ret_by_source[8]);
+
+/*
+ * One record-mode vote: the winner of one process's own timing pass for a
+ * key (store_vote.c). Strings are borrowed: for the call when passed in,
+ * for the callback when read back.
+ */
+struct store_vote {
+    uint64_t seq;   /* assigned by the store (paging order); ignored by put */
+    const char *id; /* the decision id of the key */
+    const char *ns;
+    const char *arch;
+    const char *kernel;
+    const char *key;
+    const char *table_key; /* Megatron-form key, "" when not sent */
+    const char *candidates_fp;
+    const char *config;
+    const char *host;
+    int32_t pid;
+    int32_t rank;
+    int32_t local_rank;
+    const char *device;
+    const char *timings_json; /* as store_decision.timings_json */
+    const char *triton_version;
+    int64_t voted_at_ms;
+};
+
+/*
+ * Store v in one transaction. A vote with the same (id, host, pid)
+ * replaces the earlier one (*ret_replaced = 1, may be NULL) and gets a
+ * new seq. A new vote when max_votes (0: no cap) are stored already is
+ * refused with DETD_ELIMIT (nothing written). *ret_total (may be NULL)
+ * gets the number of votes stored afterwards, all namespaces. id, ns,
+ * arch, kernel, config and host must not be NULL. Returns 0 or an error.
+ */
+int store_put_vote(store *s, const struct store_vote *v, uint64_t max_votes,
+                   int *ret_replaced, uint64_t *ret_total);
+
+/* Count votes of namespace ns (NULL: all) into *ret_total. */
+int store_count_votes(store *s, const char *ns, uint64_t *ret_total);
+
+/*
+ * Call cb for each vote of namespace ns, arch and kernel (each NULL: all;
+ * kernel as in store_each_decision_page()) with seq > after, ordered by
+ * seq, at most limit (0: no limit). The row is borrowed for the callback;
+ * cb returns nonzero to stop and must not write through s. Returns 0 or
+ * an error.
+ */
+typedef int (*store_vote_cb)(void *ctx, const struct store_vote *v);
+int store_each_vote(store *s, const char *ns, const char *arch,
+                    const char *kernel, uint64_t after, uint32_t limit,
+                    store_vote_cb cb, void *ctx);
+
+/*
+ * Delete the votes of namespace ns (not NULL) and kernel (NULL: all;
+ * matched as in store_each_vote()). *ret_removed (may be NULL) gets the
+ * count. One transaction. Returns 0 or an error (nothing removed).
+ */
+int store_reset_votes(store *s, const char *ns, const char *kernel,
+                      uint64_t *ret_removed);
 
 /*
  * Named values of the meta table (e.g. "etcd_revision": the last etcd

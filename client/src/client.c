@@ -520,6 +520,94 @@ DETD_EXPORT int detd_observe(detd_client *client, const struct detd_key *key,
     return 0;
 }
 
+DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
+                          const char *config, const struct detd_timing *timings,
+                          size_t n_timings, const char *triton_version,
+                          const char *table_key, int64_t timeout_ms) {
+    Detd__V1__CandidateTiming *tm = NULL, **tmp = NULL;
+    ProtobufCMessage *resp = NULL;
+    wire_set_error(NULL);
+    if (client == NULL || config == NULL ||
+        (timings == NULL && n_timings > 0)) {
+        wire_set_error("%s is NULL", client == NULL   ? "client"
+                                     : config == NULL ? "config"
+                                                      : "timings");
+        return DETD_EINVAL;
+    }
+    int rc = client_check_key_(key);
+    if (rc < 0)
+        return rc;
+    if (n_timings > DETD_MAX_CANDIDATES) {
+        wire_set_error("%zu timings exceed the limit of %d", n_timings,
+                       DETD_MAX_CANDIDATES);
+        return DETD_ELIMIT;
+    }
+    if (table_key != NULL && strlen(table_key) > DETD_MAX_KEY_BYTES) {
+        wire_set_error("table_key exceeds %d bytes (%zu)", DETD_MAX_KEY_BYTES,
+                       strlen(table_key));
+        return DETD_ELIMIT;
+    }
+    for (size_t i = 0; i < n_timings; i++) {
+        if (timings[i].config == NULL ||
+            (timings[i].ms == NULL && timings[i].n_ms > 0)) {
+            wire_set_error("timing %zu: %s is NULL", i,
+                           timings[i].config == NULL ? "config" : "ms");
+            return DETD_EINVAL;
+        }
+    }
+    if (n_timings > 0) {
+        tm = calloc(n_timings, sizeof(*tm));
+        tmp = calloc(n_timings, sizeof(*tmp));
+        if (tm == NULL || tmp == NULL) {
+            rc = DETD_ENOMEM;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n_timings; i++) {
+        Detd__V1__CandidateTiming init = DETD__V1__CANDIDATE_TIMING__INIT;
+        tm[i] = init;
+        tm[i].config = (char *)timings[i].config;
+        tm[i].n_ms = timings[i].n_ms;
+        tm[i].ms = (double *)timings[i].ms;
+        tm[i].failed = timings[i].failed != 0;
+        tmp[i] = &tm[i];
+    }
+    int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
+    int64_t deadline = wire_now_ms() + timeout;
+    struct wire_channel *ch;
+    uint64_t sid = 0;
+    rc = client_acquire_(client, 0, deadline, &ch, &sid);
+    if (rc < 0)
+        goto out;
+    Detd__V1__ClientIdentity id = client->identity;
+    id.pid = (int32_t)getpid();
+    Detd__V1__DecisionKey km = client_key_msg_(key);
+    Detd__V1__VoteRequest req = DETD__V1__VOTE_REQUEST__INIT;
+    req.api_version = DETD_API_VERSION;
+    req.client = &id;
+    req.key = &km;
+    req.config = (char *)config;
+    req.n_timings = n_timings;
+    req.timings = tmp;
+    if (triton_version != NULL)
+        req.triton_version = (char *)triton_version;
+    if (table_key != NULL)
+        req.table_key = (char *)table_key;
+    int64_t left = deadline - wire_now_ms();
+    rc = wire_unary(ch, WIRE_METHOD_VOTE, &req.base,
+                    &detd__v1__vote_response__descriptor, left > 0 ? left : 1,
+                    &resp);
+    if (rc < 0) {
+        client_conn_err_(client, rc);
+        goto out;
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+out:
+    free(tmp);
+    free(tm);
+    return rc;
+}
+
 DETD_EXPORT void detd_answer_free(struct detd_answer *answer) {
     if (answer == NULL)
         return;

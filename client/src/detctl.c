@@ -17,6 +17,7 @@
 
 #include "detctl_print.h"
 #include "detctl_tables.h"
+#include "detctl_table.h"
 #include "detd.pb-c.h"
 #include "detd/client.h"
 #include "wire.h"
@@ -44,6 +45,10 @@ struct detctl_opts {
     const char *table_key;
     const char **candidates;
     size_t n_candidates;
+    const char *subcommand; /* table export */
+    const char *source;     /* table export --source */
+    const char *out;        /* table export -o */
+    int votes;              /* table export --votes, reset --votes */
 };
 
 static void detctl_usage(FILE *out) {
@@ -61,8 +66,19 @@ static void detctl_usage(FILE *out) {
             "                                        (--cluster: on every "
             "node);\n"
             "                                        exit 1 on divergence\n"
-            "  reset (--kernel K | --all) [--namespace NS]\n"
-            "                                        forget decisions\n"
+            "  reset (--kernel K | --all) [--namespace NS] [--votes]\n"
+            "                                        forget decisions (with "
+            "--votes:\n"
+            "                                        record-mode votes)\n"
+            "  votes [--json] [--arch A] [--kernel K] [--namespace NS]\n"
+            "                                        record-mode votes\n"
+            "  table export --arch A -o FILE [--votes] [--kernel K]\n"
+            "        [--namespace NS] [--source TEXT]\n"
+            "                                        write the table of arch "
+            "A from\n"
+            "                                        the decisions (--votes: "
+            "the\n"
+            "                                        majority of the votes)\n"
             "  health                                grpc.health.v1 check; "
             "exit 0 when SERVING\n"
             "  reload [--json]                       re-read the table "
@@ -400,6 +416,7 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
     if (o->kernel != NULL)
         req.kernel = (char *)o->kernel;
     req.all = o->all != 0;
+    req.votes = o->votes != 0;
     int ex = detctl_unary(o, ch, WIRE_METHOD_RESET, &req.base,
                           &detd__v1__reset_response__descriptor,
                           (ProtobufCMessage **)&r);
@@ -409,8 +426,8 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
         ex = detctl_print_json(
             json_pack("{s:I}", "removed", (json_int_t)r->removed));
     else
-        printf("removed %llu decision%s\n", (unsigned long long)r->removed,
-               r->removed == 1 ? "" : "s");
+        printf("removed %llu %s%s\n", (unsigned long long)r->removed,
+               o->votes ? "vote" : "decision", r->removed == 1 ? "" : "s");
     protobuf_c_message_free_unpacked(&r->base, NULL);
     return ex;
 }
@@ -485,6 +502,110 @@ static int detctl_explain(const struct detctl_opts *o,
     return ex;
 }
 
+static int detctl_votes(const struct detctl_opts *o, struct wire_channel *ch) {
+    json_t *arr = o->json ? json_array() : NULL;
+    static const char *const h[] = {"KERNEL", "KEY",  "ARCH",
+                                    "CONFIG", "RANK", "WHO"};
+    struct detctl_print_table *t =
+        o->json ? NULL : detctl_print_table_new(6, h);
+    uint64_t after = 0, total = 0, max = 0;
+    size_t n = 0;
+    int ex = DETCTL_EXIT_OK;
+    for (;;) {
+        Detd__V1__ListVotesRequest req = DETD__V1__LIST_VOTES_REQUEST__INIT;
+        Detd__V1__ListVotesResponse *r = NULL;
+        req.api_version = DETD_API_VERSION;
+        req.namespace_ = (char *)(o->namespace_ ? o->namespace_ : "");
+        req.arch = (char *)(o->arch ? o->arch : "");
+        req.kernel = (char *)(o->kernel ? o->kernel : "");
+        req.after = after;
+        ex = detctl_unary(o, ch, WIRE_METHOD_LIST_VOTES, &req.base,
+                          &detd__v1__list_votes_response__descriptor,
+                          (ProtobufCMessage **)&r);
+        if (ex != DETCTL_EXIT_OK)
+            goto out;
+        total = r->total;
+        max = r->max_votes;
+        for (size_t i = 0; i < r->n_votes; i++) {
+            const Detd__V1__Vote *v = r->votes[i];
+            char who[160] = "-", rank[16] = "-";
+            if (v->client != NULL) {
+                detctl_print_who(v->client, who, sizeof(who));
+                if (v->client->rank >= 0)
+                    snprintf(rank, sizeof(rank), "%d", v->client->rank);
+            }
+            if (arr != NULL) {
+                json_t *tm = json_array();
+                for (size_t j = 0; j < v->n_timings; j++) {
+                    json_t *ms = json_array();
+                    for (size_t k = 0; k < v->timings[j]->n_ms; k++)
+                        json_array_append_new(ms,
+                                              json_real(v->timings[j]->ms[k]));
+                    json_array_append_new(
+                        tm, json_pack("{s:s, s:o, s:b}", "config",
+                                      v->timings[j]->config, "ms", ms, "failed",
+                                      v->timings[j]->failed));
+                }
+                json_array_append_new(
+                    arr,
+                    json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, "
+                              "s:I}",
+                              "namespace", v->namespace_, "arch", v->arch,
+                              "kernel", v->kernel, "key", v->key, "table_key",
+                              v->table_key, "config", v->config, "client",
+                              detctl_print_json_identity(v->client), "timings",
+                              tm, "triton_version", v->triton_version,
+                              "voted_at_ms", (json_int_t)v->voted_at_ms));
+            } else if (t != NULL) {
+                const char *row[] = {v->kernel, v->key, v->arch,
+                                     v->config, rank,   who};
+                detctl_print_table_add(t, row);
+            }
+            n++;
+        }
+        int more = r->truncated && r->n_votes > 0;
+        after = r->next_after;
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        if (!more)
+            break;
+    }
+    if (arr != NULL) {
+        ex = detctl_print_json(json_pack("{s:o, s:I, s:I}", "votes", arr,
+                                         "total", (json_int_t)total, "max",
+                                         (json_int_t)max));
+        arr = NULL;
+        goto out;
+    }
+    if (t != NULL)
+        detctl_print_table_write(t, stdout, 0);
+    printf("%zu vote%s listed (%llu stored in the namespace, limit %llu)%s\n",
+           n, n == 1 ? "" : "s", (unsigned long long)total,
+           (unsigned long long)max,
+           total >= max && max > 0 ? ": FULL, new votes are refused" : "");
+out:
+    json_decref(arr);
+    detctl_print_table_free(t);
+    return ex;
+}
+
+static int detctl_table(const struct detctl_opts *o, struct wire_channel *ch) {
+    if (o->subcommand == NULL || strcmp(o->subcommand, "export") != 0) {
+        fprintf(stderr, "detctl: table needs a subcommand: export (see "
+                        "--help)\n");
+        return DETCTL_EXIT_ERR;
+    }
+    struct detctl_table_opts t = {
+        .arch = o->arch,
+        .ns = o->namespace_,
+        .kernel = o->kernel,
+        .source = o->source,
+        .out = o->out,
+        .votes = o->votes,
+        .timeout_ms = o->timeout_ms,
+    };
+    return detctl_table_export(&t, ch);
+}
+
 /* "--name=value" or "--name value". */
 static int detctl_optval(int argc, char **argv, int *i, const char *name,
                          const char **ret) {
@@ -524,6 +645,8 @@ int main(int argc, char **argv) {
             o.all = 1;
         } else if (strcmp(a, "--cluster") == 0) {
             o.cluster = 1;
+        } else if (strcmp(a, "--votes") == 0) {
+            o.votes = 1;
         } else if (detctl_optval(argc, argv, &i, "--socket", &o.socket) ||
                    detctl_optval(argc, argv, &i, "--timeout", &timeout) ||
                    detctl_optval(argc, argv, &i, "--address", &o.address) ||
@@ -536,7 +659,10 @@ int main(int argc, char **argv) {
                                  &o.namespace_) ||
                    detctl_optval(argc, argv, &i, "--key", &o.key) ||
                    detctl_optval(argc, argv, &i, "--arch", &o.arch) ||
-                   detctl_optval(argc, argv, &i, "--table-key", &o.table_key)) {
+                   detctl_optval(argc, argv, &i, "--table-key", &o.table_key) ||
+                   detctl_optval(argc, argv, &i, "--source", &o.source) ||
+                   detctl_optval(argc, argv, &i, "--output", &o.out) ||
+                   detctl_optval(argc, argv, &i, "-o", &o.out)) {
             continue;
         } else if (detctl_optval(argc, argv, &i, "--candidate", &cand)) {
             if (o.candidates == NULL)
@@ -551,6 +677,8 @@ int main(int argc, char **argv) {
             return DETCTL_EXIT_ERR;
         } else if (o.command == NULL) {
             o.command = a;
+        } else if (o.subcommand == NULL && strcmp(o.command, "table") == 0) {
+            o.subcommand = a;
         } else {
             fprintf(stderr, "detctl: unexpected argument '%s'\n", a);
             return DETCTL_EXIT_ERR;
@@ -593,6 +721,10 @@ int main(int argc, char **argv) {
         fn = detctl_reload;
     else if (strcmp(o.command, "explain") == 0)
         fn = detctl_explain;
+    else if (strcmp(o.command, "votes") == 0)
+        fn = detctl_votes;
+    else if (strcmp(o.command, "table") == 0)
+        fn = detctl_table;
     if (fn == NULL) {
         fprintf(stderr, "detctl: unknown command '%s' (see --help)\n",
                 o.command);

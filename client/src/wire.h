@@ -37,6 +37,9 @@
 #define WIRE_METHOD_RELOAD "/detd.v1.Admin/Reload"
 #define WIRE_METHOD_EXPLAIN "/detd.v1.Admin/Explain"
 #define WIRE_METHOD_HEALTH_CHECK "/grpc.health.v1.Health/Check"
+#define WIRE_METHOD_VOTE "/detd.v1.Decider/Vote"
+#define WIRE_METHOD_LIST_VOTES "/detd.v1.Admin/ListVotes"
+#define WIRE_METHOD_EXPORT_DECISIONS "/detd.v1.Admin/ExportDecisions"
 
 /* Values of grpc.health.v1.HealthCheckResponse.ServingStatus. */
 #define WIRE_HEALTH_UNKNOWN 0

@@ -12,6 +12,13 @@ first designation, so a test can kill -9 this process mid-pass. --use
 observes CONFIG instead of the answer (a deliberately diverging rank);
 --use other observes the candidate after the answer.
 Writes {"keys": {key: {"config", "outcome", "timed", "source"}}, ...}.
+
+Record mode: --vote I[,J...] votes (detd_vote) instead of deciding: key i
+gets candidate number I, J, ... (cycled), with pseudo-timings that make it
+the fastest; --vote-config S votes the string S instead (a non-candidate
+test); --revote I votes a second time, replacing the first. --full-configs
+uses candidates with every launch option (BLOCK=16,num_warps=4,
+num_stages=1,num_ctas=1); --host, --arch and --device set the identity.
 """
 
 import argparse
@@ -66,6 +73,8 @@ def load():
                                 ctypes.POINTER(ctypes.POINTER(Answer))]
     lib.detd_observe.argtypes = [ctypes.c_void_p, ctypes.POINTER(Key), ctypes.c_char_p, ctypes.c_int, ctypes.c_int,
                                  ctypes.c_int64]
+    lib.detd_vote.argtypes = [ctypes.c_void_p, ctypes.POINTER(Key), ctypes.c_char_p, ctypes.POINTER(Timing),
+                              ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64]
     lib.detd_answer_free.argtypes = [ctypes.POINTER(Answer)]
     lib.detd_client_close.argtypes = [ctypes.c_void_p]
     lib.detd_strerror.restype = ctypes.c_char_p
@@ -98,14 +107,23 @@ def main():
     ap.add_argument("--table-key-prefix", help="send table_key PREFIX<i> with key i")
     ap.add_argument("--until", help="ask fresh keys (0, 1, ...) until this file exists; "
                                     "the order of answers goes to \"sequence\"")
+    ap.add_argument("--vote")
+    ap.add_argument("--vote-config")
+    ap.add_argument("--revote")
+    ap.add_argument("--full-configs", action="store_true")
+    ap.add_argument("--host", default="node-a")
+    ap.add_argument("--device", default="Test GPU")
     a = ap.parse_args()
 
     lib = load()
-    ident = Identity(b"node-a", a.rank, a.rank, 16, b"Test GPU", a.arch.encode(), 132, b"it")
+    ident = Identity(a.host.encode(), a.rank, a.rank, 16, a.device.encode(), a.arch.encode(), 132, b"it")
     cl = ctypes.c_void_p()
     rc = lib.detd_client_open(a.socket.encode(), ctypes.byref(ident), ctypes.byref(cl))
     assert rc == 0, rc
-    cands = [f"BLOCK={16 << i},num_warps=4".encode() for i in range(a.candidates)]
+    if a.full_configs:
+        cands = [f"BLOCK={16 << i},num_warps=4,num_stages=1,num_ctas=1".encode() for i in range(a.candidates)]
+    else:
+        cands = [f"BLOCK={16 << i},num_warps=4".encode() for i in range(a.candidates)]
     if a.cands:
         cands = [c.encode() for c in a.cands.split(";")]
     arr = (ctypes.c_char_p * len(cands))(*cands)
@@ -124,6 +142,26 @@ def main():
         keystr = f"{a.key_prefix}{i}".encode()
         tkey = f"{a.table_key_prefix}{i}".encode() if a.table_key_prefix else None
         key = Key(None, a.arch.encode(), a.kernel.encode(), keystr, arr, len(cands), tkey)
+        if a.vote is not None or a.vote_config is not None:
+            specs = [a.vote or "0"] + ([a.revote] if a.revote is not None else [])
+            for spec in specs:
+                picks = [int(x) for x in spec.split(",")]
+                win = picks[i % len(picks)]
+                cfg = a.vote_config.encode() if a.vote_config is not None else cands[win]
+                tms, keep = [], []
+                for j, c in enumerate(cands):
+                    ms = 1.0 if j == win else 2.0 + j
+                    samples = (ctypes.c_double * 2)(ms, ms * 1.01)
+                    keep.append(samples)
+                    tms.append(Timing(c, samples, 2, 0))
+                tarr = (Timing * len(tms))(*tms)
+                rc = lib.detd_vote(cl, ctypes.byref(key), cfg, tarr, len(tms), b"3.6.0",
+                                   f"N={i}|torch.float32".encode(), a.timeout_ms)
+                if rc != 0:
+                    result["errors"].append(err(lib, keystr, rc, "vote"))
+                    continue
+                result["keys"][keystr.decode()] = {"voted": cfg.decode()}
+            continue
         ans = ctypes.POINTER(Answer)()
         t0 = time.monotonic()
         rc = lib.detd_decide(cl, ctypes.byref(key), 0, a.timeout_ms, ctypes.byref(ans))

@@ -26,6 +26,9 @@ METHODS = [
     "/detd.v1.Admin/Verify",
     "/detd.v1.Admin/Reset",
     "/grpc.health.v1.Health/Check",
+    "/detd.v1.Decider/Vote",
+    "/detd.v1.Admin/ListVotes",
+    "/detd.v1.Admin/ExportDecisions",
 ]
 
 

@@ -27,3 +27,14 @@ foreach(t test_tablefmt test_tables)
   target_compile_definitions(${t} PRIVATE
                              DETD_TEST_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 endforeach()
+detd_unit_test(test_store_vote detd_store)
+if(TARGET detctl)
+  add_executable(test_detctl_table unit/test_detctl_table.c
+                 ${CMAKE_SOURCE_DIR}/client/src/detctl_table.c)
+  target_include_directories(test_detctl_table PRIVATE
+                             ${CMAKE_CURRENT_SOURCE_DIR}/unit
+                             ${CMAKE_SOURCE_DIR}/client/src)
+  target_link_libraries(test_detctl_table PRIVATE detd detd_wire
+                        PkgConfig::JANSSON)
+  add_test(NAME test_detctl_table COMMAND test_detctl_table)
+endif()

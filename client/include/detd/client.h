@@ -184,6 +184,27 @@ int detd_observe(detd_client *client, const struct detd_key *key,
                  const char *config, detd_source source, int flags,
                  int64_t timeout_ms);
 
+/*
+ * Record mode: vote for config, the winner of this process's own timing
+ * pass for key (it must be one of key's candidates), with the timings of
+ * every candidate timed (timings may be NULL when n_timings is 0; each
+ * timing's config must be a candidate too). Nothing is decided: the
+ * daemon keeps the vote for `detctl votes` and `detctl table export
+ * --votes`, which takes the majority per key. A repeated vote of this
+ * process (host, pid) for the same key replaces its earlier vote.
+ * table_key: the key in Megatron-LM's tuning_key form ("N=128|
+ * torch.float32"), or NULL; triton_version may be NULL. Strings are
+ * borrowed for the call. Waits at most timeout_ms (<= 0: 30 s).
+ * Returns 0, DETD_EINVAL (NULL arguments, a config that is not a
+ * candidate: detd_client_last_error() names it), DETD_ELIMIT (a size
+ * limit, or the daemon's vote store is full), DETD_ECONNECT,
+ * DETD_ETIMEDOUT, DETD_EPROTO, ...
+ */
+int detd_vote(detd_client *client, const struct detd_key *key,
+              const char *config, const struct detd_timing *timings,
+              size_t n_timings, const char *triton_version,
+              const char *table_key, int64_t timeout_ms);
+
 /* Free an answer. NULL is a no-op. */
 void detd_answer_free(struct detd_answer *answer);
 

@@ -139,16 +139,15 @@ def triton_key(tuner, args, kwargs) -> tuple:
 
 
 def megatron_key(tuner, args, kwargs) -> str:
-    """The key in Megatron-LM's ``tuning_key`` form (see the module
-    docstring), built from the call's arguments like ``triton_key``."""
-    nargs = dict(zip(tuner.arg_names, args))
-    all_args = {**nargs, **kwargs}
-    _args = {k: v for (k, v) in all_args.items() if k in tuner.arg_names}
-    parts = [f"{k}={_args[k]}" for k in tuner.keys if k in _args]
-    for _, arg in _args.items():
-        if hasattr(arg, "dtype"):
-            parts.append(str(arg.dtype))
-    return "|".join(parts)
+    """The key in Megatron-LM's ``tuning_key`` form (``N=128|torch.float32``):
+    ``name=str(value)`` for each of the autotuner's ``key`` argument names
+    present in the call, then ``str(dtype)`` of every tensor argument in
+    argument order, joined by ``|``. Megatron's tables use it; detd's table
+    lookup tries it after the canonical key."""
+    named = dict(zip(tuner.arg_names, args))
+    named.update(kwargs)
+    return "|".join([f"{n}={named[n]}" for n in tuner.keys if n in named] +
+                    [str(v.dtype) for v in named.values() if hasattr(v, "dtype")])
 
 
 def kernel_name(tuner) -> str:

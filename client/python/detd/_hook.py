@@ -50,7 +50,12 @@ On a key this process has not resolved yet, ``__contains__`` asks the daemon:
 Autotuners that are not governed (``auto`` and ``record`` modes, outside
 ``scope``, or ``exempt``) are left to Triton: ``__contains__`` returns
 False, Triton times as usual, and after ``run`` returns the hook reads
-``self.cache[key]`` and observes it (source ``local``).
+``self.cache[key]`` and observes it (source ``local``).  In ``record``
+mode, for autotuners in ``scope`` and not ``exempt``, the hook also sends
+that winner and every candidate's timing from Triton's pass as a vote
+(``detd_vote``, with the key in Megatron's ``tuning_key`` form too), for
+``detctl table export --votes``; a daemon that cannot be reached costs one
+warning.
 
 Every (autotuner, key) reached is observed once per process through the
 daemon's ``Observe`` (forked children observe again under their own pid),
@@ -686,7 +691,10 @@ def _after_run(tuner, ctx: _Call):
         ct = getattr(tuner, "configs_timings", None)
         if isinstance(ct, dict):
             timings = {_canon.config_string(c): _normalize_timing(t)[0] for c, t in ct.items()}
-        _record(info, key_str, cfg, "local", False, timed_here=timings is not None, timings=timings)
+        voted = timings is not None and _state.settings.is_recorded(info.name) and _vote(tuner, info, ctx, key_str,
+                                                                                         cfg, ct)
+        _record(info, key_str, cfg, "local", False, timed_here=timings is not None, timings=timings,
+                note="voted" if voted else None)
         _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
     else:
         # A key resolved in the parent before fork, or before install():
@@ -697,6 +705,31 @@ def _after_run(tuner, ctx: _Call):
         governed = bool(rec and rec["governed"])
         _observe(tuner, info, key, key_str, cfg, inv.get(src, _native.SOURCE_LOCAL), governed,
                  bool(rec and rec.get("chaos")))
+
+
+def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_timings) -> bool:
+    """Record mode: send this process's winner and every candidate's timing
+    from Triton's own pass as a vote. Best effort: a daemon that is down
+    costs one warning, never the training run."""
+    rows, seen = [], set()
+    for c, t in configs_timings.items():
+        s = _canon.config_string(c)
+        if s in seen or s not in info.live:
+            continue
+        seen.add(s)
+        ms, failed = _normalize_timing(t)
+        rows.append((s, ms, failed))
+    try:
+        table_key = _canon.megatron_key(tuner, ctx.args, ctx.kwargs)
+    except Exception:  # an argument whose str() fails: vote without it
+        table_key = None
+    try:
+        client().vote(_dkey(info, key_str), cfg, rows, _triton_version(), table_key,
+                      min(_state.settings.timeout_ms, 10_000))
+        return True
+    except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+        _warn_once("vote", f"detd: cannot send record-mode votes: {e}")
+        return False
 
 
 _original_run = None

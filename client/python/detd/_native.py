@@ -184,6 +184,10 @@ def _bind(lib):
     lib.detd_report.restype = c_int
     lib.detd_observe.argtypes = [ctypes.c_void_p, P(_Key), c_char_p, c_int, c_int, c_int64]
     lib.detd_observe.restype = c_int
+    if hasattr(lib, "detd_vote"):  # libdetd 0.2
+        lib.detd_vote.argtypes = [ctypes.c_void_p, P(_Key), c_char_p, P(_Timing), c_size_t, c_char_p, c_char_p,
+                                  c_int64]
+        lib.detd_vote.restype = c_int
     lib.detd_answer_free.argtypes = [P(_Answer)]
     lib.detd_answer_free.restype = None
     lib.detd_version.argtypes = []
@@ -307,6 +311,24 @@ class Client:
         flags = (OBSERVE_GOVERNED if governed else 0) | (OBSERVE_CHAOS if chaos else 0)
         _check(self._lib, "detd_observe",
                self._lib.detd_observe(self._h, ctypes.byref(ck.s), _b(config), source, flags, timeout_ms))
+
+    def vote(self, key: Key, config: str, timings: Sequence[Tuple[str, Sequence[float], bool]],
+             triton_version: str, table_key: Optional[str], timeout_ms: int = 10_000):
+        """Record mode: vote for ``config``, this process's own winner for
+        ``key``, with every candidate's timings (``detd_vote``)."""
+        if not hasattr(self._lib, "detd_vote"):
+            raise DetdError("detd_vote", -1, "ENOSYS", "this libdetd has no detd_vote (older than 0.2)")
+        ck = _CKey(key)
+        keep = []
+        arr = (_Timing * max(1, len(timings)))()
+        for i, (cfg, ms, failed) in enumerate(timings):
+            buf = (ctypes.c_double * max(1, len(ms)))(*ms)
+            cb = _b(cfg)
+            keep.append((buf, cb))
+            arr[i] = _Timing(cb, ctypes.cast(buf, ctypes.POINTER(ctypes.c_double)), len(ms), 1 if failed else 0)
+        _check(self._lib, "detd_vote",
+               self._lib.detd_vote(self._h, ctypes.byref(ck.s), _b(config), arr, len(timings), _b(triton_version),
+                                   _b(table_key), timeout_ms))
 
     def close(self):
         if self._h and self.pid == os.getpid():

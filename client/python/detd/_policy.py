@@ -81,6 +81,13 @@ class Settings:
                 return False
         return not any(fnmatch.fnmatchcase(name, pat) for pat in self.exempt)
 
+    def is_recorded(self, name: str) -> bool:
+        """Whether ``record`` mode votes for the kernel ``module:qualname``
+        (the same scope and exemptions as governance in the other modes)."""
+        if self.mode != "record":
+            return False
+        return dataclasses.replace(self, mode="coordinated").is_governed(name)
+
     def override_for(self, name: str, identity: str) -> Optional[str]:
         """The override config string for a kernel, or None."""
         for k, v in self.overrides:
