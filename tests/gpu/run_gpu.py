@@ -69,13 +69,16 @@ def agreement(results):
 
 
 class Daemon:
-    def __init__(self, root):
+    def __init__(self, root, tables=None):
+        os.makedirs(root, exist_ok=True)
+        self.root = root
         self.sock = os.path.join(root, "detd.sock")
         self.state = os.path.join(root, "state")
         self.log = open(os.path.join(root, "detd.log"), "a")
         os.environ["DETD_SOCKET"] = self.sock  # for the workers' detd.install()
-        self.p = subprocess.Popen([os.path.join(BIN, "detd"), "--socket", self.sock, "--state-dir", self.state],
-                                  env=env_for({}), stdout=self.log, stderr=subprocess.STDOUT)
+        extra = ["--tables", tables] if tables else []
+        self.p = subprocess.Popen([os.path.join(BIN, "detd"), "--socket", self.sock, "--state-dir", self.state,
+                                   *extra], env=env_for({}), stdout=self.log, stderr=subprocess.STDOUT)
         for _ in range(200):
             if self.detctl("health").returncode == 0:
                 return
@@ -96,6 +99,20 @@ class Daemon:
 
 def counter(st, name):
     return int(st.get("counters", {}).get(name, 0))
+
+
+def kernel_time(work, wargs, configs, tag):
+    """Kernel time of the given configs (entry -> config) against a fresh
+    timed autotune: entry by entry, in one process, alternating A/B, in 2
+    fresh processes. Returns (rows, fresh total ms, given total ms)."""
+    cfile = os.path.join(work, f"{tag}.json")
+    json.dump(configs, open(cfile, "w"))
+    rows = []
+    for i in range(2):
+        rows += run_procs(1, "default", work, f"{tag}_fresh{i}", args=wargs + ["--compare", cfile])[0]["compare"]
+    f_tot = sum(r["fresh_ms"] for r in rows)
+    d_tot = sum(r["detd_ms"] for r in rows)
+    return rows, f_tot, d_tot
 
 
 def main():
@@ -169,11 +186,7 @@ def main():
                 decided = run1[0]["configs"]
             else:
                 decided = run_procs(1, "detd", work, "decide", args=wargs)[0]["configs"]
-            cfile = os.path.join(work, "decided.json")
-            json.dump(decided, open(cfile, "w"))
-            rows = []
-            for i in range(2):
-                rows += run_procs(1, "default", work, f"fresh{i}", args=wargs + ["--compare", cfile])[0]["compare"]
+            rows, f_tot, d_tot = kernel_time(work, wargs, decided, "decided")
             diff = [r for r in rows if not r["same"]]
             print(f"\n== kernel time: detd's configs vs a fresh timed autotune (2 fresh processes) ==")
             print(f"{'entry':60s} {'fresh cfg':>30s} {'ms':>8s} {'detd cfg':>30s} {'ms':>8s}")
@@ -181,8 +194,6 @@ def main():
                 print(f"{r['entry'][:60]:60s} {r['fresh'][-30:]:>30s} {r['fresh_ms']:8.4f} "
                       f"{r['detd'][-30:]:>30s} {r['detd_ms']:8.4f}")
             same = sum(1 for r in rows if r["same"])
-            f_tot = sum(r["fresh_ms"] for r in rows)
-            d_tot = sum(r["detd_ms"] for r in rows)
             print(f"entries compared {len(rows)} ({same} with the same config); total kernel time: "
                   f"fresh autotune {f_tot:.4f} ms, detd {d_tot:.4f} ms ({(d_tot / f_tot - 1) * 100:+.2f}%)")
             summary.update({"compared_entries": len(rows), "same_config_entries": same,
@@ -213,6 +224,50 @@ def main():
                   f"{r['paired_overhead'] * 100:+.1f}%  (median paired difference "
                   f"{r['paired_diff_us_median']:+.2f} us; direct launch path: {r['direct']})")
             summary.update({k: v for k, v in r.items() if k.startswith("paired") or k == "direct"})
+        if "record" in phases or "table" in phases:
+            # Record a table: a fresh daemon, every process in record mode
+            # (each times as Triton would and votes), the majority exported.
+            rd = Daemon(os.path.join(work, "record"))
+            try:
+                rec = run_procs(n, "detd", rd.root, "record", extra_env={"DETD_MODE": "record"}, args=wargs)
+                votes = json.loads(rd.detctl("votes", "--json").stdout)
+                tdir = os.path.join(a.out, "tables")
+                os.makedirs(tdir, exist_ok=True)
+                ex = rd.detctl("table", "export", "--arch", "sm90", "--votes", "--source",
+                               f"detd GPU suite (tests/gpu): record mode, {n} processes on one H200, "
+                               "majority of their timing-pass winners", "-o", os.path.join(tdir, "sm90.json"))
+            finally:
+                rd.stop()
+            print(f"\n== record mode: {n} processes, every one times every key ==")
+            print(ex.stdout.strip(), ex.stderr.strip())
+            summary.update({"record_timing_passes": sum(r["passes"] for r in rec),
+                            "record_votes": len(votes["votes"]), "record_export_exit": ex.returncode})
+            if ex.returncode != 0:
+                raise SystemExit("table export failed")
+            # Table only: pinned mode against the recorded table.
+            td = Daemon(os.path.join(work, "table"), tables=tdir)
+            try:
+                tab = run_procs(n, "detd", td.root, "table", extra_env={"DETD_MODE": "pinned"}, args=wargs)
+                stt = td.status()
+                vt = td.detctl("verify")
+            finally:
+                td.stop()
+            ct, dt = agreement(tab)
+            sources = collections.Counter(v for r in tab for v in r.get("sources", {}).values())
+            rows, f_tot, t_tot = kernel_time(work, wargs, tab[0]["configs"], "table")
+            print(f"\n== table only (pinned), {n} processes ==")
+            print(f"entries {len(ct)}, disagreeing {sum(1 for v in ct.values() if len(v) > 1)}, "
+                  f"outputs with >1 digest {sum(1 for v in dt.values() if len(v) > 1)}, "
+                  f"timing passes {sum(r['passes'] for r in tab)}, sources {dict(sources)}, "
+                  f"detctl verify exit {vt.returncode}")
+            print(f"kernel time: fresh autotune {f_tot:.4f} ms, table {t_tot:.4f} ms "
+                  f"({(t_tot / f_tot - 1) * 100:+.2f}%)")
+            summary.update({"table_entries": len(ct), "table_disagree": sum(1 for v in ct.values() if len(v) > 1),
+                            "table_outputs_differing": sum(1 for v in dt.values() if len(v) > 1),
+                            "table_timing_passes": sum(r["passes"] for r in tab),
+                            "table_sources": dict(sources), "table_hits": counter(stt, "table_hits"),
+                            "table_verify_exit": vt.returncode, "table_kernel_ms_fresh": f_tot,
+                            "table_kernel_ms": t_tot, "table_vs_fresh": t_tot / f_tot - 1.0})
     finally:
         rc = d.stop()
         summary["daemon_exit"] = rc

@@ -24,6 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 COUNTS = {"passes": 0, "bench_calls": 0}
 TUNERS = weakref.WeakSet()
 
+# Triton's own methods; prune and bench are taken again after detd.install()
+# so that the counting wrappers below wrap detd's (its direct launch path
+# resolves a new key inside prune_configs).
 _orig_prune = _at.Autotuner.prune_configs
 _orig_bench = _at.Autotuner._bench
 _orig_run = _at.Autotuner.run
@@ -120,6 +123,8 @@ def main():
 
         detd.install()  # settings from DETD_* (coordinated by default)
     launch_run = _at.Autotuner.run  # Triton's own, or detd's patch
+    global _orig_prune, _orig_bench
+    _orig_prune, _orig_bench = _at.Autotuner.prune_configs, _at.Autotuner._bench
     # Count after detd so its designated pass (prune + _bench) is counted.
     _at.Autotuner.prune_configs = _prune
     _at.Autotuner._bench = _bench
@@ -161,6 +166,8 @@ def main():
         import detd
 
         res["verify"] = detd.verify(strict=False)
+        res["sources"] = {f"{t['kernel']}|{k['key']}": k["source"] for t in detd.autotuners()
+                          for k in t["keys"]}
     json.dump(res, open(args.out, "w"))
 
 

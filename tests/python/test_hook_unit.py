@@ -177,6 +177,30 @@ def test_designated_on_the_direct_path_times_once_and_uses_committed(hooked, mon
     assert _hook._tls.__dict__.get("skip") is None
 
 
+def test_direct_path_resolves_through_a_wrapped_prune_configs(hooked, monkeypatch):
+    """Profilers and counting harnesses wrap Autotuner.prune_configs after
+    detd installed: a new key on the direct path must still be resolved
+    through the daemon (nothing timed here), not timed by Triton."""
+    from triton.runtime import autotuner as at
+
+    s = hooked(Scripted(lambda k: answer(_native.OUTCOME_DECIDED, "BLOCK=32,num_warps=4,num_stages=1,num_ctas=1")))
+    run_once()
+    assert type(rk.row_sum_kernel.cache) is _hook.DirectCache
+    inner = at.Autotuner.prune_configs
+    seen = []
+
+    def wrapper(self, *a, **k):
+        seen.append(1)
+        return inner(self, *a, **k)
+
+    monkeypatch.setattr(at.Autotuner, "prune_configs", wrapper)
+    before = len(rk.CALLS)
+    rk.row_sum(rk.make_input(rows=4, n=2048, seed=9))
+    assert seen and len(rk.CALLS) == before and len(s.decides) == 2
+    got = dict.get(rk.row_sum_kernel.cache, (2048, "torch.float32", "torch.float32"))
+    assert got.kwargs["BLOCK"] == 32
+
+
 def test_pinned_asks_without_claim_and_never_times(hooked):
     s = hooked(Scripted(lambda k: answer(_native.OUTCOME_MISS)), mode="pinned", on_miss="cheapest")
     sha, calls = run_once()

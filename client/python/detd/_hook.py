@@ -790,8 +790,14 @@ def _patched_prune(self, kwargs, *rest, **kw):
     cache = self.__dict__.get("cache")
     if type(cache) is not DirectCache or not _state.active:
         return _original_prune(self, kwargs, *rest, **kw)
+    # Triton's run is the caller, or a few frames up when something (a
+    # profiler, a counting wrapper) wraps prune_configs in turn.
     frame = sys._getframe(1)
-    if frame.f_code is not _original_run.__code__ or frame.f_locals.get("self") is not self:
+    for _ in range(4):
+        if frame is None or (frame.f_code is _original_run.__code__ and frame.f_locals.get("self") is self):
+            break
+        frame = frame.f_back
+    if frame is None or frame.f_code is not _original_run.__code__:
         return _original_prune(self, kwargs, *rest, **kw)
     key = frame.f_locals.get("key")
     ctx = _Call(self, frame.f_locals.get("args", ()), kwargs)
