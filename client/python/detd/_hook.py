@@ -74,16 +74,17 @@ and gets a fresh daemon handle.
 Cost per launch
 ---------------
 Once a governed tuner has resolved its first key it goes direct
-(``_go_direct``): its cache becomes a ``DirectCache``, a dict subclass
-without a Python ``__contains__``, and an instance-level ``run`` bound to
-Triton's own shadows the class-level patch.  A launch on a key this
-process already resolved and observed then runs exactly Triton's code: no
-detd frame, no lock, no daemon call.  A new key misses the cache, so
-Triton's run calls ``prune_configs``; the patched ``prune_configs`` finds
-the call's arguments in Triton's run frame, resolves the key under the
-tuner's lock, and returns the resolved config as the only candidate
-(releases that still time a single candidate get that measurement skipped
-by the patched ``_bench``).  Other tuners (ungoverned, single-config, or
+(``_go_direct``): its cache becomes a plain ``dict`` holding the keys this
+process resolved and observed, and an instance-level ``run`` bound to
+Triton's own shadows the class-level patch.  A launch on such a key then
+runs exactly Triton's code on exactly Triton's data types (CPython
+specializes lookups in an exact dict, not in a subclass): no detd frame, no
+lock, no daemon call.  A new key misses the cache, so Triton's run calls
+``prune_configs``; the patched ``prune_configs`` finds the call's
+arguments in Triton's run frame, resolves the key under the tuner's lock,
+and returns the resolved config as the only candidate (releases that still
+time a single candidate get that measurement skipped by the patched
+``_bench``).  Other tuners (ungoverned, single-config, or
 before their first key) take the patched run: the tuner's lock, a
 thread-local call record, and the after-run observations.  After fork
 and on a new ``install()`` every tuner goes back to the full path, so a
@@ -140,44 +141,41 @@ _infos: "weakref.WeakKeyDictionary[Any, _TunerInfo]" = weakref.WeakKeyDictionary
 # the keys it observed) is stale there.
 _gen = [0]
 # Governed tuners launching through Triton's own run (see _go_direct()).
-_direct_tuners: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# tuner -> (lock, generation) of its direct-path misses.
+_direct_tuners: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
 
 
 def _go_direct(tuner, cache):
     """Let tuner launch without any detd code on a known key.
 
-    The tuner's cache becomes a :class:`DirectCache` (a dict subclass with
-    dict's own C membership test) holding the keys this process resolved
-    and observed, and an instance attribute ``run`` bound to Triton's own
-    run shadows the class-level patch. A launch on a known key then runs
-    exactly Triton's code. A new key misses the cache, and Triton's run
-    calls ``prune_configs``, where the class-level :func:`_patched_prune`
-    resolves it through the daemon. Pickling and copying keep working: a
-    bound method pickles as ``getattr(obj, "run")``, which the copy resolves
-    again."""
+    The tuner's cache becomes a plain dict holding the keys this process
+    resolved and observed, and an instance attribute ``run`` bound to
+    Triton's own run shadows the class-level patch, so a launch on a known
+    key runs exactly Triton's code. A new key misses the cache, and
+    Triton's run calls ``prune_configs``, where the class-level
+    :func:`_patched_prune` resolves it through the daemon. Pickling and
+    copying keep working: the cache is a dict, and a bound method pickles
+    as ``getattr(obj, "run")``, which the copy resolves again."""
     known = {k: dict.__getitem__(cache, k) for k in cache._fast if dict.__contains__(cache, k)}
-    direct = DirectCache(known)
-    direct._lock = cache._lock
-    direct._gen = cache._gen
-    tuner.__dict__["cache"] = direct
+    _direct_tuners[tuner] = (cache._lock, cache._gen)
+    tuner.__dict__["cache"] = known
     tuner.__dict__["run"] = _original_run.__get__(tuner, type(tuner))
-    _direct_tuners.add(tuner)
 
 
 def _leave_direct(tuner):
     """Back to the patched run and a :class:`DetdCache` (after fork, a new
     install(), or a tuner no longer governed). Entries are kept; they count
     as observed only within the generation that resolved them."""
+    st = _direct_tuners.pop(tuner, None)
     cache = tuner.__dict__.get("cache")
-    if type(cache) is DirectCache:
-        full = DetdCache(dict(cache))
-        if cache._gen == _gen[0]:
-            full._lock = cache._lock
+    if st is not None and type(cache) is not DetdCache:
+        full = DetdCache(dict(cache or {}))
+        if st[1] == _gen[0]:
+            full._lock = st[0]
             full._fast = set(full)
         tuner.__dict__["cache"] = full
     if tuner.__dict__.get("run") is not None:
         del tuner.__dict__["run"]
-    _direct_tuners.discard(tuner)
 
 
 def _after_fork_in_child():
@@ -481,42 +479,6 @@ class DetdCache(dict):
         return DetdCache({copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()})
 
 
-class DirectCache(dict):
-    """``Autotuner.cache`` of a governed tuner on the direct path (see
-    :func:`_go_direct`): it holds only keys this process resolved and
-    observed, and it defines no ``__contains__``, so Triton's membership
-    test is dict's own. A miss reaches :func:`_patched_prune`. ``_lock``
-    serializes the tuner's misses; ``_gen`` is the process generation that
-    filled it."""
-
-    __slots__ = ("_lock", "_gen")
-
-    def __init__(self, *a, **kw):
-        dict.__init__(self, *a, **kw)
-        self._lock = threading.RLock()
-        self._gen = _gen[0]
-
-    def __reduce__(self):
-        return (dict, (dict(self),))
-
-    def __reduce_ex__(self, protocol):
-        return self.__reduce__()
-
-    def __copy__(self):
-        # In-process copies stay direct (a copied tuner carries the
-        # instance-level run bound to Triton's own: see _go_direct()).
-        c = DirectCache(self)
-        c._lock, c._gen = self._lock, self._gen
-        return c
-
-    def __deepcopy__(self, memo):
-        import copy
-
-        c = DirectCache({copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()})
-        c._gen = self._gen
-        return c
-
-
 def _normalize_timing(t) -> Tuple[List[float], bool]:
     if isinstance(t, (list, tuple)):
         ms = [float(x) for x in t]
@@ -744,7 +706,7 @@ def _patched_run(self, *args, **kwargs):
     turned into a :class:`_Call` only when the cache has work to do, and
     run under the tuner's lock; their picks are observed afterwards."""
     cache = self.__dict__.get("cache")
-    if type(cache) is DirectCache or not _state.active:
+    if not _state.active or self in _direct_tuners:
         return _original_run(self, *args, **kwargs)
     if not _state.active:
         return _original_run(self, *args, **kwargs)
@@ -787,8 +749,9 @@ def _patched_prune(self, kwargs, *rest, **kw):
     (``warmup``, the timing pass, tuners on the full path) gets Triton's
     own pruning."""
     _tls.skip = None
+    st = _direct_tuners.get(self) if _state.active else None
     cache = self.__dict__.get("cache")
-    if type(cache) is not DirectCache or not _state.active:
+    if st is None or type(cache) is not dict:
         return _original_prune(self, kwargs, *rest, **kw)
     # Triton's run is the caller, or a few frames up when something (a
     # profiler, a counting wrapper) wraps prune_configs in turn.
@@ -803,12 +766,12 @@ def _patched_prune(self, kwargs, *rest, **kw):
     ctx = _Call(self, frame.f_locals.get("args", ()), kwargs)
     ctx.key = key
     del frame
-    with cache._lock:
-        if not dict.__contains__(cache, key) and not _resolve(cache, ctx, key):
+    with st[0]:
+        if key not in cache and not _resolve(cache, ctx, key):
             # No longer governed: Triton times it, the full path observes.
             _leave_direct(self)
             return _original_prune(self, kwargs, *rest, **kw)
-        chosen = dict.__getitem__(cache, key)
+        chosen = cache[key]
     if _single_config_benched:
         timed = getattr(self, "configs_timings", None)
         _tls.skip = (self, chosen, timed.get(chosen, 0.0) if isinstance(timed, dict) else 0.0)
