@@ -33,14 +33,21 @@ COUNTS = {"passes": 0, "bench_calls": 0}
 _pending = weakref.WeakKeyDictionary()
 
 
-def count_timing_passes():
-    """Count timing passes as the GPU suite does: a prune_configs followed
-    by a benchmark (wrapping whatever is installed, detd's patch included)."""
+def count_timing_passes(detd_mode):
+    """Count timing passes as the GPU suite does (worker.py): a
+    prune_configs (wrapping whatever is installed, detd's patch included)
+    followed by a benchmark that really runs in Triton's own _bench."""
     prune, bench = _at.Autotuner.prune_configs, _at.Autotuner._bench
 
     def _prune(self, *a, **k):
         _pending[self] = True
         return prune(self, *a, **k)
+
+    _at.Autotuner.prune_configs = _prune
+    if detd_mode:
+        from detd import _hook
+
+        bench = _hook._original_bench  # Triton's, called by detd's patch
 
     def _bench(self, *a, **k):
         if _pending.pop(self, False):
@@ -48,8 +55,10 @@ def count_timing_passes():
         COUNTS["bench_calls"] += 1
         return bench(self, *a, **k)
 
-    _at.Autotuner.prune_configs = _prune
-    _at.Autotuner._bench = _bench
+    if detd_mode:
+        _hook._original_bench = _bench
+    else:
+        _at.Autotuner._bench = _bench
 
 
 def bits(x: float) -> str:
@@ -95,7 +104,7 @@ def main():
         import detd
 
         detd.install()  # coordinated, settings from DETD_*
-    count_timing_passes()
+    count_timing_passes(a.mode == "detd")
     import kernels
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     import fla.ops.common.chunk_o as chunk_o

@@ -24,18 +24,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 COUNTS = {"passes": 0, "bench_calls": 0}
 TUNERS = weakref.WeakSet()
 
-# Triton's own methods; prune and bench are taken again after detd.install()
-# so that the counting wrappers below wrap detd's (its direct launch path
-# resolves a new key inside prune_configs).
+# Triton's own methods. A timing pass is a prune_configs followed by a
+# benchmark that really runs: the counting wrapper of prune_configs wraps
+# whatever is installed (detd's patch resolves a direct tuner's new key
+# there), and the count happens in Triton's own _bench (under detd, the one
+# its patch calls), so a measurement detd skips is not counted.
 _orig_prune = _at.Autotuner.prune_configs
 _orig_bench = _at.Autotuner._bench
 _orig_run = _at.Autotuner.run
 _pending = weakref.WeakKeyDictionary()
-
-
-def _prune(self, *a, **k):
-    _pending[self] = True
-    return _orig_prune(self, *a, **k)
 
 
 def _bench(self, *a, **k):
@@ -43,6 +40,23 @@ def _bench(self, *a, **k):
         COUNTS["passes"] += 1
     COUNTS["bench_calls"] += 1
     return _orig_bench(self, *a, **k)
+
+
+def install_counters(detd_mode):
+    """Wrap prune_configs (after detd.install()) and count real benchmarks."""
+    prune = _at.Autotuner.prune_configs
+
+    def counted_prune(self, *a, **k):
+        _pending[self] = True
+        return prune(self, *a, **k)
+
+    _at.Autotuner.prune_configs = counted_prune
+    if detd_mode:
+        from detd import _hook
+
+        _hook._original_bench = _bench  # detd's patched _bench calls this
+    else:
+        _at.Autotuner._bench = _bench
 
 
 CALLS = {}  # entry -> (tuner, args, kwargs) of the call that resolved it
@@ -123,11 +137,7 @@ def main():
 
         detd.install()  # settings from DETD_* (coordinated by default)
     launch_run = _at.Autotuner.run  # Triton's own, or detd's patch
-    global _orig_prune, _orig_bench
-    _orig_prune, _orig_bench = _at.Autotuner.prune_configs, _at.Autotuner._bench
-    # Count after detd so its designated pass (prune + _bench) is counted.
-    _at.Autotuner.prune_configs = _prune
-    _at.Autotuner._bench = _bench
+    install_counters(args.mode == "detd")
     _at.Autotuner.run = _run if args.mode == "default" else _wrap_detd_run()
 
     import kernels
