@@ -101,7 +101,13 @@ def test_runtime_packages_provide_every_library_of_the_built_binaries():
     for b in binaries:
         assert b.exists(), f"{b} is not built (DETD_BUILD_DIR={BUILD})"
     pkgs = image_facts()["runtime_packages"]
-    assert mc.libraries_without_package(binaries, pkgs) == []
+    # A sanitizer build (the second CI pass) links the sanitizer runtimes,
+    # which the image's Release build does not: they are not asked of it.
+    cache = (BUILD / "CMakeCache.txt").read_text() if (BUILD / "CMakeCache.txt").exists() else ""
+    sanitized = "DETD_SANITIZE:BOOL=ON" in cache
+    runtime = ("libasan.so", "libubsan.so", "liblsan.so", "libatomic.so")
+    assert [m for m in mc.libraries_without_package(binaries, pkgs)
+            if not (sanitized and m[1].startswith(runtime))] == []
     # Without libjansson4 the daemon and detctl could not start: reported.
     short = [p for p in pkgs if p != "libjansson4"]
     missing = {(Path(b).name, lib) for b, lib, _ in mc.libraries_without_package(binaries, short)}

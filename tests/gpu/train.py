@@ -57,6 +57,13 @@ def count_timing_passes(detd_mode):
 
     if detd_mode:
         _hook._original_bench = _bench
+        timing_pass = _hook._timing_pass
+
+        def counted_pass(ctx):  # a designated pass prunes with Triton's own
+            _pending[ctx.tuner] = True
+            return timing_pass(ctx)
+
+        _hook._timing_pass = counted_pass
     else:
         _at.Autotuner._bench = _bench
 

@@ -55,6 +55,13 @@ def install_counters(detd_mode):
         from detd import _hook
 
         _hook._original_bench = _bench  # detd's patched _bench calls this
+        timing_pass = _hook._timing_pass
+
+        def counted_pass(ctx):  # a designated pass prunes with Triton's own
+            _pending[ctx.tuner] = True
+            return timing_pass(ctx)
+
+        _hook._timing_pass = counted_pass
     else:
         _at.Autotuner._bench = _bench
 
