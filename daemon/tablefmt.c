@@ -66,6 +66,7 @@ void tablefmt_default_limits(struct tablefmt_limits *ret) {
     ret->max_file_bytes = TABLEFMT_MAX_FILE_BYTES;
     ret->max_name = TABLEFMT_MAX_NAME;
     ret->max_entries = TABLEFMT_MAX_ENTRIES;
+    ret->any_name = 0;
 }
 
 /* See tablefmt.h. */
@@ -386,7 +387,8 @@ int tablefmt_parse(const char *name, const void *buf, size_t len,
     }
     const char *bn = base_name(name);
     size_t al = strlen(doc->arch);
-    if (strncmp(bn, doc->arch, al) != 0 || strcmp(bn + al, ".json") != 0) {
+    if (!lim->any_name &&
+        (strncmp(bn, doc->arch, al) != 0 || strcmp(bn + al, ".json") != 0)) {
         set_err(ret_errmsg,
                 "%s: arch: '%s' does not match the file name (an %s table "
                 "must be named %s.json)",

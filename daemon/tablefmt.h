@@ -42,6 +42,9 @@ struct tablefmt_limits {
     size_t max_file_bytes;
     size_t max_name;
     size_t max_entries;
+    /* 1: the file may have any name (detctl table merge reads inputs such
+     * as rank0.json); 0 (the default): it must be "<arch>.json". */
+    int any_name;
 };
 
 /* One entry: kernel and key as written in the file. */

@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 
+#include "detctl_merge.h"
 #include "detctl_print.h"
 #include "detctl_tables.h"
 #include "detctl_table.h"
@@ -49,6 +50,10 @@ struct detctl_opts {
     const char *source;     /* table export --source */
     const char *out;        /* table export -o */
     int votes;              /* table export --votes, reset --votes */
+    const char **files;     /* table merge/report/import inputs */
+    size_t n_files;
+    int verbose; /* table merge --verbose */
+    int imports; /* reset --imports */
 };
 
 static void detctl_usage(FILE *out) {
@@ -79,6 +84,16 @@ static void detctl_usage(FILE *out) {
             "                                        the decisions (--votes: "
             "the\n"
             "                                        majority of the votes)\n"
+            "  table merge FILE... -o OUT [--source TEXT] [--verbose]\n"
+            "                                        majority of tables and "
+            "recordings,\n"
+            "                                        one table per arch (OUT: "
+            "a directory\n"
+            "                                        for several)\n"
+            "  table report FILE... [--json]         entries, votes and "
+            "disagreements\n"
+            "                                        per kernel of those "
+            "inputs\n"
             "  health                                grpc.health.v1 check; "
             "exit 0 when SERVING\n"
             "  reload [--json]                       re-read the table "
@@ -590,8 +605,12 @@ out:
 
 static int detctl_table(const struct detctl_opts *o, struct wire_channel *ch) {
     if (o->subcommand == NULL || strcmp(o->subcommand, "export") != 0) {
-        fprintf(stderr, "detctl: table needs a subcommand: export (see "
-                        "--help)\n");
+        fprintf(stderr, "detctl: table needs a subcommand: export, merge, "
+                        "report or import (see --help)\n");
+        return DETCTL_EXIT_ERR;
+    }
+    if (o->n_files > 0) {
+        fprintf(stderr, "detctl: unexpected argument '%s'\n", o->files[0]);
         return DETCTL_EXIT_ERR;
     }
     struct detctl_table_opts t = {
@@ -647,6 +666,10 @@ int main(int argc, char **argv) {
             o.cluster = 1;
         } else if (strcmp(a, "--votes") == 0) {
             o.votes = 1;
+        } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+            o.verbose = 1;
+        } else if (strcmp(a, "--imports") == 0) {
+            o.imports = 1;
         } else if (detctl_optval(argc, argv, &i, "--socket", &o.socket) ||
                    detctl_optval(argc, argv, &i, "--timeout", &timeout) ||
                    detctl_optval(argc, argv, &i, "--address", &o.address) ||
@@ -679,6 +702,14 @@ int main(int argc, char **argv) {
             o.command = a;
         } else if (o.subcommand == NULL && strcmp(o.command, "table") == 0) {
             o.subcommand = a;
+        } else if (o.subcommand != NULL) {
+            if (o.files == NULL)
+                o.files = calloc((size_t)argc, sizeof(*o.files));
+            if (o.files == NULL) {
+                fprintf(stderr, "detctl: out of memory\n");
+                return DETCTL_EXIT_ERR;
+            }
+            o.files[o.n_files++] = a;
         } else {
             fprintf(stderr, "detctl: unexpected argument '%s'\n", a);
             return DETCTL_EXIT_ERR;
@@ -700,6 +731,25 @@ int main(int argc, char **argv) {
     if (o.command == NULL) {
         detctl_usage(stderr);
         return DETCTL_EXIT_ERR;
+    }
+    if (strcmp(o.command, "table") == 0 && o.subcommand != NULL &&
+        (strcmp(o.subcommand, "merge") == 0 ||
+         strcmp(o.subcommand, "report") == 0)) {
+        /* Files only: no daemon involved. */
+        struct detctl_merge_opts mo = {
+            .files = o.files,
+            .n_files = o.n_files,
+            .out = o.out,
+            .source = o.source,
+            .verbose = o.verbose,
+            .json = o.json,
+        };
+        int ex = strcmp(o.subcommand, "merge") == 0
+                     ? detctl_merge_run(&mo)
+                     : detctl_merge_report_run(&mo);
+        free(o.files);
+        free(o.candidates);
+        return ex;
     }
     if (o.socket == NULL) {
         const char *env = getenv("DETD_SOCKET");
@@ -760,5 +810,6 @@ int main(int argc, char **argv) {
     int ex = fn(&o, ch);
     wire_channel_free(ch);
     free(o.candidates);
+    free(o.files);
     return ex;
 }

@@ -165,6 +165,37 @@ out:
 
 /* ---- building ---- */
 
+int detctl_table_tally_add(json_t *counts, const json_t *entry,
+                           json_int_t weight) {
+    char *ser = json_dumps(entry, JSON_COMPACT | JSON_SORT_KEYS);
+    if (ser == NULL)
+        return -1;
+    json_int_t c = json_integer_value(json_object_get(counts, ser)) + weight;
+    int rc = json_object_set_new(counts, ser, json_integer(c));
+    free(ser);
+    return rc;
+}
+
+const char *detctl_table_tally_winner(json_t *counts, json_int_t *ret_n,
+                                      json_int_t *ret_total) {
+    const char *win = NULL, *ser;
+    json_int_t win_n = 0, total = 0;
+    json_t *cv;
+    json_object_foreach(counts, ser, cv) {
+        json_int_t c = json_integer_value(cv);
+        total += c;
+        if (win == NULL || c > win_n || (c == win_n && strcmp(ser, win) < 0)) {
+            win = ser;
+            win_n = c;
+        }
+    }
+    if (ret_n != NULL)
+        *ret_n = win_n;
+    if (ret_total != NULL)
+        *ret_total = total;
+    return win;
+}
+
 /* The kernel name without its code-version guard: "module:qualname". */
 static char *table_kernel_name(const char *kernel) {
     const char *at = strrchr(kernel, '@');
@@ -175,8 +206,7 @@ static int table_strcmp_p(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* The keys of object o, sorted (borrowed from o). NULL when empty/OOM. */
-static const char **table_sorted_keys(json_t *o, size_t *ret_n) {
+const char **detctl_table_sorted_keys(json_t *o, size_t *ret_n) {
     size_t n = json_object_size(o), i = 0;
     const char **keys = calloc(n ? n : 1, sizeof(*keys));
     if (keys == NULL)
@@ -214,7 +244,7 @@ static const char *table_pick_version(const struct detctl_table_row *rows,
     const char *best = NULL;
     int64_t best_at = INT64_MIN;
     size_t n = 0;
-    const char **ks = table_sorted_keys(g, &n);
+    const char **ks = detctl_table_sorted_keys(g, &n);
     if (ks == NULL)
         return NULL;
     for (size_t i = 0; i < n; i++) {
@@ -274,13 +304,13 @@ int detctl_table_build(const char *arch, const char *source, int votes,
             goto out;
     }
     size_t nk = 0;
-    const char **knames = table_sorted_keys(groups, &nk);
+    const char **knames = detctl_table_sorted_keys(groups, &nk);
     if (knames == NULL)
         goto out;
     for (size_t a = 0; a < nk; a++) {
         json_t *byk = json_object_get(groups, knames[a]);
         size_t nkeys = 0;
-        const char **keys = table_sorted_keys(byk, &nkeys);
+        const char **keys = detctl_table_sorted_keys(byk, &nkeys);
         if (keys == NULL) {
             free(knames);
             goto out;
@@ -290,10 +320,9 @@ int detctl_table_build(const char *arch, const char *source, int votes,
             const char *ver =
                 table_pick_version(rows, g, knames[a], keys[b], warn, &st);
             json_t *idxs = json_object_get(g, ver), *x;
-            json_t *counts = json_object(), *entries = json_object();
+            json_t *counts = json_object();
             json_t *hosts = json_object(), *devices = json_object();
             size_t j, valid = 0;
-            const char *win = NULL;
             json_int_t win_n = 0;
             char err[256];
             /* Decisions: the newest row of this version (one per key and
@@ -332,41 +361,27 @@ int detctl_table_build(const char *arch, const char *source, int votes,
                             r->label, r->kernel, r->key, r->config, err);
                     continue;
                 }
-                char *ser = json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS);
-                if (ser == NULL) {
-                    json_decref(e);
+                int added = detctl_table_tally_add(counts, e, 1);
+                json_decref(e);
+                if (added != 0)
                     continue;
-                }
-                json_int_t c =
-                    json_integer_value(json_object_get(counts, ser)) + 1;
-                json_object_set_new(counts, ser, json_integer(c));
-                json_object_set_new(entries, ser, e);
                 json_object_set_new(hosts, r->host ? r->host : "", json_true());
                 if (r->device != NULL && r->device[0] != '\0')
                     json_object_set_new(devices, r->device, json_true());
                 if (r->triton_version != NULL && r->triton_version[0] != '\0')
                     json_object_set_new(tritons, r->triton_version,
                                         json_true());
-                free(ser);
                 valid++;
             }
-            const char *ser;
-            json_t *cv;
-            json_object_foreach(counts, ser, cv) {
-                json_int_t c = json_integer_value(cv);
-                if (win == NULL || c > win_n ||
-                    (c == win_n && strcmp(ser, win) < 0)) {
-                    win = ser;
-                    win_n = c;
-                }
-            }
-            if (win != NULL) {
+            const char *win = detctl_table_tally_winner(counts, &win_n, NULL);
+            json_t *won = win != NULL ? json_loads(win, 0, NULL) : NULL;
+            if (won != NULL) {
                 json_t *kt = json_object_get(kernels, knames[a]);
                 if (kt == NULL) {
                     kt = json_object();
                     json_object_set_new(kernels, knames[a], kt);
                 }
-                json_object_set(kt, keys[b], json_object_get(entries, win));
+                json_object_set_new(kt, keys[b], won);
                 st.entries++;
                 if (votes) {
                     json_t *pt = json_object_get(prov, knames[a]);
@@ -376,7 +391,7 @@ int detctl_table_build(const char *arch, const char *source, int votes,
                     }
                     json_t *devs = json_array();
                     size_t nd = 0;
-                    const char **ds = table_sorted_keys(devices, &nd);
+                    const char **ds = detctl_table_sorted_keys(devices, &nd);
                     for (size_t d = 0; ds != NULL && d < nd; d++)
                         json_array_append_new(devs, json_string(ds[d]));
                     free(ds);
@@ -391,7 +406,6 @@ int detctl_table_build(const char *arch, const char *source, int votes,
                 }
             }
             json_decref(counts);
-            json_decref(entries);
             json_decref(hosts);
             json_decref(devices);
         }
@@ -599,8 +613,7 @@ oom:
     return 2;
 }
 
-/* Write doc to path through a temporary file renamed over it. */
-static int table_write(const char *path, json_t *doc) {
+int detctl_table_write(const char *path, json_t *doc) {
     char *tmp = NULL;
     if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0) {
         fprintf(stderr, "detctl: out of memory\n");
@@ -608,7 +621,7 @@ static int table_write(const char *path, json_t *doc) {
     }
     FILE *fp = fopen(tmp, "w");
     if (fp == NULL) {
-        fprintf(stderr, "detctl: table export: cannot write '%s': %s\n", tmp,
+        fprintf(stderr, "detctl: cannot write '%s': %s\n", tmp,
                 strerror(errno));
         free(tmp);
         return 2;
@@ -619,7 +632,7 @@ static int table_write(const char *path, json_t *doc) {
     int saved = errno;
     bad |= fclose(fp) != 0;
     if (bad || rename(tmp, path) != 0) {
-        fprintf(stderr, "detctl: table export: cannot write '%s': %s\n", path,
+        fprintf(stderr, "detctl: cannot write '%s': %s\n", path,
                 strerror(bad ? saved : errno));
         unlink(tmp);
         free(tmp);
@@ -668,7 +681,7 @@ int detctl_table_export(const struct detctl_table_opts *o,
         ex = 2;
         goto out;
     }
-    if ((ex = table_write(o->out, doc)) != 0)
+    if ((ex = detctl_table_write(o->out, doc)) != 0)
         goto out;
     printf("wrote %s: %zu entr%s of %zu kernel%s from %zu %s", o->out,
            st.entries, st.entries == 1 ? "y" : "ies", st.kernels,
