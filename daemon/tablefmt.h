@@ -113,6 +113,19 @@ int tablefmt_render_entry(const json_t *entry, const char *where,
                           char **ret_config, char **ret_errmsg);
 
 /*
+ * The inverse of tablefmt_render_entry() for the strings it produces:
+ * parse a canonical config string ("BLOCK=1024,num_warps=4,num_stages=3,
+ * num_ctas=1[,maxnreg=N]": kwargs sorted by name, then the launch options
+ * in that order) into an entry {"kwargs": {...}, "num_warps": ..,
+ * "num_stages": .., "num_ctas": .., "maxnreg": N or null}. Values:
+ * decimal integers, Python float reprs, True/False, None, else raw
+ * strings. Returns 0 with *ret a new reference, or DETD_EINVAL (a string
+ * the entry would not render back to exactly) / DETD_ENOMEM with *err (if
+ * err is not NULL) a heap message naming what is wrong (caller frees).
+ */
+int tablefmt_entry_from_config(const char *config, json_t **ret, char **err);
+
+/*
  * Python's repr() of a finite double into buf (at least 32 bytes).
  * Returns buf. Non-finite values render as "inf", "-inf", "nan".
  */

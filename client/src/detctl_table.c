@@ -14,153 +14,20 @@
 
 #include "detd.pb-c.h"
 #include "detd/client.h"
+#include "tablefmt.h"
 #include "wire.h"
 
 /* The table format's cap on entries per file, applied to rows fetched. */
 #define TABLE_MAX_ROWS 1000000
 
-static const char *const table_options[4] = {"num_warps", "num_stages",
-                                             "num_ctas", "maxnreg"};
-
-static int table_errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int table_errf(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* A decimal integer exactly as Python's str(int) writes it. */
-static int table_parse_int(const char *s, long long *ret) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0')
-        return -1;
-    char back[32];
-    snprintf(back, sizeof back, "%lld", v);
-    if (strcmp(back, s) != 0)
-        return -1;
-    *ret = v;
-    return 0;
-}
-
-/* A config value as _canon._value() renders it, back to JSON. */
-static json_t *table_value(const char *name, const char *v, char *err,
-                           size_t errlen) {
-    long long i;
-    if (strcmp(v, "True") == 0)
-        return json_true();
-    if (strcmp(v, "False") == 0)
-        return json_false();
-    if (strcmp(v, "None") == 0)
-        return json_null();
-    if (table_parse_int(v, &i) == 0)
-        return json_integer(i);
-    if (strpbrk(v, ".eE") != NULL || strstr(v, "inf") != NULL ||
-        strcmp(v, "nan") == 0) {
-        char *end = NULL;
-        double d = strtod(v, &end);
-        if (end != v && *end == '\0') {
-            if (!isfinite(d)) {
-                table_errf(err, errlen,
-                           "kwarg %s = %s is not a finite number (JSON has "
-                           "none)",
-                           name, v);
-                return NULL;
-            }
-            return json_real(d);
-        }
-    }
-    return json_string(v);
-}
-
 int detctl_table_entry_from_config(const char *config, json_t **ret, char *err,
                                    size_t errlen) {
-    long long opt[4] = {0};
-    int have[4] = {0}, stage = 0, rc = -1;
-    const char *prev = NULL;
-    json_t *kw = json_object(), *entry = NULL;
-    char *copy = strdup(config != NULL ? config : "");
-    if (kw == NULL || copy == NULL) {
-        table_errf(err, errlen, "out of memory");
-        goto out;
-    }
-    if (copy[0] == '\0') {
-        table_errf(err, errlen, "the config string is empty");
-        goto out;
-    }
-    char *rest = copy, *part;
-    while ((part = strsep(&rest, ",")) != NULL) {
-        char *eq = strchr(part, '=');
-        if (eq == NULL || eq == part) {
-            table_errf(err, errlen, "'%.80s' is not NAME=value", part);
-            goto out;
-        }
-        *eq = '\0';
-        const char *name = part, *val = eq + 1;
-        int idx = -1;
-        for (int k = 0; k < 4; k++)
-            if (strcmp(name, table_options[k]) == 0)
-                idx = k;
-        if (idx >= 0) {
-            if (idx < stage) {
-                table_errf(err, errlen,
-                           "%s after %s: not the canonical order "
-                           "(num_warps, num_stages, num_ctas, maxnreg)",
-                           name, table_options[stage - 1]);
-                goto out;
-            }
-            if (table_parse_int(val, &opt[idx]) != 0) {
-                table_errf(err, errlen, "%s = %.40s is not an integer", name,
-                           val);
-                goto out;
-            }
-            have[idx] = 1;
-            stage = idx + 1;
-            continue;
-        }
-        if (stage > 0) {
-            table_errf(err, errlen,
-                       "'%.80s' follows the launch options: a field the "
-                       "table format has no member for",
-                       name);
-            goto out;
-        }
-        if (prev != NULL && strcmp(prev, name) >= 0) {
-            table_errf(err, errlen,
-                       "kwargs not sorted by name (%.80s after "
-                       "%.80s)",
-                       name, prev);
-            goto out;
-        }
-        prev = name;
-        json_t *v = table_value(name, val, err, errlen);
-        if (v == NULL || json_object_set_new(kw, name, v) != 0)
-            goto out;
-    }
-    for (int k = 0; k < 3; k++)
-        if (!have[k]) {
-            table_errf(err, errlen, "no %s: a table entry needs it",
-                       table_options[k]);
-            goto out;
-        }
-    entry = json_pack("{s:O, s:I, s:I, s:I, s:o}", "kwargs", kw, "num_warps",
-                      (json_int_t)opt[0], "num_stages", (json_int_t)opt[1],
-                      "num_ctas", (json_int_t)opt[2], "maxnreg",
-                      have[3] ? json_integer(opt[3]) : json_null());
-    if (entry == NULL) {
-        table_errf(err, errlen, "out of memory");
-        goto out;
-    }
-    *ret = entry;
-    rc = 0;
-out:
-    json_decref(kw);
-    free(copy);
-    return rc;
+    char *msg = NULL;
+    int rc = tablefmt_entry_from_config(config, ret, &msg);
+    if (rc != 0)
+        snprintf(err, errlen, "%s", msg != NULL ? msg : "out of memory");
+    free(msg);
+    return rc != 0 ? -1 : 0;
 }
 
 /* ---- building ---- */
