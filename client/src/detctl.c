@@ -71,10 +71,14 @@ static void detctl_usage(FILE *out) {
             "                                        (--cluster: on every "
             "node);\n"
             "                                        exit 1 on divergence\n"
-            "  reset (--kernel K | --all) [--namespace NS] [--votes]\n"
+            "  reset (--kernel K | --all) [--namespace NS] [--votes | "
+            "--imports]\n"
             "                                        forget decisions (with "
             "--votes:\n"
-            "                                        record-mode votes)\n"
+            "                                        record-mode votes "
+            "instead; with\n"
+            "                                        --imports: imported "
+            "entries too)\n"
             "  votes [--json] [--arch A] [--kernel K] [--namespace NS]\n"
             "                                        record-mode votes\n"
             "  table export --arch A -o FILE [--votes] [--kernel K]\n"
@@ -90,6 +94,10 @@ static void detctl_usage(FILE *out) {
             "                                        one table per arch (OUT: "
             "a directory\n"
             "                                        for several)\n"
+            "  table import FILE [--namespace NS]    the table's entries "
+            "answer Decide\n"
+            "                                        in NS before the tables "
+            "(admin)\n"
             "  table report FILE... [--json]         entries, votes and "
             "disagreements\n"
             "                                        per kernel of those "
@@ -432,6 +440,12 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
         req.kernel = (char *)o->kernel;
     req.all = o->all != 0;
     req.votes = o->votes != 0;
+    req.imports = o->imports != 0;
+    if (o->imports && o->votes) {
+        fprintf(stderr, "detctl: reset takes --votes or --imports, not "
+                        "both\n");
+        return DETCTL_EXIT_ERR;
+    }
     int ex = detctl_unary(o, ch, WIRE_METHOD_RESET, &req.base,
                           &detd__v1__reset_response__descriptor,
                           (ProtobufCMessage **)&r);
@@ -439,10 +453,15 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
         return ex;
     if (o->json)
         ex = detctl_print_json(
-            json_pack("{s:I}", "removed", (json_int_t)r->removed));
+            json_pack("{s:I, s:I}", "removed", (json_int_t)r->removed,
+                      "removed_imports", (json_int_t)r->removed_imports));
     else
         printf("removed %llu %s%s\n", (unsigned long long)r->removed,
                o->votes ? "vote" : "decision", r->removed == 1 ? "" : "s");
+    if (!o->json && o->imports)
+        printf("removed %llu imported entr%s\n",
+               (unsigned long long)r->removed_imports,
+               r->removed_imports == 1 ? "y" : "ies");
     protobuf_c_message_free_unpacked(&r->base, NULL);
     return ex;
 }
@@ -604,6 +623,18 @@ out:
 }
 
 static int detctl_table(const struct detctl_opts *o, struct wire_channel *ch) {
+    if (o->subcommand != NULL && strcmp(o->subcommand, "import") == 0) {
+        if (o->n_files != 1) {
+            fprintf(stderr, "detctl: table import needs exactly one FILE\n");
+            return DETCTL_EXIT_ERR;
+        }
+        struct detctl_table_opts t = {
+            .ns = o->namespace_,
+            .out = o->files[0],
+            .timeout_ms = o->timeout_ms,
+        };
+        return detctl_table_import(&t, ch);
+    }
     if (o->subcommand == NULL || strcmp(o->subcommand, "export") != 0) {
         fprintf(stderr, "detctl: table needs a subcommand: export, merge, "
                         "report or import (see --help)\n");

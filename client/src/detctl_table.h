@@ -116,4 +116,15 @@ struct detctl_table_opts {
 int detctl_table_export(const struct detctl_table_opts *o,
                         struct wire_channel *ch);
 
+/*
+ * `detctl table import`: parse and validate the table o->out (any file
+ * name; errors name the file and the JSON path) and send its entries to
+ * the daemon's namespace o->ns with Admin.ImportTable, in batches well
+ * under the 1 MiB message cap (each batch is stored in one transaction).
+ * Prints what was added, replaced (naming the old config) and left
+ * unchanged. Returns a detctl exit status (0 ok, 2 failure).
+ */
+int detctl_table_import(const struct detctl_table_opts *o,
+                        struct wire_channel *ch);
+
 #endif /* DETD_DETCTL_TABLE_H */
