@@ -18,6 +18,7 @@
 #include "health.pb-c.h"
 #include "keyid.h"
 #include "verify.h"
+#include "imports.h"
 #include "votes.h"
 
 #define SVC_API_VERSION DETD_API_VERSION
@@ -30,6 +31,8 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
     store_count_decisions(d->store, d->cfg->ns, &total, by_source);
     uint64_t votes = 0;
     store_count_votes(d->store, NULL, &votes);
+    uint64_t imported = 0;
+    store_count_imports(d->store, d->cfg->ns, &imported);
     resp.api_version = SVC_API_VERSION;
     resp.version = (char *)DETD_VERSION;
     resp.namespace_ = (char *)d->cfg->ns;
@@ -83,6 +86,10 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"table_misses", d->counters.table_misses},
         {"table_stale", d->counters.table_stale},
         {"table_reloads", d->counters.table_reloads},
+        {"imported_entries", imported},
+        {"import_hits", d->counters.import_hits},
+        {"import_misses", d->counters.import_misses},
+        {"import_stale", d->counters.import_stale},
     };
     enum { NCOUNTERS = sizeof(counters) / sizeof(counters[0]) };
     Detd__V1__Counter cn[NCOUNTERS];
@@ -809,11 +816,23 @@ void admin_reset(struct daemon *d, struct rpc_event *ev) {
         rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
         goto out;
     }
-    log_info("reset namespace '%s' %s%s: %" PRIu64 " decisions removed", ns,
-             kernel ? "kernel " : "all", kernel ? kernel : "", removed);
+    uint64_t removed_imports = 0;
+    if (req->imports &&
+        store_reset_imports(d->store, ns, kernel, &removed_imports) != 0) {
+        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        goto out;
+    }
+    imports_changed(d);
+    log_info("reset namespace '%s' %s%s: %" PRIu64 " decisions removed%s", ns,
+             kernel ? "kernel " : "all", kernel ? kernel : "", removed,
+             req->imports ? ", and imported entries" : "");
+    if (req->imports)
+        log_info("reset namespace '%s': %" PRIu64 " imported entries removed",
+                 ns, removed_imports);
     Detd__V1__ResetResponse resp = DETD__V1__RESET_RESPONSE__INIT;
     resp.api_version = SVC_API_VERSION;
     resp.removed = removed;
+    resp.removed_imports = removed_imports;
     rpc_reply(ev->call, &resp.base);
 out:
     protobuf_c_message_free_unpacked(ev->msg, NULL);

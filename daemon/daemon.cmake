@@ -15,7 +15,7 @@ target_include_directories(detd_options PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}
                            ${CMAKE_SOURCE_DIR}/client/include)
 target_link_libraries(detd_options PUBLIC detd_access detd_error detd_proto PkgConfig::LIBUV)
 
-add_executable(detd_daemon main.c loop.c service.c admin.c votes.c convert.c hotcache.c rpc.c gpu.c
+add_executable(detd_daemon main.c loop.c service.c admin.c votes.c imports.c convert.c hotcache.c rpc.c gpu.c
                cluster.c cluster_codec.c coord.c sdnotify.c listener.c exporter.c
                metrics_http.c tableadmin.c)
 target_link_libraries(detd_daemon PRIVATE detd_options detd_access detd_metrics detd_store detd_pure

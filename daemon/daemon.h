@@ -99,6 +99,11 @@ struct daemon_counters {
     uint64_t table_stale;  /* ... and met an entry that named no live
                               candidate (also counted as a miss) */
     uint64_t table_reloads;
+    uint64_t import_hits;        /* Decide answered from an imported entry */
+    uint64_t import_misses;      /* the import step found no usable entry */
+    uint64_t import_stale;       /* ... and met an imported entry that named no
+                                    live candidate (also counted as a miss) */
+    uint64_t import_calls;       /* ImportTable batches stored */
     uint64_t verify_divergences; /* divergent keys found by Verify */
     uint64_t vote_calls;
     uint64_t votes_refused_full; /* votes refused: --max-votes reached */
@@ -199,6 +204,11 @@ struct daemon {
      * whole by a reload; the reload being loaded off the loop, if any. */
     tables *tables;
     struct tables_reload *reload;
+
+    /* Imported entries stored, all namespaces (imports.c): the import
+     * step is skipped while there are none; counted again when unknown. */
+    uint64_t n_imports;
+    int n_imports_known;
 };
 
 /* service.c: handle one event from the rpc thread (loop thread). */
@@ -329,6 +339,20 @@ int coord_etcd_trouble(struct daemon *d, const char *id);
 const char *coord_etcd_error(struct daemon *d);
 void coord_drain(struct daemon *d);
 void coord_event(void *ctx, const struct cluster_event *ev);
+
+/*
+ * service.c: commit config for key k (namespace ns, candidate fingerprint
+ * fp, decision id id) as a decision of source (DETD_SOURCE_TABLE or
+ * _IMPORT; file: the table file it came from) and answer call (a Decide)
+ * with the decision that won: first writer wins, locally in the store,
+ * or through etcd (coord_commit_decide). Waiters on a timing pass for the
+ * key get it too. what names the entry in the log line. Everything is
+ * borrowed for the call.
+ */
+void service_commit_entry(struct daemon *d, rpc_call *call, const char *ns,
+                          const Detd__V1__DecisionKey *k, const char *fp,
+                          const char *id, const char *config, int source,
+                          const char *file, const char *what);
 
 /* loop.c: re-arm the tick timer after state changed outside a tick. */
 void daemon_rearm(struct daemon *d);

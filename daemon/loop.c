@@ -127,7 +127,7 @@ static int authorize(void *ctx, rpc_method m, const struct rpc_peer_cred *pc,
         c = (struct access_cred){pc->pid, pc->uid, pc->gid, pc->groups,
                                  pc->n_groups};
     /* The admin calls that change state. */
-    int admin = m == RPC_RESET || m == RPC_RELOAD;
+    int admin = m == RPC_RESET || m == RPC_RELOAD || m == RPC_IMPORT_TABLE;
     access_reason r = access_check(d->cfg->access, pc != NULL ? &c : NULL,
                                    admin, why, why_len);
     if (r == ACCESS_OK)

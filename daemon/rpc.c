@@ -97,6 +97,8 @@ static const struct method_info methods[RPC_METHOD_COUNT] = {
     [RPC_EXPORT_DECISIONS] = {"/detd.v1.Admin/ExportDecisions",
                               &detd__v1__export_decisions_request__descriptor,
                               0},
+    [RPC_IMPORT_TABLE] = {"/detd.v1.Admin/ImportTable",
+                          &detd__v1__import_table_request__descriptor, 0},
 };
 
 /* RPC_METHOD_COUNT stands for "unknown method" (generic request). */

@@ -43,6 +43,7 @@ typedef enum rpc_method {
     RPC_VOTE,
     RPC_LIST_VOTES,
     RPC_EXPORT_DECISIONS,
+    RPC_IMPORT_TABLE,
     RPC_METHOD_COUNT
 } rpc_method;
 

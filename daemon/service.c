@@ -23,6 +23,7 @@
 #include "detd/error.h"
 #include "convert.h"
 #include "keyid.h"
+#include "imports.h"
 #include "votes.h"
 
 #define SVC_API_VERSION DETD_API_VERSION
@@ -390,16 +391,29 @@ static int tables_answer(struct daemon *d, rpc_call *call,
     }
     const struct tables_considered *e = &tr.considered[tr.n_considered - 1];
     d->counters.table_hits++;
+    char what[512];
+    snprintf(what, sizeof what, "%s \"%.200s\" \"%.200s\"", e->file, e->kernel,
+             e->key);
+    service_commit_entry(d, call, vk->ns, k, vk->fp, vk->id, e->config,
+                         DETD_SOURCE_TABLE, e->file, what);
+    return 1;
+}
+
+/* See daemon.h. */
+void service_commit_entry(struct daemon *d, rpc_call *call, const char *ns,
+                          const Detd__V1__DecisionKey *k, const char *fp,
+                          const char *id, const char *config, int source,
+                          const char *file, const char *what) {
     struct store_decision row = {
-        .id = (char *)vk->id,
-        .ns = (char *)vk->ns,
+        .id = (char *)id,
+        .ns = (char *)ns,
         .arch = k->arch,
         .kernel = k->kernel,
         .key = k->key ? k->key : "",
-        .candidates_fp = (char *)vk->fp,
+        .candidates_fp = (char *)fp,
         .n_candidates = (int32_t)k->n_candidates,
-        .config = (char *)e->config,
-        .source = DETD_SOURCE_TABLE,
+        .config = (char *)config,
+        .source = source,
         .claim_id = 0,
         .by_host = "",
         .by_pid = 0,
@@ -409,7 +423,7 @@ static int tables_answer(struct daemon *d, rpc_call *call,
         .by_arch = "",
         .triton_version = "",
         .timings_json = "[]",
-        .table_file = (char *)e->file,
+        .table_file = (char *)file,
         .decided_at_ms = daemon_unix_ms(),
     };
     if (d->cluster != NULL) {
@@ -417,7 +431,7 @@ static int tables_answer(struct daemon *d, rpc_call *call,
                                      wait_deadline(call, 0, rpc_now_ms()));
         if (rc != 0)
             rpc_fail(call, RPC_INTERNAL, "commit: %s", detd_strerror(rc));
-        return 1;
+        return;
     }
     struct store_decision existing;
     int rc = store_put_decision(d->store, &row, &existing);
@@ -426,11 +440,11 @@ static int tables_answer(struct daemon *d, rpc_call *call,
         won = &existing;
     } else if (rc != 0) {
         rpc_fail(call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
-        return 1;
+        return;
     } else {
-        d->counters.committed[DETD_SOURCE_TABLE]++;
-        log_info("decided %s key %s -> %s (source table, %s \"%s\" \"%s\")",
-                 row.kernel, row.key, row.config, e->file, e->kernel, e->key);
+        d->counters.committed[source & 7]++;
+        log_info("decided %s key %s -> %s (source %s, %s)", row.kernel, row.key,
+                 row.config, source_names[source & 7], what);
     }
     /* Anyone waiting on a timing pass for this key gets the entry too. */
     d->releasing = won;
@@ -439,7 +453,6 @@ static int tables_answer(struct daemon *d, rpc_call *call,
     reply_decided_cached(d, call, won);
     if (won != &row)
         store_decision_clear(&existing);
-    return 1;
 }
 
 static int64_t wait_deadline(const rpc_call *call, uint32_t wait_ms,
@@ -481,6 +494,10 @@ static void on_decide(struct daemon *d, struct rpc_event *ev) {
     }
     if (rc != DETD_ENOTFOUND) {
         rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        goto free_msg;
+    }
+    if (imports_answer(d, ev->call, vk.ns, vk.k, vk.fp, vk.id)) {
+        d->counters.decide_hits++;
         goto free_msg;
     }
     if (tables_answer(d, ev->call, &vk)) {
@@ -868,6 +885,9 @@ void service_handle(struct daemon *d, struct rpc_event *ev) {
         break;
     case RPC_LIST_VOTES:
         votes_list(d, ev);
+        break;
+    case RPC_IMPORT_TABLE:
+        imports_on_import(d, ev);
         break;
     case RPC_EXPORT_DECISIONS:
         votes_export_decisions(d, ev);

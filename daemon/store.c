@@ -92,6 +92,13 @@ static const struct store_migration store_migrations[] = {
         " triton_version TEXT NOT NULL, voted_at_ms INTEGER NOT NULL,"
         " UNIQUE (id, host, pid));"
         "CREATE INDEX votes_ns_arch_kernel ON votes(ns, arch, kernel);"},
+    /* Imported table entries (store_import.c): one per (ns, arch, kernel,
+     * key) as written in the table; a later import replaces it. */
+    {3, "CREATE TABLE imports ("
+        " ns TEXT NOT NULL, arch TEXT NOT NULL, kernel TEXT NOT NULL,"
+        " key TEXT NOT NULL, table_key TEXT NOT NULL, config TEXT NOT NULL,"
+        " file TEXT NOT NULL, imported_at_ms INTEGER NOT NULL,"
+        " PRIMARY KEY (ns, arch, kernel, key));"},
 };
 
 #define STORE_SCHEMA_VERSION                                                   \

@@ -239,6 +239,65 @@ int store_reset_votes(store *s, const char *ns, const char *kernel,
                       uint64_t *ret_removed);
 
 /*
+ * One imported table entry (store_import.c): kernel and key as written in
+ * the table (key: canonical, Megatron form or "*"). Strings are borrowed:
+ * for the call when passed in, for the callback when read back.
+ */
+struct store_import {
+    const char *ns;
+    const char *arch;
+    const char *kernel;
+    const char *key;
+    const char *table_key; /* = key for a Megatron-form key, else "" */
+    const char *config;    /* canonical config string */
+    const char *file;      /* the table file it came from */
+    int64_t imported_at_ms;
+};
+
+/* What store_put_imports() did with one entry. */
+enum store_import_result {
+    STORE_IMPORT_ADDED = 0,
+    STORE_IMPORT_REPLACED = 1,  /* another config was stored: replaced */
+    STORE_IMPORT_UNCHANGED = 2, /* the same config was stored already */
+};
+
+/*
+ * Store the n entries of v in one transaction (all or nothing). An entry
+ * for the same (ns, arch, kernel, key) with the same config is left as it
+ * is; with another config it is replaced (the newest import wins).
+ * ret_results (n entries, may be NULL) gets what happened to each, and
+ * ret_old (n entries, may be NULL) for each replaced entry a heap string
+ * "config\tfile" of the entry it replaced (else NULL; the caller frees
+ * them). Returns 0 or an error (nothing stored, nothing allocated).
+ */
+int store_put_imports(store *s, const struct store_import *v, size_t n,
+                      enum store_import_result *ret_results, char **ret_old);
+
+/*
+ * Call cb for each imported entry of namespace ns and arch whose kernel
+ * is one of kernels[0..nk) and whose key one of keys[0..nkeys) (at most 8
+ * of each), in no particular order. The row is borrowed for the callback;
+ * cb returns nonzero to stop and must not write through s. Returns 0 or
+ * an error.
+ */
+typedef int (*store_import_cb)(void *ctx, const struct store_import *v);
+int store_find_imports(store *s, const char *ns, const char *arch,
+                       const char *const *kernels, size_t nk,
+                       const char *const *keys, size_t nkeys,
+                       store_import_cb cb, void *ctx);
+
+/* Count imported entries of namespace ns (NULL: all) into *ret_total. */
+int store_count_imports(store *s, const char *ns, uint64_t *ret_total);
+
+/*
+ * Delete the imported entries of namespace ns (not NULL) and kernel
+ * (NULL: all; exact, as written in the table). *ret_removed (may be
+ * NULL) gets the count. Returns 0 or an error (nothing removed).
+ */
+int store_reset_imports(store *s, const char *ns, const char *kernel,
+                        uint64_t *ret_removed);
+
+/*
  * Named values of the meta table (e.g. "etcd_revision": the last etcd
  * revision whose events are applied). store_get_meta() returns 0 with
  * *ret_value a heap copy the caller free()s, DETD_ENOTFOUND, or an error

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "imports.h"
 #include "detd/client.h"
 #include "detd/error.h"
 #include "keyid.h"
@@ -311,6 +312,9 @@ void tableadmin_explain(struct daemon *d, struct rpc_event *ev) {
     char *notes[4] = {0};
     size_t nnotes = 0;
     struct tables_result tr;
+    struct imports_result ir = {0};
+    Detd__V1__TableEntryInfo iinfos[IMPORTS_MAX_CONSIDERED];
+    Detd__V1__TableEntryInfo *iinfop[IMPORTS_MAX_CONSIDERED];
 
     if (explain_check(ev->call, "namespace", req->namespace_,
                       DAEMON_MAX_NAMESPACE, 0) ||
@@ -380,7 +384,31 @@ void tableadmin_explain(struct daemon *d, struct rpc_event *ev) {
             notes[--nnotes] = NULL;
     }
 
-    /* 2. The tables, whatever the decision (what they would say). */
+    /* 2. Imported entries of the namespace, before the tables. */
+    if (imports_lookup(d, ns, req->arch, req->kernel, key, req->table_key,
+                       checked ? (const char *const *)req->candidates : NULL,
+                       req->n_candidates, &ir) != 0) {
+        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        goto out;
+    }
+    for (size_t i = 0; i < ir.n; i++) {
+        Detd__V1__TableEntryInfo *x = &iinfos[i];
+        detd__v1__table_entry_info__init(x);
+        x->file = ir.e[i].file;
+        x->kernel = ir.e[i].kernel;
+        x->key = ir.e[i].key;
+        x->config = ir.e[i].config;
+        x->stale = ir.e[i].stale != 0;
+        x->reason = x->stale   ? "stale: its config is not among the candidates"
+                    : !checked ? "usable if its config is among the live "
+                                 "candidates (no candidates given)"
+                               : "";
+        iinfop[i] = x;
+    }
+    resp.imports_considered = iinfop;
+    resp.n_imports_considered = ir.n;
+
+    /* 3. The tables, whatever the decision (what they would say). */
     tables_lookup(d->tables, req->arch, req->kernel, key, req->table_key,
                   checked ? (const char *const *)req->candidates : NULL,
                   req->n_candidates, &tr);
@@ -444,6 +472,9 @@ void tableadmin_explain(struct daemon *d, struct rpc_event *ev) {
         convert_decision_fill(&fc.row, &cd, 0);
         have_cd = 1;
         resp.decision = &cd.msg;
+    } else if (ir.hit) {
+        resp.answer = DETD__V1__EXPLAIN_ANSWER__EXPLAIN_IMPORT;
+        resp.import_entry = iinfop[ir.n - 1];
     } else if (tr.hit) {
         resp.answer = DETD__V1__EXPLAIN_ANSWER__EXPLAIN_TABLE;
         resp.table_entry = infop[tr.n_considered - 1];
@@ -460,5 +491,6 @@ out:
         free(reasons[i]);
     for (size_t i = 0; i < nnotes; i++)
         free(notes[i]);
+    imports_result_clear(&ir);
     protobuf_c_message_free_unpacked(ev->msg, NULL);
 }

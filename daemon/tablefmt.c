@@ -66,6 +66,7 @@ void tablefmt_default_limits(struct tablefmt_limits *ret) {
     ret->max_file_bytes = TABLEFMT_MAX_FILE_BYTES;
     ret->max_name = TABLEFMT_MAX_NAME;
     ret->max_entries = TABLEFMT_MAX_ENTRIES;
+    ret->any_name = 0;
 }
 
 /* See tablefmt.h. */
@@ -386,7 +387,8 @@ int tablefmt_parse(const char *name, const void *buf, size_t len,
     }
     const char *bn = base_name(name);
     size_t al = strlen(doc->arch);
-    if (strncmp(bn, doc->arch, al) != 0 || strcmp(bn + al, ".json") != 0) {
+    if (!lim->any_name &&
+        (strncmp(bn, doc->arch, al) != 0 || strcmp(bn + al, ".json") != 0)) {
         set_err(ret_errmsg,
                 "%s: arch: '%s' does not match the file name (an %s table "
                 "must be named %s.json)",
@@ -565,5 +567,136 @@ int tablefmt_read_file(const char *path, const struct tablefmt_limits *lim,
 out:
     free(buf);
     close(fd);
+    return rc;
+}
+
+static const char *const cfg_options[4] = {"num_warps", "num_stages",
+                                           "num_ctas", "maxnreg"};
+
+/* A decimal integer exactly as Python's str(int) writes it. */
+static int cfg_parse_int(const char *s, long long *ret) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0')
+        return -1;
+    char back[32];
+    snprintf(back, sizeof back, "%lld", v);
+    if (strcmp(back, s) != 0)
+        return -1;
+    *ret = v;
+    return 0;
+}
+
+/* A config value as _canon._value() renders it, back to JSON. */
+static json_t *cfg_value(const char *name, const char *v, char **err) {
+    long long i;
+    if (strcmp(v, "True") == 0)
+        return json_true();
+    if (strcmp(v, "False") == 0)
+        return json_false();
+    if (strcmp(v, "None") == 0)
+        return json_null();
+    if (cfg_parse_int(v, &i) == 0)
+        return json_integer(i);
+    if (strpbrk(v, ".eE") != NULL || strstr(v, "inf") != NULL ||
+        strcmp(v, "nan") == 0) {
+        char *end = NULL;
+        double d = strtod(v, &end);
+        if (end != v && *end == '\0') {
+            if (!isfinite(d)) {
+                set_err(err,
+                        "kwarg %s = %s is not a finite number (JSON has "
+                        "none)",
+                        name, v);
+                return NULL;
+            }
+            return json_real(d);
+        }
+    }
+    return json_string(v);
+}
+
+/* See tablefmt.h. */
+int tablefmt_entry_from_config(const char *config, json_t **ret, char **err) {
+    long long opt[4] = {0};
+    int have[4] = {0}, stage = 0, rc = DETD_EINVAL;
+    const char *prev = NULL;
+    json_t *kw = json_object(), *entry = NULL;
+    char *copy = strdup(config != NULL ? config : "");
+    if (kw == NULL || copy == NULL) {
+        set_err(err, "out of memory");
+        goto out;
+    }
+    if (copy[0] == '\0') {
+        set_err(err, "the config string is empty");
+        goto out;
+    }
+    char *rest = copy, *part;
+    while ((part = strsep(&rest, ",")) != NULL) {
+        char *eq = strchr(part, '=');
+        if (eq == NULL || eq == part) {
+            set_err(err, "'%.80s' is not NAME=value", part);
+            goto out;
+        }
+        *eq = '\0';
+        const char *name = part, *val = eq + 1;
+        int idx = -1;
+        for (int k = 0; k < 4; k++)
+            if (strcmp(name, cfg_options[k]) == 0)
+                idx = k;
+        if (idx >= 0) {
+            if (idx < stage) {
+                set_err(err,
+                        "%s after %s: not the canonical order "
+                        "(num_warps, num_stages, num_ctas, maxnreg)",
+                        name, cfg_options[stage - 1]);
+                goto out;
+            }
+            if (cfg_parse_int(val, &opt[idx]) != 0) {
+                set_err(err, "%s = %.40s is not an integer", name, val);
+                goto out;
+            }
+            have[idx] = 1;
+            stage = idx + 1;
+            continue;
+        }
+        if (stage > 0) {
+            set_err(err,
+                    "'%.80s' follows the launch options: a field the "
+                    "table format has no member for",
+                    name);
+            goto out;
+        }
+        if (prev != NULL && strcmp(prev, name) >= 0) {
+            set_err(err,
+                    "kwargs not sorted by name (%.80s after "
+                    "%.80s)",
+                    name, prev);
+            goto out;
+        }
+        prev = name;
+        json_t *v = cfg_value(name, val, err);
+        if (v == NULL || json_object_set_new(kw, name, v) != 0)
+            goto out;
+    }
+    for (int k = 0; k < 3; k++)
+        if (!have[k]) {
+            set_err(err, "no %s: a table entry needs it", cfg_options[k]);
+            goto out;
+        }
+    entry = json_pack("{s:O, s:I, s:I, s:I, s:o}", "kwargs", kw, "num_warps",
+                      (json_int_t)opt[0], "num_stages", (json_int_t)opt[1],
+                      "num_ctas", (json_int_t)opt[2], "maxnreg",
+                      have[3] ? json_integer(opt[3]) : json_null());
+    if (entry == NULL) {
+        set_err(err, "out of memory");
+        goto out;
+    }
+    *ret = entry;
+    rc = 0;
+out:
+    json_decref(kw);
+    free(copy);
     return rc;
 }

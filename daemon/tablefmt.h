@@ -42,6 +42,9 @@ struct tablefmt_limits {
     size_t max_file_bytes;
     size_t max_name;
     size_t max_entries;
+    /* 1: the file may have any name (detctl table merge reads inputs such
+     * as rank0.json); 0 (the default): it must be "<arch>.json". */
+    int any_name;
 };
 
 /* One entry: kernel and key as written in the file. */
@@ -108,6 +111,19 @@ void tablefmt_free(struct tablefmt_doc *doc);
  */
 int tablefmt_render_entry(const json_t *entry, const char *where,
                           char **ret_config, char **ret_errmsg);
+
+/*
+ * The inverse of tablefmt_render_entry() for the strings it produces:
+ * parse a canonical config string ("BLOCK=1024,num_warps=4,num_stages=3,
+ * num_ctas=1[,maxnreg=N]": kwargs sorted by name, then the launch options
+ * in that order) into an entry {"kwargs": {...}, "num_warps": ..,
+ * "num_stages": .., "num_ctas": .., "maxnreg": N or null}. Values:
+ * decimal integers, Python float reprs, True/False, None, else raw
+ * strings. Returns 0 with *ret a new reference, or DETD_EINVAL (a string
+ * the entry would not render back to exactly) / DETD_ENOMEM with *err (if
+ * err is not NULL) a heap message naming what is wrong (caller frees).
+ */
+int tablefmt_entry_from_config(const char *config, json_t **ret, char **err);
 
 /*
  * Python's repr() of a finite double into buf (at least 32 bytes).

@@ -334,6 +334,25 @@ static size_t kernel_names(const char *id, struct kname out[4]) {
     return k;
 }
 
+/* See tables.h. */
+size_t tables_kernel_names(const char *kernel_id, char *ret[4]) {
+    struct kname names[4];
+    size_t n = kernel_names(kernel_id, names);
+    for (size_t i = 0; i < n; i++) {
+        ret[i] = strndup(names[i].s, names[i].n);
+        if (ret[i] == NULL) {
+            while (i > 0)
+                free(ret[--i]);
+            return 0;
+        }
+        if (names[i].dots)
+            for (char *p = ret[i]; *p != '\0'; p++)
+                if (*p == ':')
+                    *p = '.';
+    }
+    return n;
+}
+
 static int is_candidate(const char *config, const char *const *cands,
                         size_t n) {
     if (cands == NULL)

@@ -96,4 +96,11 @@ void tables_lookup(const tables *t, const char *arch, const char *kernel_id,
                    const char *const *cands, size_t n_cands,
                    struct tables_result *ret);
 
+/*
+ * The kernel names a lookup tries for kernel_id, in lookup order (at most
+ * 4: "m.sub:fn@abcd", "m.sub:fn", "m.sub.fn", "fn"), as heap strings in
+ * ret (the caller frees each). Returns their count; 0 when out of memory.
+ */
+size_t tables_kernel_names(const char *kernel_id, char *ret[4]);
+
 #endif /* DETD_TABLES_H */

@@ -29,7 +29,8 @@ set_target_properties(detd PROPERTIES
 add_executable(detctl ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_print.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_tables.c
-                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_table.c)
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_table.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_merge.c)
 target_link_libraries(detctl PRIVATE detd_wire detd_tablefmt PkgConfig::JANSSON)
 
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/detd.pc.in

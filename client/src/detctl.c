@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 
+#include "detctl_merge.h"
 #include "detctl_print.h"
 #include "detctl_tables.h"
 #include "detctl_table.h"
@@ -49,6 +50,10 @@ struct detctl_opts {
     const char *source;     /* table export --source */
     const char *out;        /* table export -o */
     int votes;              /* table export --votes, reset --votes */
+    const char **files;     /* table merge/report/import inputs */
+    size_t n_files;
+    int verbose; /* table merge --verbose */
+    int imports; /* reset --imports */
 };
 
 static void detctl_usage(FILE *out) {
@@ -66,10 +71,14 @@ static void detctl_usage(FILE *out) {
             "                                        (--cluster: on every "
             "node);\n"
             "                                        exit 1 on divergence\n"
-            "  reset (--kernel K | --all) [--namespace NS] [--votes]\n"
+            "  reset (--kernel K | --all) [--namespace NS] [--votes | "
+            "--imports]\n"
             "                                        forget decisions (with "
             "--votes:\n"
-            "                                        record-mode votes)\n"
+            "                                        record-mode votes "
+            "instead; with\n"
+            "                                        --imports: imported "
+            "entries too)\n"
             "  votes [--json] [--arch A] [--kernel K] [--namespace NS]\n"
             "                                        record-mode votes\n"
             "  table export --arch A -o FILE [--votes] [--kernel K]\n"
@@ -79,6 +88,20 @@ static void detctl_usage(FILE *out) {
             "                                        the decisions (--votes: "
             "the\n"
             "                                        majority of the votes)\n"
+            "  table merge FILE... -o OUT [--source TEXT] [--verbose]\n"
+            "                                        majority of tables and "
+            "recordings,\n"
+            "                                        one table per arch (OUT: "
+            "a directory\n"
+            "                                        for several)\n"
+            "  table import FILE [--namespace NS]    the table's entries "
+            "answer Decide\n"
+            "                                        in NS before the tables "
+            "(admin)\n"
+            "  table report FILE... [--json]         entries, votes and "
+            "disagreements\n"
+            "                                        per kernel of those "
+            "inputs\n"
             "  health                                grpc.health.v1 check; "
             "exit 0 when SERVING\n"
             "  reload [--json]                       re-read the table "
@@ -417,6 +440,12 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
         req.kernel = (char *)o->kernel;
     req.all = o->all != 0;
     req.votes = o->votes != 0;
+    req.imports = o->imports != 0;
+    if (o->imports && o->votes) {
+        fprintf(stderr, "detctl: reset takes --votes or --imports, not "
+                        "both\n");
+        return DETCTL_EXIT_ERR;
+    }
     int ex = detctl_unary(o, ch, WIRE_METHOD_RESET, &req.base,
                           &detd__v1__reset_response__descriptor,
                           (ProtobufCMessage **)&r);
@@ -424,10 +453,15 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
         return ex;
     if (o->json)
         ex = detctl_print_json(
-            json_pack("{s:I}", "removed", (json_int_t)r->removed));
+            json_pack("{s:I, s:I}", "removed", (json_int_t)r->removed,
+                      "removed_imports", (json_int_t)r->removed_imports));
     else
         printf("removed %llu %s%s\n", (unsigned long long)r->removed,
                o->votes ? "vote" : "decision", r->removed == 1 ? "" : "s");
+    if (!o->json && o->imports)
+        printf("removed %llu imported entr%s\n",
+               (unsigned long long)r->removed_imports,
+               r->removed_imports == 1 ? "y" : "ies");
     protobuf_c_message_free_unpacked(&r->base, NULL);
     return ex;
 }
@@ -589,9 +623,25 @@ out:
 }
 
 static int detctl_table(const struct detctl_opts *o, struct wire_channel *ch) {
+    if (o->subcommand != NULL && strcmp(o->subcommand, "import") == 0) {
+        if (o->n_files != 1) {
+            fprintf(stderr, "detctl: table import needs exactly one FILE\n");
+            return DETCTL_EXIT_ERR;
+        }
+        struct detctl_table_opts t = {
+            .ns = o->namespace_,
+            .out = o->files[0],
+            .timeout_ms = o->timeout_ms,
+        };
+        return detctl_table_import(&t, ch);
+    }
     if (o->subcommand == NULL || strcmp(o->subcommand, "export") != 0) {
-        fprintf(stderr, "detctl: table needs a subcommand: export (see "
-                        "--help)\n");
+        fprintf(stderr, "detctl: table needs a subcommand: export, merge, "
+                        "report or import (see --help)\n");
+        return DETCTL_EXIT_ERR;
+    }
+    if (o->n_files > 0) {
+        fprintf(stderr, "detctl: unexpected argument '%s'\n", o->files[0]);
         return DETCTL_EXIT_ERR;
     }
     struct detctl_table_opts t = {
@@ -647,6 +697,10 @@ int main(int argc, char **argv) {
             o.cluster = 1;
         } else if (strcmp(a, "--votes") == 0) {
             o.votes = 1;
+        } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+            o.verbose = 1;
+        } else if (strcmp(a, "--imports") == 0) {
+            o.imports = 1;
         } else if (detctl_optval(argc, argv, &i, "--socket", &o.socket) ||
                    detctl_optval(argc, argv, &i, "--timeout", &timeout) ||
                    detctl_optval(argc, argv, &i, "--address", &o.address) ||
@@ -679,6 +733,14 @@ int main(int argc, char **argv) {
             o.command = a;
         } else if (o.subcommand == NULL && strcmp(o.command, "table") == 0) {
             o.subcommand = a;
+        } else if (o.subcommand != NULL) {
+            if (o.files == NULL)
+                o.files = calloc((size_t)argc, sizeof(*o.files));
+            if (o.files == NULL) {
+                fprintf(stderr, "detctl: out of memory\n");
+                return DETCTL_EXIT_ERR;
+            }
+            o.files[o.n_files++] = a;
         } else {
             fprintf(stderr, "detctl: unexpected argument '%s'\n", a);
             return DETCTL_EXIT_ERR;
@@ -700,6 +762,25 @@ int main(int argc, char **argv) {
     if (o.command == NULL) {
         detctl_usage(stderr);
         return DETCTL_EXIT_ERR;
+    }
+    if (strcmp(o.command, "table") == 0 && o.subcommand != NULL &&
+        (strcmp(o.subcommand, "merge") == 0 ||
+         strcmp(o.subcommand, "report") == 0)) {
+        /* Files only: no daemon involved. */
+        struct detctl_merge_opts mo = {
+            .files = o.files,
+            .n_files = o.n_files,
+            .out = o.out,
+            .source = o.source,
+            .verbose = o.verbose,
+            .json = o.json,
+        };
+        int ex = strcmp(o.subcommand, "merge") == 0
+                     ? detctl_merge_run(&mo)
+                     : detctl_merge_report_run(&mo);
+        free(o.files);
+        free(o.candidates);
+        return ex;
     }
     if (o.socket == NULL) {
         const char *env = getenv("DETD_SOCKET");
@@ -760,5 +841,6 @@ int main(int argc, char **argv) {
     int ex = fn(&o, ch);
     wire_channel_free(ch);
     free(o.candidates);
+    free(o.files);
     return ex;
 }

@@ -14,156 +14,54 @@
 
 #include "detd.pb-c.h"
 #include "detd/client.h"
+#include "tablefmt.h"
 #include "wire.h"
 
 /* The table format's cap on entries per file, applied to rows fetched. */
 #define TABLE_MAX_ROWS 1000000
 
-static const char *const table_options[4] = {"num_warps", "num_stages",
-                                             "num_ctas", "maxnreg"};
-
-static int table_errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int table_errf(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* A decimal integer exactly as Python's str(int) writes it. */
-static int table_parse_int(const char *s, long long *ret) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0')
-        return -1;
-    char back[32];
-    snprintf(back, sizeof back, "%lld", v);
-    if (strcmp(back, s) != 0)
-        return -1;
-    *ret = v;
-    return 0;
-}
-
-/* A config value as _canon._value() renders it, back to JSON. */
-static json_t *table_value(const char *name, const char *v, char *err,
-                           size_t errlen) {
-    long long i;
-    if (strcmp(v, "True") == 0)
-        return json_true();
-    if (strcmp(v, "False") == 0)
-        return json_false();
-    if (strcmp(v, "None") == 0)
-        return json_null();
-    if (table_parse_int(v, &i) == 0)
-        return json_integer(i);
-    if (strpbrk(v, ".eE") != NULL || strstr(v, "inf") != NULL ||
-        strcmp(v, "nan") == 0) {
-        char *end = NULL;
-        double d = strtod(v, &end);
-        if (end != v && *end == '\0') {
-            if (!isfinite(d)) {
-                table_errf(err, errlen,
-                           "kwarg %s = %s is not a finite number (JSON has "
-                           "none)",
-                           name, v);
-                return NULL;
-            }
-            return json_real(d);
-        }
-    }
-    return json_string(v);
-}
-
 int detctl_table_entry_from_config(const char *config, json_t **ret, char *err,
                                    size_t errlen) {
-    long long opt[4] = {0};
-    int have[4] = {0}, stage = 0, rc = -1;
-    const char *prev = NULL;
-    json_t *kw = json_object(), *entry = NULL;
-    char *copy = strdup(config != NULL ? config : "");
-    if (kw == NULL || copy == NULL) {
-        table_errf(err, errlen, "out of memory");
-        goto out;
-    }
-    if (copy[0] == '\0') {
-        table_errf(err, errlen, "the config string is empty");
-        goto out;
-    }
-    char *rest = copy, *part;
-    while ((part = strsep(&rest, ",")) != NULL) {
-        char *eq = strchr(part, '=');
-        if (eq == NULL || eq == part) {
-            table_errf(err, errlen, "'%.80s' is not NAME=value", part);
-            goto out;
-        }
-        *eq = '\0';
-        const char *name = part, *val = eq + 1;
-        int idx = -1;
-        for (int k = 0; k < 4; k++)
-            if (strcmp(name, table_options[k]) == 0)
-                idx = k;
-        if (idx >= 0) {
-            if (idx < stage) {
-                table_errf(err, errlen,
-                           "%s after %s: not the canonical order "
-                           "(num_warps, num_stages, num_ctas, maxnreg)",
-                           name, table_options[stage - 1]);
-                goto out;
-            }
-            if (table_parse_int(val, &opt[idx]) != 0) {
-                table_errf(err, errlen, "%s = %.40s is not an integer", name,
-                           val);
-                goto out;
-            }
-            have[idx] = 1;
-            stage = idx + 1;
-            continue;
-        }
-        if (stage > 0) {
-            table_errf(err, errlen,
-                       "'%.80s' follows the launch options: a field the "
-                       "table format has no member for",
-                       name);
-            goto out;
-        }
-        if (prev != NULL && strcmp(prev, name) >= 0) {
-            table_errf(err, errlen,
-                       "kwargs not sorted by name (%.80s after "
-                       "%.80s)",
-                       name, prev);
-            goto out;
-        }
-        prev = name;
-        json_t *v = table_value(name, val, err, errlen);
-        if (v == NULL || json_object_set_new(kw, name, v) != 0)
-            goto out;
-    }
-    for (int k = 0; k < 3; k++)
-        if (!have[k]) {
-            table_errf(err, errlen, "no %s: a table entry needs it",
-                       table_options[k]);
-            goto out;
-        }
-    entry = json_pack("{s:O, s:I, s:I, s:I, s:o}", "kwargs", kw, "num_warps",
-                      (json_int_t)opt[0], "num_stages", (json_int_t)opt[1],
-                      "num_ctas", (json_int_t)opt[2], "maxnreg",
-                      have[3] ? json_integer(opt[3]) : json_null());
-    if (entry == NULL) {
-        table_errf(err, errlen, "out of memory");
-        goto out;
-    }
-    *ret = entry;
-    rc = 0;
-out:
-    json_decref(kw);
-    free(copy);
-    return rc;
+    char *msg = NULL;
+    int rc = tablefmt_entry_from_config(config, ret, &msg);
+    if (rc != 0)
+        snprintf(err, errlen, "%s", msg != NULL ? msg : "out of memory");
+    free(msg);
+    return rc != 0 ? -1 : 0;
 }
 
 /* ---- building ---- */
+
+int detctl_table_tally_add(json_t *counts, const json_t *entry,
+                           json_int_t weight) {
+    char *ser = json_dumps(entry, JSON_COMPACT | JSON_SORT_KEYS);
+    if (ser == NULL)
+        return -1;
+    json_int_t c = json_integer_value(json_object_get(counts, ser)) + weight;
+    int rc = json_object_set_new(counts, ser, json_integer(c));
+    free(ser);
+    return rc;
+}
+
+const char *detctl_table_tally_winner(json_t *counts, json_int_t *ret_n,
+                                      json_int_t *ret_total) {
+    const char *win = NULL, *ser;
+    json_int_t win_n = 0, total = 0;
+    json_t *cv;
+    json_object_foreach(counts, ser, cv) {
+        json_int_t c = json_integer_value(cv);
+        total += c;
+        if (win == NULL || c > win_n || (c == win_n && strcmp(ser, win) < 0)) {
+            win = ser;
+            win_n = c;
+        }
+    }
+    if (ret_n != NULL)
+        *ret_n = win_n;
+    if (ret_total != NULL)
+        *ret_total = total;
+    return win;
+}
 
 /* The kernel name without its code-version guard: "module:qualname". */
 static char *table_kernel_name(const char *kernel) {
@@ -175,8 +73,7 @@ static int table_strcmp_p(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* The keys of object o, sorted (borrowed from o). NULL when empty/OOM. */
-static const char **table_sorted_keys(json_t *o, size_t *ret_n) {
+const char **detctl_table_sorted_keys(json_t *o, size_t *ret_n) {
     size_t n = json_object_size(o), i = 0;
     const char **keys = calloc(n ? n : 1, sizeof(*keys));
     if (keys == NULL)
@@ -214,7 +111,7 @@ static const char *table_pick_version(const struct detctl_table_row *rows,
     const char *best = NULL;
     int64_t best_at = INT64_MIN;
     size_t n = 0;
-    const char **ks = table_sorted_keys(g, &n);
+    const char **ks = detctl_table_sorted_keys(g, &n);
     if (ks == NULL)
         return NULL;
     for (size_t i = 0; i < n; i++) {
@@ -274,13 +171,13 @@ int detctl_table_build(const char *arch, const char *source, int votes,
             goto out;
     }
     size_t nk = 0;
-    const char **knames = table_sorted_keys(groups, &nk);
+    const char **knames = detctl_table_sorted_keys(groups, &nk);
     if (knames == NULL)
         goto out;
     for (size_t a = 0; a < nk; a++) {
         json_t *byk = json_object_get(groups, knames[a]);
         size_t nkeys = 0;
-        const char **keys = table_sorted_keys(byk, &nkeys);
+        const char **keys = detctl_table_sorted_keys(byk, &nkeys);
         if (keys == NULL) {
             free(knames);
             goto out;
@@ -290,10 +187,9 @@ int detctl_table_build(const char *arch, const char *source, int votes,
             const char *ver =
                 table_pick_version(rows, g, knames[a], keys[b], warn, &st);
             json_t *idxs = json_object_get(g, ver), *x;
-            json_t *counts = json_object(), *entries = json_object();
+            json_t *counts = json_object();
             json_t *hosts = json_object(), *devices = json_object();
             size_t j, valid = 0;
-            const char *win = NULL;
             json_int_t win_n = 0;
             char err[256];
             /* Decisions: the newest row of this version (one per key and
@@ -332,41 +228,27 @@ int detctl_table_build(const char *arch, const char *source, int votes,
                             r->label, r->kernel, r->key, r->config, err);
                     continue;
                 }
-                char *ser = json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS);
-                if (ser == NULL) {
-                    json_decref(e);
+                int added = detctl_table_tally_add(counts, e, 1);
+                json_decref(e);
+                if (added != 0)
                     continue;
-                }
-                json_int_t c =
-                    json_integer_value(json_object_get(counts, ser)) + 1;
-                json_object_set_new(counts, ser, json_integer(c));
-                json_object_set_new(entries, ser, e);
                 json_object_set_new(hosts, r->host ? r->host : "", json_true());
                 if (r->device != NULL && r->device[0] != '\0')
                     json_object_set_new(devices, r->device, json_true());
                 if (r->triton_version != NULL && r->triton_version[0] != '\0')
                     json_object_set_new(tritons, r->triton_version,
                                         json_true());
-                free(ser);
                 valid++;
             }
-            const char *ser;
-            json_t *cv;
-            json_object_foreach(counts, ser, cv) {
-                json_int_t c = json_integer_value(cv);
-                if (win == NULL || c > win_n ||
-                    (c == win_n && strcmp(ser, win) < 0)) {
-                    win = ser;
-                    win_n = c;
-                }
-            }
-            if (win != NULL) {
+            const char *win = detctl_table_tally_winner(counts, &win_n, NULL);
+            json_t *won = win != NULL ? json_loads(win, 0, NULL) : NULL;
+            if (won != NULL) {
                 json_t *kt = json_object_get(kernels, knames[a]);
                 if (kt == NULL) {
                     kt = json_object();
                     json_object_set_new(kernels, knames[a], kt);
                 }
-                json_object_set(kt, keys[b], json_object_get(entries, win));
+                json_object_set_new(kt, keys[b], won);
                 st.entries++;
                 if (votes) {
                     json_t *pt = json_object_get(prov, knames[a]);
@@ -376,7 +258,7 @@ int detctl_table_build(const char *arch, const char *source, int votes,
                     }
                     json_t *devs = json_array();
                     size_t nd = 0;
-                    const char **ds = table_sorted_keys(devices, &nd);
+                    const char **ds = detctl_table_sorted_keys(devices, &nd);
                     for (size_t d = 0; ds != NULL && d < nd; d++)
                         json_array_append_new(devs, json_string(ds[d]));
                     free(ds);
@@ -391,7 +273,6 @@ int detctl_table_build(const char *arch, const char *source, int votes,
                 }
             }
             json_decref(counts);
-            json_decref(entries);
             json_decref(hosts);
             json_decref(devices);
         }
@@ -599,8 +480,7 @@ oom:
     return 2;
 }
 
-/* Write doc to path through a temporary file renamed over it. */
-static int table_write(const char *path, json_t *doc) {
+int detctl_table_write(const char *path, json_t *doc) {
     char *tmp = NULL;
     if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0) {
         fprintf(stderr, "detctl: out of memory\n");
@@ -608,7 +488,7 @@ static int table_write(const char *path, json_t *doc) {
     }
     FILE *fp = fopen(tmp, "w");
     if (fp == NULL) {
-        fprintf(stderr, "detctl: table export: cannot write '%s': %s\n", tmp,
+        fprintf(stderr, "detctl: cannot write '%s': %s\n", tmp,
                 strerror(errno));
         free(tmp);
         return 2;
@@ -619,7 +499,7 @@ static int table_write(const char *path, json_t *doc) {
     int saved = errno;
     bad |= fclose(fp) != 0;
     if (bad || rename(tmp, path) != 0) {
-        fprintf(stderr, "detctl: table export: cannot write '%s': %s\n", path,
+        fprintf(stderr, "detctl: cannot write '%s': %s\n", path,
                 strerror(bad ? saved : errno));
         unlink(tmp);
         free(tmp);
@@ -668,7 +548,7 @@ int detctl_table_export(const struct detctl_table_opts *o,
         ex = 2;
         goto out;
     }
-    if ((ex = table_write(o->out, doc)) != 0)
+    if ((ex = detctl_table_write(o->out, doc)) != 0)
         goto out;
     printf("wrote %s: %zu entr%s of %zu kernel%s from %zu %s", o->out,
            st.entries, st.entries == 1 ? "y" : "ies", st.kernels,
@@ -685,5 +565,128 @@ out:
     json_decref(doc);
     free(source);
     table_fetch_free(&f);
+    return ex;
+}
+
+/* ---- import ---- */
+
+/* Bytes of entries sent in one ImportTable request: well under the 1 MiB
+ * message cap (each entry adds a few bytes of framing). */
+#define TABLE_IMPORT_BATCH_BYTES (512 * 1024)
+
+struct table_import_sum {
+    uint64_t added, replaced, unchanged, total;
+    size_t batches;
+};
+
+static int table_import_send(const struct detctl_table_opts *o,
+                             struct wire_channel *ch,
+                             Detd__V1__ImportTableRequest *req,
+                             struct table_import_sum *sum) {
+    Detd__V1__ImportTableResponse *r = NULL;
+    int rc = wire_unary(ch, WIRE_METHOD_IMPORT_TABLE, &req->base,
+                        &detd__v1__import_table_response__descriptor,
+                        o->timeout_ms, (ProtobufCMessage **)&r);
+    if (rc < 0) {
+        const char *detail = wire_last_error();
+        fprintf(stderr, "detctl: table import: ImportTable: %s%s\n",
+                detail[0] ? detail : detd_strerror(rc),
+                sum->batches > 0 ? " (earlier batches were stored)" : "");
+        return 2;
+    }
+    sum->batches++;
+    sum->added += r->added;
+    sum->replaced += r->replaced;
+    sum->unchanged += r->unchanged;
+    sum->total = r->total;
+    for (size_t i = 0; i < r->n_replacements; i++) {
+        const Detd__V1__ImportReplacement *x = r->replacements[i];
+        printf("replaced %s %s key %s: %s (from %s) -> %s\n", x->arch,
+               x->kernel, x->key, x->old_config, x->old_file, x->config);
+    }
+    if (r->replaced > r->n_replacements)
+        printf("... and %llu more replaced in this batch (see the daemon's "
+               "log)\n",
+               (unsigned long long)(r->replaced - r->n_replacements));
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return 0;
+}
+
+int detctl_table_import(const struct detctl_table_opts *o,
+                        struct wire_channel *ch) {
+    if (o->out == NULL) {
+        fprintf(stderr, "detctl: table import needs one FILE\n");
+        return 2;
+    }
+    struct tablefmt_limits lim;
+    tablefmt_default_limits(&lim);
+    lim.any_name = 1;
+    struct tablefmt_doc *doc = NULL;
+    char *err = NULL;
+    if (tablefmt_read_file(o->out, &lim, &doc, &err) != 0) {
+        fprintf(stderr, "detctl: table import: %s\n",
+                err != NULL ? err : "out of memory");
+        free(err);
+        return 2;
+    }
+    size_t n = doc->n_entries;
+    Detd__V1__ImportEntry *es = calloc(n ? n : 1, sizeof(*es));
+    Detd__V1__ImportEntry **ep = calloc(n ? n : 1, sizeof(*ep));
+    struct table_import_sum sum = {0};
+    int ex = 2;
+    if (es == NULL || ep == NULL) {
+        fprintf(stderr, "detctl: out of memory\n");
+        goto out;
+    }
+    if (n == 0) {
+        fprintf(stderr, "detctl: table import: %s has no entries\n", o->out);
+        goto out;
+    }
+    Detd__V1__ImportTableRequest req = DETD__V1__IMPORT_TABLE_REQUEST__INIT;
+    req.api_version = DETD_API_VERSION;
+    req.namespace_ = (char *)(o->ns ? o->ns : "");
+    req.file = (char *)o->out;
+    size_t first = 0, bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct tablefmt_entry *t = &doc->entries[i];
+        Detd__V1__ImportEntry *e = &es[i];
+        detd__v1__import_entry__init(e);
+        e->arch = (char *)doc->arch;
+        e->kernel = (char *)t->kernel;
+        e->key = (char *)t->key;
+        e->config = t->config;
+        /* A Megatron-form key ("N=128|torch.float32") is sent as the
+         * table_key too; detd's canonical keys are lists ("[...]"). */
+        if (t->key[0] != '[' && strcmp(t->key, "*") != 0)
+            e->table_key = (char *)t->key;
+        ep[i] = e;
+        size_t sz = strlen(e->arch) + strlen(e->kernel) + 2 * strlen(e->key) +
+                    strlen(e->config) + 32;
+        if (i > first && bytes + sz > TABLE_IMPORT_BATCH_BYTES) {
+            req.entries = &ep[first];
+            req.n_entries = i - first;
+            if ((ex = table_import_send(o, ch, &req, &sum)) != 0)
+                goto out;
+            first = i;
+            bytes = 0;
+        }
+        bytes += sz;
+    }
+    req.entries = &ep[first];
+    req.n_entries = n - first;
+    if ((ex = table_import_send(o, ch, &req, &sum)) != 0)
+        goto out;
+    printf("imported %zu entr%s of %s (%s) in %zu batch%s: %llu added, %llu "
+           "replaced, %llu unchanged; %llu imported entries in the "
+           "namespace\n",
+           n, n == 1 ? "y" : "ies", o->out, doc->arch, sum.batches,
+           sum.batches == 1 ? "" : "es", (unsigned long long)sum.added,
+           (unsigned long long)sum.replaced, (unsigned long long)sum.unchanged,
+           (unsigned long long)sum.total);
+    ex = 0;
+out:
+    free(es);
+    free(ep);
+    tablefmt_free(doc);
     return ex;
 }

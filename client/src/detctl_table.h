@@ -52,6 +52,27 @@ int detctl_table_entry_from_config(const char *config, json_t **ret, char *err,
                                    size_t errlen);
 
 /*
+ * The member names of object o in bytewise order, borrowed from o (valid
+ * while o is unchanged); the array is the caller's to free(). *ret_n is
+ * their count. NULL when out of memory.
+ */
+const char **detctl_table_sorted_keys(json_t *o, size_t *ret_n);
+
+/*
+ * The majority rule shared by export --votes and merge. counts maps the
+ * canonical JSON of an entry (sorted keys, compact) to its vote count.
+ * detctl_table_tally_add: add weight votes for entry (borrowed); returns
+ * 0, or -1 when out of memory. detctl_table_tally_winner: the entry with
+ * the most votes, a tie going to the bytewise smallest canonical JSON;
+ * returns that key (borrowed from counts) or NULL when counts is empty,
+ * with *ret_n its votes and *ret_total all votes (either may be NULL).
+ */
+int detctl_table_tally_add(json_t *counts, const json_t *entry,
+                           json_int_t weight);
+const char *detctl_table_tally_winner(json_t *counts, json_int_t *ret_n,
+                                      json_int_t *ret_total);
+
+/*
  * Build the table document for arch from rows. votes: majority per
  * (kernel without guard, key), ties to the bytewise smallest canonical
  * JSON of the entry, with a "provenance" member; else one decision per
@@ -65,6 +86,14 @@ int detctl_table_build(const char *arch, const char *source, int votes,
                        const struct detctl_table_row *rows, size_t n,
                        FILE *warn, json_t **ret_doc,
                        struct detctl_table_stats *ret_stats);
+
+/*
+ * Write doc to path through a temporary file (path.tmp.PID) renamed over
+ * it: sorted keys, indent 1, a trailing newline. On failure the message
+ * naming the file is printed to stderr and nothing is left behind.
+ * Returns a detctl exit status (0 ok, 2 failure).
+ */
+int detctl_table_write(const char *path, json_t *doc);
 
 /* Options of `detctl table export`. */
 struct detctl_table_opts {
@@ -85,6 +114,17 @@ struct detctl_table_opts {
  * stderr. Returns a detctl exit status (0 ok, 2 failure).
  */
 int detctl_table_export(const struct detctl_table_opts *o,
+                        struct wire_channel *ch);
+
+/*
+ * `detctl table import`: parse and validate the table o->out (any file
+ * name; errors name the file and the JSON path) and send its entries to
+ * the daemon's namespace o->ns with Admin.ImportTable, in batches well
+ * under the 1 MiB message cap (each batch is stored in one transaction).
+ * Prints what was added, replaced (naming the old config) and left
+ * unchanged. Returns a detctl exit status (0 ok, 2 failure).
+ */
+int detctl_table_import(const struct detctl_table_opts *o,
                         struct wire_channel *ch);
 
 #endif /* DETD_DETCTL_TABLE_H */

@@ -28,6 +28,8 @@ static const char *answer_name(Detd__V1__ExplainAnswer a) {
         return "table";
     case DETD__V1__EXPLAIN_ANSWER__EXPLAIN_TIMED:
         return "timed";
+    case DETD__V1__EXPLAIN_ANSWER__EXPLAIN_IMPORT:
+        return "import";
     default:
         return "unknown";
     }
@@ -57,9 +59,25 @@ void detctl_tables_print_explain(const Detd__V1__ExplainResponse *r,
         if (!r->candidates_checked)
             fprintf(out, "  (no candidates given: used only if this config "
                          "is among the live candidates)\n");
+    } else if (r->answer == DETD__V1__EXPLAIN_ANSWER__EXPLAIN_IMPORT &&
+               r->import_entry != NULL) {
+        const Detd__V1__TableEntryInfo *e = r->import_entry;
+        fprintf(out, "answer: imported entry (from %s)\n", e->file);
+        fprintf(out, "  kernel  %s\n  key     %s\n  config  %s\n", e->kernel,
+                e->key, e->config);
+        if (!r->candidates_checked)
+            fprintf(out, "  (no candidates given: used only if this config "
+                         "is among the live candidates)\n");
     } else {
-        fprintf(out, "answer: would be timed (no decision, no usable table "
-                     "entry)\n");
+        fprintf(out, "answer: would be timed (no decision, no usable imported "
+                     "or table entry)\n");
+    }
+    if (r->n_imports_considered > 0)
+        fprintf(out, "imported entries considered:\n");
+    for (size_t i = 0; i < r->n_imports_considered; i++) {
+        const Detd__V1__TableEntryInfo *c = r->imports_considered[i];
+        fprintf(out, "  %s \"%s\" \"%s\" -> %s%s%s\n", c->file, c->kernel,
+                c->key, c->config, c->reason[0] ? ": " : "", c->reason);
     }
     fprintf(out, "table files searched: %u\n", r->table_files);
     if (r->n_considered > 0)
@@ -128,5 +146,11 @@ json_t *detctl_tables_json_explain(const Detd__V1__ExplainResponse *r) {
                             detctl_print_json_decision(r->decision));
     if (r->table_entry != NULL)
         json_object_set_new(o, "table_entry", entry_json(r->table_entry));
+    if (r->import_entry != NULL)
+        json_object_set_new(o, "import_entry", entry_json(r->import_entry));
+    json_t *imp = json_array();
+    for (size_t i = 0; imp != NULL && i < r->n_imports_considered; i++)
+        json_array_append_new(imp, entry_json(r->imports_considered[i]));
+    json_object_set_new(o, "imports_considered", imp);
     return o;
 }

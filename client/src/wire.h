@@ -40,6 +40,7 @@
 #define WIRE_METHOD_VOTE "/detd.v1.Decider/Vote"
 #define WIRE_METHOD_LIST_VOTES "/detd.v1.Admin/ListVotes"
 #define WIRE_METHOD_EXPORT_DECISIONS "/detd.v1.Admin/ExportDecisions"
+#define WIRE_METHOD_IMPORT_TABLE "/detd.v1.Admin/ImportTable"
 
 /* Values of grpc.health.v1.HealthCheckResponse.ServingStatus. */
 #define WIRE_HEALTH_UNKNOWN 0

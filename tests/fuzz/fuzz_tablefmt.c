@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* Small caps so the cap paths are reached too. */
-    struct tablefmt_limits lim = {1 << 20, 256, 2000};
+    struct tablefmt_limits lim = {1 << 20, 256, 2000, 0};
     struct tablefmt_doc *doc = NULL;
     char *err = NULL;
     int rc = tablefmt_parse("fuzz/sm90.json", data, size, &lim, &doc, &err);

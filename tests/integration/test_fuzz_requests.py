@@ -29,6 +29,7 @@ METHODS = [
     "/detd.v1.Decider/Vote",
     "/detd.v1.Admin/ListVotes",
     "/detd.v1.Admin/ExportDecisions",
+    "/detd.v1.Admin/ImportTable",
 ]
 
 
@@ -57,6 +58,10 @@ def seed_request(method, rng):
                 + _field(4, b"BLOCK=16,num_warps=4") + _field(6, 1))
     if method.endswith("/Reset"):
         return _field(1, 1) + _field(3, b"m:nothing")
+    if method.endswith("/ImportTable"):
+        e = (_field(1, b"sm90") + _field(2, b"m:fuzz") + _field(3, b"i:%d" % rng.randrange(8))
+             + _field(4, b"BLOCK=16,num_warps=4,num_stages=1,num_ctas=1"))
+        return _field(1, 1) + _field(3, b"fuzz.json") + _field(4, e) * rng.randrange(1, 4)
     return _field(1, 1)
 
 

@@ -1,7 +1,8 @@
 /*
- * Unit tests of the store's votes (store_vote.c) and of the migration
- * from schema version 1: a real database in a temporary directory per
- * test. Tests may use sqlite3 directly to build or inspect the file.
+ * Unit tests of the store's votes (store_vote.c), imported table entries
+ * (store_import.c) and the migrations from schema versions 1 and 2: a
+ * real database in a temporary directory per test. Tests may use sqlite3
+ * directly to build or inspect the file.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -335,9 +336,9 @@ TEST(migration_from_version_1_keeps_decisions_and_adds_votes) {
     store_close(s);
 
     sql_side(path, "PRAGMA user_version", v);
-    CHECK_STR(v, "2");
+    CHECK_STR(v, "3");
     sql_side(path, "SELECT value FROM meta WHERE name = 'schema_version'", v);
-    CHECK_STR(v, "2");
+    CHECK_STR(v, "3");
     sql_side(path,
              "SELECT count(*) FROM sqlite_schema WHERE name IN"
              " ('votes', 'votes_ns_arch_kernel')",
@@ -363,6 +364,152 @@ TEST(corrupt_vote_rows_are_rejected) {
                  DETD_ECORRUPT);
     CHECK(strstr(store_errmsg(s), "pid") != NULL);
     store_close(s);
+    tmp_cleanup();
+}
+
+/* ---- imported table entries ---- */
+
+static struct store_import imp(const char *ns, const char *kernel,
+                               const char *key, const char *config,
+                               const char *file) {
+    return (struct store_import){ns, "sm90", kernel, key,
+                                 "", config, file,   1700000000000};
+}
+
+struct found_imports {
+    char got[8][160];
+    size_t n;
+};
+
+static int found_cb(void *ctx, const struct store_import *v) {
+    struct found_imports *f = ctx;
+    if (f->n < 8)
+        snprintf(f->got[f->n++], 160, "%s|%s|%s|%s", v->kernel, v->key,
+                 v->config, v->file);
+    return 0;
+}
+
+TEST(imports_are_added_replaced_or_left_and_found_by_name_and_key) {
+    const char *path = tmp_path("i.db");
+    store *s = open_ok(path);
+    struct store_import a[3] = {
+        imp("job", "m:f", "[i:1]", "A=1,num_warps=4,num_stages=1,num_ctas=1",
+            "t1.json"),
+        imp("job", "f", "*", "A=2,num_warps=4,num_stages=1,num_ctas=1",
+            "t1.json"),
+        imp("other", "m:f", "[i:1]", "A=3,num_warps=4,num_stages=1,num_ctas=1",
+            "t1.json"),
+    };
+    enum store_import_result res[3];
+    char *old[3];
+    CHECK_EQ_INT(store_put_imports(s, a, 3, res, old), 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(res[i], STORE_IMPORT_ADDED);
+        CHECK(old[i] == NULL);
+    }
+    /* Again: unchanged; another config for one entry: replaced, naming the
+     * old config and file. */
+    struct store_import b[2] = {
+        a[0], imp("job", "f", "*", "A=9,num_warps=4,num_stages=1,num_ctas=1",
+                  "t2.json")};
+    CHECK_EQ_INT(store_put_imports(s, b, 2, res, old), 0);
+    CHECK_EQ_INT(res[0], STORE_IMPORT_UNCHANGED);
+    CHECK_EQ_INT(res[1], STORE_IMPORT_REPLACED);
+    CHECK(old[0] == NULL);
+    CHECK_STR(old[1], "A=2,num_warps=4,num_stages=1,num_ctas=1\tt1.json");
+    free(old[1]);
+    uint64_t n = 0;
+    CHECK_EQ_INT(store_count_imports(s, "job", &n), 0);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(store_count_imports(s, NULL, &n), 0);
+    CHECK_EQ_INT(n, 3);
+    /* Found by any of the names and keys, in its namespace only. */
+    const char *kernels[] = {"m:f@abc", "m:f", "m.f", "f"};
+    const char *keys[] = {"[i:1]", "*"};
+    struct found_imports f = {0};
+    CHECK_EQ_INT(
+        store_find_imports(s, "job", "sm90", kernels, 4, keys, 2, found_cb, &f),
+        0);
+    CHECK_EQ_INT(f.n, 2);
+    int saw_exact = 0, saw_star = 0;
+    for (size_t i = 0; i < f.n; i++) {
+        saw_exact |= strcmp(f.got[i], "m:f|[i:1]|A=1,num_warps=4,num_stages=1,"
+                                      "num_ctas=1|t1.json") == 0;
+        saw_star |= strcmp(f.got[i], "f|*|A=9,num_warps=4,num_stages=1,"
+                                     "num_ctas=1|t2.json") == 0;
+    }
+    CHECK(saw_exact && saw_star);
+    memset(&f, 0, sizeof f);
+    CHECK_EQ_INT(store_find_imports(s, "job", "sm100", kernels, 4, keys, 2,
+                                    found_cb, &f),
+                 0);
+    CHECK_EQ_INT(f.n, 0);
+    /* Reset one namespace: the other keeps its entry. */
+    uint64_t removed = 0;
+    CHECK_EQ_INT(store_reset_imports(s, "job", NULL, &removed), 0);
+    CHECK_EQ_INT(removed, 2);
+    CHECK_EQ_INT(store_count_imports(s, NULL, &n), 0);
+    CHECK_EQ_INT(n, 1);
+    /* Bad arguments: nothing stored. */
+    struct store_import bad = a[0];
+    bad.config = NULL;
+    CHECK_EQ_INT(store_put_imports(s, &bad, 1, NULL, NULL), DETD_EINVAL);
+    CHECK(strstr(store_errmsg(s), "entry 0") != NULL);
+    store_close(s);
+    tmp_cleanup();
+}
+
+TEST(an_import_batch_is_all_or_nothing) {
+    const char *path = tmp_path("i.db");
+    store *s = open_ok(path);
+    static char big[DETD_MAX_MESSAGE_BYTES + 2];
+    memset(big, 'x', sizeof big - 1);
+    struct store_import a[2] = {
+        imp("job", "m:f", "[i:1]", "A=1,num_warps=4,num_stages=1,num_ctas=1",
+            "t.json"),
+        imp("job", "m:f", "[i:2]", big, "t.json"),
+    };
+    CHECK_EQ_INT(store_put_imports(s, a, 2, NULL, NULL), DETD_ELIMIT);
+    uint64_t n = 1;
+    CHECK_EQ_INT(store_count_imports(s, NULL, &n), 0);
+    CHECK_EQ_INT(n, 0);
+    store_close(s);
+    tmp_cleanup();
+}
+
+TEST(migration_from_version_2_adds_imports_and_keeps_votes) {
+    const char *path = tmp_path("v2.db");
+    /* Version 1 as released, then version 2's step as released. */
+    sql_side(path, schema_v1, NULL);
+    sql_side(path,
+             "CREATE TABLE votes ("
+             " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+             " id TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,"
+             " ns TEXT NOT NULL, arch TEXT NOT NULL, kernel TEXT NOT NULL,"
+             " key TEXT NOT NULL, table_key TEXT NOT NULL,"
+             " candidates_fp TEXT NOT NULL, config TEXT NOT NULL,"
+             " rank INTEGER NOT NULL, local_rank INTEGER NOT NULL,"
+             " device TEXT NOT NULL, timings_json TEXT NOT NULL,"
+             " triton_version TEXT NOT NULL, voted_at_ms INTEGER NOT NULL,"
+             " UNIQUE (id, host, pid));"
+             "CREATE INDEX votes_ns_arch_kernel ON votes(ns, arch, kernel);"
+             "INSERT INTO votes VALUES (NULL, 'd1', 'node-a', 7, 'default',"
+             " 'sm90', 'm:k@1', '[i:1]', '', 'fp', 'BLOCK=16', 0, 0, '', '[]',"
+             " '', 1700000000000);"
+             "UPDATE meta SET value = '2' WHERE name = 'schema_version';"
+             "PRAGMA user_version = 2;",
+             NULL);
+    store *s = open_ok(path);
+    CHECK_EQ_INT(list(s, NULL, NULL, NULL, 0, 0).n, 1);
+    struct store_import a = imp("default", "m:k", "*",
+                                "A=1,num_warps=4,num_stages=1,num_ctas=1", "t");
+    CHECK_EQ_INT(store_put_imports(s, &a, 1, NULL, NULL), 0);
+    store_close(s);
+    char v[64];
+    sql_side(path, "PRAGMA user_version", v);
+    CHECK_STR(v, "3");
+    sql_side(path, "SELECT count(*) FROM imports", v);
+    CHECK_STR(v, "1");
     tmp_cleanup();
 }
 

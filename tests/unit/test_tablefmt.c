@@ -183,7 +183,7 @@ TEST(unknown_arch_and_mismatch) {
 }
 
 TEST(caps) {
-    struct tablefmt_limits lim = {64, 8, 2};
+    struct tablefmt_limits lim = {64, 8, 2, 0};
     const char *small = "{\"arch\":\"sm90\",\"kernels\":{}}";
     const char *big = "{\"arch\":\"sm90\",\"kernels\":{}, \"source\": "
                       "\"0123456789012345678901234567890123456789\"}";

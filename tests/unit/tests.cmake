@@ -35,6 +35,15 @@ if(TARGET detctl)
                              ${CMAKE_CURRENT_SOURCE_DIR}/unit
                              ${CMAKE_SOURCE_DIR}/client/src)
   target_link_libraries(test_detctl_table PRIVATE detd detd_wire
-                        PkgConfig::JANSSON)
+                        detd_tablefmt PkgConfig::JANSSON)
   add_test(NAME test_detctl_table COMMAND test_detctl_table)
+  add_executable(test_detctl_merge unit/test_detctl_merge.c
+                 ${CMAKE_SOURCE_DIR}/client/src/detctl_merge.c
+                 ${CMAKE_SOURCE_DIR}/client/src/detctl_table.c)
+  target_include_directories(test_detctl_merge PRIVATE
+                             ${CMAKE_CURRENT_SOURCE_DIR}/unit
+                             ${CMAKE_SOURCE_DIR}/client/src)
+  target_link_libraries(test_detctl_merge PRIVATE detd detd_wire detd_tablefmt
+                        PkgConfig::JANSSON)
+  add_test(NAME test_detctl_merge COMMAND test_detctl_merge)
 endif()
