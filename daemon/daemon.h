@@ -185,6 +185,9 @@ struct daemon {
     /* Refused calls by access_reason (rpc thread and loop) and refused
      * connections (loop). */
     atomic_uint_fast64_t refused[ACCESS_REASON_COUNT];
+    /* Decide calls answered on the rpc thread from the hot cache (also
+     * counted in decide_calls and decide_hits by status and metrics). */
+    atomic_uint_fast64_t fast_decide_hits;
     uint64_t refused_connections;
 
     /* etcd backend (coord.c); cluster NULL for the local backend. */
@@ -212,6 +215,14 @@ struct daemon {
 };
 
 /* service.c: handle one event from the rpc thread (loop thread). */
+/*
+ * The rpc thread's fast path for Decide on a key whose packed answer is in
+ * the hot cache: validate quietly, copy the answer, reply, and free the
+ * request, without the hop to the loop. Returns 1 when it answered (ev is
+ * consumed), 0 to queue ev for the loop as usual (anything else: a miss,
+ * an invalid request, another method). Touches only thread-safe state.
+ */
+int service_decide_fast(struct daemon *d, struct rpc_event *ev);
 void service_handle(struct daemon *d, struct rpc_event *ev);
 
 /* service.c: engine event callback (loop thread). */

@@ -67,8 +67,9 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
     gauge(&b, "detd_store_decisions",
           "Decisions in the local store for this namespace.", (double)total);
 
+    uint64_t fast = atomic_load(&d->fast_decide_hits);
     counter(&b, "detd_decide_calls_total", "Decide calls served.",
-            c->decide_calls);
+            c->decide_calls + fast);
     metrics_family(&b, "detd_decide_lookups_total", "counter",
                    "Decide calls answered from a decision (hit) or finding "
                    "none (miss).");
@@ -76,7 +77,7 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
         const char *hit[] = {"result", "hit", NULL};
         const char *miss[] = {"result", "miss", NULL};
         metrics_sample(&b, "detd_decide_lookups_total", hit,
-                       (double)c->decide_hits);
+                       (double)(c->decide_hits + fast));
         metrics_sample(&b, "detd_decide_lookups_total", miss,
                        (double)c->decide_misses);
     }

@@ -1,6 +1,7 @@
 /* hotcache: a direct-mapped cache of packed Decide answers (hotcache.h). */
 #include "hotcache.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@ struct slot {
 };
 
 struct hotcache {
+    pthread_mutex_t mu; /* the loop writes, the rpc thread reads */
     struct slot *slots;
     size_t mask;
     uint64_t entries, hits, misses;
@@ -31,13 +33,12 @@ int hotcache_new(size_t nslots, hotcache **ret) {
         return DETD_ENOMEM;
     }
     hc->mask = n - 1;
+    pthread_mutex_init(&hc->mu, NULL);
     *ret = hc;
     return 0;
 }
 
-void hotcache_clear(hotcache *hc) {
-    if (hc == NULL)
-        return;
+static void clear_locked(hotcache *hc) {
     for (size_t i = 0; i <= hc->mask; i++) {
         free(hc->slots[i].buf);
         memset(&hc->slots[i], 0, sizeof(hc->slots[i]));
@@ -45,10 +46,19 @@ void hotcache_clear(hotcache *hc) {
     hc->entries = 0;
 }
 
+void hotcache_clear(hotcache *hc) {
+    if (hc == NULL)
+        return;
+    pthread_mutex_lock(&hc->mu);
+    clear_locked(hc);
+    pthread_mutex_unlock(&hc->mu);
+}
+
 void hotcache_free(hotcache *hc) {
     if (hc == NULL)
         return;
-    hotcache_clear(hc);
+    clear_locked(hc);
+    pthread_mutex_destroy(&hc->mu);
     free(hc->slots);
     free(hc);
 }
@@ -63,16 +73,19 @@ static size_t slot_of(const hotcache *hc, const char *id) {
     return (size_t)(h & hc->mask);
 }
 
-int hotcache_get(hotcache *hc, const char *id, const uint8_t **ret_buf,
+int hotcache_get(hotcache *hc, const char *id, uint8_t *buf, size_t cap,
                  size_t *ret_len) {
+    pthread_mutex_lock(&hc->mu);
     struct slot *s = &hc->slots[slot_of(hc, id)];
-    if (s->buf == NULL || strcmp(s->id, id) != 0) {
+    if (s->buf == NULL || strcmp(s->id, id) != 0 || s->len > cap) {
         hc->misses++;
+        pthread_mutex_unlock(&hc->mu);
         return 0;
     }
     hc->hits++;
-    *ret_buf = s->buf;
+    memcpy(buf, s->buf, s->len);
     *ret_len = s->len;
+    pthread_mutex_unlock(&hc->mu);
     return 1;
 }
 
@@ -84,6 +97,7 @@ void hotcache_put(hotcache *hc, const char *id, const uint8_t *buf,
     if (copy == NULL)
         return;
     memcpy(copy, buf, len);
+    pthread_mutex_lock(&hc->mu);
     struct slot *s = &hc->slots[slot_of(hc, id)];
     if (s->buf == NULL)
         hc->entries++;
@@ -91,11 +105,14 @@ void hotcache_put(hotcache *hc, const char *id, const uint8_t *buf,
     strcpy(s->id, id);
     s->buf = copy;
     s->len = len;
+    pthread_mutex_unlock(&hc->mu);
 }
 
-void hotcache_stats(const hotcache *hc, uint64_t *ret_entries,
-                    uint64_t *ret_hits, uint64_t *ret_misses) {
+void hotcache_stats(hotcache *hc, uint64_t *ret_entries, uint64_t *ret_hits,
+                    uint64_t *ret_misses) {
+    pthread_mutex_lock(&hc->mu);
     *ret_entries = hc->entries;
     *ret_hits = hc->hits;
     *ret_misses = hc->misses;
+    pthread_mutex_unlock(&hc->mu);
 }

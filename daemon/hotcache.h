@@ -28,11 +28,12 @@ int hotcache_new(size_t nslots, hotcache **ret);
 void hotcache_free(hotcache *hc);
 
 /*
- * Look up id (a 64-character decision id). On a hit *ret_buf (borrowed
- * until the next call on hc) and *ret_len describe the packed answer and
- * 1 is returned; 0 on a miss.
+ * Look up id (thread-safe: the loop puts and clears, the rpc thread may
+ * get). On a hit the packed answer is copied into buf (cap bytes; an entry
+ * never exceeds HOTCACHE_MAX_ENTRY), *ret_len set, and 1 returned; 0 on a
+ * miss.
  */
-int hotcache_get(hotcache *hc, const char *id, const uint8_t **ret_buf,
+int hotcache_get(hotcache *hc, const char *id, uint8_t *buf, size_t cap,
                  size_t *ret_len);
 
 /* Keep a copy of buf for id (ignored over HOTCACHE_MAX_ENTRY or on OOM). */
@@ -42,7 +43,7 @@ void hotcache_put(hotcache *hc, const char *id, const uint8_t *buf, size_t len);
 void hotcache_clear(hotcache *hc);
 
 /* Entries held, and hits/misses since creation. */
-void hotcache_stats(const hotcache *hc, uint64_t *ret_entries,
-                    uint64_t *ret_hits, uint64_t *ret_misses);
+void hotcache_stats(hotcache *hc, uint64_t *ret_entries, uint64_t *ret_hits,
+                    uint64_t *ret_misses);
 
 #endif /* DETD_HOTCACHE_H */

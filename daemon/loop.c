@@ -33,6 +33,8 @@ int64_t daemon_unix_ms(void) {
 /* rpc thread: queue the event and wake the loop. */
 static void on_rpc_event(void *ctx, struct rpc_event *ev) {
     struct daemon *d = ctx;
+    if (service_decide_fast(d, ev))
+        return; /* a decided key, answered here without the loop hop */
     pthread_mutex_lock(&d->qmu);
     if (d->nqueue == d->capqueue) {
         size_t cap = d->capqueue ? d->capqueue * 2 : 256;

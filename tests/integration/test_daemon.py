@@ -262,3 +262,24 @@ def test_waiter_that_dies_is_forgotten(daemon, tmpdir_short):
         time.sleep(0.05)
     holder.kill()
     holder.wait()
+
+
+def test_hot_answers_count_and_reset_forgets_them(daemon, tmpdir_short):
+    """Decided keys are answered from the hot cache (on the rpc thread),
+    counted in decide_calls/decide_hits like any other answer, and a reset
+    forgets them at once: the next ask is designated again, never answered
+    with the forgotten config."""
+    first = run_clients(daemon, tmpdir_short, 2, 10, tag="h1")
+    assert sum(1 for r in first for e in r["keys"].values() if e["timed"]) == 10
+    st0 = daemon.status()
+    again = run_clients(daemon, tmpdir_short, 3, 10, tag="h2")
+    assert sum(1 for r in again for e in r["keys"].values() if e["timed"]) == 0
+    assert configs_by_key(again) == configs_by_key(first)
+    st1 = daemon.status()
+    assert counter(st1, "decide_calls") - counter(st0, "decide_calls") == 30
+    assert counter(st1, "decide_hits") - counter(st0, "decide_hits") == 30
+    r = daemon.detctl("reset", "--all")
+    assert r.returncode == 0, r.stdout + r.stderr
+    after = run_clients(daemon, tmpdir_short, 2, 10, tag="h3")
+    assert sum(1 for r in after for e in r["keys"].values() if e["timed"]) == 10
+    assert counter(daemon.status(), "timing_passes") == counter(st1, "timing_passes") + 10
