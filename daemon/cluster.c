@@ -28,6 +28,7 @@
 #include <jansson.h>
 
 #include "detd/error.h"
+#include "strfmt.h"
 #include "keyid.h"
 #include "rpc.h"
 
@@ -781,17 +782,6 @@ out:
 
 /* ---- public API ---- */
 
-static char *errf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *errf(const char *fmt, ...) {
-    char *s = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 static void free_queues(cluster *c) {
     while (c->jobs != NULL) {
         struct job *j = c->jobs;
@@ -842,9 +832,9 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     size_t nl = strlen(opt->node_id);
     if (nl == 0 || nl > CLUSTER_MAX_NODE_ID || strchr(opt->node_id, '/')) {
         if (ret_errmsg != NULL)
-            *ret_errmsg = errf("node id '%s' must be 1 to %d characters "
-                               "without '/'",
-                               opt->node_id, CLUSTER_MAX_NODE_ID);
+            *ret_errmsg = strfmt("node id '%s' must be 1 to %d characters "
+                                 "without '/'",
+                                 opt->node_id, CLUSTER_MAX_NODE_ID);
         return DETD_EINVAL;
     }
     cluster *c = calloc(1, sizeof(*c));
@@ -910,18 +900,18 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     eo.total_timeout_ms = CLUSTER_BUDGET_MS;
     rc = etcd_open(&eo, &c->etcd);
     if (rc != 0) {
-        err =
-            errf("etcd client for '%s': %s", opt->endpoints, detd_strerror(rc));
+        err = strfmt("etcd client for '%s': %s", opt->endpoints,
+                     detd_strerror(rc));
         goto fail;
     }
     rc = etcd_keepalive_start(c->etcd, on_lease_lost, c, &c->ka);
     if (rc != 0) {
-        err = errf("etcd lease keep-alive: %s", detd_strerror(rc));
+        err = strfmt("etcd lease keep-alive: %s", detd_strerror(rc));
         goto fail;
     }
     rc = uv_async_init(loop, &c->async, on_async);
     if (rc != 0) {
-        err = errf("async handle: %s", uv_strerror(rc));
+        err = strfmt("async handle: %s", uv_strerror(rc));
         rc = DETD_EINTERNAL;
         goto fail;
     }

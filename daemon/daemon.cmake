@@ -10,7 +10,7 @@ target_link_libraries(detd_access PUBLIC detd_error)
 # The detd executable: loop, rpc adapter, service, GPU probe.
 # Settings: the option table, argv, the configuration file, and the log
 # lines (no foreign API: unit-tested alone).
-add_library(detd_options STATIC options.c conffile.c log.c)
+add_library(detd_options STATIC options.c conffile.c log.c strfmt.c)
 target_include_directories(detd_options PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}
                            ${CMAKE_SOURCE_DIR}/client/include)
 target_link_libraries(detd_options PUBLIC detd_access detd_error detd_proto PkgConfig::LIBUV)

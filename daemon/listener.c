@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "detd/error.h"
+#include "strfmt.h"
 
 #ifndef SO_PEERGROUPS
 #define SO_PEERGROUPS 59
@@ -31,18 +32,6 @@ struct listener {
     listener_conn_cb cb;
     void *cb_ctx;
 };
-
-static char *errmsgf(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-static char *errmsgf(const char *fmt, ...) {
-    char *s = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
 
 /* Does a server accept connections on this unix socket right now? */
 static int socket_is_live(const char *path) {
@@ -115,7 +104,7 @@ int listener_open(const struct listener_options *opts, uv_loop_t *loop,
     if (opts == NULL || opts->path == NULL || cb == NULL || ret == NULL)
         return DETD_EINVAL;
     if (strlen(opts->path) >= sizeof(sa.sun_path)) {
-        err = errmsgf("socket path '%s' is too long", opts->path);
+        err = strfmt("socket path '%s' is too long", opts->path);
         rc = DETD_EINVAL;
         goto fail;
     }
@@ -141,28 +130,28 @@ int listener_open(const struct listener_options *opts, uv_loop_t *loop,
     struct stat st;
     if (lstat(opts->path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
-            err = errmsgf("socket path '%s' exists and is not a socket",
-                          opts->path);
+            err = strfmt("socket path '%s' exists and is not a socket",
+                         opts->path);
             rc = -EEXIST;
             goto out;
         }
         if (socket_is_live(opts->path)) {
-            err = errmsgf("socket '%s' is in use by a running daemon",
-                          opts->path);
+            err =
+                strfmt("socket '%s' is in use by a running daemon", opts->path);
             rc = DETD_EBUSY;
             goto out;
         }
         if (unlink(opts->path) != 0) {
             rc = -errno;
-            err = errmsgf("remove stale socket '%s': %s", opts->path,
-                          strerror(errno));
+            err = strfmt("remove stale socket '%s': %s", opts->path,
+                         strerror(errno));
             goto out;
         }
     }
     l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (l->fd < 0) {
         rc = -errno;
-        err = errmsgf("socket: %s", strerror(errno));
+        err = strfmt("socket: %s", strerror(errno));
         goto out;
     }
     memset(&sa, 0, sizeof(sa));
@@ -176,8 +165,8 @@ int listener_open(const struct listener_options *opts, uv_loop_t *loop,
     umask(old);
     if (b != 0) {
         rc = -berr;
-        err = errmsgf("cannot listen on unix socket '%s': %s", opts->path,
-                      strerror(berr));
+        err = strfmt("cannot listen on unix socket '%s': %s", opts->path,
+                     strerror(berr));
         goto out;
     }
     if (lstat(opts->path, &st) == 0) {
@@ -186,24 +175,24 @@ int listener_open(const struct listener_options *opts, uv_loop_t *loop,
     }
     if (opts->gid >= 0 && chown(opts->path, (uid_t)-1, (gid_t)opts->gid) != 0) {
         rc = -errno;
-        err = errmsgf("set group %ld on socket '%s': %s", opts->gid, opts->path,
-                      strerror(errno));
+        err = strfmt("set group %ld on socket '%s': %s", opts->gid, opts->path,
+                     strerror(errno));
         goto out_unlink;
     }
     if (chmod(opts->path, opts->mode) != 0) {
         rc = -errno;
-        err = errmsgf("chmod socket '%s': %s", opts->path, strerror(errno));
+        err = strfmt("chmod socket '%s': %s", opts->path, strerror(errno));
         goto out_unlink;
     }
     if (listen(l->fd, 512) != 0) {
         rc = -errno;
-        err = errmsgf("listen on '%s': %s", opts->path, strerror(errno));
+        err = strfmt("listen on '%s': %s", opts->path, strerror(errno));
         goto out_unlink;
     }
 start:
     rc = uv_poll_init(loop, &l->poll, l->fd);
     if (rc != 0) {
-        err = errmsgf("poll socket '%s': %s", opts->path, uv_strerror(rc));
+        err = strfmt("poll socket '%s': %s", opts->path, uv_strerror(rc));
         rc = DETD_EINTERNAL;
         goto out_unlink;
     }

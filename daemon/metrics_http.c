@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 
 #include "detd/error.h"
+#include "strfmt.h"
 
 /* At most this many scrapers at once, each idle at most this long. */
 #define METRICS_HTTP_MAX_CONNECTIONS 32
@@ -25,18 +26,6 @@ struct metrics_http {
     metrics_http_serving_cb serving;
     void *ctx;
 };
-
-static char *errmsgf(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-static char *errmsgf(const char *fmt, ...) {
-    char *s = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
 
 static enum MHD_Result reply_static(struct MHD_Connection *conn, unsigned code,
                                     const char *text) {
@@ -105,7 +94,7 @@ static int resolve(const char *hostport, struct addrinfo **ret, char **err) {
         const char *close = strchr(hostport, ']');
         if (close == NULL || close[1] != ':' ||
             (size_t)(close - hostport - 1) >= sizeof(host)) {
-            *err = errmsgf("--metrics: '%s' is not [ADDRESS]:PORT", hostport);
+            *err = strfmt("--metrics: '%s' is not [ADDRESS]:PORT", hostport);
             return DETD_EINVAL;
         }
         memcpy(host, hostport + 1, (size_t)(close - hostport - 1));
@@ -115,7 +104,7 @@ static int resolve(const char *hostport, struct addrinfo **ret, char **err) {
         const char *colon = strrchr(hostport, ':');
         if (colon == NULL || colon == hostport ||
             (size_t)(colon - hostport) >= sizeof(host)) {
-            *err = errmsgf("--metrics: '%s' is not HOST:PORT", hostport);
+            *err = strfmt("--metrics: '%s' is not HOST:PORT", hostport);
             return DETD_EINVAL;
         }
         memcpy(host, hostport, (size_t)(colon - hostport));
@@ -125,7 +114,7 @@ static int resolve(const char *hostport, struct addrinfo **ret, char **err) {
     char *end = NULL;
     long p = strtol(port, &end, 10);
     if (end == port || *end != '\0' || p < 1 || p > 65535) {
-        *err = errmsgf("--metrics: '%s': port must be 1 to 65535", hostport);
+        *err = strfmt("--metrics: '%s': port must be 1 to 65535", hostport);
         return DETD_EINVAL;
     }
     struct addrinfo hints;
@@ -134,7 +123,7 @@ static int resolve(const char *hostport, struct addrinfo **ret, char **err) {
     hints.ai_flags = AI_NUMERICSERV;
     int rc = getaddrinfo(host, port, &hints, ret);
     if (rc != 0) {
-        *err = errmsgf("--metrics: '%s': %s", hostport, gai_strerror(rc));
+        *err = strfmt("--metrics: '%s': %s", hostport, gai_strerror(rc));
         return DETD_EINVAL;
     }
     return 0;
@@ -172,7 +161,7 @@ int metrics_http_start(const char *hostport, metrics_http_render_cb render,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         MHD_OPTION_END);
     if (h->mhd == NULL) {
-        err = errmsgf("--metrics: cannot listen on '%s'", hostport);
+        err = strfmt("--metrics: cannot listen on '%s'", hostport);
         rc = DETD_EUNAVAILABLE;
         goto out;
     }

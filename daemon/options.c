@@ -17,6 +17,7 @@
 #include "conffile.h"
 #include "detd/client.h"
 #include "detd/error.h"
+#include "strfmt.h"
 
 typedef enum option_kind {
     KIND_FLAG,   /* no argument; int set to 1; command line only */
@@ -47,17 +48,6 @@ struct option_row {
     const char *help;    /* lines separated by '\n' */
 };
 
-static char *errf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *errf(const char *fmt, ...) {
-    char *s = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 static int valid_name(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n > DAEMON_MAX_NAMESPACE)
@@ -75,8 +65,8 @@ static int check_name(const struct option_row *r, const char *v,
                       char **ret_err) {
     if (valid_name(v))
         return 0;
-    *ret_err = errf("'%s' must be 1 to %d characters of [A-Za-z0-9._-]", v,
-                    DAEMON_MAX_NAMESPACE);
+    *ret_err = strfmt("'%s' must be 1 to %d characters of [A-Za-z0-9._-]", v,
+                      DAEMON_MAX_NAMESPACE);
     return DETD_EINVAL;
 }
 
@@ -84,9 +74,9 @@ static int check_socket(const struct option_row *r, const char *v,
                         char **ret_err) {
     /* sun_path holds 108 bytes; gRPC needs room for its prefix. */
     if (strlen(v) >= 100) {
-        *ret_err = errf("path '%s' is too long for a unix socket (keep it "
-                        "under 100 bytes)",
-                        v);
+        *ret_err = strfmt("path '%s' is too long for a unix socket (keep it "
+                          "under 100 bytes)",
+                          v);
         return DETD_EINVAL;
     }
     return 0;
@@ -98,7 +88,7 @@ static int check_mode(const struct option_row *r, const char *v,
     errno = 0;
     unsigned long m = strtoul(v, &end, 8);
     if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || m > 0777) {
-        *ret_err = errf("'%s' is not an octal mode from 0 to 0777", v);
+        *ret_err = strfmt("'%s' is not an octal mode from 0 to 0777", v);
         return DETD_EINVAL;
     }
     return 0;
@@ -109,7 +99,7 @@ static int check_id(const struct option_row *r, const char *v, char **ret_err) {
     struct access_ids one = {.n = 0};
     const char *why = "";
     if (access_ids_add(&one, v, r->min == 1, &why) != 0) {
-        *ret_err = errf("'%s': %s", v, why);
+        *ret_err = strfmt("'%s': %s", v, why);
         return DETD_EINVAL;
     }
     return 0;
@@ -288,7 +278,7 @@ static int parse_u32(const struct option_row *r, const char *s, uint32_t *ret,
     if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || s[0] == '+' ||
         s[0] == ' ' || v < r->min || v > r->max) {
         *ret_err =
-            errf("'%s' is not a number from %u to %u", s, r->min, r->max);
+            strfmt("'%s' is not a number from %u to %u", s, r->min, r->max);
         return DETD_EINVAL;
     }
     *ret = (uint32_t)v;
@@ -309,11 +299,11 @@ static int apply(struct options *o, const struct option_row *r,
         return 0;
     }
     if (strlen(value) > OPTIONS_MAX_VALUE) {
-        *ret_err = errf("value longer than %d bytes", OPTIONS_MAX_VALUE);
+        *ret_err = strfmt("value longer than %d bytes", OPTIONS_MAX_VALUE);
         return DETD_ELIMIT;
     }
     if (value[0] == '\0') {
-        *ret_err = errf("empty value");
+        *ret_err = strfmt("empty value");
         return DETD_EINVAL;
     }
     if (r->check != NULL && (rc = r->check(r, value, ret_err)) != 0)
@@ -340,7 +330,7 @@ static int apply(struct options *o, const struct option_row *r,
             for (int i = 0; r->names[i] != NULL; i++)
                 snprintf(list + strlen(list), sizeof(list) - strlen(list),
                          "%s%s", i > 0 ? ", " : "", r->names[i]);
-            *ret_err = errf("'%s' is not one of %s", value, list);
+            *ret_err = strfmt("'%s' is not one of %s", value, list);
         }
         return DETD_EINVAL;
     case KIND_LIST: {
@@ -352,7 +342,7 @@ static int apply(struct options *o, const struct option_row *r,
             *n = 0; /* the command line replaces the file's list */
         }
         if (*n == OPTIONS_MAX_LIST) {
-            *ret_err = errf("more than %d values", OPTIONS_MAX_LIST);
+            *ret_err = strfmt("more than %d values", OPTIONS_MAX_LIST);
             return DETD_ELIMIT;
         }
         if (*items == NULL) {
@@ -384,7 +374,7 @@ static int apply(struct options *o, const struct option_row *r,
     }
     return DETD_EINTERNAL;
 nomem:
-    *ret_err = errf("out of memory");
+    *ret_err = strfmt("out of memory");
     return DETD_ENOMEM;
 }
 
@@ -396,20 +386,20 @@ static int file_entry(void *ctx, const char *key, const char *value,
     (void)line;
     const struct option_row *r = row_find(key);
     if (r == NULL) {
-        *ret_err = errf("unknown key (keys are the long flag names without "
-                        "'--'; see detd --help)");
+        *ret_err = strfmt("unknown key (keys are the long flag names without "
+                          "'--'; see detd --help)");
         return DETD_EINVAL;
     }
     if (r->flags & ROW_CLI_ONLY) {
-        *ret_err = errf("only valid on the command line, not in a "
-                        "configuration file");
+        *ret_err = strfmt("only valid on the command line, not in a "
+                          "configuration file");
         return DETD_EINVAL;
     }
     return apply(o, r, value, 0, ret_err);
 }
 
 static void file_error(void *ctx, const char *msg) {
-    add_error(ctx, errf("%s", msg));
+    add_error(ctx, strfmt("%s", msg));
 }
 
 /* ---- argv ---- */
@@ -447,8 +437,8 @@ static void finish_access(struct options *o) {
         for (size_t j = 0; j < lists[i].n; j++)
             if (access_ids_add(lists[i].ids, lists[i].items[j], lists[i].group,
                                &why) != 0)
-                add_error(o, errf("%s: '%s': %s", lists[i].key,
-                                  lists[i].items[j], why));
+                add_error(o, strfmt("%s: '%s': %s", lists[i].key,
+                                    lists[i].items[j], why));
     }
 }
 
@@ -458,19 +448,19 @@ static void finish(struct options *o) {
     finish_access(o);
     if ((c->listen_cert != NULL) != (c->listen_key != NULL) ||
         (c->listen_client_ca != NULL && c->listen_cert == NULL))
-        add_error(o, errf("listen-cert and listen-key go together (and "
-                          "listen-client-ca needs them)"));
+        add_error(o, strfmt("listen-cert and listen-key go together (and "
+                            "listen-client-ca needs them)"));
     if ((c->etcd_cert != NULL) != (c->etcd_key != NULL))
-        add_error(o, errf("etcd-cert and etcd-key go together"));
+        add_error(o, strfmt("etcd-cert and etcd-key go together"));
     if (c->etcd_user != NULL) {
         const char *pw = getenv("DETD_ETCD_PASSWORD");
         if (o->password_file != NULL) {
             FILE *f = fopen(o->password_file, "r");
             if (f == NULL ||
                 fgets(o->password, sizeof(o->password), f) == NULL) {
-                add_error(o, errf("etcd-password-file: cannot read '%s'%s%s",
-                                  o->password_file, f == NULL ? ": " : "",
-                                  f == NULL ? strerror(errno) : ""));
+                add_error(o, strfmt("etcd-password-file: cannot read '%s'%s%s",
+                                    o->password_file, f == NULL ? ": " : "",
+                                    f == NULL ? strerror(errno) : ""));
                 pw = NULL;
             } else {
                 o->password[strcspn(o->password, "\r\n")] = '\0';
@@ -482,8 +472,8 @@ static void finish(struct options *o) {
                 return;
         }
         if (pw == NULL) {
-            add_error(o, errf("etcd-user needs $DETD_ETCD_PASSWORD or "
-                              "etcd-password-file"));
+            add_error(o, strfmt("etcd-user needs $DETD_ETCD_PASSWORD or "
+                                "etcd-password-file"));
             return;
         }
         c->etcd_password = pw;
@@ -491,8 +481,8 @@ static void finish(struct options *o) {
     if (c->etcd_endpoints != NULL && c->node_id == NULL) {
         if (gethostname(o->hostname, sizeof(o->hostname) - 1) != 0 ||
             !valid_name(o->hostname)) {
-            add_error(o, errf("the host name is not a usable node id: set "
-                              "node-id"));
+            add_error(o, strfmt("the host name is not a usable node id: set "
+                                "node-id"));
             return;
         }
         c->node_id = o->hostname;
@@ -505,7 +495,7 @@ int options_parse(struct options *o, int argc, char **argv) {
     struct cli_value *vals = calloc((size_t)argc + 1, sizeof(*vals));
     size_t nvals = 0;
     if (vals == NULL) {
-        add_error(o, errf("out of memory"));
+        add_error(o, strfmt("out of memory"));
         return DETD_ENOMEM;
     }
     for (size_t i = 0; i < NROWS; i++)
@@ -521,12 +511,12 @@ int options_parse(struct options *o, int argc, char **argv) {
     int c;
     while ((c = getopt_long(argc, argv, ":", lopts, NULL)) != -1) {
         if (c == '?') {
-            add_error(o, errf("unknown option '%s' (see detd --help)",
-                              argv[optind - 1]));
+            add_error(o, strfmt("unknown option '%s' (see detd --help)",
+                                argv[optind - 1]));
             continue;
         }
         if (c == ':') {
-            add_error(o, errf("option '%s' needs a value", argv[optind - 1]));
+            add_error(o, strfmt("option '%s' needs a value", argv[optind - 1]));
             continue;
         }
         const struct option_row *r = &rows[c - 256];
@@ -539,14 +529,14 @@ int options_parse(struct options *o, int argc, char **argv) {
             /* --config: needed before the file is read. */
             char *err = NULL;
             if (apply(o, r, optarg, 1, &err) != 0)
-                add_error(o, errf("--%s: %s", r->name, err ? err : "?"));
+                add_error(o, strfmt("--%s: %s", r->name, err ? err : "?"));
             free(err);
             continue;
         }
         vals[nvals++] = (struct cli_value){r, optarg};
     }
     if (optind < argc)
-        add_error(o, errf("unexpected argument '%s'", argv[optind]));
+        add_error(o, strfmt("unexpected argument '%s'", argv[optind]));
     if (o->help || o->version)
         goto out;
 
@@ -558,7 +548,8 @@ int options_parse(struct options *o, int argc, char **argv) {
     for (size_t i = 0; i < nvals; i++) {
         char *err = NULL;
         if (apply(o, vals[i].row, vals[i].value, 1, &err) != 0)
-            add_error(o, errf("--%s: %s", vals[i].row->name, err ? err : "?"));
+            add_error(o,
+                      strfmt("--%s: %s", vals[i].row->name, err ? err : "?"));
         free(err);
     }
 
@@ -578,22 +569,22 @@ static void check_dir_creatable(struct options *o, const char *key,
     struct stat st;
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode))
-            add_error(o,
-                      errf("%s: '%s' exists and is not a directory", key, dir));
+            add_error(
+                o, strfmt("%s: '%s' exists and is not a directory", key, dir));
         else if (access(dir, W_OK | X_OK) != 0)
-            add_error(o, errf("%s: directory '%s' is not writable: %s", key,
-                              dir, strerror(errno)));
+            add_error(o, strfmt("%s: directory '%s' is not writable: %s", key,
+                                dir, strerror(errno)));
         return;
     }
     if (errno != ENOENT && errno != ENOTDIR) {
-        add_error(o, errf("%s: '%s': %s", key, dir, strerror(errno)));
+        add_error(o, strfmt("%s: '%s': %s", key, dir, strerror(errno)));
         return;
     }
     /* Walk up to the nearest existing ancestor: it must be a writable
      * directory (the daemon creates the rest, like mkdir -p). */
     char path[4096];
     if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
-        add_error(o, errf("%s: path too long", key));
+        add_error(o, strfmt("%s: path too long", key));
         return;
     }
     for (;;) {
@@ -606,18 +597,18 @@ static void check_dir_creatable(struct options *o, const char *key,
             *slash = '\0';
         if (stat(path, &st) == 0) {
             if (!S_ISDIR(st.st_mode))
-                add_error(o, errf("%s: '%s' cannot be created: '%s' is not "
-                                  "a directory",
-                                  key, dir, path));
+                add_error(o, strfmt("%s: '%s' cannot be created: '%s' is not "
+                                    "a directory",
+                                    key, dir, path));
             else if (access(path, W_OK | X_OK) != 0)
-                add_error(o, errf("%s: '%s' cannot be created: '%s' is not "
-                                  "writable",
-                                  key, dir, path));
+                add_error(o, strfmt("%s: '%s' cannot be created: '%s' is not "
+                                    "writable",
+                                    key, dir, path));
             return;
         }
         if (errno != ENOENT && errno != ENOTDIR) {
-            add_error(o, errf("%s: '%s' cannot be created: '%s': %s", key, dir,
-                              path, strerror(errno)));
+            add_error(o, strfmt("%s: '%s' cannot be created: '%s': %s", key,
+                                dir, path, strerror(errno)));
             return;
         }
         if (strcmp(path, ".") == 0 || strcmp(path, "/") == 0)
@@ -631,12 +622,12 @@ static void check_readable_file(struct options *o, const char *key,
     if (file == NULL)
         return;
     if (stat(file, &st) != 0)
-        add_error(o, errf("%s: '%s': %s", key, file, strerror(errno)));
+        add_error(o, strfmt("%s: '%s': %s", key, file, strerror(errno)));
     else if (!S_ISREG(st.st_mode))
-        add_error(o, errf("%s: '%s' is not a regular file", key, file));
+        add_error(o, strfmt("%s: '%s' is not a regular file", key, file));
     else if (access(file, R_OK) != 0)
-        add_error(o, errf("%s: '%s' is not readable: %s", key, file,
-                          strerror(errno)));
+        add_error(o, strfmt("%s: '%s' is not readable: %s", key, file,
+                            strerror(errno)));
 }
 
 /* See options.h. */
@@ -657,13 +648,14 @@ int options_check_paths(struct options *o) {
     for (size_t i = 0; i < c->n_tables; i++) {
         struct stat st;
         if (stat(c->tables[i], &st) != 0)
-            add_error(o,
-                      errf("tables: '%s': %s", c->tables[i], strerror(errno)));
+            add_error(
+                o, strfmt("tables: '%s': %s", c->tables[i], strerror(errno)));
         else if (!S_ISDIR(st.st_mode))
-            add_error(o, errf("tables: '%s' is not a directory", c->tables[i]));
+            add_error(o,
+                      strfmt("tables: '%s' is not a directory", c->tables[i]));
         else if (access(c->tables[i], R_OK | X_OK) != 0)
-            add_error(o, errf("tables: directory '%s' is not readable",
-                              c->tables[i]));
+            add_error(o, strfmt("tables: directory '%s' is not readable",
+                                c->tables[i]));
     }
     check_readable_file(o, "etcd-ca", c->etcd_ca);
     check_readable_file(o, "etcd-cert", c->etcd_cert);

@@ -38,6 +38,7 @@
 
 #include "detd.pb-c.h"
 #include "detd/error.h"
+#include "strfmt.h"
 #include "health.pb-c.h"
 #include "metrics.h"
 
@@ -678,25 +679,13 @@ static void *rpc_thread(void *arg) {
     return NULL;
 }
 
-static char *errmsgf(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-static char *errmsgf(const char *fmt, ...) {
-    char *s = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 /* Read a whole PEM file into a NUL-terminated heap string. */
 static char *read_pem(const char *path, char **ret_err) {
     FILE *f = fopen(path, "rb");
     char *buf = NULL;
     size_t n = 0, cap = 0;
     if (f == NULL) {
-        *ret_err = errmsgf("read '%s': %s", path, strerror(errno));
+        *ret_err = strfmt("read '%s': %s", path, strerror(errno));
         return NULL;
     }
     for (;;) {
@@ -704,7 +693,7 @@ static char *read_pem(const char *path, char **ret_err) {
             cap = cap ? cap * 2 : 8192;
             char *b = cap <= 1024 * 1024 ? realloc(buf, cap) : NULL;
             if (b == NULL) {
-                *ret_err = errmsgf("read '%s': too large", path);
+                *ret_err = strfmt("read '%s': too large", path);
                 free(buf);
                 fclose(f);
                 return NULL;
@@ -728,7 +717,7 @@ static int add_tcp_port(rpc_server *srv, const struct rpc_options *opts,
     char *cert = NULL, *key = NULL, *ca = NULL;
     int rc = 0;
     if ((opts->listen_cert != NULL) != (opts->listen_key != NULL)) {
-        *ret_err = errmsgf("--listen-cert and --listen-key go together");
+        *ret_err = strfmt("--listen-cert and --listen-key go together");
         return DETD_EINVAL;
     }
     if (opts->listen_cert != NULL) {
@@ -752,12 +741,12 @@ static int add_tcp_port(rpc_server *srv, const struct rpc_options *opts,
         creds = grpc_insecure_server_credentials_create();
     }
     if (creds == NULL) {
-        *ret_err = errmsgf("TLS credentials for --listen %s", opts->listen);
+        *ret_err = strfmt("TLS credentials for --listen %s", opts->listen);
         rc = DETD_EINVAL;
         goto out;
     }
     if (grpc_server_add_http2_port(srv->server, opts->listen, creds) == 0) {
-        *ret_err = errmsgf("cannot listen on '%s'", opts->listen);
+        *ret_err = strfmt("cannot listen on '%s'", opts->listen);
         rc = DETD_EUNAVAILABLE;
     }
     grpc_server_credentials_release(creds);
@@ -827,7 +816,7 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
                                  : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
             0);
         if (srv->registered[m] == NULL) {
-            err = errmsgf("register method %s", methods[m].path);
+            err = strfmt("register method %s", methods[m].path);
             rc = DETD_EINTERNAL;
             goto out;
         }
@@ -847,7 +836,7 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
     post_request(srv, METHOD_UNKNOWN);
 
     if (pthread_create(&srv->thread, NULL, rpc_thread, srv) != 0) {
-        err = errmsgf("cannot start the rpc thread");
+        err = strfmt("cannot start the rpc thread");
         rc = DETD_EINTERNAL;
         goto out;
     }
@@ -977,7 +966,7 @@ int rpc_client_unary(const char *target, const char *method, const void *req,
     }
     if (creds == NULL) {
         rc = DETD_EINVAL;
-        err = errmsgf("client credentials for %s", target);
+        err = strfmt("client credentials for %s", target);
         goto out;
     }
     ch = grpc_channel_create(target, creds, NULL);
@@ -1022,14 +1011,14 @@ int rpc_client_unary(const char *target, const char *method, const void *req,
                  ? DETD_EDENIED
                  : DETD_EUNAVAILABLE;
         char *dm = grpc_slice_to_c_string(details);
-        err = errmsgf("%s %s: status %d: %s", target, method, (int)code,
-                      dm != NULL ? dm : "");
+        err = strfmt("%s %s: status %d: %s", target, method, (int)code,
+                     dm != NULL ? dm : "");
         gpr_free(dm);
         goto out;
     }
     if (resp == NULL) {
         rc = DETD_EPROTO;
-        err = errmsgf("%s %s: no response message", target, method);
+        err = strfmt("%s %s: no response message", target, method);
         goto out;
     }
     grpc_byte_buffer_reader r;

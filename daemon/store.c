@@ -832,14 +832,7 @@ int store_each_decision(store *s, const char *ns, const char *kernel,
         (err = store_bind_int(s, st, 3, limit == 0 ? -1 : (int64_t)limit, op)) <
             0)
         goto out;
-    for (;;) {
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            err = store_fail(s, rc, op);
-            goto out;
-        }
+    while ((err = store_step(s, st, op)) > 0) {
         struct store_decision d;
         if ((err = store_read_decision(s, st, op, &d)) < 0)
             goto out;
@@ -848,6 +841,8 @@ int store_each_decision(store *s, const char *ns, const char *kernel,
         if (stop)
             break;
     }
+    if (err > 0)
+        err = 0; /* stopped early by the callback */
 out:
     sqlite3_finalize(st);
     return err;
@@ -876,14 +871,7 @@ int store_each_decision_page(store *s, const char *ns, const char *arch,
         (err = store_bind_int(s, st, 5, limit == 0 ? -1 : (int64_t)limit, op)) <
             0)
         goto out;
-    for (;;) {
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            err = store_fail(s, rc, op);
-            goto out;
-        }
+    while ((err = store_step(s, st, op)) > 0) {
         struct store_decision d;
         if ((err = store_read_decision(s, st, op, &d)) < 0)
             goto out;
@@ -892,6 +880,43 @@ int store_each_decision_page(store *s, const char *ns, const char *arch,
         if (stop)
             break;
     }
+    if (err > 0)
+        err = 0; /* stopped early by the callback */
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* See store_int.h. */
+int store_step(store *s, sqlite3_stmt *st, const char *op) {
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    return store_fail(s, rc, op);
+}
+
+/* See store_int.h. */
+int store_count_ns(store *s, const char *table, const char *ns, const char *op,
+                   uint64_t *ret) {
+    char sql[128];
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM %s WHERE (?1 IS NULL OR ns = ?1)", table);
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s, sql, 0, &st, op);
+    if (err < 0)
+        return err;
+    if (ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0)
+        goto out;
+    if ((err = store_step(s, st, op)) == 0)
+        err = store_failf(s, DETD_ESTORE, "%s: no row", op);
+    if (err < 0)
+        goto out;
+    int64_t n;
+    if ((err = store_col_int(s, st, 0, 0, INT64_MAX, op, &n)) < 0)
+        goto out;
+    *ret = (uint64_t)n;
 out:
     sqlite3_finalize(st);
     return err;
@@ -912,14 +937,7 @@ int store_count_decisions(store *s, const char *ns, uint64_t *ret_total,
         return err;
     if (ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0)
         goto out;
-    for (;;) {
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            err = store_fail(s, rc, op);
-            goto out;
-        }
+    while ((err = store_step(s, st, op)) > 0) {
         int64_t source, count;
         if ((err = store_col_int(s, st, 0, 0, STORE_N_SOURCES - 1, op,
                                  &source)) < 0 ||
@@ -928,6 +946,8 @@ int store_count_decisions(store *s, const char *ns, uint64_t *ret_total,
         by[source] += (uint64_t)count;
         total += (uint64_t)count;
     }
+    if (err < 0)
+        goto out;
     if (ret_total != NULL)
         *ret_total = total;
     if (ret_by_source != NULL)
@@ -1063,20 +1083,15 @@ int store_each_observation(store *s, const char *ns, store_observation_cb cb,
         return err;
     if (ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0)
         goto out;
-    for (;;) {
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            err = store_fail(s, rc, op);
-            goto out;
-        }
+    while ((err = store_step(s, st, op)) > 0) {
         struct store_observation o;
         if ((err = store_read_observation(s, st, op, &o)) < 0)
             goto out;
         if (cb(ctx, &o))
             break;
     }
+    if (err > 0)
+        err = 0; /* stopped early by the callback */
 out:
     sqlite3_finalize(st);
     return err;

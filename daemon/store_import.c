@@ -176,14 +176,7 @@ int store_find_imports(store *s, const char *ns, const char *arch,
     for (size_t i = 0; i < nkeys; i++)
         if ((err = store_bind_text(s, st, 11 + (int)i, keys[i], "key")) < 0)
             goto out;
-    for (;;) {
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            err = store_fail(s, rc, op);
-            goto out;
-        }
+    while ((err = store_step(s, st, op)) > 0) {
         struct store_import v;
         const char **f[] = {&v.ns,        &v.arch,   &v.kernel, &v.key,
                             &v.table_key, &v.config, &v.file};
@@ -197,6 +190,8 @@ int store_find_imports(store *s, const char *ns, const char *arch,
         if (cb(ctx, &v))
             break;
     }
+    if (err > 0)
+        err = 0; /* stopped early by the callback */
 out:
     sqlite3_finalize(st);
     return err;
@@ -206,26 +201,7 @@ int store_count_imports(store *s, const char *ns, uint64_t *ret_total) {
     static const char op[] = "count imported entries";
     if (s == NULL || ret_total == NULL)
         return store_einval(s, op, "a NULL argument");
-    sqlite3_stmt *st = NULL;
-    int err = store_prepare(
-        s, "SELECT count(*) FROM imports WHERE (?1 IS NULL OR ns = ?1)", 0, &st,
-        op);
-    if (err < 0)
-        return err;
-    if (ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0)
-        goto out;
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        err = store_fail(s, rc, op);
-        goto out;
-    }
-    int64_t n;
-    if ((err = store_col_int(s, st, 0, 0, INT64_MAX, op, &n)) < 0)
-        goto out;
-    *ret_total = (uint64_t)n;
-out:
-    sqlite3_finalize(st);
-    return err;
+    return store_count_ns(s, "imports", ns, op, ret_total);
 }
 
 int store_reset_imports(store *s, const char *ns, const char *kernel,

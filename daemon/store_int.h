@@ -45,6 +45,13 @@ int store_commit(store *s, const char *op);
 void store_rollback(store *s);
 /* A one-row, one-integer query. */
 int store_query_int(store *s, const char *sql, const char *op, int64_t *ret);
+/* Step st: 1 with a row to read, 0 when done, or a negative DETD_E* code
+ * with the error recorded for op. */
+int store_step(store *s, sqlite3_stmt *st, const char *op);
+/* The rows of table (a fixed name, never input) in namespace ns (NULL:
+ * all namespaces) into *ret. */
+int store_count_ns(store *s, const char *table, const char *ns, const char *op,
+                   uint64_t *ret);
 /* Bind v (NULL: "") borrowed until the statement is reset; over
  * DETD_MAX_MESSAGE_BYTES: DETD_ELIMIT naming what. */
 int store_bind_text(store *s, sqlite3_stmt *st, int idx, const char *v,

@@ -146,26 +146,7 @@ int store_count_votes(store *s, const char *ns, uint64_t *ret_total) {
     static const char op[] = "count votes";
     if (s == NULL || ret_total == NULL)
         return store_einval(s, op, "a NULL argument");
-    sqlite3_stmt *st = NULL;
-    int err = store_prepare(
-        s, "SELECT count(*) FROM votes WHERE (?1 IS NULL OR ns = ?1)", 0, &st,
-        op);
-    if (err < 0)
-        return err;
-    if (ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0)
-        goto out;
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        err = store_fail(s, rc, op);
-        goto out;
-    }
-    int64_t n;
-    if ((err = store_col_int(s, st, 0, 0, INT64_MAX, op, &n)) < 0)
-        goto out;
-    *ret_total = (uint64_t)n;
-out:
-    sqlite3_finalize(st);
-    return err;
+    return store_count_ns(s, "votes", ns, op, ret_total);
 }
 
 /* The current row of a VOTE_COLS statement, borrowed. */
@@ -238,20 +219,15 @@ int store_each_vote(store *s, const char *ns, const char *arch,
         (err = store_bind_int(s, st, 5, limit == 0 ? -1 : (int64_t)limit, op)) <
             0)
         goto out;
-    for (;;) {
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            err = store_fail(s, rc, op);
-            goto out;
-        }
+    while ((err = store_step(s, st, op)) > 0) {
         struct store_vote v;
         if ((err = vote_read(s, st, op, &v)) < 0)
             goto out;
         if (cb(ctx, &v))
             break;
     }
+    if (err > 0)
+        err = 0; /* stopped early by the callback */
 out:
     sqlite3_finalize(st);
     return err;

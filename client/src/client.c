@@ -269,6 +269,53 @@ static int client_acquire_(detd_client *c, int attach, int64_t deadline,
     return client_conn_err_(c, rc);
 }
 
+/*
+ * Check timings and wrap them as CandidateTiming messages that borrow the
+ * caller's strings and arrays. On success *ret_tm and *ret_tmp (NULL when
+ * n is 0) are the caller's to free(); on failure nothing is allocated and
+ * the thread's error message names the bad timing.
+ */
+static int client_pack_timings_(const struct detd_timing *timings, size_t n,
+                                Detd__V1__CandidateTiming **ret_tm,
+                                Detd__V1__CandidateTiming ***ret_tmp) {
+    *ret_tm = NULL;
+    *ret_tmp = NULL;
+    if (n > DETD_MAX_CANDIDATES) {
+        wire_set_error("%zu timings exceed the limit of %d", n,
+                       DETD_MAX_CANDIDATES);
+        return DETD_ELIMIT;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (timings[i].config == NULL ||
+            (timings[i].ms == NULL && timings[i].n_ms > 0)) {
+            wire_set_error("timing %zu: %s is NULL", i,
+                           timings[i].config == NULL ? "config" : "ms");
+            return DETD_EINVAL;
+        }
+    }
+    if (n == 0)
+        return 0;
+    Detd__V1__CandidateTiming *tm = calloc(n, sizeof(*tm));
+    Detd__V1__CandidateTiming **tmp = calloc(n, sizeof(*tmp));
+    if (tm == NULL || tmp == NULL) {
+        free(tm);
+        free(tmp);
+        return DETD_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        Detd__V1__CandidateTiming init = DETD__V1__CANDIDATE_TIMING__INIT;
+        tm[i] = init;
+        tm[i].config = (char *)timings[i].config;
+        tm[i].n_ms = timings[i].n_ms;
+        tm[i].ms = (double *)timings[i].ms;
+        tm[i].failed = timings[i].failed != 0;
+        tmp[i] = &tm[i];
+    }
+    *ret_tm = tm;
+    *ret_tmp = tmp;
+    return 0;
+}
+
 /* The daemon may not know our session (it restarted before the keeper
  * noticed): attach again once. */
 static int client_session_refused_(int rc) {
@@ -393,36 +440,9 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
     rc = client_check_key_(key);
     if (rc < 0)
         return rc;
-    if (n_timings > DETD_MAX_CANDIDATES) {
-        wire_set_error("%zu timings exceed the limit of %d", n_timings,
-                       DETD_MAX_CANDIDATES);
-        return DETD_ELIMIT;
-    }
-    for (size_t i = 0; i < n_timings; i++) {
-        if (timings[i].config == NULL ||
-            (timings[i].ms == NULL && timings[i].n_ms > 0)) {
-            wire_set_error("timing %zu: %s is NULL", i,
-                           timings[i].config == NULL ? "config" : "ms");
-            return DETD_EINVAL;
-        }
-    }
-    if (n_timings > 0) {
-        tm = calloc(n_timings, sizeof(*tm));
-        tmp = calloc(n_timings, sizeof(*tmp));
-        if (tm == NULL || tmp == NULL) {
-            rc = DETD_ENOMEM;
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < n_timings; i++) {
-        Detd__V1__CandidateTiming init = DETD__V1__CANDIDATE_TIMING__INIT;
-        tm[i] = init;
-        tm[i].config = (char *)timings[i].config;
-        tm[i].n_ms = timings[i].n_ms;
-        tm[i].ms = (double *)timings[i].ms;
-        tm[i].failed = timings[i].failed != 0;
-        tmp[i] = &tm[i];
-    }
+    rc = client_pack_timings_(timings, n_timings, &tm, &tmp);
+    if (rc < 0)
+        return rc;
     int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = wire_now_ms() + timeout;
     struct wire_channel *ch;
@@ -537,41 +557,14 @@ DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
     int rc = client_check_key_(key);
     if (rc < 0)
         return rc;
-    if (n_timings > DETD_MAX_CANDIDATES) {
-        wire_set_error("%zu timings exceed the limit of %d", n_timings,
-                       DETD_MAX_CANDIDATES);
-        return DETD_ELIMIT;
-    }
     if (table_key != NULL && strlen(table_key) > DETD_MAX_KEY_BYTES) {
         wire_set_error("table_key exceeds %d bytes (%zu)", DETD_MAX_KEY_BYTES,
                        strlen(table_key));
         return DETD_ELIMIT;
     }
-    for (size_t i = 0; i < n_timings; i++) {
-        if (timings[i].config == NULL ||
-            (timings[i].ms == NULL && timings[i].n_ms > 0)) {
-            wire_set_error("timing %zu: %s is NULL", i,
-                           timings[i].config == NULL ? "config" : "ms");
-            return DETD_EINVAL;
-        }
-    }
-    if (n_timings > 0) {
-        tm = calloc(n_timings, sizeof(*tm));
-        tmp = calloc(n_timings, sizeof(*tmp));
-        if (tm == NULL || tmp == NULL) {
-            rc = DETD_ENOMEM;
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < n_timings; i++) {
-        Detd__V1__CandidateTiming init = DETD__V1__CANDIDATE_TIMING__INIT;
-        tm[i] = init;
-        tm[i].config = (char *)timings[i].config;
-        tm[i].n_ms = timings[i].n_ms;
-        tm[i].ms = (double *)timings[i].ms;
-        tm[i].failed = timings[i].failed != 0;
-        tmp[i] = &tm[i];
-    }
+    rc = client_pack_timings_(timings, n_timings, &tm, &tmp);
+    if (rc < 0)
+        return rc;
     int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = wire_now_ms() + timeout;
     struct wire_channel *ch;
