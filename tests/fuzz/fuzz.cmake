@@ -1,18 +1,17 @@
-# Fuzzing of the table parser.
-# The plain driver: the seed corpus and deterministic mutations, with the
-# normal compiler (and under the sanitizer build), in a few seconds.
-add_executable(fuzz_tablefmt_driver ${CMAKE_CURRENT_LIST_DIR}/fuzz_tablefmt.c)
-target_compile_definitions(fuzz_tablefmt_driver PRIVATE DETD_FUZZ_DRIVER=1)
-target_link_libraries(fuzz_tablefmt_driver PRIVATE detd_tablefmt)
-add_test(NAME fuzz_tablefmt
-         COMMAND fuzz_tablefmt_driver
-                 ${CMAKE_CURRENT_LIST_DIR}/corpus_tablefmt 3000)
-set_tests_properties(fuzz_tablefmt PROPERTIES TIMEOUT 120)
-
-# libFuzzer with clang, when clang and its runtime are there: built with
-# its own compiler by a custom command (the project's compiler may be gcc)
-# and run for about 20 s; new inputs go to a corpus in the build tree.
+# Fuzzing of the decoders of untrusted bytes: the table parser (files) and
+# the etcd backend's decision decoder (values read from etcd). Requests on
+# the socket are fuzzed over the wire by tests/integration/test_fuzz_requests.py.
+#
+# Each target gets
+#  - a plain driver (driver.c: the seed corpus and deterministic mutations)
+#    built with the project's compiler, so it also runs in the sanitizer
+#    build: ctest fuzz_<name>, a few seconds;
+#  - with clang and its libFuzzer runtime, a libFuzzer binary built by a
+#    custom command with clang (the project's compiler may be gcc), run for
+#    about 20 s: ctest fuzz_<name>_libfuzzer; new inputs go to a corpus in
+#    the build tree.
 find_program(DETD_CLANG clang)
+set(DETD_LIBFUZZER OFF)
 if(DETD_CLANG)
   set(_probe ${CMAKE_CURRENT_BINARY_DIR}/fuzz_probe.c)
   file(WRITE ${_probe} "#include <stdint.h>\n#include <stddef.h>\n"
@@ -23,27 +22,62 @@ if(DETD_CLANG)
                           ${_probe} -o ${CMAKE_CURRENT_BINARY_DIR}/fuzz_probe
                   RESULT_VARIABLE _fuzz_rc OUTPUT_QUIET ERROR_QUIET)
   if(_fuzz_rc EQUAL 0)
-    set(_bin ${CMAKE_CURRENT_BINARY_DIR}/fuzz_tablefmt_libfuzzer)
-    set(_src ${CMAKE_CURRENT_LIST_DIR}/fuzz_tablefmt.c
-             ${CMAKE_SOURCE_DIR}/daemon/tablefmt.c
-             ${CMAKE_SOURCE_DIR}/client/src/error.c)
-    add_custom_command(
-      OUTPUT ${_bin}
-      COMMAND ${DETD_CLANG} -g -O1 -fsanitize=fuzzer,address,undefined
-              -fno-sanitize-recover=undefined -std=c11
-              -I${CMAKE_SOURCE_DIR}/daemon -I${CMAKE_SOURCE_DIR}/client/include
-              ${JANSSON_CFLAGS} ${_src} ${JANSSON_LDFLAGS} -o ${_bin}
-      DEPENDS ${_src} ${CMAKE_SOURCE_DIR}/daemon/tablefmt.h
-      COMMENT "clang libFuzzer target fuzz_tablefmt_libfuzzer"
-      VERBATIM)
-    add_custom_target(fuzz_tablefmt_libfuzzer ALL DEPENDS ${_bin})
-    add_test(NAME fuzz_tablefmt_libfuzzer
-             COMMAND sh -c "mkdir -p \"$1\" && exec \"$2\" -max_total_time=20 -rss_limit_mb=2048 -timeout=10 \"$1\" \"$3\""
-                     sh ${CMAKE_CURRENT_BINARY_DIR}/corpus_tablefmt ${_bin}
-                     ${CMAKE_CURRENT_LIST_DIR}/corpus_tablefmt)
-    set_tests_properties(fuzz_tablefmt_libfuzzer PROPERTIES TIMEOUT 120)
+    set(DETD_LIBFUZZER ON)
   else()
-    message(STATUS "clang cannot build libFuzzer targets: "
-                   "fuzz_tablefmt_libfuzzer is not built")
+    message(STATUS "clang cannot build libFuzzer targets: only the plain "
+                   "fuzz drivers are built")
   endif()
 endif()
+
+# detd_fuzz_target(NAME name [SOURCES files...] LIBS targets...
+#                  CLANG_SOURCES files... CLANG_FLAGS flags...)
+# SOURCES: code of the target not in a library (driver build only).
+function(detd_fuzz_target)
+  cmake_parse_arguments(F "" "NAME" "SOURCES;LIBS;CLANG_SOURCES;CLANG_FLAGS"
+                        ${ARGN})
+  set(_target ${CMAKE_CURRENT_LIST_DIR}/fuzz_${F_NAME}.c)
+  set(_corpus ${CMAKE_CURRENT_LIST_DIR}/corpus_${F_NAME})
+  add_executable(fuzz_${F_NAME}_driver ${_target} ${F_SOURCES}
+                 ${CMAKE_CURRENT_LIST_DIR}/driver.c)
+  target_include_directories(fuzz_${F_NAME}_driver PRIVATE
+                             ${CMAKE_SOURCE_DIR}/daemon)
+  target_link_libraries(fuzz_${F_NAME}_driver PRIVATE ${F_LIBS})
+  add_test(NAME fuzz_${F_NAME} COMMAND fuzz_${F_NAME}_driver ${_corpus} 3000)
+  set_tests_properties(fuzz_${F_NAME} PROPERTIES TIMEOUT 120)
+  if(NOT DETD_LIBFUZZER)
+    return()
+  endif()
+  set(_bin ${CMAKE_CURRENT_BINARY_DIR}/fuzz_${F_NAME}_libfuzzer)
+  set(_src ${_target} ${F_CLANG_SOURCES}
+           ${CMAKE_SOURCE_DIR}/client/src/error.c)
+  add_custom_command(
+    OUTPUT ${_bin}
+    COMMAND ${DETD_CLANG} -g -O1 -fsanitize=fuzzer,address,undefined
+            -fno-sanitize-recover=undefined -std=c11
+            -I${CMAKE_SOURCE_DIR}/daemon -I${CMAKE_SOURCE_DIR}/client/include
+            ${F_CLANG_FLAGS} ${_src} -o ${_bin}
+    DEPENDS ${_src}
+    COMMENT "clang libFuzzer target fuzz_${F_NAME}_libfuzzer"
+    VERBATIM)
+  add_custom_target(fuzz_${F_NAME}_libfuzzer ALL DEPENDS ${_bin})
+  add_test(NAME fuzz_${F_NAME}_libfuzzer
+           COMMAND sh -c "mkdir -p \"$1\" && exec \"$2\" -max_total_time=20 -rss_limit_mb=2048 -timeout=10 \"$1\" \"$3\""
+                   sh ${CMAKE_CURRENT_BINARY_DIR}/corpus_${F_NAME} ${_bin}
+                   ${_corpus})
+  set_tests_properties(fuzz_${F_NAME}_libfuzzer PROPERTIES TIMEOUT 120)
+endfunction()
+
+detd_fuzz_target(NAME tablefmt LIBS detd_tablefmt
+                 CLANG_SOURCES ${CMAKE_SOURCE_DIR}/daemon/tablefmt.c
+                 CLANG_FLAGS ${JANSSON_CFLAGS} ${JANSSON_LDFLAGS})
+
+detd_fuzz_target(NAME decision
+                 SOURCES ${CMAKE_SOURCE_DIR}/daemon/cluster_codec.c
+                 LIBS detd_store PkgConfig::LIBUV
+                 CLANG_SOURCES ${CMAKE_SOURCE_DIR}/daemon/cluster_codec.c
+                               ${CMAKE_SOURCE_DIR}/daemon/keyid.c
+                               ${CMAKE_SOURCE_DIR}/daemon/store.c
+                               ${CMAKE_SOURCE_DIR}/daemon/store_vote.c
+                               ${CMAKE_SOURCE_DIR}/daemon/store_import.c
+                 CLANG_FLAGS ${JANSSON_CFLAGS} ${LIBUV_CFLAGS} ${SQLITE_CFLAGS}
+                             ${JANSSON_LDFLAGS} ${SQLITE_LDFLAGS})
