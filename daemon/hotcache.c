@@ -17,7 +17,6 @@ struct hotcache {
     pthread_mutex_t mu; /* the loop writes, the rpc thread reads */
     struct slot *slots;
     size_t mask;
-    uint64_t entries, hits, misses;
 };
 
 int hotcache_new(size_t nslots, hotcache **ret) {
@@ -43,7 +42,6 @@ static void clear_locked(hotcache *hc) {
         free(hc->slots[i].buf);
         memset(&hc->slots[i], 0, sizeof(hc->slots[i]));
     }
-    hc->entries = 0;
 }
 
 void hotcache_clear(hotcache *hc) {
@@ -78,11 +76,9 @@ int hotcache_get(hotcache *hc, const char *id, uint8_t *buf, size_t cap,
     pthread_mutex_lock(&hc->mu);
     struct slot *s = &hc->slots[slot_of(hc, id)];
     if (s->buf == NULL || strcmp(s->id, id) != 0 || s->len > cap) {
-        hc->misses++;
         pthread_mutex_unlock(&hc->mu);
         return 0;
     }
-    hc->hits++;
     memcpy(buf, s->buf, s->len);
     *ret_len = s->len;
     pthread_mutex_unlock(&hc->mu);
@@ -99,20 +95,9 @@ void hotcache_put(hotcache *hc, const char *id, const uint8_t *buf,
     memcpy(copy, buf, len);
     pthread_mutex_lock(&hc->mu);
     struct slot *s = &hc->slots[slot_of(hc, id)];
-    if (s->buf == NULL)
-        hc->entries++;
     free(s->buf);
     strcpy(s->id, id);
     s->buf = copy;
     s->len = len;
-    pthread_mutex_unlock(&hc->mu);
-}
-
-void hotcache_stats(hotcache *hc, uint64_t *ret_entries, uint64_t *ret_hits,
-                    uint64_t *ret_misses) {
-    pthread_mutex_lock(&hc->mu);
-    *ret_entries = hc->entries;
-    *ret_hits = hc->hits;
-    *ret_misses = hc->misses;
     pthread_mutex_unlock(&hc->mu);
 }

@@ -42,8 +42,4 @@ void hotcache_put(hotcache *hc, const char *id, const uint8_t *buf, size_t len);
 /* Forget everything (after a reset). */
 void hotcache_clear(hotcache *hc);
 
-/* Entries held, and hits/misses since creation. */
-void hotcache_stats(hotcache *hc, uint64_t *ret_entries, uint64_t *ret_hits,
-                    uint64_t *ret_misses);
-
 #endif /* DETD_HOTCACHE_H */

@@ -505,13 +505,7 @@ static void on_decide(struct daemon *d, struct rpc_event *ev) {
         d->counters.rejected++;
         goto free_msg;
     }
-    uint8_t packed[HOTCACHE_MAX_ENTRY];
-    size_t npacked;
-    if (hotcache_get(d->hot, vk.id, packed, sizeof(packed), &npacked)) {
-        d->counters.decide_hits++;
-        rpc_reply_packed(ev->call, packed, npacked);
-        goto free_msg;
-    }
+    /* The hot cache was asked on the rpc thread (service_decide_fast()). */
     int rc = store_get_decision(d->store, vk.id, &row);
     if (rc == 0) {
         d->counters.decide_hits++;
