@@ -898,6 +898,25 @@ int store_step(store *s, sqlite3_stmt *st, const char *op) {
 }
 
 /* See store_int.h. */
+int store_delete_ns(store *s, const char *sql, const char *ns,
+                    const char *kernel, const char *op, uint64_t *ret_removed) {
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s, sql, 0, &st, op);
+    if (err < 0)
+        return err;
+    if ((err = store_bind_text(s, st, 1, ns, op)) < 0 ||
+        (kernel != NULL && (err = store_bind_text(s, st, 2, kernel, op)) < 0))
+        goto out;
+    if ((err = store_step(s, st, op)) > 0)
+        err = store_failf(s, DETD_ESTORE, "%s: a DELETE returned a row", op);
+    if (err == 0 && ret_removed != NULL)
+        *ret_removed = (uint64_t)sqlite3_changes64(s->db);
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* See store_int.h. */
 int store_count_ns(store *s, const char *table, const char *ns, const char *op,
                    uint64_t *ret) {
     char sql[128];

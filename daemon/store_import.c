@@ -209,24 +209,8 @@ int store_reset_imports(store *s, const char *ns, const char *kernel,
     static const char op[] = "reset imported entries";
     if (s == NULL || ns == NULL)
         return store_einval(s, op, "ns is NULL");
-    sqlite3_stmt *st = NULL;
-    int err = store_prepare(s,
-                            "DELETE FROM imports WHERE ns = ?1"
-                            " AND (?2 IS NULL OR kernel = ?2)",
-                            0, &st, op);
-    if (err < 0)
-        return err;
-    if ((err = store_bind_text(s, st, 1, ns, op)) < 0 ||
-        (kernel != NULL && (err = store_bind_text(s, st, 2, kernel, op)) < 0))
-        goto out;
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE) {
-        err = store_fail(s, rc, op);
-        goto out;
-    }
-    if (ret_removed != NULL)
-        *ret_removed = (uint64_t)sqlite3_changes64(s->db);
-out:
-    sqlite3_finalize(st);
-    return err;
+    return store_delete_ns(s,
+                           "DELETE FROM imports WHERE ns = ?1"
+                           " AND (?2 IS NULL OR kernel = ?2)",
+                           ns, kernel, op, ret_removed);
 }

@@ -48,6 +48,10 @@ int store_query_int(store *s, const char *sql, const char *op, int64_t *ret);
 /* Step st: 1 with a row to read, 0 when done, or a negative DETD_E* code
  * with the error recorded for op. */
 int store_step(store *s, sqlite3_stmt *st, const char *op);
+/* Run a DELETE whose ?1 is the namespace and ?2 a kernel filter (NULL:
+ * none); *ret_removed (may be NULL) gets the rows deleted. */
+int store_delete_ns(store *s, const char *sql, const char *ns,
+                    const char *kernel, const char *op, uint64_t *ret_removed);
 /* The rows of table (a fixed name, never input) in namespace ns (NULL:
  * all namespaces) into *ret. */
 int store_count_ns(store *s, const char *table, const char *ns, const char *op,

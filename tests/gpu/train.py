@@ -20,7 +20,6 @@ import os
 import struct
 import sys
 import time
-import weakref
 
 import torch
 import torch.distributed as dist
@@ -28,45 +27,7 @@ from triton.runtime import autotuner as _at
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-
-COUNTS = {"passes": 0, "bench_calls": 0}
-_pending = weakref.WeakKeyDictionary()
-
-
-def count_timing_passes(detd_mode):
-    """Count timing passes as the GPU suite does (worker.py): a
-    prune_configs (wrapping whatever is installed, detd's patch included)
-    followed by a benchmark that really runs in Triton's own _bench."""
-    prune, bench = _at.Autotuner.prune_configs, _at.Autotuner._bench
-
-    def _prune(self, *a, **k):
-        _pending[self] = True
-        return prune(self, *a, **k)
-
-    _at.Autotuner.prune_configs = _prune
-    if detd_mode:
-        from detd import _hook
-
-        bench = _hook._original_bench  # Triton's, called by detd's patch
-
-    def _bench(self, *a, **k):
-        if _pending.pop(self, False):
-            COUNTS["passes"] += 1
-        COUNTS["bench_calls"] += 1
-        return bench(self, *a, **k)
-
-    if detd_mode:
-        _hook._original_bench = _bench
-        timing_pass = _hook._timing_pass
-
-        def counted_pass(ctx):  # a designated pass prunes with Triton's own
-            _pending[ctx.tuner] = True
-            return timing_pass(ctx)
-
-        _hook._timing_pass = counted_pass
-    else:
-        _at.Autotuner._bench = _bench
-
+from worker import COUNTS, install_counters  # noqa: E402
 
 def bits(x: float) -> str:
     return struct.pack(">d", float(x)).hex()
@@ -111,7 +72,7 @@ def main():
         import detd
 
         detd.install()  # coordinated, settings from DETD_*
-    count_timing_passes(a.mode == "detd")
+    install_counters(a.mode == "detd")  # counted as in the agreement run
     import kernels
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     import fla.ops.common.chunk_o as chunk_o

@@ -17,6 +17,7 @@
 #include "detd/error.h"
 #include "runner.h"
 #include "store.h"
+#include "store_fixture.h"
 
 /* ---- sync counting: proves synchronous=FULL on the store's connection */
 
@@ -37,59 +38,6 @@ int fsync(int fd) {
 int fdatasync(int fd) {
     sync_calls++;
     return (int)syscall(SYS_fdatasync, fd);
-}
-
-/*
- * ---- temporary directory: removed by tmp_cleanup() at the end of each
- * test (the runner leaves a passing test through _exit(), which skips
- * atexit) and at exit after a failed CHECK.
- */
-
-static char tmp_dir[256];
-
-static void tmp_cleanup(void) {
-    if (tmp_dir[0] == '\0')
-        return;
-    DIR *d = opendir(tmp_dir);
-    if (d != NULL) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char p[512];
-            snprintf(p, sizeof p, "%s/%s", tmp_dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(tmp_dir);
-    tmp_dir[0] = '\0';
-}
-
-/* A fresh directory for this test; returns the path of "name" in it. */
-static const char *tmp_path(const char *name) {
-    static char path[512];
-    if (tmp_dir[0] == '\0') {
-        const char *base = getenv("TMPDIR");
-        snprintf(tmp_dir, sizeof tmp_dir, "%s/detd-store-XXXXXX",
-                 base != NULL && base[0] != '\0' ? base : "/tmp");
-        CHECK(mkdtemp(tmp_dir) != NULL);
-        atexit(tmp_cleanup);
-    }
-    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
-    return path;
-}
-
-static store *open_ok(const char *path) {
-    store *s = NULL;
-    char *msg = NULL;
-    int rc = store_open(path, &s, &msg);
-    if (rc != 0)
-        fprintf(stderr, "store_open: %s\n", msg ? msg : "(no message)");
-    CHECK_EQ_INT(rc, 0);
-    CHECK(s != NULL);
-    CHECK(msg == NULL);
-    return s;
 }
 
 /* ---- decisions built from a number */

@@ -15,51 +15,7 @@
 #include "detd/error.h"
 #include "runner.h"
 #include "store.h"
-
-static char tmp_dir[256];
-
-static void tmp_cleanup(void) {
-    if (tmp_dir[0] == '\0')
-        return;
-    DIR *d = opendir(tmp_dir);
-    if (d != NULL) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char p[512];
-            snprintf(p, sizeof p, "%s/%s", tmp_dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(tmp_dir);
-    tmp_dir[0] = '\0';
-}
-
-static const char *tmp_path(const char *name) {
-    static char path[512];
-    if (tmp_dir[0] == '\0') {
-        const char *base = getenv("TMPDIR");
-        snprintf(tmp_dir, sizeof tmp_dir, "%s/detd-vote-XXXXXX",
-                 base != NULL && base[0] != '\0' ? base : "/tmp");
-        CHECK(mkdtemp(tmp_dir) != NULL);
-        atexit(tmp_cleanup);
-    }
-    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
-    return path;
-}
-
-static store *open_ok(const char *path) {
-    store *s = NULL;
-    char *msg = NULL;
-    int rc = store_open(path, &s, &msg);
-    if (rc != 0)
-        fprintf(stderr, "store_open: %s\n", msg ? msg : "(no message)");
-    CHECK_EQ_INT(rc, 0);
-    free(msg);
-    return s;
-}
+#include "store_fixture.h"
 
 /* Run SQL (several statements) on a second connection; the text of the
  * first cell of the last row into ret when not NULL. */
