@@ -4,7 +4,7 @@
  * which coalesces wake-ups, so each wake-up drains the whole queue.
  */
 #define _GNU_SOURCE
-#include "daemon.h"
+#include "app/daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,12 +17,12 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "cluster/cluster.h"
 #include "detd/client.h"
-#include "exporter.h"
-#include "listener.h"
+#include "ops/exporter.h"
+#include "io/listener.h"
 #include "detd/error.h"
-#include "sdnotify.h"
+#include "io/sdnotify.h"
 
 int64_t daemon_unix_ms(void) {
     struct timeval tv;

@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "daemon.h"
+#include "app/daemon.h"
 #include "detd/client.h"
-#include "options.h"
+#include "config/options.h"
 
 static void print_errors(const struct options *o) {
     for (size_t i = 0; i < o->nerrors; i++)

@@ -4,7 +4,7 @@
 # The gRPC adapter: protobuf-c <-> byte buffers, unary calls, streams.
 add_library(detd_wire STATIC ${CMAKE_CURRENT_SOURCE_DIR}/src/wire.c)
 target_include_directories(detd_wire PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/src)
-target_link_libraries(detd_wire PUBLIC detd_proto detd_error PkgConfig::GRPC
+target_link_libraries(detd_wire PUBLIC detd_proto detd_common PkgConfig::GRPC
                       Threads::Threads)
 target_compile_options(detd_wire PRIVATE -fvisibility=hidden)
 
@@ -16,7 +16,7 @@ target_include_directories(detd
   PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
          $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
   PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
-target_link_libraries(detd PRIVATE detd_wire detd_proto detd_error
+target_link_libraries(detd PRIVATE detd_wire detd_proto detd_common
                       PkgConfig::GRPC Threads::Threads)
 target_compile_options(detd PRIVATE -fvisibility=hidden)
 target_link_options(detd PRIVATE
@@ -31,7 +31,7 @@ add_executable(detctl ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_tables.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_table.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_merge.c)
-target_link_libraries(detctl PRIVATE detd_wire detd_tablefmt PkgConfig::JANSSON)
+target_link_libraries(detctl PRIVATE detd_wire detd_common PkgConfig::JANSSON)
 
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/detd.pc.in
                ${CMAKE_CURRENT_BINARY_DIR}/detd.pc @ONLY)

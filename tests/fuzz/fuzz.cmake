@@ -49,12 +49,12 @@ function(detd_fuzz_target)
   endif()
   set(_bin ${CMAKE_CURRENT_BINARY_DIR}/fuzz_${F_NAME}_libfuzzer)
   set(_src ${_target} ${F_CLANG_SOURCES}
-           ${CMAKE_SOURCE_DIR}/client/src/error.c)
+           ${CMAKE_SOURCE_DIR}/common/error.c)
   add_custom_command(
     OUTPUT ${_bin}
     COMMAND ${DETD_CLANG} -g -O1 -fsanitize=fuzzer,address,undefined
             -fno-sanitize-recover=undefined -std=c11
-            -I${CMAKE_SOURCE_DIR}/daemon -I${CMAKE_SOURCE_DIR}/client/include
+            -I${CMAKE_SOURCE_DIR}/common -I${CMAKE_SOURCE_DIR}/daemon -I${CMAKE_SOURCE_DIR}/client/include
             ${F_CLANG_FLAGS} ${_src} -o ${_bin}
     DEPENDS ${_src}
     COMMENT "clang libFuzzer target fuzz_${F_NAME}_libfuzzer"
@@ -67,17 +67,17 @@ function(detd_fuzz_target)
   set_tests_properties(fuzz_${F_NAME}_libfuzzer PROPERTIES TIMEOUT 120)
 endfunction()
 
-detd_fuzz_target(NAME tablefmt LIBS detd_tablefmt
-                 CLANG_SOURCES ${CMAKE_SOURCE_DIR}/daemon/tablefmt.c
+detd_fuzz_target(NAME tablefmt LIBS detd_common
+                 CLANG_SOURCES ${CMAKE_SOURCE_DIR}/common/tablefmt.c
                  CLANG_FLAGS ${JANSSON_CFLAGS} ${JANSSON_LDFLAGS})
 
 detd_fuzz_target(NAME decision
-                 SOURCES ${CMAKE_SOURCE_DIR}/daemon/cluster_codec.c
-                 LIBS detd_store PkgConfig::LIBUV
-                 CLANG_SOURCES ${CMAKE_SOURCE_DIR}/daemon/cluster_codec.c
-                               ${CMAKE_SOURCE_DIR}/daemon/keyid.c
-                               ${CMAKE_SOURCE_DIR}/daemon/store.c
-                               ${CMAKE_SOURCE_DIR}/daemon/store_vote.c
-                               ${CMAKE_SOURCE_DIR}/daemon/store_import.c
+                 SOURCES ${CMAKE_SOURCE_DIR}/daemon/cluster/cluster_codec.c
+                 LIBS detd_data PkgConfig::LIBUV
+                 CLANG_SOURCES ${CMAKE_SOURCE_DIR}/daemon/cluster/cluster_codec.c
+                               ${CMAKE_SOURCE_DIR}/daemon/core/keyid.c
+                               ${CMAKE_SOURCE_DIR}/daemon/data/store.c
+                               ${CMAKE_SOURCE_DIR}/daemon/data/store_vote.c
+                               ${CMAKE_SOURCE_DIR}/daemon/data/store_import.c
                  CLANG_FLAGS ${JANSSON_CFLAGS} ${LIBUV_CFLAGS} ${SQLITE_CFLAGS}
                              ${JANSSON_LDFLAGS} ${SQLITE_LDFLAGS})

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "cluster/cluster.h"
 #include "detd/error.h"
-#include "keyid.h"
+#include "core/keyid.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

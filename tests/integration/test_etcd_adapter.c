@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "detd/error.h"
-#include "etcd.h"
+#include "cluster/etcd.h"
 #include "runner.h"
 
 #ifdef __SANITIZE_ADDRESS__

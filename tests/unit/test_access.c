@@ -1,10 +1,10 @@
 /*
- * Unit tests of the access policy (daemon/access.c): id lists from names
+ * Unit tests of the access policy (daemon/core/access.c): id lists from names
  * and numbers, and the check of credentials against them.
  */
 #include <string.h>
 
-#include "access.h"
+#include "core/access.h"
 #include "detd/error.h"
 #include "runner.h"
 

@@ -3,7 +3,7 @@
  * the next-deadline answer of engine_tick, a 100k-key stress run, and
  * the winner rule.
  */
-#include "engine.h"
+#include "core/engine.h"
 
 #include <math.h>
 #include <stdint.h>

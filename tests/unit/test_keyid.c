@@ -3,7 +3,7 @@
  * identity (candidate fingerprint, decision id) against digests computed
  * independently of this code.
  */
-#include "keyid.h"
+#include "core/keyid.h"
 
 #include <stdint.h>
 #include <string.h>

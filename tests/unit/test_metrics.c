@@ -1,12 +1,12 @@
 /*
- * Unit tests of the Prometheus text rendering (daemon/metrics.c).
+ * Unit tests of the Prometheus text rendering (daemon/core/metrics.c).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "detd/error.h"
-#include "metrics.h"
+#include "core/metrics.h"
 #include "runner.h"
 
 static char *render_take(struct metrics_buf *b) {

@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "conffile.h"
+#include "config/conffile.h"
 #include "detd/error.h"
-#include "options.h"
+#include "config/options.h"
 #include "runner.h"
 
 static char dir[64];

@@ -16,7 +16,7 @@
 #include "detd/client.h"
 #include "detd/error.h"
 #include "runner.h"
-#include "store.h"
+#include "data/store.h"
 #include "store_fixture.h"
 
 /* ---- sync counting: proves synchronous=FULL on the store's connection */

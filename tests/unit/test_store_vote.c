@@ -14,7 +14,7 @@
 #include "detd/client.h"
 #include "detd/error.h"
 #include "runner.h"
-#include "store.h"
+#include "data/store.h"
 #include "store_fixture.h"
 
 /* Run SQL (several statements) on a second connection; the text of the

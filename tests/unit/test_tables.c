@@ -12,7 +12,7 @@
 
 #include "detd/error.h"
 #include "runner.h"
-#include "tables.h"
+#include "data/tables.h"
 
 static char root_[64];
 

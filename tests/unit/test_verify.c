@@ -2,7 +2,7 @@
  * verify: agreement, disagreement between ranks, disagreement with the
  * decision, ungoverned rows, ordering of uses and clients, input errors.
  */
-#include "verify.h"
+#include "core/verify.h"
 
 #include <stdio.h>
 #include <string.h>

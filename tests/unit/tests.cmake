@@ -1,10 +1,10 @@
 # one detd_unit_test(...) line per module test
-detd_unit_test(test_store detd_store)
-detd_unit_test(test_engine detd_pure)
-detd_unit_test(test_keyid detd_pure)
-detd_unit_test(test_verify detd_pure)
-detd_unit_test(test_access detd_access)
-detd_unit_test(test_metrics detd_metrics m)
+detd_unit_test(test_store detd_data)
+detd_unit_test(test_engine detd_core)
+detd_unit_test(test_keyid detd_core)
+detd_unit_test(test_verify detd_core)
+detd_unit_test(test_access detd_core)
+detd_unit_test(test_metrics detd_core m)
 # Allocation-failure tests: the pure modules' allocations go through the
 # test's __wrap_* functions, which fail the n-th one on request.
 foreach(t test_engine test_keyid test_verify)
@@ -17,17 +17,17 @@ if(TARGET detd)
                  Threads::Threads)
 endif()
 # The option table and the configuration file reader.
-if(TARGET detd_options)
-  detd_unit_test(test_options detd_options)
+if(TARGET detd_config)
+  detd_unit_test(test_options detd_config)
 endif()
 # Tables: the format module and the loaded set (test files in tests/tables).
-detd_unit_test(test_tablefmt detd_tablefmt)
-detd_unit_test(test_tables detd_tables)
+detd_unit_test(test_tablefmt detd_common)
+detd_unit_test(test_tables detd_data)
 foreach(t test_tablefmt test_tables)
   target_compile_definitions(${t} PRIVATE
                              DETD_TEST_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 endforeach()
-detd_unit_test(test_store_vote detd_store)
+detd_unit_test(test_store_vote detd_data)
 if(TARGET detctl)
   add_executable(test_detctl_table unit/test_detctl_table.c
                  ${CMAKE_SOURCE_DIR}/client/src/detctl_table.c)
@@ -35,7 +35,7 @@ if(TARGET detctl)
                              ${CMAKE_CURRENT_SOURCE_DIR}/unit
                              ${CMAKE_SOURCE_DIR}/client/src)
   target_link_libraries(test_detctl_table PRIVATE detd detd_wire
-                        detd_tablefmt PkgConfig::JANSSON)
+                        detd_common PkgConfig::JANSSON)
   add_test(NAME test_detctl_table COMMAND test_detctl_table)
   add_executable(test_detctl_merge unit/test_detctl_merge.c
                  ${CMAKE_SOURCE_DIR}/client/src/detctl_merge.c
@@ -43,7 +43,7 @@ if(TARGET detctl)
   target_include_directories(test_detctl_merge PRIVATE
                              ${CMAKE_CURRENT_SOURCE_DIR}/unit
                              ${CMAKE_SOURCE_DIR}/client/src)
-  target_link_libraries(test_detctl_merge PRIVATE detd detd_wire detd_tablefmt
+  target_link_libraries(test_detctl_merge PRIVATE detd detd_wire detd_common
                         PkgConfig::JANSSON)
   add_test(NAME test_detctl_merge COMMAND test_detctl_merge)
 endif()

@@ -1,0 +1,1057 @@
+/*
+ * cluster: the etcd backend's threads (see cluster.h for the model).
+ *
+ * Threads. CLUSTER_WORKERS workers take jobs (bootstrap, resync, claim,
+ * commit, release) from one queue and make blocking etcd calls; a monitor
+ * thread refreshes the endpoint health and the registered nodes for
+ * status; the adapter runs the watch and the lease keep-alive on threads
+ * of its own. Every result goes through the event queue to the loop.
+ * Several workers keep one slow call (a member down, a leader election)
+ * from delaying every other key.
+ *
+ * Locking: c->mu guards the job queue, the event queue, the lease, the
+ * watch handle and the status cache. No etcd call is made holding it.
+ */
+#define _GNU_SOURCE
+#include "cluster/cluster.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "detd/error.h"
+#include "strfmt.h"
+#include "core/keyid.h"
+#include "io/rpc.h"
+
+#define CLUSTER_WORKERS 4
+#define CLUSTER_BACKOFF_MS 200
+#define CLUSTER_ATTEMPT_MS 1000
+#define CLUSTER_BUDGET_MS 3000
+#define CLUSTER_RELEASE_MS 15000
+#define CLUSTER_MONITOR_MS 1000
+
+enum job_kind {
+    JOB_BOOT = 1,
+    JOB_RESYNC,
+    JOB_CLAIM,
+    JOB_COMMIT,
+    JOB_RELEASE,
+    JOB_FANOUT
+};
+
+struct job {
+    enum job_kind kind;
+    char id[KEYID_HEX_LEN + 1];
+    char *value;  /* JOB_COMMIT: the decision JSON; JOB_FANOUT: request */
+    char *method; /* JOB_FANOUT */
+    size_t value_len;
+    int64_t deadline_ms;
+    uint64_t cookie;
+    struct job *next;
+};
+
+struct cev {
+    struct cluster_event ev;
+    char id[KEYID_HEX_LEN + 1];
+    char node[CLUSTER_MAX_NODE_ID + 1];
+    char *value;
+    struct cev *next;
+};
+
+struct cluster {
+    etcd_client *etcd;
+    uv_async_t async;
+    cluster_event_cb cb;
+    void *cb_ctx;
+    char *ns_prefix; /* "/detd/v1/<ns>/" */
+    char *node_key;
+    char *node_value;
+    char *writer;
+    char *endpoints;
+    char node_id[CLUSTER_MAX_NODE_ID + 1];
+    int64_t lease_ttl_s;
+    char *peer_ca, *peer_cert, *peer_key;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* jobs queued, lease granted, stop */
+    int stopping;
+    struct job *jobs, *jobs_tail;
+    struct cev *evs, *evs_tail;
+    int64_t lease_id;
+    int booting; /* a JOB_BOOT is queued or running */
+    etcd_watch *watch;
+    etcd_keepalive *ka;
+    int64_t start_revision;
+    int64_t watch_rev; /* highest revision the watch delivered */
+    int connected;
+    char last_error[256];
+    uint64_t resyncs;
+    size_t n_members;
+    struct etcd_member_status members[ETCD_MAX_ENDPOINTS];
+    size_t n_nodes;
+    struct cluster_node *nodes; /* CLUSTER_MAX_NODES */
+
+    pthread_t workers[CLUSTER_WORKERS];
+    int n_workers;
+    pthread_t monitor;
+    int monitor_started;
+};
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t unix_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int transient(int err) {
+    return err == DETD_ETIMEDOUT || err == DETD_EUNAVAILABLE;
+}
+
+/* Wait on c->cv for at most ms (c->mu held). */
+static void timed_wait_locked(cluster *c, int64_t ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
+/* Sleep ms unless stopping; returns nonzero when stopping. */
+static int nap(cluster *c, int64_t ms) {
+    pthread_mutex_lock(&c->mu);
+    if (!c->stopping)
+        timed_wait_locked(c, ms);
+    int stop = c->stopping;
+    pthread_mutex_unlock(&c->mu);
+    return stop;
+}
+
+static int stopping(cluster *c) {
+    pthread_mutex_lock(&c->mu);
+    int s = c->stopping;
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+/* Record the outcome of an etcd call for status (and tell the loop when
+ * the state flips). */
+static void post(cluster *c, cluster_event_kind kind, const char *id, int err,
+                 int won, const void *value, size_t value_len, int64_t revision,
+                 uint64_t cookie);
+
+static void note(cluster *c, int err, const char *what) {
+    pthread_mutex_lock(&c->mu);
+    int was = c->connected;
+    if (err == 0 || !transient(err)) {
+        c->connected = 1;
+    } else {
+        c->connected = 0;
+        snprintf(c->last_error, sizeof(c->last_error), "%s: %s", what,
+                 detd_strerror(err));
+    }
+    int conn = c->connected;
+    int flip = was != conn;
+    pthread_mutex_unlock(&c->mu);
+    if (flip)
+        post(c, CLUSTER_EV_STATE, "", conn ? 0 : err, 0, what, strlen(what), 0,
+             0);
+}
+
+/* ---- the event queue (any thread -> loop) ---- */
+
+/* Queue an event for the loop thread and wake it. */
+static void deliver(cluster *c, struct cev *e) {
+    pthread_mutex_lock(&c->mu);
+    if (c->evs_tail != NULL)
+        c->evs_tail->next = e;
+    else
+        c->evs = e;
+    c->evs_tail = e;
+    pthread_mutex_unlock(&c->mu);
+    uv_async_send(&c->async);
+}
+static void post(cluster *c, cluster_event_kind kind, const char *id, int err,
+                 int won, const void *value, size_t value_len, int64_t revision,
+                 uint64_t cookie) {
+    struct cev *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return;
+    if (value != NULL) {
+        e->value = malloc(value_len + 1);
+        if (e->value == NULL) {
+            free(e);
+            return;
+        }
+        memcpy(e->value, value, value_len);
+        e->value[value_len] = '\0';
+    }
+    snprintf(e->id, sizeof(e->id), "%s", id != NULL ? id : "");
+    e->ev.kind = kind;
+    e->ev.err = err;
+    e->ev.won = won;
+    e->ev.value_len = value_len;
+    e->ev.revision = revision;
+    e->ev.cookie = cookie;
+    deliver(c, e);
+}
+
+static void on_async(uv_async_t *h) {
+    cluster *c = h->data;
+    pthread_mutex_lock(&c->mu);
+    struct cev *e = c->evs;
+    c->evs = c->evs_tail = NULL;
+    pthread_mutex_unlock(&c->mu);
+    while (e != NULL) {
+        struct cev *next = e->next;
+        e->ev.id = e->id;
+        e->ev.node = e->node;
+        e->ev.value = e->value;
+        c->cb(c->cb_ctx, &e->ev);
+        free(e->value);
+        free(e);
+        e = next;
+    }
+}
+
+/* ---- jobs ---- */
+
+/* Hand a filled job to the workers. */
+static void enqueue(cluster *c, struct job *j) {
+    pthread_mutex_lock(&c->mu);
+    if (c->jobs_tail != NULL)
+        c->jobs_tail->next = j;
+    else
+        c->jobs = j;
+    c->jobs_tail = j;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int submit(cluster *c, enum job_kind kind, const char *id, char *value,
+                  size_t value_len, int64_t deadline_ms, uint64_t cookie) {
+    struct job *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        free(value);
+        return DETD_ENOMEM;
+    }
+    j->kind = kind;
+    snprintf(j->id, sizeof(j->id), "%s", id != NULL ? id : "");
+    j->value = value;
+    j->value_len = value_len;
+    j->deadline_ms = deadline_ms;
+    j->cookie = cookie;
+    enqueue(c, j);
+    return 0;
+}
+
+static char *key_of(const cluster *c, const char *kind, const char *id) {
+    char *k = NULL;
+    if (asprintf(&k, "%s%s/%s", c->ns_prefix, kind, id) < 0)
+        return NULL;
+    return k;
+}
+
+/* The lease to attach claims to, waiting for the bootstrap until
+ * deadline_ms. 0 if none. */
+static int64_t wait_lease(cluster *c, int64_t deadline_ms) {
+    pthread_mutex_lock(&c->mu);
+    while (c->lease_id == 0 && !c->stopping && now_ms() < deadline_ms)
+        timed_wait_locked(c, CLUSTER_BACKOFF_MS);
+    int64_t id = c->lease_id;
+    pthread_mutex_unlock(&c->mu);
+    return id;
+}
+
+/* The writer id stored in a value ("" if none). */
+static int value_writer(const unsigned char *v, size_t n, char *buf,
+                        size_t cap) {
+    json_error_t je;
+    json_t *o = json_loadb((const char *)v, n, 0, &je);
+    buf[0] = '\0';
+    if (o == NULL)
+        return -1;
+    const char *w = json_string_value(json_object_get(o, "writer"));
+    if (w != NULL)
+        snprintf(buf, cap, "%s", w);
+    json_decref(o);
+    return 0;
+}
+
+/* Our writer prefix followed by '/' (or the end): this process wrote it. */
+static int is_mine(const cluster *c, const char *writer) {
+    size_t n = strlen(c->writer);
+    return strncmp(writer, c->writer, n) == 0 &&
+           (writer[n] == '\0' || writer[n] == '/');
+}
+
+/* Delete our claim key for id if it still holds our writer. */
+static void release_claim(cluster *c, const char *id, int64_t deadline_ms) {
+    char *key = key_of(c, "claims", id);
+    if (key == NULL)
+        return;
+    while (!stopping(c)) {
+        struct etcd_kv kv = {0};
+        int err = etcd_get(c->etcd, key, &kv, NULL);
+        note(c, err, "release claim");
+        if (err == 0) {
+            char w[512];
+            value_writer(kv.value, kv.value_len, w, sizeof(w));
+            etcd_kv_clear(&kv);
+            if (!is_mine(c, w))
+                break;
+            err = etcd_delete(c->etcd, key, 0, NULL, NULL);
+            note(c, err, "release claim");
+        }
+        if (!transient(err) || now_ms() >= deadline_ms)
+            break;
+        nap(c, CLUSTER_BACKOFF_MS);
+    }
+    free(key);
+}
+
+static void do_claim(cluster *c, struct job *j) {
+    char *ckey = key_of(c, "claims", j->id);
+    char *dkey = key_of(c, "decisions", j->id);
+    char *val = NULL;
+    json_t *o = json_pack("{s:s, s:s, s:I}", "node", c->node_id, "writer",
+                          c->writer, "at_ms", (json_int_t)unix_ms());
+    if (o != NULL)
+        val = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    int err = DETD_ENOMEM;
+    if (ckey == NULL || dkey == NULL || val == NULL)
+        goto fail;
+    for (;;) {
+        int64_t lease = wait_lease(c, j->deadline_ms);
+        if (lease == 0) {
+            err = stopping(c) ? DETD_ECANCELLED : DETD_EUNAVAILABLE;
+            goto fail;
+        }
+        struct etcd_put_result r = {0};
+        err = etcd_put_if_absent(c->etcd, ckey, val, strlen(val), lease, &r);
+        note(c, err, "claim");
+        if (err == 0) {
+            char w[512];
+            value_writer(r.kv.value, r.kv.value_len, w, sizeof(w));
+            int mine = r.won || r.same_value || is_mine(c, w);
+            if (!mine) {
+                post(c, CLUSTER_EV_CLAIM_LOST, j->id, 0, 0, r.kv.value,
+                     r.kv.value_len, 0, 0);
+                etcd_put_result_clear(&r);
+                goto out;
+            }
+            etcd_put_result_clear(&r);
+            /* Won: a decision committed before this claim existed is
+             * found now (the committer deletes its claim only after). */
+            struct etcd_kv kv = {0};
+            for (;;) {
+                err = etcd_get(c->etcd, dkey, &kv, NULL);
+                note(c, err, "claim");
+                if (!transient(err) || now_ms() >= j->deadline_ms ||
+                    stopping(c))
+                    break;
+                nap(c, CLUSTER_BACKOFF_MS);
+            }
+            if (err == 0) {
+                post(c, CLUSTER_EV_DECISION, j->id, 0, 0, kv.value,
+                     kv.value_len, 0, 0);
+                etcd_kv_clear(&kv);
+                etcd_delete(c->etcd, ckey, 0, NULL, NULL);
+                goto out;
+            }
+            if (err == DETD_ENOTFOUND) {
+                post(c, CLUSTER_EV_CLAIMED, j->id, 0, 1, NULL, 0, 0, 0);
+                goto out;
+            }
+            /* Unknown: do not time on a guess. */
+            etcd_delete(c->etcd, ckey, 0, NULL, NULL);
+            goto fail;
+        }
+        if (!transient(err) || now_ms() >= j->deadline_ms || stopping(c))
+            goto fail;
+        nap(c, CLUSTER_BACKOFF_MS);
+    }
+fail:
+    post(c, CLUSTER_EV_CLAIM_FAILED, j->id, err, 0, NULL, 0, 0, 0);
+out:
+    free(ckey);
+    free(dkey);
+    free(val);
+}
+
+static void do_commit(cluster *c, struct job *j) {
+    char *dkey = key_of(c, "decisions", j->id);
+    int err = DETD_ENOMEM;
+    if (dkey == NULL)
+        goto fail;
+    for (;;) {
+        struct etcd_put_result r = {0};
+        err = etcd_put_if_absent(c->etcd, dkey, j->value, j->value_len, 0, &r);
+        note(c, err, "commit");
+        if (err == 0) {
+            char w[512];
+            value_writer(r.kv.value, r.kv.value_len, w, sizeof(w));
+            char mine[512];
+            value_writer((const unsigned char *)j->value, j->value_len, mine,
+                         sizeof(mine));
+            int won = r.won || r.same_value || strcmp(w, mine) == 0;
+            post(c, CLUSTER_EV_COMMITTED, j->id, 0, won, r.kv.value,
+                 r.kv.value_len, 0, j->cookie);
+            etcd_put_result_clear(&r);
+            /* The decision is stored: the claim may go. */
+            release_claim(c, j->id, now_ms() + CLUSTER_RELEASE_MS);
+            free(dkey);
+            return;
+        }
+        if (!transient(err) || now_ms() >= j->deadline_ms || stopping(c))
+            break;
+        nap(c, CLUSTER_BACKOFF_MS);
+    }
+fail:
+    post(c, CLUSTER_EV_COMMITTED, j->id, err != 0 ? err : DETD_EINTERNAL, 0,
+         NULL, 0, 0, j->cookie);
+    free(dkey);
+}
+
+/* ---- verify --cluster ---- */
+
+static void post_peer(cluster *c, const char *node, int err, const void *v,
+                      size_t n, uint64_t cookie) {
+    struct cev *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return;
+    e->value = malloc(n + 1);
+    if (e->value == NULL) {
+        free(e);
+        return;
+    }
+    if (n > 0)
+        memcpy(e->value, v, n);
+    e->value[n] = '\0';
+    snprintf(e->node, sizeof(e->node), "%s", node);
+    e->ev.kind = CLUSTER_EV_PEER;
+    e->ev.err = err;
+    e->ev.value_len = n;
+    e->ev.cookie = cookie;
+    deliver(c, e);
+}
+
+static int read_nodes(cluster *c, struct cluster_node *nodes, size_t *ret_n);
+
+static void do_fanout(cluster *c, struct job *j) {
+    struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
+    size_t n = 0;
+    /* The registry as etcd has it now: the monitor's copy may predate
+     * nodes that registered since. Without etcd, fall back to that copy. */
+    if (nodes != NULL && read_nodes(c, nodes, &n) != 0) {
+        pthread_mutex_lock(&c->mu);
+        n = c->n_nodes;
+        memcpy(nodes, c->nodes, n * sizeof(*nodes));
+        pthread_mutex_unlock(&c->mu);
+    }
+    struct rpc_client_tls tls = {c->peer_ca, c->peer_cert, c->peer_key};
+    int use_tls = c->peer_ca != NULL || c->peer_cert != NULL;
+    for (size_t i = 0; i < n; i++) {
+        const struct cluster_node *nd = &nodes[i];
+        if (strcmp(nd->node_id, c->node_id) == 0)
+            continue;
+        if (nd->listen[0] == '\0') {
+            const char *why = "registered without a --listen address";
+            post_peer(c, nd->node_id, DETD_EUNAVAILABLE, why, strlen(why),
+                      j->cookie);
+            continue;
+        }
+        void *resp = NULL;
+        size_t rlen = 0;
+        char *err = NULL;
+        int rc = rpc_client_unary(nd->listen, j->method, j->value, j->value_len,
+                                  use_tls ? &tls : NULL, j->deadline_ms, &resp,
+                                  &rlen, &err);
+        if (rc == 0)
+            post_peer(c, nd->node_id, 0, resp, rlen, j->cookie);
+        else
+            post_peer(c, nd->node_id, rc, err != NULL ? err : "",
+                      err != NULL ? strlen(err) : 0, j->cookie);
+        free(resp);
+        free(err);
+    }
+    free(nodes);
+    post(c, CLUSTER_EV_PEERS_DONE, "", 0, 0, NULL, 0, 0, j->cookie);
+}
+
+/* ---- watch and resync ---- */
+
+static void on_watch(const struct etcd_event *ev, void *arg);
+
+struct resync_ctx {
+    cluster *c;
+    size_t plen;
+    uint64_t n;
+};
+
+static int resync_cb(const struct etcd_kv *kv, void *arg) {
+    struct resync_ctx *r = arg;
+    const char *id = kv->key + r->plen;
+    if (strlen(id) == KEYID_HEX_LEN) {
+        post(r->c, CLUSTER_EV_DECISION, id, 0, 0, kv->value, kv->value_len, 0,
+             0);
+        r->n++;
+    }
+    return 0;
+}
+
+/* Read every decision, then watch from that snapshot. */
+static void do_resync(cluster *c) {
+    pthread_mutex_lock(&c->mu);
+    etcd_watch *old = c->watch;
+    c->watch = NULL;
+    pthread_mutex_unlock(&c->mu);
+    etcd_watch_stop(old);
+    char *dprefix = NULL;
+    if (asprintf(&dprefix, "%sdecisions/", c->ns_prefix) < 0)
+        return;
+    while (!stopping(c)) {
+        struct resync_ctx r = {c, strlen(dprefix), 0};
+        int64_t rev = 0;
+        int err = etcd_range_prefix(c->etcd, dprefix, 0, resync_cb, &r, &rev);
+        note(c, err, "resync");
+        if (err == 0) {
+            post(c, CLUSTER_EV_REVISION, "", 0, 0, "resync", 6, rev, r.n);
+            etcd_watch *w = NULL;
+            if (etcd_watch_start(c->etcd, c->ns_prefix, rev + 1, on_watch, c,
+                                 &w) == 0) {
+                pthread_mutex_lock(&c->mu);
+                c->watch = w;
+                c->watch_rev = rev;
+                c->resyncs++;
+                pthread_mutex_unlock(&c->mu);
+                break;
+            }
+        }
+        nap(c, 500);
+    }
+    free(dprefix);
+}
+
+static void on_watch(const struct etcd_event *ev, void *arg) {
+    cluster *c = arg;
+    size_t plen = strlen(c->ns_prefix);
+    switch (ev->type) {
+    case ETCD_EVENT_PUT:
+    case ETCD_EVENT_DELETE: {
+        pthread_mutex_lock(&c->mu);
+        if (ev->revision > c->watch_rev)
+            c->watch_rev = ev->revision;
+        pthread_mutex_unlock(&c->mu);
+        if (ev->key_len <= plen)
+            break;
+        const char *rest = ev->key + plen;
+        int put = ev->type == ETCD_EVENT_PUT;
+        if (strncmp(rest, "decisions/", 10) == 0) {
+            if (put && strlen(rest + 10) == KEYID_HEX_LEN)
+                post(c, CLUSTER_EV_DECISION, rest + 10, 0, 0, ev->value,
+                     ev->value_len, ev->revision, 0);
+        } else if (strncmp(rest, "claims/", 7) == 0) {
+            if (!put && strlen(rest + 7) == KEYID_HEX_LEN)
+                post(c, CLUSTER_EV_CLAIM_GONE, rest + 7, 0, 0, NULL, 0,
+                     ev->revision, 0);
+        }
+        /* Every event moves the applied revision forward. */
+        post(c, CLUSTER_EV_REVISION, "", 0, 0, NULL, 0, ev->revision, 0);
+        break;
+    }
+    case ETCD_EVENT_CONNECTED:
+        note(c, 0, "watch");
+        break;
+    case ETCD_EVENT_DISCONNECTED:
+        note(c, ev->err != 0 ? ev->err : DETD_EUNAVAILABLE, "watch");
+        break;
+    case ETCD_EVENT_COMPACTED:
+        /* Events were lost: read everything again. */
+        submit(c, JOB_RESYNC, "", NULL, 0, 0, 0);
+        break;
+    case ETCD_EVENT_ERROR:
+        break;
+    }
+}
+
+/* ---- lease and registration ---- */
+
+static void on_lease_lost(int64_t id, int err, void *arg) {
+    cluster *c = arg;
+    pthread_mutex_lock(&c->mu);
+    int ours = c->lease_id == id;
+    if (ours)
+        c->lease_id = 0;
+    int boot = ours && !c->booting && !c->stopping;
+    if (boot)
+        c->booting = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (!ours)
+        return;
+    snprintf(c->last_error, sizeof(c->last_error), "node lease lost: %s",
+             detd_strerror(err));
+    post(c, CLUSTER_EV_LEASE_LOST, "", err, 0, NULL, 0, 0, 0);
+    if (boot)
+        submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
+}
+
+/* Grant the node lease, keep it alive and register the node key; retried
+ * until it works or the cluster stops. The first boot also starts the
+ * watch. */
+static void do_boot(cluster *c) {
+    while (!stopping(c)) {
+        int64_t id = 0, ttl = 0;
+        int err = etcd_lease_grant(c->etcd, c->lease_ttl_s, &id, &ttl);
+        note(c, err, "grant node lease");
+        if (err == 0) {
+            err = etcd_keepalive_add(c->ka, id, ttl > 0 ? ttl : c->lease_ttl_s);
+            if (err == 0) {
+                err = etcd_put(c->etcd, c->node_key, c->node_value,
+                               strlen(c->node_value), id, NULL);
+                note(c, err, "register node");
+                if (err != 0)
+                    etcd_keepalive_remove(c->ka, id);
+            }
+            if (err == 0) {
+                pthread_mutex_lock(&c->mu);
+                c->lease_id = id;
+                c->booting = 0;
+                pthread_cond_broadcast(&c->cv);
+                int need_watch = c->watch == NULL;
+                int64_t from = c->start_revision;
+                pthread_mutex_unlock(&c->mu);
+                if (need_watch) {
+                    if (from > 0) {
+                        etcd_watch *w = NULL;
+                        if (etcd_watch_start(c->etcd, c->ns_prefix, from + 1,
+                                             on_watch, c, &w) == 0) {
+                            pthread_mutex_lock(&c->mu);
+                            c->watch = w;
+                            c->watch_rev = from;
+                            pthread_mutex_unlock(&c->mu);
+                        } else {
+                            do_resync(c);
+                        }
+                    } else {
+                        do_resync(c);
+                    }
+                }
+                return;
+            }
+            etcd_lease_revoke(c->etcd, id);
+        }
+        nap(c, 500);
+    }
+}
+
+/* ---- threads ---- */
+
+static void *worker_main(void *arg) {
+    cluster *c = arg;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        while (c->jobs == NULL && !c->stopping)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (c->stopping) {
+            pthread_mutex_unlock(&c->mu);
+            return NULL;
+        }
+        struct job *j = c->jobs;
+        c->jobs = j->next;
+        if (c->jobs == NULL)
+            c->jobs_tail = NULL;
+        pthread_mutex_unlock(&c->mu);
+        switch (j->kind) {
+        case JOB_BOOT:
+            do_boot(c);
+            break;
+        case JOB_RESYNC:
+            do_resync(c);
+            break;
+        case JOB_CLAIM:
+            do_claim(c, j);
+            break;
+        case JOB_COMMIT:
+            do_commit(c, j);
+            break;
+        case JOB_RELEASE:
+            release_claim(c, j->id, j->deadline_ms);
+            break;
+        case JOB_FANOUT:
+            do_fanout(c, j);
+            break;
+        }
+        free(j->value);
+        free(j->method);
+        free(j);
+    }
+}
+
+struct nodes_ctx {
+    struct cluster_node *v;
+    size_t n;
+    size_t plen;
+};
+
+static void copy_str(char *dst, size_t cap, json_t *o, const char *name) {
+    const char *s = json_string_value(json_object_get(o, name));
+    snprintf(dst, cap, "%s", s != NULL ? s : "");
+}
+
+static int nodes_cb(const struct etcd_kv *kv, void *arg) {
+    struct nodes_ctx *x = arg;
+    if (x->n >= CLUSTER_MAX_NODES)
+        return 1;
+    struct cluster_node *n = &x->v[x->n];
+    memset(n, 0, sizeof(*n));
+    snprintf(n->node_id, sizeof(n->node_id), "%s", kv->key + x->plen);
+    json_error_t je;
+    json_t *o = json_loadb((const char *)kv->value, kv->value_len, 0, &je);
+    if (o != NULL) {
+        copy_str(n->listen, sizeof(n->listen), o, "listen");
+        copy_str(n->socket, sizeof(n->socket), o, "socket");
+        copy_str(n->version, sizeof(n->version), o, "version");
+        n->pid = (int32_t)json_integer_value(json_object_get(o, "pid"));
+        n->started_at_ms = json_integer_value(json_object_get(o, "started"));
+        json_decref(o);
+    }
+    x->n++;
+    return 0;
+}
+
+/* Read the registered nodes from etcd into nodes (CLUSTER_MAX_NODES). */
+static int read_nodes(cluster *c, struct cluster_node *nodes, size_t *ret_n) {
+    char *nprefix = NULL;
+    if (asprintf(&nprefix, "%snodes/", c->ns_prefix) < 0)
+        return DETD_ENOMEM;
+    struct nodes_ctx x = {nodes, 0, strlen(nprefix)};
+    int err = etcd_range_prefix(c->etcd, nprefix, 0, nodes_cb, &x, NULL);
+    free(nprefix);
+    if (err != 0 && err != 1)
+        return err;
+    *ret_n = x.n;
+    return 0;
+}
+
+static void *monitor_main(void *arg) {
+    cluster *c = arg;
+    struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
+    struct etcd_member_status *ms = calloc(ETCD_MAX_ENDPOINTS, sizeof(*ms));
+    if (nodes == NULL || ms == NULL)
+        goto out;
+    while (!stopping(c)) {
+        size_t nm = 0, nn = 0;
+        etcd_status(c->etcd, ms, ETCD_MAX_ENDPOINTS, &nm);
+        int err = read_nodes(c, nodes, &nn);
+        pthread_mutex_lock(&c->mu);
+        memcpy(c->members, ms, nm * sizeof(*ms));
+        c->n_members = nm;
+        if (err == 0) {
+            memcpy(c->nodes, nodes, nn * sizeof(*nodes));
+            c->n_nodes = nn;
+        }
+        if (!c->stopping)
+            timed_wait_locked(c, CLUSTER_MONITOR_MS);
+        pthread_mutex_unlock(&c->mu);
+    }
+out:
+    free(nodes);
+    free(ms);
+    return NULL;
+}
+
+/* ---- public API ---- */
+
+static void free_queues(cluster *c) {
+    while (c->jobs != NULL) {
+        struct job *j = c->jobs;
+        c->jobs = j->next;
+        free(j->value);
+        free(j->method);
+        free(j);
+    }
+    while (c->evs != NULL) {
+        struct cev *e = c->evs;
+        c->evs = e->next;
+        free(e->value);
+        free(e);
+    }
+}
+
+static void cluster_free(cluster *c) {
+    free_queues(c);
+    free(c->ns_prefix);
+    free(c->node_key);
+    free(c->node_value);
+    free(c->writer);
+    free(c->endpoints);
+    free(c->nodes);
+    free(c->peer_ca);
+    free(c->peer_cert);
+    free(c->peer_key);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
+static void on_async_closed(uv_handle_t *h) {
+    cluster_free(h->data);
+}
+
+/* See cluster.h. */
+int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
+                 cluster_event_cb cb, void *ctx, cluster **ret,
+                 char **ret_errmsg) {
+    char *err = NULL;
+    int rc;
+    if (ret_errmsg != NULL)
+        *ret_errmsg = NULL;
+    if (opt == NULL || opt->endpoints == NULL || opt->node_id == NULL ||
+        opt->ns == NULL || loop == NULL || cb == NULL || ret == NULL)
+        return DETD_EINVAL;
+    size_t nl = strlen(opt->node_id);
+    if (nl == 0 || nl > CLUSTER_MAX_NODE_ID || strchr(opt->node_id, '/')) {
+        if (ret_errmsg != NULL)
+            *ret_errmsg = strfmt("node id '%s' must be 1 to %d characters "
+                                 "without '/'",
+                                 opt->node_id, CLUSTER_MAX_NODE_ID);
+        return DETD_EINVAL;
+    }
+    cluster *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return DETD_ENOMEM;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->cb = cb;
+    c->cb_ctx = ctx;
+    c->start_revision = opt->start_revision;
+    c->booting = 1;
+    c->connected = -1; /* unknown: the first answer is reported */
+    snprintf(c->node_id, sizeof(c->node_id), "%s", opt->node_id);
+    c->lease_ttl_s = (opt->lease_ms + 999) / 1000;
+    if (c->lease_ttl_s < 1)
+        c->lease_ttl_s = 1;
+    unsigned nonce = 0;
+    FILE *ur = fopen("/dev/urandom", "rb");
+    if (ur != NULL) {
+        if (fread(&nonce, sizeof(nonce), 1, ur) != 1)
+            nonce = 0;
+        fclose(ur);
+    }
+    nonce ^= (unsigned)unix_ms();
+    json_t *nv = json_pack(
+        "{s:s, s:s, s:s, s:i, s:I, s:s}", "node", opt->node_id, "listen",
+        opt->listen != NULL ? opt->listen : "", "socket",
+        opt->socket_path != NULL ? opt->socket_path : "", "pid", (int)getpid(),
+        "started", (json_int_t)unix_ms(), "version", DETD_VERSION);
+    c->node_value = nv != NULL ? json_dumps(nv, JSON_COMPACT) : NULL;
+    json_decref(nv);
+    c->nodes = calloc(CLUSTER_MAX_NODES, sizeof(*c->nodes));
+    c->endpoints = strdup(opt->endpoints);
+    if (opt->peer_ca != NULL)
+        c->peer_ca = strdup(opt->peer_ca);
+    if (opt->peer_cert != NULL && opt->peer_key != NULL) {
+        c->peer_cert = strdup(opt->peer_cert);
+        c->peer_key = strdup(opt->peer_key);
+    }
+    if (asprintf(&c->ns_prefix, "/detd/v1/%s/", opt->ns) < 0)
+        c->ns_prefix = NULL;
+    if (asprintf(&c->node_key, "/detd/v1/%s/nodes/%s", opt->ns, opt->node_id) <
+        0)
+        c->node_key = NULL;
+    if (asprintf(&c->writer, "%s/%d/%08x", opt->node_id, (int)getpid(), nonce) <
+        0)
+        c->writer = NULL;
+    if (c->node_value == NULL || c->nodes == NULL || c->endpoints == NULL ||
+        c->ns_prefix == NULL || c->node_key == NULL || c->writer == NULL) {
+        rc = DETD_ENOMEM;
+        goto fail;
+    }
+
+    struct etcd_options eo;
+    etcd_options_init(&eo);
+    eo.endpoints = opt->endpoints;
+    eo.ca_file = opt->ca_file;
+    eo.cert_file = opt->cert_file;
+    eo.key_file = opt->key_file;
+    eo.user = opt->user;
+    eo.password = opt->password;
+    eo.attempt_timeout_ms = CLUSTER_ATTEMPT_MS;
+    eo.total_timeout_ms = CLUSTER_BUDGET_MS;
+    rc = etcd_open(&eo, &c->etcd);
+    if (rc != 0) {
+        err = strfmt("etcd client for '%s': %s", opt->endpoints,
+                     detd_strerror(rc));
+        goto fail;
+    }
+    rc = etcd_keepalive_start(c->etcd, on_lease_lost, c, &c->ka);
+    if (rc != 0) {
+        err = strfmt("etcd lease keep-alive: %s", detd_strerror(rc));
+        goto fail;
+    }
+    rc = uv_async_init(loop, &c->async, on_async);
+    if (rc != 0) {
+        err = strfmt("async handle: %s", uv_strerror(rc));
+        rc = DETD_EINTERNAL;
+        goto fail;
+    }
+    c->async.data = c;
+    submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
+    for (int i = 0; i < CLUSTER_WORKERS; i++)
+        if (pthread_create(&c->workers[i], NULL, worker_main, c) == 0)
+            c->n_workers++;
+    if (pthread_create(&c->monitor, NULL, monitor_main, c) == 0)
+        c->monitor_started = 1;
+    *ret = c;
+    return 0;
+fail:
+    if (ret_errmsg != NULL)
+        *ret_errmsg = err;
+    else
+        free(err);
+    etcd_keepalive_stop(c->ka);
+    etcd_close(c->etcd);
+    cluster_free(c);
+    return rc;
+}
+
+/* See cluster.h. */
+void cluster_close(cluster *c) {
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stopping = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < c->n_workers; i++)
+        pthread_join(c->workers[i], NULL);
+    if (c->monitor_started)
+        pthread_join(c->monitor, NULL);
+    etcd_watch_stop(c->watch);
+    c->watch = NULL;
+    etcd_keepalive_stop(c->ka);
+    c->ka = NULL;
+    /* Claims and the node key go with the lease, at once. */
+    if (c->lease_id != 0)
+        etcd_lease_revoke(c->etcd, c->lease_id);
+    etcd_close(c->etcd);
+    c->etcd = NULL;
+    uv_close((uv_handle_t *)&c->async, on_async_closed);
+}
+
+/* See cluster.h. */
+int cluster_claim(cluster *c, const char *id, int64_t deadline_ms) {
+    return submit(c, JOB_CLAIM, id, NULL, 0, deadline_ms, 0);
+}
+
+/* See cluster.h. timeout_ms rides in the job's deadline field. */
+int cluster_fanout(cluster *c, const char *method, const void *req,
+                   size_t req_len, int64_t timeout_ms, uint64_t cookie) {
+    char *v = malloc(req_len > 0 ? req_len : 1);
+    char *m = strdup(method);
+    if (v == NULL || m == NULL) {
+        free(v);
+        free(m);
+        return DETD_ENOMEM;
+    }
+    memcpy(v, req, req_len);
+    struct job *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        free(v);
+        free(m);
+        return DETD_ENOMEM;
+    }
+    j->kind = JOB_FANOUT;
+    j->value = v;
+    j->value_len = req_len;
+    j->method = m;
+    j->deadline_ms = timeout_ms;
+    j->cookie = cookie;
+    enqueue(c, j);
+    return 0;
+}
+
+/* See cluster.h. */
+int cluster_release(cluster *c, const char *id) {
+    return submit(c, JOB_RELEASE, id, NULL, 0, now_ms() + CLUSTER_RELEASE_MS,
+                  0);
+}
+
+/* See cluster.h. */
+const char *cluster_writer(const cluster *c) {
+    return c->writer;
+}
+
+/* See cluster.h. */
+void cluster_get_status(cluster *c, struct cluster_status *ret) {
+    memset(ret, 0, sizeof(*ret));
+    pthread_mutex_lock(&c->mu);
+    snprintf(ret->endpoints, sizeof(ret->endpoints), "%s", c->endpoints);
+    snprintf(ret->node_id, sizeof(ret->node_id), "%s", c->node_id);
+    ret->connected = c->connected > 0;
+    snprintf(ret->last_error, sizeof(ret->last_error), "%s", c->last_error);
+    ret->lease_id = c->lease_id;
+    ret->n_members = c->n_members;
+    memcpy(ret->members, c->members, c->n_members * sizeof(c->members[0]));
+    ret->n_nodes = c->n_nodes;
+    memcpy(ret->nodes, c->nodes, c->n_nodes * sizeof(c->nodes[0]));
+    ret->watch_revision = c->watch_rev;
+    ret->resyncs = c->resyncs;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- decision values ---- */
+
+/* See cluster.h. */
+int cluster_commit(cluster *c, const struct store_decision *r,
+                   uint64_t claim_id, int64_t deadline_ms, uint64_t cookie) {
+    if (c == NULL || r == NULL || r->id == NULL || r->config == NULL)
+        return DETD_EINVAL;
+    char writer[512];
+    snprintf(writer, sizeof(writer), "%s/%" PRIu64, c->writer, claim_id);
+#define S(x) ((x) != NULL ? (x) : "")
+    json_t *o = json_pack(
+        "{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:I, s:s, "
+        "s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s, s:I}",
+        "v", 1, "writer", writer, "id", r->id, "ns", S(r->ns), "arch",
+        S(r->arch), "kernel", S(r->kernel), "key", S(r->key), "candidates_fp",
+        S(r->candidates_fp), "n_candidates", (int)r->n_candidates, "config",
+        r->config, "source", (int)r->source, "claim_id",
+        (json_int_t)r->claim_id, "by_host", S(r->by_host), "by_pid",
+        (int)r->by_pid, "by_rank", (int)r->by_rank, "by_local_rank",
+        (int)r->by_local_rank, "by_device", S(r->by_device), "by_arch",
+        S(r->by_arch), "triton_version", S(r->triton_version), "timings",
+        S(r->timings_json), "table_file", S(r->table_file), "decided_at_ms",
+        (json_int_t)r->decided_at_ms);
+#undef S
+    char *v = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (v == NULL)
+        return DETD_ENOMEM;
+    size_t n = strlen(v);
+    if (n > ETCD_MAX_VALUE) {
+        free(v);
+        return DETD_ELIMIT;
+    }
+    return submit(c, JOB_COMMIT, r->id, v, n, deadline_ms, cookie);
+}

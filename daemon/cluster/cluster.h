@@ -1,0 +1,213 @@
+/*
+ * cluster: the etcd backend. Owns the etcd client (etcd.h), the node
+ * lease and its keep-alive, the node registration key, the watch on the
+ * namespace's keys, and a small pool of worker threads that make the
+ * blocking etcd calls. Results and watch events are queued and handed to
+ * the libuv loop thread (mutex queue + uv_async_send, drained whole on
+ * each wake-up), where the callback given to cluster_open() receives
+ * them one at a time. Everything the loop calls here is non-blocking.
+ *
+ * Keys, for namespace <ns>:
+ *   /detd/v1/<ns>/decisions/<id>  a decision: first writer wins (a Txn on
+ *                                 "key does not exist"), never leased
+ *   /detd/v1/<ns>/claims/<id>     the cluster-wide claim: attached to this
+ *                                 node's lease, deleted after the commit
+ *   /detd/v1/<ns>/nodes/<node>    node registration (lease): for status
+ *                                 and verify --cluster
+ * Values are JSON. A decision carries the full row plus "writer" (node
+ * id, pid, a per-process nonce and the claim id), so a commit whose first
+ * attempt succeeded unseen recognises its own win on retry. A claim
+ * carries the writer of the node that holds it.
+ *
+ * One watch covers the whole /detd/v1/<ns>/ prefix, so decision PUTs and
+ * claim DELETEs arrive in revision order: a committer deletes its claim
+ * only after its decision is stored, so a node that sees the claim go
+ * away has already seen the decision. A node that wins a claim reads the
+ * decision key once more before answering (a decision committed before
+ * the claim it just took is found there), so a key is timed once even
+ * when the watch lags.
+ *
+ * The watch starts from the last revision the daemon applied (stored in
+ * SQLite by the caller, passed as start_revision) and resumes after it on
+ * restart. With no stored revision, or when etcd has compacted past it,
+ * the worker reads every decision as one snapshot (full resync: DECISION
+ * events followed by one REVISION event) and watches from there.
+ *
+ * Every etcd call has a per-attempt deadline and a budget (etcd.h) and is
+ * retried here until the job's own deadline. The cluster never decides
+ * anything: when etcd cannot be reached, claims and commits fail with
+ * DETD_EUNAVAILABLE / DETD_ETIMEDOUT when their deadline passes.
+ */
+#ifndef DETD_CLUSTER_H
+#define DETD_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "cluster/etcd.h"
+#include "data/store.h"
+
+#define CLUSTER_MAX_NODES 256
+#define CLUSTER_MAX_NODE_ID 128
+
+typedef struct cluster cluster;
+
+/* Strings are borrowed for the duration of cluster_open() only. */
+struct cluster_options {
+    const char *endpoints; /* --etcd: comma-separated URLs */
+    const char *ca_file;   /* TLS: PEM paths, NULL when unused */
+    const char *cert_file;
+    const char *key_file;
+    const char *user; /* etcd auth: both or neither */
+    const char *password;
+    const char *node_id;     /* this node's name (unique in the cluster) */
+    const char *ns;          /* the daemon's namespace */
+    const char *listen;      /* advertised admin address, or NULL */
+    const char *socket_path; /* for the node key (information) */
+    uint32_t lease_ms;       /* node lease; rounded up to whole seconds */
+    int64_t start_revision;  /* last applied revision; 0: full resync */
+    /* TLS towards other nodes' --listen (verify --cluster): roots and an
+     * optional client certificate; all NULL: plaintext. */
+    const char *peer_ca;
+    const char *peer_cert;
+    const char *peer_key;
+};
+
+typedef enum cluster_event_kind {
+    /* Results of cluster_claim(): */
+    CLUSTER_EV_CLAIMED = 1,  /* this node holds the claim key for id */
+    CLUSTER_EV_CLAIM_LOST,   /* another node holds it (value: its JSON) */
+    CLUSTER_EV_CLAIM_FAILED, /* etcd unreachable until the deadline (err) */
+    /* Result of cluster_commit(): err 0 with value the winning decision's
+     * JSON and won set when it is ours, or err != 0 (not committed). */
+    CLUSTER_EV_COMMITTED,
+    /* A decision seen in etcd (watch, resync, or found by a claim):
+     * value is its JSON; revision its mod revision (0 in a resync). */
+    CLUSTER_EV_DECISION,
+    CLUSTER_EV_CLAIM_GONE, /* the claim key of id was deleted */
+    /* Every decision up to revision has been delivered: persist it.
+     * At the end of a full resync value is "resync" and cookie the count
+     * of decisions read. */
+    CLUSTER_EV_REVISION,
+    /* The node lease was lost (claim keys under it are gone) and is
+     * being re-granted: claims held must be taken again. */
+    CLUSTER_EV_LEASE_LOST,
+    /* Connection state changed: err 0 connected, else why not. */
+    CLUSTER_EV_STATE,
+    /* cluster_fanout(): one per node (node; err, or value the response
+     * bytes), then PEERS_DONE; both with the cookie. */
+    CLUSTER_EV_PEER,
+    CLUSTER_EV_PEERS_DONE,
+} cluster_event_kind;
+
+/* Borrowed: valid only during the callback. */
+struct cluster_event {
+    cluster_event_kind kind;
+    const char *id; /* decision id (claims, commits, decisions) or "" */
+    int err;
+    int won;
+    const char *value; /* NUL-terminated JSON or NULL */
+    size_t value_len;
+    int64_t revision;
+    uint64_t cookie;  /* cluster_commit()'s / cluster_fanout()'s cookie */
+    const char *node; /* PEER: the node's id; else "" */
+};
+
+/* Runs on the loop thread; may call any cluster_* function except
+ * cluster_close(). */
+typedef void (*cluster_event_cb)(void *ctx, const struct cluster_event *ev);
+
+/*
+ * Create the backend and start its threads (bootstrap, watch, workers)
+ * on loop. etcd is contacted by the threads, not here: the daemon starts
+ * and serves stored decisions while etcd is down. cb and ctx are kept
+ * until cluster_close(). Returns 0 with *ret owned by the caller, or
+ * DETD_EINVAL / DETD_ENOMEM / -errno with *ret_errmsg (heap; caller
+ * frees; may be NULL) naming the problem.
+ */
+int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
+                 cluster_event_cb cb, void *ctx, cluster **ret,
+                 char **ret_errmsg);
+
+/*
+ * Stop the threads, revoke the node lease (its claims and node key go at
+ * once; bounded by the call budget) and close the async handle; the
+ * memory is freed in its close callback, so the loop must run once more.
+ * No callback runs after it returns. Loop thread. NULL is a no-op.
+ */
+void cluster_close(cluster *c);
+
+/*
+ * Take the cluster-wide claim for id, retrying until deadline_ms
+ * (rpc_now_ms clock). Answers CLAIMED, CLAIM_LOST, CLAIM_FAILED, or
+ * DECISION when the key turns out to be decided. Returns 0 or
+ * DETD_ENOMEM. Loop thread.
+ */
+int cluster_claim(cluster *c, const char *id, int64_t deadline_ms);
+
+/*
+ * Commit a decision row (first writer wins, never leased), retrying until
+ * deadline_ms; then give up this node's claim key for it. claim_id goes
+ * into the writer id. Answers COMMITTED with cookie. row is borrowed for
+ * the call. Returns 0, DETD_ENOMEM or DETD_EINVAL. Loop thread.
+ */
+int cluster_commit(cluster *c, const struct store_decision *row,
+                   uint64_t claim_id, int64_t deadline_ms, uint64_t cookie);
+
+/*
+ * Make one unary call (method: full path; req: req_len bytes, copied) on
+ * every registered node but this one, through its --listen address, each
+ * bounded by timeout_ms; answers PEER events then PEERS_DONE with cookie.
+ * Returns 0 or DETD_ENOMEM. Loop thread.
+ */
+int cluster_fanout(cluster *c, const char *method, const void *req,
+                   size_t req_len, int64_t timeout_ms, uint64_t cookie);
+
+/* Delete this node's claim key for id, if it still is ours (no event).
+ * Loop thread. */
+int cluster_release(cluster *c, const char *id);
+
+/*
+ * Decode a decision value into *ret (strings are heap copies: clear with
+ * store_decision_clear()). The id must be the one the key fields hash to
+ * (keyid.h). *ret_writer (may be NULL) gets a heap copy of the writer id.
+ * Returns 0, DETD_EPROTO (malformed), DETD_ELIMIT or DETD_ENOMEM.
+ */
+int cluster_decision_decode(const char *json, size_t len,
+                            struct store_decision *ret, char **ret_writer);
+
+/* This process's writer prefix ("node/pid/nonce"); borrowed. */
+const char *cluster_writer(const cluster *c);
+
+/* A registered node, as read from its node key. */
+struct cluster_node {
+    char node_id[CLUSTER_MAX_NODE_ID + 1];
+    char listen[128];
+    char socket[128];
+    char version[32];
+    int32_t pid;
+    int64_t started_at_ms;
+};
+
+/* What status shows; refreshed about once a second by a monitor thread. */
+struct cluster_status {
+    char endpoints[1024];
+    char node_id[CLUSTER_MAX_NODE_ID + 1];
+    int connected; /* the last etcd call or watch state succeeded */
+    char last_error[256];
+    int64_t lease_id; /* 0: none held now */
+    size_t n_members;
+    struct etcd_member_status members[ETCD_MAX_ENDPOINTS];
+    size_t n_nodes;
+    struct cluster_node nodes[CLUSTER_MAX_NODES];
+    int64_t watch_revision; /* last revision the watch delivered */
+    uint64_t resyncs;
+};
+
+/* Copy the current status into *ret (a large struct: heap-allocate it).
+ * Any thread. */
+void cluster_get_status(cluster *c, struct cluster_status *ret);
+
+#endif /* DETD_CLUSTER_H */

@@ -1,0 +1,110 @@
+/*
+ * cluster_codec: decoding of the decision values the etcd backend reads
+ * from etcd (see cluster.h). Values are untrusted bytes: every field is
+ * type- and size-checked and the id must be the hash of the key fields.
+ */
+#define _GNU_SOURCE
+#include "cluster/cluster.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "detd/error.h"
+#include "core/keyid.h"
+
+static int get_str(json_t *o, const char *name, size_t max, int required,
+                   char **ret) {
+    json_t *v = json_object_get(o, name);
+    const char *s = json_string_value(v);
+    if (s == NULL) {
+        if (required || v != NULL)
+            return DETD_EPROTO;
+        s = "";
+    }
+    if (strlen(s) > max)
+        return DETD_ELIMIT;
+    *ret = strdup(s);
+    return *ret != NULL ? 0 : DETD_ENOMEM;
+}
+
+static int get_int(json_t *o, const char *name, int64_t min, int64_t max,
+                   int64_t *ret) {
+    json_t *v = json_object_get(o, name);
+    if (!json_is_integer(v))
+        return DETD_EPROTO;
+    int64_t x = json_integer_value(v);
+    if (x < min || x > max)
+        return DETD_EPROTO;
+    *ret = x;
+    return 0;
+}
+
+/* See cluster.h. */
+int cluster_decision_decode(const char *json, size_t len,
+                            struct store_decision *ret, char **ret_writer) {
+    json_error_t je;
+    struct store_decision d;
+    memset(&d, 0, sizeof(d));
+    char *writer = NULL;
+    if (json == NULL || ret == NULL)
+        return DETD_EINVAL;
+    json_t *o = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return DETD_EPROTO;
+    }
+    int64_t n_cand, source, claim, pid, rank, lrank, at;
+    const size_t big = 1024 * 1024;
+    int err;
+    if ((err = get_str(o, "id", KEYID_HEX_LEN, 1, &d.id)) < 0 ||
+        (err = get_str(o, "ns", 4096, 1, &d.ns)) < 0 ||
+        (err = get_str(o, "arch", 4096, 1, &d.arch)) < 0 ||
+        (err = get_str(o, "kernel", 4096, 1, &d.kernel)) < 0 ||
+        (err = get_str(o, "key", big, 1, &d.key)) < 0 ||
+        (err = get_str(o, "candidates_fp", KEYID_HEX_LEN, 1,
+                       &d.candidates_fp)) < 0 ||
+        (err = get_str(o, "config", 4096, 1, &d.config)) < 0 ||
+        (err = get_str(o, "by_host", 4096, 0, &d.by_host)) < 0 ||
+        (err = get_str(o, "by_device", 4096, 0, &d.by_device)) < 0 ||
+        (err = get_str(o, "by_arch", 4096, 0, &d.by_arch)) < 0 ||
+        (err = get_str(o, "triton_version", 4096, 0, &d.triton_version)) < 0 ||
+        (err = get_str(o, "timings", big, 0, &d.timings_json)) < 0 ||
+        (err = get_str(o, "table_file", 4096, 0, &d.table_file)) < 0 ||
+        (err = get_str(o, "writer", 512, 0, &writer)) < 0 ||
+        (err = get_int(o, "n_candidates", 0, INT32_MAX, &n_cand)) < 0 ||
+        (err = get_int(o, "source", 0, 7, &source)) < 0 ||
+        (err = get_int(o, "claim_id", INT64_MIN, INT64_MAX, &claim)) < 0 ||
+        (err = get_int(o, "by_pid", INT32_MIN, INT32_MAX, &pid)) < 0 ||
+        (err = get_int(o, "by_rank", INT32_MIN, INT32_MAX, &rank)) < 0 ||
+        (err = get_int(o, "by_local_rank", INT32_MIN, INT32_MAX, &lrank)) < 0 ||
+        (err = get_int(o, "decided_at_ms", INT64_MIN, INT64_MAX, &at)) < 0)
+        goto fail;
+    d.n_candidates = (int32_t)n_cand;
+    d.source = (int32_t)source;
+    d.claim_id = (uint64_t)claim;
+    d.by_pid = (int32_t)pid;
+    d.by_rank = (int32_t)rank;
+    d.by_local_rank = (int32_t)lrank;
+    d.decided_at_ms = at;
+    /* The id must be what the key fields hash to. */
+    char id[KEYID_HEX_LEN + 1];
+    keyid_decision_id(d.ns, d.arch, d.kernel, d.key, d.candidates_fp, id);
+    if (strcmp(id, d.id) != 0 || d.config[0] == '\0') {
+        err = DETD_EPROTO;
+        goto fail;
+    }
+    json_decref(o);
+    *ret = d;
+    if (ret_writer != NULL)
+        *ret_writer = writer;
+    else
+        free(writer);
+    return 0;
+fail:
+    json_decref(o);
+    store_decision_clear(&d);
+    free(writer);
+    return err;
+}

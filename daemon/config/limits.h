@@ -1,0 +1,22 @@
+/*
+ * limits: the hard caps on what a client can make the daemon hold or
+ * parse. Each is checked where the value enters (app/validate.c for
+ * requests, options.c for settings); over a cap the caller gets an error
+ * naming the field, nothing is stored, and the daemon keeps serving.
+ */
+#ifndef DETD_LIMITS_H
+#define DETD_LIMITS_H
+
+#define DAEMON_MAX_NAMESPACE 128
+#define DAEMON_MAX_ARCH 64
+#define DAEMON_MAX_KERNEL 1024
+#define DAEMON_MAX_CONFIG 1024
+#define DAEMON_MAX_TIMING_SAMPLES 1024
+#define DAEMON_MAX_IDENTITY_STRING 256
+#define DAEMON_MAX_WAIT_MS (60LL * 60 * 1000)
+#define DAEMON_MAX_LIST 10000
+#define DAEMON_DEFAULT_MAX_VOTES 1000000
+/* Bytes of rows in one ListVotes / ExportDecisions answer (then paged). */
+#define DAEMON_MAX_PAGE_BYTES (512 * 1024)
+
+#endif /* DETD_LIMITS_H */

@@ -1,0 +1,1171 @@
+/*
+ * store: the SQLite adapter. See store.h for the contract.
+ *
+ * Every SQLite result code is converted here (store_sqlite_err()) and
+ * never leaves this file. The file on disk is treated as untrusted input:
+ * every value read back is checked (type, range, length, embedded NUL)
+ * before it reaches a caller, so a damaged or hostile database yields
+ * DETD_ECORRUPT instead of an out-of-range enum or a truncated string.
+ */
+#include "data/store.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "detd/client.h"
+#include "detd/error.h"
+#include "data/store_int.h"
+
+#ifndef DETD_VERSION
+#define DETD_VERSION "unknown"
+#endif
+
+/* Readers (detctl, backups) may hold the file briefly; wait, don't fail. */
+#define STORE_BUSY_TIMEOUT_MS 5000
+/* Longest string stored or read back: the largest message we accept. */
+#define STORE_MAX_TEXT DETD_MAX_MESSAGE_BYTES
+#define STORE_N_SOURCES 8
+/* PRAGMA application_id: "detd", tells our files from other databases. */
+#define STORE_APPLICATION_ID 0x64657464
+
+/*
+ * Schema migrations. Step i takes the database from user_version i to
+ * i + 1 and runs inside the migration transaction, so a crash mid-way
+ * leaves the previous version intact. Append a step to change the schema
+ * (e.g. "ALTER TABLE decisions ADD COLUMN ..."); never edit a released one.
+ *
+ * No foreign keys: an observation may arrive for a key that has no
+ * decision (auto mode, ungoverned autotuners), and store_reset() removes
+ * the observations of the decisions it deletes explicitly.
+ */
+struct store_migration {
+    int version; /* user_version after this step */
+    const char *sql;
+};
+
+static const struct store_migration store_migrations[] = {
+    {1, "CREATE TABLE meta ("
+        " name TEXT PRIMARY KEY NOT NULL,"
+        " value TEXT NOT NULL);"
+        "INSERT INTO meta(name, value) VALUES"
+        " ('created_at_ms', CAST((julianday('now') - 2440587.5) * 86400000.0"
+        "  AS INTEGER)),"
+        " ('created_by', 'detd " DETD_VERSION "');"
+        "CREATE TABLE decisions ("
+        " id TEXT PRIMARY KEY NOT NULL, ns TEXT NOT NULL,"
+        " arch TEXT NOT NULL, kernel TEXT NOT NULL, key TEXT NOT NULL,"
+        " candidates_fp TEXT NOT NULL, n_candidates INTEGER NOT NULL,"
+        " config TEXT NOT NULL, source INTEGER NOT NULL,"
+        " claim_id INTEGER NOT NULL, by_host TEXT NOT NULL,"
+        " by_pid INTEGER NOT NULL, by_rank INTEGER NOT NULL,"
+        " by_local_rank INTEGER NOT NULL, by_device TEXT NOT NULL,"
+        " by_arch TEXT NOT NULL, triton_version TEXT NOT NULL,"
+        " timings_json TEXT NOT NULL, table_file TEXT NOT NULL,"
+        " decided_at_ms INTEGER NOT NULL);"
+        "CREATE INDEX decisions_ns_kernel_key ON decisions(ns, kernel, key);"
+        "CREATE TABLE observations ("
+        " id TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,"
+        " ns TEXT NOT NULL, arch TEXT NOT NULL, kernel TEXT NOT NULL,"
+        " key TEXT NOT NULL, config TEXT NOT NULL, source INTEGER NOT NULL,"
+        " governed INTEGER NOT NULL, chaos INTEGER NOT NULL,"
+        " rank INTEGER NOT NULL, local_rank INTEGER NOT NULL,"
+        " device TEXT NOT NULL, at_ms INTEGER NOT NULL,"
+        " PRIMARY KEY (id, host, pid));"
+        "CREATE INDEX observations_ns_id ON observations(ns, id);"},
+    /* Record-mode votes (store_vote.c). seq is never reused (paging);
+     * one vote per (decision id, host, pid): a repeat replaces it. */
+    {2, "CREATE TABLE votes ("
+        " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " id TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,"
+        " ns TEXT NOT NULL, arch TEXT NOT NULL, kernel TEXT NOT NULL,"
+        " key TEXT NOT NULL, table_key TEXT NOT NULL,"
+        " candidates_fp TEXT NOT NULL, config TEXT NOT NULL,"
+        " rank INTEGER NOT NULL, local_rank INTEGER NOT NULL,"
+        " device TEXT NOT NULL, timings_json TEXT NOT NULL,"
+        " triton_version TEXT NOT NULL, voted_at_ms INTEGER NOT NULL,"
+        " UNIQUE (id, host, pid));"
+        "CREATE INDEX votes_ns_arch_kernel ON votes(ns, arch, kernel);"},
+    /* Imported table entries (store_import.c): one per (ns, arch, kernel,
+     * key) as written in the table; a later import replaces it. */
+    {3, "CREATE TABLE imports ("
+        " ns TEXT NOT NULL, arch TEXT NOT NULL, kernel TEXT NOT NULL,"
+        " key TEXT NOT NULL, table_key TEXT NOT NULL, config TEXT NOT NULL,"
+        " file TEXT NOT NULL, imported_at_ms INTEGER NOT NULL,"
+        " PRIMARY KEY (ns, arch, kernel, key));"},
+};
+
+#define STORE_SCHEMA_VERSION                                                   \
+    ((int)(sizeof store_migrations / sizeof store_migrations[0]))
+
+/* Column order of every decision SELECT and INSERT (see store_read_decision).
+ */
+#define DECISION_COLS                                                          \
+    "id, ns, arch, kernel, key, candidates_fp, n_candidates, config, "         \
+    "source, claim_id, by_host, by_pid, by_rank, by_local_rank, by_device, "   \
+    "by_arch, triton_version, timings_json, table_file, decided_at_ms"
+enum {
+    DC_ID,
+    DC_NS,
+    DC_ARCH,
+    DC_KERNEL,
+    DC_KEY,
+    DC_CANDIDATES_FP,
+    DC_N_CANDIDATES,
+    DC_CONFIG,
+    DC_SOURCE,
+    DC_CLAIM_ID,
+    DC_BY_HOST,
+    DC_BY_PID,
+    DC_BY_RANK,
+    DC_BY_LOCAL_RANK,
+    DC_BY_DEVICE,
+    DC_BY_ARCH,
+    DC_TRITON_VERSION,
+    DC_TIMINGS_JSON,
+    DC_TABLE_FILE,
+    DC_DECIDED_AT_MS
+};
+
+/* The string fields of a decision and their columns. */
+static const struct {
+    int col;
+    size_t off;
+} decision_strings[] = {
+    {DC_ID, offsetof(struct store_decision, id)},
+    {DC_NS, offsetof(struct store_decision, ns)},
+    {DC_ARCH, offsetof(struct store_decision, arch)},
+    {DC_KERNEL, offsetof(struct store_decision, kernel)},
+    {DC_KEY, offsetof(struct store_decision, key)},
+    {DC_CANDIDATES_FP, offsetof(struct store_decision, candidates_fp)},
+    {DC_CONFIG, offsetof(struct store_decision, config)},
+    {DC_BY_HOST, offsetof(struct store_decision, by_host)},
+    {DC_BY_DEVICE, offsetof(struct store_decision, by_device)},
+    {DC_BY_ARCH, offsetof(struct store_decision, by_arch)},
+    {DC_TRITON_VERSION, offsetof(struct store_decision, triton_version)},
+    {DC_TIMINGS_JSON, offsetof(struct store_decision, timings_json)},
+    {DC_TABLE_FILE, offsetof(struct store_decision, table_file)},
+};
+#define N_DECISION_STRINGS                                                     \
+    (sizeof decision_strings / sizeof decision_strings[0])
+
+#define OBSERVATION_COLS                                                       \
+    "id, host, pid, ns, arch, kernel, key, config, source, governed, "         \
+    "chaos, rank, local_rank, device, at_ms"
+enum {
+    OC_ID,
+    OC_HOST,
+    OC_PID,
+    OC_NS,
+    OC_ARCH,
+    OC_KERNEL,
+    OC_KEY,
+    OC_CONFIG,
+    OC_SOURCE,
+    OC_GOVERNED,
+    OC_CHAOS,
+    OC_RANK,
+    OC_LOCAL_RANK,
+    OC_DEVICE,
+    OC_AT_MS
+};
+
+static const char sql_get_decision[] =
+    "SELECT " DECISION_COLS " FROM decisions WHERE id = ?1";
+static const char sql_put_decision[] =
+    "INSERT INTO decisions (" DECISION_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, "
+    "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) "
+    "ON CONFLICT (id) DO NOTHING";
+static const char sql_put_observation[] =
+    "INSERT OR REPLACE INTO observations (" OBSERVATION_COLS ") VALUES (?1, "
+    "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+
+/* ---- errors ---- */
+
+static int store_sqlite_err(int rc) {
+    switch (rc & 0xff) {
+    case SQLITE_NOMEM:
+        return DETD_ENOMEM;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+        return DETD_ECORRUPT;
+    default:
+        return DETD_ESTORE;
+    }
+}
+
+int store_failf(store *s, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+/* Argument errors; s may be NULL (then there is nowhere to say why). */
+int store_einval(store *s, const char *op, const char *why) {
+    return s != NULL ? store_failf(s, DETD_EINVAL, "%s: %s", op, why)
+                     : DETD_EINVAL;
+}
+
+/* Record SQLite's message for op; call before anything else touches db. */
+int store_fail(store *s, int rc, const char *op) {
+    return store_failf(s, store_sqlite_err(rc), "%s: %s", op,
+                       sqlite3_errmsg(s->db));
+}
+
+/* ---- statements and transactions ---- */
+
+int store_exec(store *s, const char *sql, const char *op) {
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return store_fail(s, rc, op);
+    return 0;
+}
+
+int store_prepare(store *s, const char *sql, unsigned flags, sqlite3_stmt **ret,
+                  const char *op) {
+    int rc = sqlite3_prepare_v3(s->db, sql, -1, flags, ret, NULL);
+    if (rc != SQLITE_OK)
+        return store_fail(s, rc, op);
+    return 0;
+}
+
+/* Make a cached statement ready for the next use. */
+void store_stmt_done(sqlite3_stmt *st) {
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+/* IMMEDIATE: take the write lock now, not at the first write. */
+int store_begin(store *s, const char *op) {
+    return store_exec(s, "BEGIN IMMEDIATE", op);
+}
+
+/* Roll back an open transaction, if SQLite has not already done so. */
+void store_rollback(store *s) {
+    if (!sqlite3_get_autocommit(s->db))
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+int store_commit(store *s, const char *op) {
+    int err = store_exec(s, "COMMIT", op);
+    if (err < 0)
+        store_rollback(s);
+    return err;
+}
+
+/* A one-row, one-integer query (PRAGMA user_version, ...). */
+int store_query_int(store *s, const char *sql, const char *op, int64_t *ret) {
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s, sql, 0, &st, op);
+    if (err < 0)
+        return err;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        err = rc == SQLITE_DONE
+                  ? store_failf(s, DETD_ESTORE, "%s: no result", op)
+                  : store_fail(s, rc, op);
+        goto out;
+    }
+    *ret = sqlite3_column_int64(st, 0);
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* ---- binding (values from callers; lengths capped) ---- */
+
+int store_bind_text(store *s, sqlite3_stmt *st, int idx, const char *v,
+                    const char *what) {
+    if (v == NULL)
+        v = "";
+    size_t n = strlen(v);
+    if (n > STORE_MAX_TEXT)
+        return store_failf(s, DETD_ELIMIT, "%s is %zu bytes (limit %d)", what,
+                           n, STORE_MAX_TEXT);
+    int rc = sqlite3_bind_text(st, idx, v, (int)n, SQLITE_STATIC);
+    if (rc != SQLITE_OK)
+        return store_fail(s, rc, what);
+    return 0;
+}
+
+int store_bind_int(store *s, sqlite3_stmt *st, int idx, int64_t v,
+                   const char *what) {
+    int rc = sqlite3_bind_int64(st, idx, v);
+    if (rc != SQLITE_OK)
+        return store_fail(s, rc, what);
+    return 0;
+}
+
+/* ---- reading (values from the file; untrusted) ---- */
+
+/*
+ * Borrow column i as a NUL-terminated string of at most STORE_MAX_TEXT
+ * bytes without embedded NULs. SQL NULL reads as "". The pointer lives
+ * until st is stepped, reset or finalized.
+ */
+int store_col_text(store *s, sqlite3_stmt *st, int i, const char *op,
+                   const char **ret, size_t *ret_len) {
+    if (sqlite3_column_type(st, i) == SQLITE_NULL) {
+        *ret = "";
+        *ret_len = 0;
+        return 0;
+    }
+    const unsigned char *p = sqlite3_column_text(st, i);
+    if (p == NULL)
+        return store_fail(s, sqlite3_errcode(s->db), op);
+    int n = sqlite3_column_bytes(st, i);
+    if (n < 0 || n > STORE_MAX_TEXT)
+        return store_failf(s, DETD_ECORRUPT,
+                           "%s: column %s is %d bytes (limit %d)", op,
+                           sqlite3_column_name(st, i), n, STORE_MAX_TEXT);
+    if (memchr(p, '\0', (size_t)n) != NULL)
+        return store_failf(s, DETD_ECORRUPT, "%s: column %s holds a NUL byte",
+                           op, sqlite3_column_name(st, i));
+    *ret = (const char *)p;
+    *ret_len = (size_t)n;
+    return 0;
+}
+
+/* Column i as a heap copy (see store_col_text()). */
+int store_col_strdup(store *s, sqlite3_stmt *st, int i, const char *op,
+                     char **ret) {
+    const char *p;
+    size_t n;
+    int err = store_col_text(s, st, i, op, &p, &n);
+    if (err < 0)
+        return err;
+    char *c = malloc(n + 1);
+    if (c == NULL)
+        return store_failf(s, DETD_ENOMEM, "%s: out of memory", op);
+    memcpy(c, p, n);
+    c[n] = '\0';
+    *ret = c;
+    return 0;
+}
+
+/* Column i as an integer in [min, max]; anything else is corruption. */
+int store_col_int(store *s, sqlite3_stmt *st, int i, int64_t min, int64_t max,
+                  const char *op, int64_t *ret) {
+    if (sqlite3_column_type(st, i) != SQLITE_INTEGER)
+        return store_failf(s, DETD_ECORRUPT, "%s: column %s is not an integer",
+                           op, sqlite3_column_name(st, i));
+    int64_t v = sqlite3_column_int64(st, i);
+    if (v < min || v > max)
+        return store_failf(s, DETD_ECORRUPT,
+                           "%s: column %s = %lld is out of range [%lld, %lld]",
+                           op, sqlite3_column_name(st, i), (long long)v,
+                           (long long)min, (long long)max);
+    *ret = v;
+    return 0;
+}
+
+int store_col_int32(store *s, sqlite3_stmt *st, int i, int64_t min, int64_t max,
+                    const char *op, int32_t *ret) {
+    int64_t v;
+    int err = store_col_int(s, st, i, min, max, op, &v);
+    if (err == 0)
+        *ret = (int32_t)v;
+    return err;
+}
+
+/* Read the current row of a DECISION_COLS statement into *ret. */
+static int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
+                               struct store_decision *ret) {
+    struct store_decision d;
+    memset(&d, 0, sizeof d);
+    int err = 0;
+    for (size_t i = 0; i < N_DECISION_STRINGS; i++) {
+        char **field = (char **)((char *)&d + decision_strings[i].off);
+        err = store_col_strdup(s, st, decision_strings[i].col, op, field);
+        if (err < 0)
+            goto out;
+    }
+    int64_t v;
+    if ((err = store_col_int32(s, st, DC_N_CANDIDATES, 0, DETD_MAX_CANDIDATES,
+                               op, &d.n_candidates)) < 0 ||
+        (err = store_col_int32(s, st, DC_SOURCE, 0, STORE_N_SOURCES - 1, op,
+                               &d.source)) < 0 ||
+        (err = store_col_int(s, st, DC_CLAIM_ID, INT64_MIN, INT64_MAX, op,
+                             &v)) < 0)
+        goto out;
+    d.claim_id = (uint64_t)v;
+    if ((err = store_col_int32(s, st, DC_BY_PID, INT32_MIN, INT32_MAX, op,
+                               &d.by_pid)) < 0 ||
+        (err = store_col_int32(s, st, DC_BY_RANK, INT32_MIN, INT32_MAX, op,
+                               &d.by_rank)) < 0 ||
+        (err = store_col_int32(s, st, DC_BY_LOCAL_RANK, INT32_MIN, INT32_MAX,
+                               op, &d.by_local_rank)) < 0 ||
+        (err = store_col_int(s, st, DC_DECIDED_AT_MS, INT64_MIN, INT64_MAX, op,
+                             &d.decided_at_ms)) < 0)
+        goto out;
+    *ret = d;
+    return 0;
+out:
+    store_decision_clear(&d);
+    return err;
+}
+
+/* Read the current row of an OBSERVATION_COLS statement, borrowed. */
+static int store_read_observation(store *s, sqlite3_stmt *st, const char *op,
+                                  struct store_observation *ret) {
+    struct store_observation o;
+    memset(&o, 0, sizeof o);
+    const struct {
+        int col;
+        const char **field;
+    } strs[] = {
+        {OC_ID, &o.id},         {OC_HOST, &o.host},     {OC_NS, &o.ns},
+        {OC_ARCH, &o.arch},     {OC_KERNEL, &o.kernel}, {OC_KEY, &o.key},
+        {OC_CONFIG, &o.config}, {OC_DEVICE, &o.device},
+    };
+    int err;
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        size_t n;
+        err = store_col_text(s, st, strs[i].col, op, strs[i].field, &n);
+        if (err < 0)
+            return err;
+    }
+    int32_t governed = 0, chaos = 0;
+    if ((err = store_col_int32(s, st, OC_PID, INT32_MIN, INT32_MAX, op,
+                               &o.pid)) < 0 ||
+        (err = store_col_int32(s, st, OC_SOURCE, 0, STORE_N_SOURCES - 1, op,
+                               &o.source)) < 0 ||
+        (err = store_col_int32(s, st, OC_GOVERNED, 0, 1, op, &governed)) < 0 ||
+        (err = store_col_int32(s, st, OC_CHAOS, 0, 1, op, &chaos)) < 0 ||
+        (err = store_col_int32(s, st, OC_RANK, INT32_MIN, INT32_MAX, op,
+                               &o.rank)) < 0 ||
+        (err = store_col_int32(s, st, OC_LOCAL_RANK, INT32_MIN, INT32_MAX, op,
+                               &o.local_rank)) < 0 ||
+        (err = store_col_int(s, st, OC_AT_MS, INT64_MIN, INT64_MAX, op,
+                             &o.at_ms)) < 0)
+        return err;
+    o.governed = governed;
+    o.chaos = chaos;
+    *ret = o;
+    return 0;
+}
+
+/* ---- open, schema ---- */
+
+static int store_newer_schema(store *s, int64_t v) {
+    return store_failf(s, DETD_ECORRUPT,
+                       "schema version %lld is newer than version %d, the "
+                       "newest this build of detd knows",
+                       (long long)v, STORE_SCHEMA_VERSION);
+}
+
+/* Bring the schema to STORE_SCHEMA_VERSION, one step at a time. */
+static int store_migrate(store *s) {
+    static const char op[] = "migrate schema";
+    int64_t v, app_id, n_objects;
+    int err = store_query_int(s, "PRAGMA user_version", op, &v);
+    if (err < 0)
+        return err;
+    if (v > STORE_SCHEMA_VERSION)
+        return store_newer_schema(s, v);
+    if (v == STORE_SCHEMA_VERSION)
+        return 0;
+    if ((err = store_begin(s, op)) < 0)
+        return err;
+    /* Another process may have migrated before we took the lock. */
+    if ((err = store_query_int(s, "PRAGMA user_version", op, &v)) < 0)
+        goto out;
+    if (v > STORE_SCHEMA_VERSION) {
+        err = store_newer_schema(s, v);
+        goto out;
+    }
+    if (v < 0) {
+        err = store_failf(s, DETD_ECORRUPT, "schema version %lld is invalid",
+                          (long long)v);
+        goto out;
+    }
+    if (v == 0) {
+        /* A fresh file has no tables; anything else belongs to someone. */
+        err = store_query_int(s, "SELECT count(*) FROM sqlite_schema", op,
+                              &n_objects);
+        if (err < 0)
+            goto out;
+        if (n_objects > 0) {
+            err = store_failf(s, DETD_ECORRUPT,
+                              "not a detd database: schema version 0 but "
+                              "%lld schema objects",
+                              (long long)n_objects);
+            goto out;
+        }
+    }
+    for (int i = 0; i < STORE_SCHEMA_VERSION; i++) {
+        assert(store_migrations[i].version == i + 1);
+        if (store_migrations[i].version <= v)
+            continue;
+        if ((err = store_exec(s, store_migrations[i].sql, op)) < 0)
+            goto out;
+    }
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "PRAGMA user_version = %d; PRAGMA application_id = %d;"
+             "INSERT OR REPLACE INTO meta(name, value)"
+             " VALUES ('schema_version', %d)",
+             STORE_SCHEMA_VERSION, STORE_APPLICATION_ID, STORE_SCHEMA_VERSION);
+    if ((err = store_exec(s, sql, op)) < 0)
+        goto out;
+    if ((err = store_query_int(s, "PRAGMA application_id", op, &app_id)) < 0)
+        goto out;
+    assert(app_id == STORE_APPLICATION_ID);
+    err = store_commit(s, op);
+out:
+    if (err < 0)
+        store_rollback(s);
+    return err;
+}
+
+/* Per-connection settings, and the checks that the file is ours. */
+static int store_configure(store *s) {
+    sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
+    /* The file is untrusted: no schema tricks, no functions from it. */
+    sqlite3_db_config(s->db, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL);
+    sqlite3_db_config(s->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL);
+
+    /* The first read of the file: a non-database fails here. */
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s, "PRAGMA journal_mode = WAL", 0, &st,
+                            "set journal_mode=WAL");
+    if (err < 0)
+        return err;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        err = store_fail(s, rc, "set journal_mode=WAL");
+        sqlite3_finalize(st);
+        return err;
+    }
+    const unsigned char *mode = sqlite3_column_text(st, 0);
+    if (mode == NULL || strcmp((const char *)mode, "wal") != 0)
+        err = store_failf(s, DETD_ESTORE, "set journal_mode=WAL: got '%s'",
+                          mode != NULL ? (const char *)mode : "(null)");
+    sqlite3_finalize(st);
+    if (err < 0)
+        return err;
+    /* Per connection, not persistent: set on every open. */
+    if ((err = store_exec(s, "PRAGMA synchronous = FULL",
+                          "set synchronous=FULL")) < 0)
+        return err;
+    int64_t app_id;
+    if ((err = store_query_int(s, "PRAGMA application_id",
+                               "read application_id", &app_id)) < 0)
+        return err;
+    if (app_id != 0 && app_id != STORE_APPLICATION_ID)
+        return store_failf(s, DETD_ECORRUPT,
+                           "not a detd database (application_id 0x%08llx)",
+                           (unsigned long long)app_id);
+    return 0;
+}
+
+static char *store_dup_printf(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static char *store_dup_printf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return NULL;
+    char *p = malloc((size_t)n + 1);
+    if (p == NULL)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+int store_open(const char *path, store **ret, char **ret_errmsg) {
+    store *s = NULL;
+    int err = 0;
+    if (ret_errmsg != NULL)
+        *ret_errmsg = NULL;
+    if (path == NULL || ret == NULL) {
+        if (ret_errmsg != NULL)
+            *ret_errmsg = store_dup_printf("store_open: %s is NULL",
+                                           path == NULL ? "path" : "ret");
+        return DETD_EINVAL;
+    }
+    s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        err = DETD_ENOMEM;
+        goto out;
+    }
+    int rc = sqlite3_open_v2(path, &s->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                 SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE,
+                             NULL);
+    if (rc != SQLITE_OK) {
+        if (s->db == NULL) {
+            err = store_failf(s, DETD_ENOMEM, "out of memory");
+            goto out;
+        }
+        int sys = sqlite3_system_errno(s->db);
+        if ((rc & 0xff) == SQLITE_CANTOPEN && sys > 0)
+            err = store_failf(s, -sys, "cannot open: %s (%s)",
+                              sqlite3_errmsg(s->db), strerror(sys));
+        else
+            err = store_fail(s, rc, "cannot open");
+        goto out;
+    }
+    if ((err = store_configure(s)) < 0 || (err = store_migrate(s)) < 0)
+        goto out;
+    if ((err = store_prepare(s, sql_get_decision, SQLITE_PREPARE_PERSISTENT,
+                             &s->get_decision, "prepare")) < 0 ||
+        (err = store_prepare(s, sql_put_decision, SQLITE_PREPARE_PERSISTENT,
+                             &s->put_decision, "prepare")) < 0 ||
+        (err = store_prepare(s, sql_put_observation, SQLITE_PREPARE_PERSISTENT,
+                             &s->put_observation, "prepare")) < 0)
+        goto out;
+    s->errmsg[0] = '\0';
+out:
+    if (err < 0) {
+        if (ret_errmsg != NULL)
+            *ret_errmsg =
+                store_dup_printf("database '%s': %s", path,
+                                 s != NULL ? s->errmsg : "out of memory");
+        store_close(s);
+        return err;
+    }
+    *ret = s;
+    return 0;
+}
+
+void store_close(store *s) {
+    if (s == NULL)
+        return;
+    sqlite3_finalize(s->get_decision);
+    sqlite3_finalize(s->put_decision);
+    sqlite3_finalize(s->put_observation);
+    /* Every statement is finalized: close cannot be left pending. */
+    int rc = sqlite3_close(s->db);
+    assert(rc == SQLITE_OK);
+    (void)rc;
+    free(s);
+}
+
+const char *store_errmsg(const store *s) {
+    return s != NULL ? s->errmsg : "no store handle";
+}
+
+void store_decision_clear(struct store_decision *d) {
+    if (d == NULL)
+        return;
+    for (size_t i = 0; i < N_DECISION_STRINGS; i++)
+        free(*(char **)((char *)d + decision_strings[i].off));
+    memset(d, 0, sizeof *d);
+}
+
+/* ---- decisions ---- */
+
+/* The result of a get_decision statement bound and stepped. */
+static int store_get_locked(store *s, const char *id, const char *op,
+                            struct store_decision *ret) {
+    sqlite3_stmt *st = s->get_decision;
+    int err = store_bind_text(s, st, 1, id, "decision id");
+    if (err < 0)
+        goto out;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        err = store_failf(s, DETD_ENOTFOUND, "%s: no decision %s", op, id);
+        goto out;
+    }
+    if (rc != SQLITE_ROW) {
+        err = store_fail(s, rc, op);
+        goto out;
+    }
+    err = store_read_decision(s, st, op, ret);
+out:
+    store_stmt_done(st);
+    return err;
+}
+
+int store_get_decision(store *s, const char *id, struct store_decision *ret) {
+    if (s == NULL || id == NULL || ret == NULL)
+        return store_einval(s, "get decision", "a NULL argument");
+    return store_get_locked(s, id, "get decision", ret);
+}
+
+/* Argument checks, before any transaction starts. */
+static int store_check_decision(store *s, const struct store_decision *d,
+                                const char *op) {
+    if (d->id == NULL || d->ns == NULL || d->arch == NULL ||
+        d->kernel == NULL || d->key == NULL || d->config == NULL)
+        return store_failf(s, DETD_EINVAL,
+                           "%s: id, ns, arch, kernel, key and config are "
+                           "required",
+                           op);
+    if (d->n_candidates < 0)
+        return store_failf(s, DETD_EINVAL, "%s: n_candidates %d < 0", op,
+                           d->n_candidates);
+    if (d->n_candidates > DETD_MAX_CANDIDATES)
+        return store_failf(s, DETD_ELIMIT, "%s: n_candidates %d > %d", op,
+                           d->n_candidates, DETD_MAX_CANDIDATES);
+    if (d->source < 0 || d->source >= STORE_N_SOURCES)
+        return store_failf(s, DETD_EINVAL, "%s: source %d out of range", op,
+                           d->source);
+    return 0;
+}
+
+/* Inside a transaction: insert d unless its id exists. */
+static int store_insert_decision(store *s, const struct store_decision *d,
+                                 const char *op, int *ret_inserted) {
+    sqlite3_stmt *st = s->put_decision;
+    int err = 0;
+    for (size_t i = 0; i < N_DECISION_STRINGS; i++) {
+        const char *v =
+            *(const char *const *)((const char *)d + decision_strings[i].off);
+        err = store_bind_text(s, st, decision_strings[i].col + 1, v, op);
+        if (err < 0)
+            goto out;
+    }
+    if ((err = store_bind_int(s, st, DC_N_CANDIDATES + 1, d->n_candidates,
+                              op)) < 0 ||
+        (err = store_bind_int(s, st, DC_SOURCE + 1, d->source, op)) < 0 ||
+        (err = store_bind_int(s, st, DC_CLAIM_ID + 1, (int64_t)d->claim_id,
+                              op)) < 0 ||
+        (err = store_bind_int(s, st, DC_BY_PID + 1, d->by_pid, op)) < 0 ||
+        (err = store_bind_int(s, st, DC_BY_RANK + 1, d->by_rank, op)) < 0 ||
+        (err = store_bind_int(s, st, DC_BY_LOCAL_RANK + 1, d->by_local_rank,
+                              op)) < 0 ||
+        (err = store_bind_int(s, st, DC_DECIDED_AT_MS + 1, d->decided_at_ms,
+                              op)) < 0)
+        goto out;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE) {
+        err = store_fail(s, rc, op);
+        goto out;
+    }
+    *ret_inserted = sqlite3_changes(s->db) > 0;
+out:
+    store_stmt_done(st);
+    return err;
+}
+
+int store_put_decision(store *s, const struct store_decision *d,
+                       struct store_decision *ret_existing) {
+    static const char op[] = "put decision";
+    if (s == NULL || d == NULL)
+        return store_einval(s, op, "a NULL argument");
+    int err = store_check_decision(s, d, op);
+    if (err < 0)
+        return err;
+    if ((err = store_begin(s, op)) < 0)
+        return err;
+    int inserted = 0;
+    struct store_decision existing;
+    memset(&existing, 0, sizeof existing);
+    if ((err = store_insert_decision(s, d, op, &inserted)) < 0)
+        goto out;
+    /* Read the winner in the same transaction: it cannot change under us. */
+    if (!inserted && ret_existing != NULL &&
+        (err = store_get_locked(s, d->id, op, &existing)) < 0)
+        goto out;
+    if ((err = store_commit(s, op)) < 0)
+        goto out;
+    if (inserted)
+        return 0;
+    if (ret_existing != NULL)
+        *ret_existing = existing;
+    return store_failf(s, DETD_EEXIST, "%s: decision %s exists", op, d->id);
+out:
+    store_decision_clear(&existing);
+    store_rollback(s);
+    return err;
+}
+
+int store_put_decisions(store *s, const struct store_decision *ds, size_t n,
+                        int *ret_results) {
+    static const char op[] = "put decisions";
+    if (s == NULL || (ds == NULL && n > 0))
+        return store_einval(s, op, "a NULL argument");
+    int err;
+    for (size_t i = 0; i < n; i++)
+        if ((err = store_check_decision(s, &ds[i], op)) < 0)
+            return err;
+    if (n == 0)
+        return 0;
+    if ((err = store_begin(s, op)) < 0)
+        return err;
+    for (size_t i = 0; i < n; i++) {
+        int inserted = 0;
+        if ((err = store_insert_decision(s, &ds[i], op, &inserted)) < 0)
+            goto out;
+        /* Written only on success below: on failure nothing is reported. */
+        if (ret_results != NULL)
+            ret_results[i] = inserted ? 0 : DETD_EEXIST;
+    }
+    if ((err = store_commit(s, op)) < 0)
+        goto out;
+    return 0;
+out:
+    store_rollback(s);
+    return err;
+}
+
+int store_each_decision(store *s, const char *ns, const char *kernel,
+                        uint32_t limit, store_decision_cb cb, void *ctx) {
+    static const char op[] = "list decisions";
+    if (s == NULL || cb == NULL)
+        return store_einval(s, op, "a NULL argument");
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s,
+                            "SELECT " DECISION_COLS " FROM decisions"
+                            " WHERE (?1 IS NULL OR ns = ?1)"
+                            " AND (?2 IS NULL OR kernel = ?2)"
+                            " ORDER BY kernel, key, ns, arch, id LIMIT ?3",
+                            0, &st, op);
+    if (err < 0)
+        return err;
+    if ((ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0) ||
+        (kernel != NULL && (err = store_bind_text(s, st, 2, kernel, op)) < 0) ||
+        (err = store_bind_int(s, st, 3, limit == 0 ? -1 : (int64_t)limit, op)) <
+            0)
+        goto out;
+    while ((err = store_step(s, st, op)) > 0) {
+        struct store_decision d;
+        if ((err = store_read_decision(s, st, op, &d)) < 0)
+            goto out;
+        int stop = cb(ctx, &d);
+        store_decision_clear(&d);
+        if (stop)
+            break;
+    }
+    if (err > 0)
+        err = 0; /* stopped early by the callback */
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+int store_each_decision_page(store *s, const char *ns, const char *arch,
+                             const char *kernel, const char *after_id,
+                             uint32_t limit, store_decision_cb cb, void *ctx) {
+    static const char op[] = "list decisions by id";
+    if (s == NULL || cb == NULL)
+        return store_einval(s, op, "a NULL argument");
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(
+        s,
+        "SELECT " DECISION_COLS " FROM decisions"
+        " WHERE (?1 IS NULL OR ns = ?1) AND (?2 IS NULL OR arch = ?2)"
+        " AND " STORE_KERNEL_MATCH("kernel", 3) " AND id > ?4"
+                                                " ORDER BY id LIMIT ?5",
+        0, &st, op);
+    if (err < 0)
+        return err;
+    if ((ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0) ||
+        (arch != NULL && (err = store_bind_text(s, st, 2, arch, op)) < 0) ||
+        (kernel != NULL && (err = store_bind_text(s, st, 3, kernel, op)) < 0) ||
+        (err = store_bind_text(s, st, 4, after_id, op)) < 0 ||
+        (err = store_bind_int(s, st, 5, limit == 0 ? -1 : (int64_t)limit, op)) <
+            0)
+        goto out;
+    while ((err = store_step(s, st, op)) > 0) {
+        struct store_decision d;
+        if ((err = store_read_decision(s, st, op, &d)) < 0)
+            goto out;
+        int stop = cb(ctx, &d);
+        store_decision_clear(&d);
+        if (stop)
+            break;
+    }
+    if (err > 0)
+        err = 0; /* stopped early by the callback */
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* See store_int.h. */
+int store_step(store *s, sqlite3_stmt *st, const char *op) {
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    return store_fail(s, rc, op);
+}
+
+/* See store_int.h. */
+int store_delete_ns(store *s, const char *sql, const char *ns,
+                    const char *kernel, const char *op, uint64_t *ret_removed) {
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s, sql, 0, &st, op);
+    if (err < 0)
+        return err;
+    if ((err = store_bind_text(s, st, 1, ns, op)) < 0 ||
+        (kernel != NULL && (err = store_bind_text(s, st, 2, kernel, op)) < 0))
+        goto out;
+    if ((err = store_step(s, st, op)) > 0)
+        err = store_failf(s, DETD_ESTORE, "%s: a DELETE returned a row", op);
+    if (err == 0 && ret_removed != NULL)
+        *ret_removed = (uint64_t)sqlite3_changes64(s->db);
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* See store_int.h. */
+int store_count_ns(store *s, const char *table, const char *ns, const char *op,
+                   uint64_t *ret) {
+    char sql[128];
+    snprintf(sql, sizeof(sql),
+             "SELECT count(*) FROM %s WHERE (?1 IS NULL OR ns = ?1)", table);
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s, sql, 0, &st, op);
+    if (err < 0)
+        return err;
+    if (ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0)
+        goto out;
+    if ((err = store_step(s, st, op)) == 0)
+        err = store_failf(s, DETD_ESTORE, "%s: no row", op);
+    if (err < 0)
+        goto out;
+    int64_t n;
+    if ((err = store_col_int(s, st, 0, 0, INT64_MAX, op, &n)) < 0)
+        goto out;
+    *ret = (uint64_t)n;
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+int store_count_decisions(store *s, const char *ns, uint64_t *ret_total,
+                          uint64_t ret_by_source[8]) {
+    static const char op[] = "count decisions";
+    if (s == NULL)
+        return DETD_EINVAL;
+    sqlite3_stmt *st = NULL;
+    uint64_t total = 0, by[STORE_N_SOURCES] = {0};
+    int err = store_prepare(s,
+                            "SELECT source, count(*) FROM decisions"
+                            " WHERE (?1 IS NULL OR ns = ?1) GROUP BY source",
+                            0, &st, op);
+    if (err < 0)
+        return err;
+    if (ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0)
+        goto out;
+    while ((err = store_step(s, st, op)) > 0) {
+        int64_t source, count;
+        if ((err = store_col_int(s, st, 0, 0, STORE_N_SOURCES - 1, op,
+                                 &source)) < 0 ||
+            (err = store_col_int(s, st, 1, 0, INT64_MAX, op, &count)) < 0)
+            goto out;
+        by[source] += (uint64_t)count;
+        total += (uint64_t)count;
+    }
+    if (err < 0)
+        goto out;
+    if (ret_total != NULL)
+        *ret_total = total;
+    if (ret_by_source != NULL)
+        memcpy(ret_by_source, by, sizeof by);
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+int store_reset(store *s, const char *ns, const char *kernel,
+                uint64_t *ret_removed) {
+    static const char op[] = "reset decisions";
+    if (s == NULL || ns == NULL)
+        return store_einval(s, op, "ns is NULL");
+    sqlite3_stmt *del_obs = NULL, *del_dec = NULL;
+    uint64_t removed = 0;
+    int err;
+    if ((err = store_prepare(s,
+                             "DELETE FROM observations WHERE id IN"
+                             " (SELECT id FROM decisions WHERE ns = ?1"
+                             "  AND (?2 IS NULL OR kernel = ?2))",
+                             0, &del_obs, op)) < 0 ||
+        (err = store_prepare(s,
+                             "DELETE FROM decisions WHERE ns = ?1"
+                             " AND (?2 IS NULL OR kernel = ?2)",
+                             0, &del_dec, op)) < 0)
+        goto out;
+    sqlite3_stmt *sts[] = {del_obs, del_dec};
+    for (int i = 0; i < 2; i++)
+        if ((err = store_bind_text(s, sts[i], 1, ns, op)) < 0 ||
+            (kernel != NULL &&
+             (err = store_bind_text(s, sts[i], 2, kernel, op)) < 0))
+            goto out;
+    if ((err = store_begin(s, op)) < 0)
+        goto out;
+    /* Observations first: the subquery needs the decisions still there. */
+    for (int i = 0; i < 2; i++) {
+        int rc = sqlite3_step(sts[i]);
+        if (rc != SQLITE_DONE) {
+            err = store_fail(s, rc, op);
+            goto out;
+        }
+    }
+    removed = (uint64_t)sqlite3_changes64(s->db);
+    if ((err = store_commit(s, op)) < 0)
+        goto out;
+    if (ret_removed != NULL)
+        *ret_removed = removed;
+out:
+    if (err < 0)
+        store_rollback(s);
+    sqlite3_finalize(del_obs);
+    sqlite3_finalize(del_dec);
+    return err;
+}
+
+/* ---- observations ---- */
+
+static int store_insert_observation(store *s, const struct store_observation *o,
+                                    const char *op) {
+    sqlite3_stmt *st = s->put_observation;
+    int err;
+    if ((err = store_bind_text(s, st, OC_ID + 1, o->id, op)) < 0 ||
+        (err = store_bind_text(s, st, OC_HOST + 1, o->host, op)) < 0 ||
+        (err = store_bind_int(s, st, OC_PID + 1, o->pid, op)) < 0 ||
+        (err = store_bind_text(s, st, OC_NS + 1, o->ns, op)) < 0 ||
+        (err = store_bind_text(s, st, OC_ARCH + 1, o->arch, op)) < 0 ||
+        (err = store_bind_text(s, st, OC_KERNEL + 1, o->kernel, op)) < 0 ||
+        (err = store_bind_text(s, st, OC_KEY + 1, o->key, op)) < 0 ||
+        (err = store_bind_text(s, st, OC_CONFIG + 1, o->config, op)) < 0 ||
+        (err = store_bind_int(s, st, OC_SOURCE + 1, o->source, op)) < 0 ||
+        (err = store_bind_int(s, st, OC_GOVERNED + 1, o->governed != 0, op)) <
+            0 ||
+        (err = store_bind_int(s, st, OC_CHAOS + 1, o->chaos != 0, op)) < 0 ||
+        (err = store_bind_int(s, st, OC_RANK + 1, o->rank, op)) < 0 ||
+        (err = store_bind_int(s, st, OC_LOCAL_RANK + 1, o->local_rank, op)) <
+            0 ||
+        (err = store_bind_text(s, st, OC_DEVICE + 1, o->device, op)) < 0 ||
+        (err = store_bind_int(s, st, OC_AT_MS + 1, o->at_ms, op)) < 0)
+        goto out;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE)
+        err = store_fail(s, rc, op);
+out:
+    store_stmt_done(st);
+    return err;
+}
+
+int store_put_observations(store *s, const struct store_observation *obs,
+                           size_t n) {
+    static const char op[] = "put observations";
+    if (s == NULL || (obs == NULL && n > 0))
+        return store_einval(s, op, "a NULL argument");
+    for (size_t i = 0; i < n; i++) {
+        const struct store_observation *o = &obs[i];
+        if (o->id == NULL || o->ns == NULL || o->host == NULL)
+            return store_failf(s, DETD_EINVAL,
+                               "%s: observation %zu lacks id, ns or host", op,
+                               i);
+        if (o->source < 0 || o->source >= STORE_N_SOURCES)
+            return store_failf(s, DETD_EINVAL,
+                               "%s: observation %zu: source %d out of range",
+                               op, i, o->source);
+    }
+    if (n == 0)
+        return 0;
+    int err = store_begin(s, op);
+    if (err < 0)
+        return err;
+    for (size_t i = 0; i < n; i++)
+        if ((err = store_insert_observation(s, &obs[i], op)) < 0)
+            goto out;
+    if ((err = store_commit(s, op)) < 0)
+        goto out;
+    return 0;
+out:
+    store_rollback(s);
+    return err;
+}
+
+int store_each_observation(store *s, const char *ns, store_observation_cb cb,
+                           void *ctx) {
+    static const char op[] = "list observations";
+    if (s == NULL || cb == NULL)
+        return store_einval(s, op, "a NULL argument");
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s,
+                            "SELECT " OBSERVATION_COLS " FROM observations"
+                            " WHERE (?1 IS NULL OR ns = ?1)"
+                            " ORDER BY id, config, host, rank, pid",
+                            0, &st, op);
+    if (err < 0)
+        return err;
+    if (ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0)
+        goto out;
+    while ((err = store_step(s, st, op)) > 0) {
+        struct store_observation o;
+        if ((err = store_read_observation(s, st, op, &o)) < 0)
+            goto out;
+        if (cb(ctx, &o))
+            break;
+    }
+    if (err > 0)
+        err = 0; /* stopped early by the callback */
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* ---- meta: small named values (the etcd backend's last revision) ---- */
+
+/* See store.h. The value is a heap copy owned by the caller. */
+int store_get_meta(store *s, const char *name, char **ret_value) {
+    static const char op[] = "get meta";
+    if (s == NULL || name == NULL || ret_value == NULL)
+        return store_einval(s, op, "a NULL argument");
+    sqlite3_stmt *st = NULL;
+    int err =
+        store_prepare(s, "SELECT value FROM meta WHERE name = ?1", 0, &st, op);
+    if (err < 0)
+        return err;
+    if ((err = store_bind_text(s, st, 1, name, op)) < 0)
+        goto out;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        err = DETD_ENOTFOUND;
+        goto out;
+    }
+    if (rc != SQLITE_ROW) {
+        err = store_fail(s, rc, op);
+        goto out;
+    }
+    char *v = NULL;
+    if ((err = store_col_strdup(s, st, 0, op, &v)) < 0)
+        goto out;
+    *ret_value = v;
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* See store.h. name and value are borrowed for the call. */
+int store_set_meta(store *s, const char *name, const char *value) {
+    static const char op[] = "set meta";
+    if (s == NULL || name == NULL || value == NULL)
+        return store_einval(s, op, "a NULL argument");
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(
+        s, "INSERT OR REPLACE INTO meta(name, value) VALUES (?1, ?2)", 0, &st,
+        op);
+    if (err < 0)
+        return err;
+    if ((err = store_bind_text(s, st, 1, name, op)) < 0 ||
+        (err = store_bind_text(s, st, 2, value, op)) < 0)
+        goto out;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE)
+        err = store_fail(s, rc, op);
+out:
+    sqlite3_finalize(st);
+    return err;
+}

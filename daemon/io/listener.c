@@ -1,0 +1,249 @@
+/*
+ * listener: the daemon-owned unix socket (see listener.h).
+ */
+#define _GNU_SOURCE
+#include "io/listener.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "detd/error.h"
+#include "strfmt.h"
+
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
+
+struct listener {
+    uv_poll_t poll;
+    int fd;
+    int polling;
+    char *path;
+    dev_t dev; /* the socket file this listener created */
+    ino_t ino;
+    int activated; /* the socket came from systemd: never unlink it */
+    listener_conn_cb cb;
+    void *cb_ctx;
+};
+
+/* Does a server accept connections on this unix socket right now? */
+static int socket_is_live(const char *path) {
+    struct sockaddr_un sa;
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return 0;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int live = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return live;
+}
+
+int listener_peer_cred(int fd, struct access_cred *ret, gid_t *groups,
+                       size_t max_groups, size_t *ret_n_groups) {
+    struct ucred uc;
+    socklen_t len = sizeof(uc);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) != 0)
+        return -errno;
+    ret->pid = uc.pid;
+    ret->uid = uc.uid;
+    ret->gid = uc.gid;
+    ret->groups = NULL;
+    ret->n_groups = 0;
+    if (groups != NULL && ret_n_groups != NULL) {
+        socklen_t glen = (socklen_t)(max_groups * sizeof(gid_t));
+        *ret_n_groups = 0;
+        /* ERANGE (more groups than room): the first ones are not given;
+         * look at none rather than at a part. */
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0) {
+            *ret_n_groups = glen / sizeof(gid_t);
+            ret->groups = groups;
+            ret->n_groups = *ret_n_groups;
+        }
+    }
+    return 0;
+}
+
+static void on_readable(uv_poll_t *h, int status, int events) {
+    listener *l = h->data;
+    (void)events;
+    if (status < 0)
+        return;
+    /* Accept what is queued now; a burst larger than this waits for the
+     * next poll round so the loop keeps serving calls. */
+    for (int i = 0; i < 64 && l->fd >= 0; i++) {
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return; /* EAGAIN, or EMFILE and friends: retried on the
+                       next readiness */
+        struct access_cred cred;
+        gid_t groups[ACCESS_MAX_GROUPS];
+        size_t ng = 0;
+        int ok =
+            listener_peer_cred(fd, &cred, groups, ACCESS_MAX_GROUPS, &ng) == 0;
+        l->cb(l->cb_ctx, fd, ok ? &cred : NULL);
+    }
+}
+
+int listener_open(const struct listener_options *opts, uv_loop_t *loop,
+                  listener_conn_cb cb, void *cb_ctx, listener **ret,
+                  char **ret_errmsg) {
+    char *err = NULL;
+    int rc = 0;
+    struct sockaddr_un sa;
+    if (opts == NULL || opts->path == NULL || cb == NULL || ret == NULL)
+        return DETD_EINVAL;
+    if (strlen(opts->path) >= sizeof(sa.sun_path)) {
+        err = strfmt("socket path '%s' is too long", opts->path);
+        rc = DETD_EINVAL;
+        goto fail;
+    }
+    listener *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return DETD_ENOMEM;
+    l->fd = -1;
+    l->cb = cb;
+    l->cb_ctx = cb_ctx;
+    l->path = strdup(opts->path);
+    if (l->path == NULL) {
+        rc = DETD_ENOMEM;
+        goto out;
+    }
+    if (opts->fd >= 0) {
+        /* Socket activation: the socket file belongs to systemd. */
+        l->fd = opts->fd;
+        l->activated = 1;
+        goto start;
+    }
+
+    /* Remove a stale socket, never anything else. */
+    struct stat st;
+    if (lstat(opts->path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            err = strfmt("socket path '%s' exists and is not a socket",
+                         opts->path);
+            rc = -EEXIST;
+            goto out;
+        }
+        if (socket_is_live(opts->path)) {
+            err =
+                strfmt("socket '%s' is in use by a running daemon", opts->path);
+            rc = DETD_EBUSY;
+            goto out;
+        }
+        if (unlink(opts->path) != 0) {
+            rc = -errno;
+            err = strfmt("remove stale socket '%s': %s", opts->path,
+                         strerror(errno));
+            goto out;
+        }
+    }
+    l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        rc = -errno;
+        err = strfmt("socket: %s", strerror(errno));
+        goto out;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, opts->path, strlen(opts->path) + 1);
+    /* bind creates the file: the umask gives it its mode from the start,
+     * with no window where it is more open. */
+    mode_t old = umask((mode_t)(~opts->mode & 0777));
+    int b = bind(l->fd, (struct sockaddr *)&sa, sizeof(sa));
+    int berr = errno;
+    umask(old);
+    if (b != 0) {
+        rc = -berr;
+        err = strfmt("cannot listen on unix socket '%s': %s", opts->path,
+                     strerror(berr));
+        goto out;
+    }
+    if (lstat(opts->path, &st) == 0) {
+        l->dev = st.st_dev;
+        l->ino = st.st_ino;
+    }
+    if (opts->gid >= 0 && chown(opts->path, (uid_t)-1, (gid_t)opts->gid) != 0) {
+        rc = -errno;
+        err = strfmt("set group %ld on socket '%s': %s", opts->gid, opts->path,
+                     strerror(errno));
+        goto out_unlink;
+    }
+    if (chmod(opts->path, opts->mode) != 0) {
+        rc = -errno;
+        err = strfmt("chmod socket '%s': %s", opts->path, strerror(errno));
+        goto out_unlink;
+    }
+    if (listen(l->fd, 512) != 0) {
+        rc = -errno;
+        err = strfmt("listen on '%s': %s", opts->path, strerror(errno));
+        goto out_unlink;
+    }
+start:
+    rc = uv_poll_init(loop, &l->poll, l->fd);
+    if (rc != 0) {
+        err = strfmt("poll socket '%s': %s", opts->path, uv_strerror(rc));
+        rc = DETD_EINTERNAL;
+        goto out_unlink;
+    }
+    l->poll.data = l;
+    uv_poll_start(&l->poll, UV_READABLE, on_readable);
+    l->polling = 1;
+    *ret = l;
+    return 0;
+out_unlink:
+    if (!l->activated)
+        unlink(opts->path);
+out:
+    if (l->fd >= 0 && !l->activated)
+        close(l->fd);
+    free(l->path);
+    free(l);
+fail:
+    if (ret_errmsg != NULL)
+        *ret_errmsg = err;
+    else
+        free(err);
+    return rc;
+}
+
+void listener_stop(listener *l) {
+    if (l == NULL || !l->polling)
+        return;
+    uv_poll_stop(&l->poll);
+    l->polling = 0;
+    /* New connections are refused from now on, not left in the backlog. */
+    close(l->fd);
+    l->fd = -1;
+}
+
+static void on_closed(uv_handle_t *h) {
+    listener *l = h->data;
+    if (l->fd >= 0)
+        close(l->fd);
+    free(l->path);
+    free(l);
+}
+
+void listener_close(listener *l) {
+    if (l == NULL)
+        return;
+    listener_stop(l);
+    /* Remove the socket only if it is still ours: another daemon may have
+     * taken the path over since. */
+    struct stat st;
+    if (!l->activated && lstat(l->path, &st) == 0 && st.st_dev == l->dev &&
+        st.st_ino == l->ino)
+        unlink(l->path);
+    uv_close((uv_handle_t *)&l->poll, on_closed);
+}

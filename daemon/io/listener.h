@@ -1,0 +1,72 @@
+/*
+ * listener: the node's unix socket, owned by the daemon rather than by
+ * gRPC, so that every connection's peer credentials (SO_PEERCRED) are
+ * known. The loop accepts (a uv_poll handle on the listening socket),
+ * reads the credentials and hands the connected fd to the rpc server
+ * (rpc_server_add_fd()).
+ *
+ * The socket file is created with its final mode from the start (bind
+ * under a umask), then given its group; at close it is removed only if
+ * it is still the file this listener created.
+ */
+#ifndef DETD_LISTENER_H
+#define DETD_LISTENER_H
+
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "core/access.h"
+
+typedef struct listener listener;
+
+/*
+ * A connection was accepted (loop thread). fd is the caller's from now
+ * on (nonblocking, close-on-exec). cred is NULL when SO_PEERCRED failed;
+ * else it and its groups are borrowed for the call.
+ */
+typedef void (*listener_conn_cb)(void *ctx, int fd,
+                                 const struct access_cred *cred);
+
+struct listener_options {
+    const char *path; /* socket file path */
+    unsigned mode;    /* e.g. 0660 */
+    long gid;         /* group of the socket file, -1: leave as created */
+    /* >= 0: an already listening socket to serve (socket activation);
+     * path, mode and gid are then left alone, the file is never removed,
+     * and the listener owns fd once listener_open() succeeded. -1: create
+     * the socket at path. */
+    int fd;
+};
+
+/*
+ * Create the socket file and start accepting on loop. A stale socket file
+ * (nobody listening) is replaced; a live one, or a path that is not a
+ * socket, is an error. Returns 0 or a negative DETD_E* / -errno with
+ * *ret_errmsg (heap, caller frees) naming the path and the problem.
+ * On success *ret is freed by listener_close().
+ */
+int listener_open(const struct listener_options *opts, uv_loop_t *loop,
+                  listener_conn_cb cb, void *cb_ctx, listener **ret,
+                  char **ret_errmsg);
+
+/* Stop accepting and close the listening socket (drain); the socket file
+ * stays until listener_close(). Idempotent; NULL is a no-op. */
+void listener_stop(listener *l);
+
+/*
+ * Stop, remove the socket file if it is still ours, and free the
+ * listener once the loop has closed its handle (run the loop after).
+ * NULL is a no-op.
+ */
+void listener_close(listener *l);
+
+/*
+ * Read a connected unix socket's peer credentials: SO_PEERCRED, and with
+ * groups non-NULL up to max_groups supplementary groups (SO_PEERGROUPS;
+ * *ret_n_groups 0 when the kernel cannot tell). Returns 0 or -errno.
+ */
+int listener_peer_cred(int fd, struct access_cred *ret, gid_t *groups,
+                       size_t max_groups, size_t *ret_n_groups);
+
+#endif /* DETD_LISTENER_H */

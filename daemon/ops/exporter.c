@@ -1,0 +1,275 @@
+/*
+ * exporter: collect the daemon's metrics on the loop thread (see
+ * exporter.h for the hand-over to the HTTP thread).
+ */
+#define _GNU_SOURCE
+#include "ops/exporter.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cluster/cluster.h"
+#include "app/daemon.h"
+#include "detd/client.h"
+#include "detd/error.h"
+#include "core/metrics.h"
+#include "io/metrics_http.h"
+
+struct exporter {
+    uv_async_t async;
+    struct daemon *d;
+    metrics_http *http;
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t cond;
+    uint64_t asked, answered; /* scrape generations */
+    char *text;               /* the answer to generation `answered` */
+    size_t len;
+    int rc;
+};
+
+static void counter(struct metrics_buf *b, const char *name, const char *help,
+                    uint64_t v) {
+    metrics_family(b, name, "counter", help);
+    metrics_sample(b, name, NULL, (double)v);
+}
+
+static void gauge(struct metrics_buf *b, const char *name, const char *help,
+                  double v) {
+    metrics_family(b, name, "gauge", help);
+    metrics_sample(b, name, NULL, v);
+}
+
+int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
+    struct metrics_buf b;
+    metrics_buf_init(&b);
+    const struct daemon_counters *c = &d->counters;
+
+    gauge(&b, "detd_start_time_seconds",
+          "Start time of the daemon since the Unix epoch, in seconds.",
+          (double)d->started_unix_ms / 1000.0);
+    metrics_family(&b, "detd_decisions_total", "counter",
+                   "Decisions committed by this daemon, by source.");
+    static const struct {
+        const char *label;
+        int source;
+    } sources[] = {{"timed", DETD_SOURCE_TIMED},
+                   {"table", DETD_SOURCE_TABLE},
+                   {"import", DETD_SOURCE_IMPORT}};
+    for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]); i++) {
+        const char *l[] = {"source", sources[i].label, NULL};
+        metrics_sample(&b, "detd_decisions_total", l,
+                       (double)c->committed[sources[i].source & 7]);
+    }
+    uint64_t total = 0;
+    store_count_decisions(d->store, d->cfg->ns, &total, NULL);
+    gauge(&b, "detd_store_decisions",
+          "Decisions in the local store for this namespace.", (double)total);
+
+    uint64_t fast = atomic_load(&d->fast_decide_hits);
+    counter(&b, "detd_decide_calls_total", "Decide calls served.",
+            c->decide_calls + fast);
+    metrics_family(&b, "detd_decide_lookups_total", "counter",
+                   "Decide calls answered from a decision (hit) or finding "
+                   "none (miss).");
+    {
+        const char *hit[] = {"result", "hit", NULL};
+        const char *miss[] = {"result", "miss", NULL};
+        metrics_sample(&b, "detd_decide_lookups_total", hit,
+                       (double)(c->decide_hits + fast));
+        metrics_sample(&b, "detd_decide_lookups_total", miss,
+                       (double)c->decide_misses);
+    }
+    metrics_family(&b, "detd_table_lookups_total", "counter",
+                   "Table lookups for undecided keys: hit, miss, or stale (an "
+                   "entry naming no live candidate).");
+    {
+        const char *hit[] = {"result", "hit", NULL};
+        const char *miss[] = {"result", "miss", NULL};
+        const char *stale[] = {"result", "stale", NULL};
+        metrics_sample(&b, "detd_table_lookups_total", hit,
+                       (double)c->table_hits);
+        metrics_sample(&b, "detd_table_lookups_total", miss,
+                       (double)c->table_misses);
+        metrics_sample(&b, "detd_table_lookups_total", stale,
+                       (double)c->table_stale);
+    }
+    counter(&b, "detd_timing_passes_total",
+            "Designations: a rank was told to time the candidates of a key.",
+            c->designations);
+    counter(&b, "detd_takeovers_total",
+            "Designations that took a key over from a rank that went away or "
+            "whose lease expired.",
+            c->takeovers);
+    counter(&b, "detd_waits_total",
+            "Decide calls held while another rank timed the key.", c->waits);
+    counter(&b, "detd_wait_timeouts_total",
+            "Held Decide calls that reached their deadline.", c->wait_timeouts);
+    metrics_family(&b, "detd_wait_duration_seconds", "histogram",
+                   "How long held Decide calls waited, in seconds.");
+    metrics_histogram(&b, "detd_wait_duration_seconds", NULL, &d->wait_hist);
+    counter(&b, "detd_reports_total", "Report calls.", c->reports);
+    counter(&b, "detd_reports_stale_total",
+            "Reports for a claim no longer held.", c->reports_stale);
+    counter(&b, "detd_observes_total", "Observe calls.", c->observes);
+    counter(&b, "detd_rejected_total",
+            "Calls refused as invalid or over a limit.", c->rejected);
+    counter(&b, "detd_busy_total", "Calls refused for capacity.", c->busy);
+    counter(&b, "detd_verify_divergences_total",
+            "Divergent keys found by verify calls.", c->verify_divergences);
+
+    metrics_family(&b, "detd_refused_calls_total", "counter",
+                   "Calls on the unix socket refused by the access policy, "
+                   "by reason.");
+    for (int r = 1; r < ACCESS_REASON_COUNT; r++) {
+        const char *l[] = {"reason", access_reason_label((access_reason)r),
+                           NULL};
+        metrics_sample(&b, "detd_refused_calls_total", l,
+                       (double)atomic_load(&d->refused[r]));
+    }
+    counter(&b, "detd_refused_connections_total",
+            "Connections from callers outside --allow-uid/--allow-gid.",
+            d->refused_connections);
+
+    metrics_family(&b, "detd_request_duration_seconds", "histogram",
+                   "Latency of unary calls, arrival to status, by method, in "
+                   "seconds.");
+    for (int m = 0; m < RPC_METHOD_COUNT; m++) {
+        if (rpc_method_streaming((rpc_method)m))
+            continue;
+        struct metrics_hist h;
+        rpc_server_latency(d->rpc, (rpc_method)m, &h);
+        const char *l[] = {"method", rpc_method_name((rpc_method)m), NULL};
+        metrics_histogram(&b, "detd_request_duration_seconds", l, &h);
+    }
+
+    struct engine_stats es;
+    engine_get_stats(d->engine, &es);
+    gauge(&b, "detd_clients_attached", "Client processes attached.",
+          (double)d->nsessions);
+    gauge(&b, "detd_open_claims", "Keys being timed now.", (double)es.claims);
+    gauge(&b, "detd_waiters", "Decide calls held now.", (double)es.waiters);
+    gauge(&b, "detd_draining", "1 while the daemon drains.",
+          d->draining ? 1 : 0);
+
+    if (d->cluster != NULL) {
+        struct cluster_status *cs = malloc(sizeof(*cs));
+        if (cs != NULL) {
+            cluster_get_status(d->cluster, cs);
+            metrics_family(&b, "detd_etcd_endpoint_up", "gauge",
+                           "1 when the etcd endpoint answered its last status "
+                           "check with a leader.");
+            for (size_t i = 0; i < cs->n_members; i++) {
+                const struct etcd_member_status *m = &cs->members[i];
+                const char *l[] = {"endpoint", m->endpoint, NULL};
+                metrics_sample(&b, "detd_etcd_endpoint_up", l,
+                               m->err == 0 && m->leader_id != 0 ? 1 : 0);
+            }
+            gauge(&b, "detd_etcd_connected",
+                  "1 when the last etcd call or watch state succeeded.",
+                  cs->connected ? 1 : 0);
+            free(cs);
+        }
+        gauge(&b, "detd_etcd_last_applied_revision",
+              "The last etcd revision applied to the local store.",
+              (double)d->etcd_revision);
+    }
+    return metrics_buf_take(&b, ret_text, ret_len);
+}
+
+/* Loop thread: a scrape is waiting. */
+static void on_async(uv_async_t *h) {
+    exporter *e = h->data;
+    pthread_mutex_lock(&e->mu);
+    uint64_t gen = e->asked;
+    pthread_mutex_unlock(&e->mu);
+    if (gen == e->answered)
+        return;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = exporter_render(e->d, &text, &len);
+    pthread_mutex_lock(&e->mu);
+    free(e->text); /* an answer nobody took (the scrape timed out) */
+    e->text = text;
+    e->len = len;
+    e->rc = rc;
+    e->answered = gen;
+    pthread_cond_broadcast(&e->cond);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* HTTP thread. */
+static int render_cb(void *ctx, char **ret_text, size_t *ret_len) {
+    exporter *e = ctx;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += EXPORTER_WAIT_MS / 1000;
+    until.tv_nsec += (long)(EXPORTER_WAIT_MS % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&e->mu);
+    uint64_t gen = ++e->asked;
+    uv_async_send(&e->async);
+    int rc = 0;
+    while (e->answered < gen && rc == 0)
+        rc = pthread_cond_timedwait(&e->cond, &e->mu, &until);
+    if (e->answered < gen) {
+        pthread_mutex_unlock(&e->mu);
+        return DETD_ETIMEDOUT;
+    }
+    rc = e->rc;
+    if (rc == 0) {
+        *ret_text = e->text;
+        *ret_len = e->len;
+        e->text = NULL;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+/* HTTP thread: d->draining is an int written by the loop; a stale read
+ * only delays the 503 by one probe. */
+static int serving_cb(void *ctx) {
+    exporter *e = ctx;
+    return !__atomic_load_n(&e->d->draining, __ATOMIC_RELAXED);
+}
+
+int exporter_open(struct daemon *d, const char *addr, exporter **ret,
+                  char **ret_errmsg) {
+    exporter *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return DETD_ENOMEM;
+    e->d = d;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cond, NULL);
+    uv_async_init(&d->loop, &e->async, on_async);
+    e->async.data = e;
+    int rc = metrics_http_start(addr, render_cb, serving_cb, e, &e->http,
+                                ret_errmsg);
+    if (rc != 0) {
+        exporter_close(e);
+        return rc;
+    }
+    *ret = e;
+    return 0;
+}
+
+static void on_closed(uv_handle_t *h) {
+    exporter *e = h->data;
+    free(e->text);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cond);
+    free(e);
+}
+
+void exporter_close(exporter *e) {
+    if (e == NULL)
+        return;
+    /* The HTTP thread is gone once this returns: nothing waits on us. */
+    metrics_http_stop(e->http);
+    e->http = NULL;
+    uv_close((uv_handle_t *)&e->async, on_closed);
+}
