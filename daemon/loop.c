@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "app/daemon.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,12 +24,6 @@
 #include "io/listener.h"
 #include "detd/error.h"
 #include "io/sdnotify.h"
-
-int64_t daemon_unix_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 /* rpc thread: queue the event and wake the loop. */
 static void on_rpc_event(void *ctx, struct rpc_event *ev) {
@@ -90,7 +85,7 @@ static void on_wake(uv_async_t *h) {
 
 static void on_tick(uv_timer_t *t) {
     struct daemon *d = t->data;
-    (void)engine_tick(d->engine, rpc_now_ms());
+    (void)engine_tick(d->engine, clock_mono_ms());
     arm_tick(d);
 }
 
@@ -100,7 +95,7 @@ void daemon_rearm(struct daemon *d) {
 }
 
 static void arm_tick(struct daemon *d) {
-    int64_t now = rpc_now_ms();
+    int64_t now = clock_mono_ms();
     int64_t next = engine_tick(d->engine, now);
     if (d->cluster != NULL) {
         /* Held askers' deadlines and claim retries (etcd backend). */
@@ -232,8 +227,8 @@ int daemon_run(const struct daemon_config *cfg) {
         return 1;
     }
     d->cfg = cfg;
-    d->started_unix_ms = daemon_unix_ms();
-    d->started_mono_ms = rpc_now_ms();
+    d->started_unix_ms = clock_unix_ms();
+    d->started_mono_ms = clock_mono_ms();
     pthread_mutex_init(&d->qmu, NULL);
     uv_loop_init(&d->loop);
     d->listen_fd = -1;

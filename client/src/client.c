@@ -1,6 +1,7 @@
 /* libdetd's public API: see include/detd/client.h for the contracts. */
 #define _GNU_SOURCE
 #include "detd/client.h"
+#include "clock.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -161,7 +162,7 @@ DETD_EXPORT int detd_client_connect(detd_client *client, int64_t timeout_ms) {
         timeout_ms = CLIENT_CONNECT_TIMEOUT_MS;
     struct wire_channel *ch;
     uint64_t sid;
-    int rc = session_acquire(&client->session, 1, wire_now_ms() + timeout_ms,
+    int rc = session_acquire(&client->session, 1, clock_mono_ms() + timeout_ms,
                              &ch, &sid);
     return client_conn_err_(client, rc);
 }
@@ -263,8 +264,8 @@ static int64_t client_timeout_(int64_t timeout_ms, int64_t dflt) {
 static int client_acquire_(detd_client *c, int attach, int64_t deadline,
                            struct wire_channel **ch, uint64_t *sid) {
     int64_t attach_deadline = deadline;
-    if (attach_deadline - wire_now_ms() > CLIENT_CONNECT_TIMEOUT_MS * 2)
-        attach_deadline = wire_now_ms() + CLIENT_CONNECT_TIMEOUT_MS * 2;
+    if (attach_deadline - clock_mono_ms() > CLIENT_CONNECT_TIMEOUT_MS * 2)
+        attach_deadline = clock_mono_ms() + CLIENT_CONNECT_TIMEOUT_MS * 2;
     int rc = session_acquire(&c->session, attach, attach_deadline, ch, sid);
     return client_conn_err_(c, rc);
 }
@@ -341,7 +342,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
     if (rc < 0)
         return rc;
     int64_t timeout = client_timeout_(timeout_ms, CLIENT_DECIDE_TIMEOUT_MS);
-    int64_t deadline = wire_now_ms() + timeout;
+    int64_t deadline = clock_mono_ms() + timeout;
 
     for (int attempt = 0;; attempt++) {
         struct wire_channel *ch;
@@ -349,7 +350,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
         rc = client_acquire_(client, 1, deadline, &ch, &sid);
         if (rc < 0)
             return rc;
-        int64_t left = deadline - wire_now_ms();
+        int64_t left = deadline - clock_mono_ms();
         if (left <= 0) {
             wire_set_error("decide: the deadline passed while attaching");
             return DETD_ETIMEDOUT;
@@ -444,7 +445,7 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
     if (rc < 0)
         return rc;
     int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
-    int64_t deadline = wire_now_ms() + timeout;
+    int64_t deadline = clock_mono_ms() + timeout;
     struct wire_channel *ch;
     uint64_t sid = 0;
     rc = client_acquire_(client, 1, deadline, &ch, &sid);
@@ -463,7 +464,7 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
     req.timings = tmp;
     if (triton_version != NULL)
         req.triton_version = (char *)triton_version;
-    int64_t left = deadline - wire_now_ms();
+    int64_t left = deadline - clock_mono_ms();
     rc = wire_unary(ch, WIRE_METHOD_REPORT, &req.base,
                     &detd__v1__report_response__descriptor, left > 0 ? left : 1,
                     (ProtobufCMessage **)&resp);
@@ -513,7 +514,7 @@ DETD_EXPORT int detd_observe(detd_client *client, const struct detd_key *key,
     if (rc < 0)
         return rc;
     int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
-    int64_t deadline = wire_now_ms() + timeout;
+    int64_t deadline = clock_mono_ms() + timeout;
     struct wire_channel *ch;
     uint64_t sid = 0;
     rc = client_acquire_(client, 0, deadline, &ch, &sid);
@@ -530,7 +531,7 @@ DETD_EXPORT int detd_observe(detd_client *client, const struct detd_key *key,
     req.source = (Detd__V1__Source)source;
     req.governed = (flags & DETD_OBSERVE_GOVERNED) != 0;
     req.chaos = (flags & DETD_OBSERVE_CHAOS) != 0;
-    int64_t left = deadline - wire_now_ms();
+    int64_t left = deadline - clock_mono_ms();
     rc = wire_unary(ch, WIRE_METHOD_OBSERVE, &req.base,
                     &detd__v1__observe_response__descriptor,
                     left > 0 ? left : 1, &resp);
@@ -566,7 +567,7 @@ DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
     if (rc < 0)
         return rc;
     int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
-    int64_t deadline = wire_now_ms() + timeout;
+    int64_t deadline = clock_mono_ms() + timeout;
     struct wire_channel *ch;
     uint64_t sid = 0;
     rc = client_acquire_(client, 0, deadline, &ch, &sid);
@@ -586,7 +587,7 @@ DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
         req.triton_version = (char *)triton_version;
     if (table_key != NULL)
         req.table_key = (char *)table_key;
-    int64_t left = deadline - wire_now_ms();
+    int64_t left = deadline - clock_mono_ms();
     rc = wire_unary(ch, WIRE_METHOD_VOTE, &req.base,
                     &detd__v1__vote_response__descriptor, left > 0 ? left : 1,
                     &resp);

@@ -1,6 +1,7 @@
 /* session: channel, Attach stream and its keeper thread. See session.h. */
 #define _GNU_SOURCE
 #include "session.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -161,7 +162,7 @@ static void *session_thread_(void *arg) {
     hb.client = &id;
     hb.heartbeat = 1;
 
-    int64_t next_hb = wire_now_ms() + period;
+    int64_t next_hb = clock_mono_ms() + period;
     if (wire_stream_recv(st) < 0)
         wire_stream_cancel(st);
     for (;;) {
@@ -173,7 +174,7 @@ static void *session_thread_(void *arg) {
         case WIRE_EV_TIMEOUT:
             if (!wire_stream_sending(st))
                 wire_stream_send(st, &hb.base);
-            next_hb = wire_now_ms() + period;
+            next_hb = clock_mono_ms() + period;
             break;
         case WIRE_EV_SENT:
             if (ev.ok) {
@@ -307,7 +308,7 @@ int session_acquire(struct session *s, int attach, int64_t deadline_ms,
     }
     while (attach && s->state != SESSION_ATTACHED) {
         if (s->state == SESSION_ATTACHING) {
-            int64_t left = deadline_ms - wire_now_ms();
+            int64_t left = deadline_ms - clock_mono_ms();
             if (left <= 0) {
                 wire_set_error("attach to detd at '%s': no answer before "
                                "the deadline",

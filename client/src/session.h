@@ -71,7 +71,7 @@ void session_destroy(struct session *s);
 
 /*
  * Get the channel, connecting and (when attach is nonzero) attaching
- * first, waiting until deadline_ms (wire_now_ms() clock) at most.
+ * first, waiting until deadline_ms (clock_mono_ms() clock) at most.
  * *ret_channel is borrowed until session_destroy(); *ret_session_id is 0
  * when attach is zero and no session is up.
  * Returns 0, DETD_ECONNECT, DETD_EUNAVAILABLE, DETD_ETIMEDOUT,

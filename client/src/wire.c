@@ -1,6 +1,7 @@
 /* wire: the gRPC adapter of the client side. See wire.h. */
 #define _GNU_SOURCE
 #include "wire.h"
+#include "clock.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -210,12 +211,6 @@ void wire_set_error(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(wire_err_, sizeof(wire_err_), fmt, ap);
     va_end(ap);
-}
-
-int64_t wire_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* A deadline timeout_ms from now (<= 0: none) on gRPC's clock. */
@@ -772,14 +767,14 @@ static void wire_stream_next_impl_(struct wire_stream *s, int64_t deadline_ms,
     for (;;) {
         int64_t slice = WIRE_SLICE_MS;
         if (deadline_ms >= 0) {
-            int64_t left = deadline_ms - wire_now_ms();
+            int64_t left = deadline_ms - clock_mono_ms();
             if (left < slice)
                 slice = left > 0 ? left : 1;
         }
         ev = grpc_completion_queue_next(s->cq, wire_deadline_(slice), NULL);
         if (ev.type == GRPC_OP_COMPLETE)
             break;
-        if (deadline_ms >= 0 && wire_now_ms() >= deadline_ms) {
+        if (deadline_ms >= 0 && clock_mono_ms() >= deadline_ms) {
             ret_ev->kind = WIRE_EV_TIMEOUT;
             return;
         }

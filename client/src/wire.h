@@ -70,9 +70,6 @@ const char *wire_last_error(void);
 /* Set or clear (fmt NULL) this thread's last error detail. */
 void wire_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Milliseconds on CLOCK_MONOTONIC. */
-int64_t wire_now_ms(void);
-
 /*
  * Convert a gRPC status code and its message to a DETD_E* code (0 for
  * OK). message may be NULL. Exposed for tests.
@@ -195,7 +192,7 @@ int wire_stream_sending(const struct wire_stream *s);
 int wire_stream_recv(struct wire_stream *s);
 
 /*
- * Wait for one event until deadline_ms (wire_now_ms() clock; < 0: no
+ * Wait for one event until deadline_ms (clock_mono_ms() clock; < 0: no
  * deadline) and describe it in *ret_ev.
  */
 void wire_stream_next(struct wire_stream *s, int64_t deadline_ms,

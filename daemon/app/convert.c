@@ -5,8 +5,8 @@
 #include <string.h>
 
 /* Fill p from a row (borrowing its strings). with_timings parses them. */
-void convert_decision_fill(const struct store_decision *r,
-                           struct convert_decision *p, int with_timings) {
+void convert_decision_fill(const struct decision *r, struct convert_decision *p,
+                           int with_timings) {
     memset(p, 0, sizeof(*p));
     detd__v1__decision__init(&p->msg);
     detd__v1__client_identity__init(&p->by);

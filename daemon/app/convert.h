@@ -24,8 +24,8 @@ struct convert_decision {
  * with_timings parses r->timings_json into p (heap, freed by
  * convert_decision_clear()); a row without valid JSON gets no timings.
  */
-void convert_decision_fill(const struct store_decision *r,
-                           struct convert_decision *p, int with_timings);
+void convert_decision_fill(const struct decision *r, struct convert_decision *p,
+                           int with_timings);
 
 /* Free what convert_decision_fill() allocated. */
 void convert_decision_clear(struct convert_decision *p);

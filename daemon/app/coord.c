@@ -26,6 +26,7 @@
  */
 #define _GNU_SOURCE
 #include "app/daemon.h"
+#include "clock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -139,7 +140,7 @@ static void drop_held(struct daemon *d, struct ckey *k) {
     uint64_t claim = p->claim_id;
     service_pending_free(p);
     /* May designate the next local waiter: coord_hold() re-enters. */
-    engine_release(d->engine, k->id, claim, rpc_now_ms());
+    engine_release(d->engine, k->id, claim, clock_mono_ms());
 }
 
 static void start_claim(struct daemon *d, struct ckey *k) {
@@ -153,7 +154,7 @@ static void start_claim(struct daemon *d, struct ckey *k) {
 void coord_hold(struct daemon *d, struct pending *p) {
     struct ckey *k = ckey_get(d, p->id);
     if (k == NULL) {
-        engine_release(d->engine, p->id, p->claim_id, rpc_now_ms());
+        engine_release(d->engine, p->id, p->claim_id, clock_mono_ms());
         rpc_fail(p->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         service_pending_free(p);
         return;
@@ -187,7 +188,7 @@ void coord_hold(struct daemon *d, struct pending *p) {
     if (!k->remote)
         start_claim(d, k);
     else if (k->retry_at == 0)
-        k->retry_at = rpc_now_ms() + COORD_RECLAIM_MS;
+        k->retry_at = clock_mono_ms() + COORD_RECLAIM_MS;
 }
 
 /* See daemon.h. */
@@ -201,7 +202,7 @@ void coord_held_cancelled(struct daemon *d, struct pending *p) {
     uint64_t claim = p->claim_id;
     rpc_fail(p->call, RPC_CANCELLED, "cancelled by the client");
     service_pending_free(p);
-    engine_release(d->engine, k->id, claim, rpc_now_ms());
+    engine_release(d->engine, k->id, claim, clock_mono_ms());
     ckey_settle(d, k);
 }
 
@@ -264,10 +265,10 @@ int64_t coord_tick(struct daemon *d, int64_t now) {
 }
 
 /* Store a decision from etcd and release everyone waiting for it. */
-static void apply_decision(struct daemon *d, const struct store_decision *row,
+static void apply_decision(struct daemon *d, const struct decision *row,
                            const char *writer, const char *why) {
-    struct store_decision existing;
-    const struct store_decision *won = row;
+    struct decision existing;
+    const struct decision *won = row;
     int rc = store_put_decision(d->store, row, &existing);
     if (rc == DETD_EEXIST) {
         won = &existing;
@@ -310,11 +311,11 @@ static void apply_decision(struct daemon *d, const struct store_decision *row,
         ckey_settle(d, k);
     }
     if (won != row)
-        store_decision_clear(&existing);
+        decision_clear(&existing);
 }
 
 static int commit_start(struct daemon *d, rpc_call *call,
-                        const struct store_decision *row, int64_t deadline_ms,
+                        const struct decision *row, int64_t deadline_ms,
                         int decide) {
     struct commit_op *op = calloc(1, sizeof(*op));
     if (op == NULL)
@@ -335,14 +336,14 @@ static int commit_start(struct daemon *d, rpc_call *call,
 }
 
 /* See daemon.h. */
-int coord_commit(struct daemon *d, rpc_call *call,
-                 const struct store_decision *row, int64_t deadline_ms) {
+int coord_commit(struct daemon *d, rpc_call *call, const struct decision *row,
+                 int64_t deadline_ms) {
     return commit_start(d, call, row, deadline_ms, 0);
 }
 
 /* See daemon.h. */
 int coord_commit_decide(struct daemon *d, rpc_call *call,
-                        const struct store_decision *row, int64_t deadline_ms) {
+                        const struct decision *row, int64_t deadline_ms) {
     return commit_start(d, call, row, deadline_ms, 1);
 }
 
@@ -371,7 +372,7 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
         free(op);
         return;
     }
-    struct store_decision row;
+    struct decision row;
     char *writer = NULL;
     int rc = cluster_decision_decode(ev->value, ev->value_len, &row, &writer);
     if (rc != 0) {
@@ -388,22 +389,22 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
                    ev->won ? "committed here" : "another node won");
     free(writer);
     if (op != NULL) {
-        struct store_decision cur;
+        struct decision cur;
         int have = store_get_decision(d->store, row.id, &cur) == 0;
-        const struct store_decision *r = have ? &cur : &row;
+        const struct decision *r = have ? &cur : &row;
         if (op->decide)
             service_reply_decided(d, op->call, r, 0);
         else
             service_reply_report(op->call, r, !ev->won);
         if (have)
-            store_decision_clear(&cur);
+            decision_clear(&cur);
     }
     free(op);
-    store_decision_clear(&row);
+    decision_clear(&row);
 }
 
 static void on_decision(struct daemon *d, const struct cluster_event *ev) {
-    struct store_decision row;
+    struct decision row;
     char *writer = NULL;
     int rc = cluster_decision_decode(ev->value, ev->value_len, &row, &writer);
     if (rc != 0) {
@@ -419,7 +420,7 @@ static void on_decision(struct daemon *d, const struct cluster_event *ev) {
         k->claiming = 0;
     apply_decision(d, &row, writer, ev->revision > 0 ? "watch" : "read");
     free(writer);
-    store_decision_clear(&row);
+    decision_clear(&row);
 }
 
 /* See daemon.h. */
@@ -456,7 +457,7 @@ void coord_event(void *ctx, const struct cluster_event *ev) {
         k->claiming = 0;
         k->remote = 1;
         k->err = 0;
-        k->retry_at = rpc_now_ms() + COORD_RECLAIM_MS;
+        k->retry_at = clock_mono_ms() + COORD_RECLAIM_MS;
         log_debug("cluster claim on %.12s held elsewhere: %s", ev->id,
                   ev->value != NULL ? ev->value : "");
         ckey_settle(d, k);
@@ -469,7 +470,7 @@ void coord_event(void *ctx, const struct cluster_event *ev) {
         k->err = ev->err;
         /* Try again until the held asker's deadline (coord_tick). */
         k->remote = 1;
-        k->retry_at = rpc_now_ms() + 200;
+        k->retry_at = clock_mono_ms() + 200;
         ckey_settle(d, k);
         break;
     case CLUSTER_EV_CLAIM_GONE:

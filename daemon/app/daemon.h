@@ -130,7 +130,7 @@ struct daemon {
     uint64_t next_token;
 
     /* The decision being released by engine_decided(), for its events. */
-    const struct store_decision *releasing;
+    const struct decision *releasing;
 
     struct daemon_counters counters;
     struct metrics_hist wait_hist; /* held Decide calls, when they end */
@@ -237,7 +237,7 @@ void service_free(struct daemon *d);
  * daemon learned it ("report", "committed here", "watch", ...). r and the
  * strings are borrowed.
  */
-void service_log_decision(const struct store_decision *r, const char *origin,
+void service_log_decision(const struct decision *r, const char *origin,
                           const char *via);
 
 /* service.c: helpers shared with coord.c (loop thread). */
@@ -246,10 +246,10 @@ struct pending *service_pending_take(struct daemon *d, uint64_t token);
 void service_pending_free(struct pending *p);
 uint32_t service_waited(const struct pending *p);
 void service_reply_decided(struct daemon *d, rpc_call *call,
-                           const struct store_decision *r, uint32_t waited_ms);
+                           const struct decision *r, uint32_t waited_ms);
 void service_reply_designated(struct daemon *d, rpc_call *call, const char *id,
                               uint64_t claim, int takeover, uint32_t waited_ms);
-void service_reply_report(rpc_call *call, const struct store_decision *r,
+void service_reply_report(rpc_call *call, const struct decision *r,
                           int superseded);
 
 /*
@@ -290,12 +290,12 @@ int service_has_candidate(const Detd__V1__DecisionKey *k, const char *config);
 struct cluster_event;
 void coord_hold(struct daemon *d, struct pending *p);
 void coord_held_cancelled(struct daemon *d, struct pending *p);
-int coord_commit(struct daemon *d, rpc_call *call,
-                 const struct store_decision *row, int64_t deadline_ms);
+int coord_commit(struct daemon *d, rpc_call *call, const struct decision *row,
+                 int64_t deadline_ms);
 /* coord_commit_decide: as coord_commit, for a Decide answered from a
  * table: the reply to call is a DecideResponse with the winning row. */
 int coord_commit_decide(struct daemon *d, rpc_call *call,
-                        const struct store_decision *row, int64_t deadline_ms);
+                        const struct decision *row, int64_t deadline_ms);
 int64_t coord_tick(struct daemon *d, int64_t now);
 void coord_sweep(struct daemon *d);
 int coord_etcd_trouble(struct daemon *d, const char *id);
@@ -322,8 +322,5 @@ void daemon_rearm(struct daemon *d);
 
 /* loop.c: run the daemon until SIGTERM/SIGINT; returns an exit code. */
 int daemon_run(const struct daemon_config *cfg);
-
-/* loop.c: wall-clock milliseconds. */
-int64_t daemon_unix_ms(void);
 
 #endif /* DETD_DAEMON_H */

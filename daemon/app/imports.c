@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "app/imports.h"
+#include "clock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -261,7 +262,7 @@ void imports_on_import(struct daemon *d, struct rpc_event *ev) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    int64_t now = daemon_unix_ms();
+    int64_t now = clock_unix_ms();
     for (size_t i = 0; i < n; i++) {
         const Detd__V1__ImportEntry *e = req->entries[i];
         if (!tablefmt_arch_valid(e->arch)) {

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "app/daemon.h"
+#include "clock.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -133,7 +134,7 @@ static int has_candidate(const Detd__V1__DecisionKey *k, const char *config) {
 }
 
 static void reply_decided(struct daemon *d, rpc_call *call,
-                          const struct store_decision *r, uint32_t waited_ms) {
+                          const struct decision *r, uint32_t waited_ms) {
     struct convert_decision p;
     convert_decision_fill(r, &p, 0);
     Detd__V1__DecideResponse resp = DETD__V1__DECIDE_RESPONSE__INIT;
@@ -148,7 +149,7 @@ static void reply_decided(struct daemon *d, rpc_call *call,
 
 /* Answer a store hit and keep the packed answer for the next asker. */
 static void reply_decided_cached(struct daemon *d, rpc_call *call,
-                                 const struct store_decision *r) {
+                                 const struct decision *r) {
     struct convert_decision p;
     convert_decision_fill(r, &p, 0);
     Detd__V1__DecideResponse resp = DETD__V1__DECIDE_RESPONSE__INIT;
@@ -236,9 +237,9 @@ static void on_attach(struct daemon *d, struct rpc_event *ev) {
     s->id = ++d->next_session;
     s->call = ev->call; /* keeps the REQUEST reference until the end */
     s->req = req;
-    s->attached_at_ms = daemon_unix_ms();
+    s->attached_at_ms = clock_unix_ms();
     d->sessions[d->nsessions++] = s;
-    engine_session_attach(d->engine, s->id, rpc_now_ms());
+    engine_session_attach(d->engine, s->id, clock_mono_ms());
     const Detd__V1__ClientIdentity *c = req->client;
     log_debug("attach session %" PRIu64 ": host %s pid %d rank %d", s->id,
               c ? c->host : "?", c ? c->pid : -1, c ? c->rank : -1);
@@ -260,7 +261,7 @@ static void session_end(struct daemon *d, size_t index) {
     struct session *s = d->sessions[index];
     d->sessions[index] = d->sessions[--d->nsessions];
     log_debug("session %" PRIu64 " ended", s->id);
-    engine_session_end(d->engine, s->id, rpc_now_ms());
+    engine_session_end(d->engine, s->id, clock_mono_ms());
     if (d->cluster != NULL)
         coord_sweep(d);
     rpc_finish(s->call);
@@ -316,7 +317,7 @@ static void pending_free(struct pending *p) {
 }
 
 static uint32_t waited(const struct pending *p) {
-    int64_t w = rpc_now_ms() - p->started_ms;
+    int64_t w = clock_mono_ms() - p->started_ms;
     return w < 0 ? 0 : (uint32_t)w;
 }
 
@@ -412,7 +413,7 @@ void service_commit_entry(struct daemon *d, rpc_call *call, const char *ns,
                           const Detd__V1__DecisionKey *k, const char *fp,
                           const char *id, const char *config, int source,
                           const char *file, const char *what) {
-    struct store_decision row = {
+    struct decision row = {
         .id = (char *)id,
         .ns = (char *)ns,
         .arch = k->arch,
@@ -432,18 +433,18 @@ void service_commit_entry(struct daemon *d, rpc_call *call, const char *ns,
         .triton_version = "",
         .timings_json = "[]",
         .table_file = (char *)file,
-        .decided_at_ms = daemon_unix_ms(),
+        .decided_at_ms = clock_unix_ms(),
     };
     if (d->cluster != NULL) {
         int rc = coord_commit_decide(d, call, &row,
-                                     wait_deadline(call, 0, rpc_now_ms()));
+                                     wait_deadline(call, 0, clock_mono_ms()));
         if (rc != 0)
             rpc_fail(call, RPC_INTERNAL, "commit: %s", detd_strerror(rc));
         return;
     }
-    struct store_decision existing;
+    struct decision existing;
     int rc = store_put_decision(d->store, &row, &existing);
-    const struct store_decision *won = &row;
+    const struct decision *won = &row;
     if (rc == DETD_EEXIST) {
         won = &existing;
     } else if (rc != 0) {
@@ -460,7 +461,7 @@ void service_commit_entry(struct daemon *d, rpc_call *call, const char *ns,
     d->releasing = NULL;
     reply_decided_cached(d, call, won);
     if (won != &row)
-        store_decision_clear(&existing);
+        decision_clear(&existing);
 }
 
 static int64_t wait_deadline(const rpc_call *call, uint32_t wait_ms,
@@ -498,7 +499,7 @@ int service_decide_fast(struct daemon *d, struct rpc_event *ev) {
 static void on_decide(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__DecideRequest *req = (Detd__V1__DecideRequest *)ev->msg;
     struct vkey vk;
-    struct store_decision row;
+    struct decision row;
     d->counters.decide_calls++;
     if (check_identity(ev->call, req->client) != 0 ||
         validate_key(d, ev->call, req->key, &vk) != 0) {
@@ -510,7 +511,7 @@ static void on_decide(struct daemon *d, struct rpc_event *ev) {
     if (rc == 0) {
         d->counters.decide_hits++;
         reply_decided_cached(d, ev->call, &row);
-        store_decision_clear(&row);
+        decision_clear(&row);
         goto free_msg;
     }
     if (rc != DETD_ENOTFOUND) {
@@ -539,7 +540,7 @@ static void on_decide(struct daemon *d, struct rpc_event *ev) {
     }
     uint64_t session =
         session_find(d, req->session_id) != NULL ? req->session_id : 0;
-    int64_t now = rpc_now_ms();
+    int64_t now = clock_mono_ms();
     uint64_t token = ++d->next_token;
     uint64_t claim = 0;
     rc = engine_ask(d->engine, vk.id, session, token,
@@ -599,7 +600,7 @@ free_msg:
 /* ---- Report ---------------------------------------------------------- */
 
 /* See daemon.h. */
-void service_log_decision(const struct store_decision *r, const char *origin,
+void service_log_decision(const struct decision *r, const char *origin,
                           const char *via) {
     const struct log_field f[] = {
         LOG_STR("id", r->id),
@@ -636,7 +637,7 @@ static char *timings_json(const Detd__V1__ReportRequest *req) {
     return s;
 }
 
-static void reply_report(rpc_call *call, const struct store_decision *r,
+static void reply_report(rpc_call *call, const struct decision *r,
                          int superseded) {
     struct convert_decision p;
     convert_decision_fill(r, &p, 0);
@@ -650,10 +651,10 @@ static void reply_report(rpc_call *call, const struct store_decision *r,
 
 /* Commit row (first writer wins), release waiters, answer the reporter. */
 static void commit_and_release(struct daemon *d, rpc_call *call,
-                               const struct store_decision *row) {
-    struct store_decision existing;
+                               const struct decision *row) {
+    struct decision existing;
     int rc = store_put_decision(d->store, row, &existing);
-    const struct store_decision *won = row;
+    const struct decision *won = row;
     if (rc == DETD_EEXIST) {
         won = &existing;
     } else if (rc != 0) {
@@ -669,7 +670,7 @@ static void commit_and_release(struct daemon *d, rpc_call *call,
     log_debug("released %zu waiters on %.12s", n, won->id);
     reply_report(call, won, won != row);
     if (won != row)
-        store_decision_clear(&existing);
+        decision_clear(&existing);
 }
 
 static void on_report(struct daemon *d, struct rpc_event *ev) {
@@ -709,7 +710,7 @@ static void on_report(struct daemon *d, struct rpc_event *ev) {
         }
     }
 
-    struct store_decision existing;
+    struct decision existing;
     if (engine_report(d->engine, vk.id, req->claim_id) !=
         ENGINE_REPORT_ACCEPT) {
         /* Stale or repeated: the decision, if any, stands as it is. */
@@ -721,7 +722,7 @@ static void on_report(struct daemon *d, struct rpc_event *ev) {
             else
                 d->counters.reports_stale++;
             reply_report(ev->call, &existing, !repeat);
-            store_decision_clear(&existing);
+            decision_clear(&existing);
         } else {
             d->counters.reports_stale++;
             rpc_fail(ev->call, RPC_FAILED_PRECONDITION,
@@ -756,7 +757,7 @@ static void on_report(struct daemon *d, struct rpc_event *ev) {
     }
     const Detd__V1__ClientIdentity *c = req->client;
     char *tj = timings_json(req);
-    struct store_decision row = {
+    struct decision row = {
         .id = vk.id,
         .ns = (char *)vk.ns,
         .arch = vk.k->arch,
@@ -776,12 +777,12 @@ static void on_report(struct daemon *d, struct rpc_event *ev) {
         .triton_version = req->triton_version,
         .timings_json = tj,
         .table_file = "",
-        .decided_at_ms = daemon_unix_ms(),
+        .decided_at_ms = clock_unix_ms(),
     };
     if (d->cluster != NULL) {
         /* etcd first; the reply follows the commit's result. */
         int crc = coord_commit(d, ev->call, &row,
-                               wait_deadline(ev->call, 0, rpc_now_ms()));
+                               wait_deadline(ev->call, 0, clock_mono_ms()));
         if (crc != 0)
             rpc_fail(ev->call, RPC_INTERNAL, "commit: %s", detd_strerror(crc));
     } else {
@@ -820,7 +821,7 @@ static void on_observe(struct daemon *d, struct rpc_event *ev) {
         .rank = c ? c->rank : -1,
         .local_rank = c ? c->local_rank : -1,
         .device = c ? c->device_name : "",
-        .at_ms = daemon_unix_ms(),
+        .at_ms = clock_unix_ms(),
     };
     if (store_put_observations(d->store, &o, 1) != 0) {
         rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
@@ -960,7 +961,7 @@ uint32_t service_waited(const struct pending *p) {
 }
 
 void service_reply_decided(struct daemon *d, rpc_call *call,
-                           const struct store_decision *r, uint32_t waited_ms) {
+                           const struct decision *r, uint32_t waited_ms) {
     reply_decided(d, call, r, waited_ms);
 }
 
@@ -970,7 +971,7 @@ void service_reply_designated(struct daemon *d, rpc_call *call, const char *id,
     reply_designated(d, call, id, claim, takeover, waited_ms);
 }
 
-void service_reply_report(rpc_call *call, const struct store_decision *r,
+void service_reply_report(rpc_call *call, const struct decision *r,
                           int superseded) {
     reply_report(call, r, superseded);
 }

@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "cluster/cluster.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -105,18 +106,6 @@ struct cluster {
     pthread_t monitor;
     int monitor_started;
 };
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t unix_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int transient(int err) {
     return err == DETD_ETIMEDOUT || err == DETD_EUNAVAILABLE;
@@ -274,7 +263,7 @@ static char *key_of(const cluster *c, const char *kind, const char *id) {
  * deadline_ms. 0 if none. */
 static int64_t wait_lease(cluster *c, int64_t deadline_ms) {
     pthread_mutex_lock(&c->mu);
-    while (c->lease_id == 0 && !c->stopping && now_ms() < deadline_ms)
+    while (c->lease_id == 0 && !c->stopping && clock_mono_ms() < deadline_ms)
         timed_wait_locked(c, CLUSTER_BACKOFF_MS);
     int64_t id = c->lease_id;
     pthread_mutex_unlock(&c->mu);
@@ -321,7 +310,7 @@ static void release_claim(cluster *c, const char *id, int64_t deadline_ms) {
             err = etcd_delete(c->etcd, key, 0, NULL, NULL);
             note(c, err, "release claim");
         }
-        if (!transient(err) || now_ms() >= deadline_ms)
+        if (!transient(err) || clock_mono_ms() >= deadline_ms)
             break;
         nap(c, CLUSTER_BACKOFF_MS);
     }
@@ -333,7 +322,7 @@ static void do_claim(cluster *c, struct job *j) {
     char *dkey = key_of(c, "decisions", j->id);
     char *val = NULL;
     json_t *o = json_pack("{s:s, s:s, s:I}", "node", c->node_id, "writer",
-                          c->writer, "at_ms", (json_int_t)unix_ms());
+                          c->writer, "at_ms", (json_int_t)clock_unix_ms());
     if (o != NULL)
         val = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -366,7 +355,7 @@ static void do_claim(cluster *c, struct job *j) {
             for (;;) {
                 err = etcd_get(c->etcd, dkey, &kv, NULL);
                 note(c, err, "claim");
-                if (!transient(err) || now_ms() >= j->deadline_ms ||
+                if (!transient(err) || clock_mono_ms() >= j->deadline_ms ||
                     stopping(c))
                     break;
                 nap(c, CLUSTER_BACKOFF_MS);
@@ -386,7 +375,7 @@ static void do_claim(cluster *c, struct job *j) {
             etcd_delete(c->etcd, ckey, 0, NULL, NULL);
             goto fail;
         }
-        if (!transient(err) || now_ms() >= j->deadline_ms || stopping(c))
+        if (!transient(err) || clock_mono_ms() >= j->deadline_ms || stopping(c))
             goto fail;
         nap(c, CLUSTER_BACKOFF_MS);
     }
@@ -418,11 +407,11 @@ static void do_commit(cluster *c, struct job *j) {
                  r.kv.value_len, 0, j->cookie);
             etcd_put_result_clear(&r);
             /* The decision is stored: the claim may go. */
-            release_claim(c, j->id, now_ms() + CLUSTER_RELEASE_MS);
+            release_claim(c, j->id, clock_mono_ms() + CLUSTER_RELEASE_MS);
             free(dkey);
             return;
         }
-        if (!transient(err) || now_ms() >= j->deadline_ms || stopping(c))
+        if (!transient(err) || clock_mono_ms() >= j->deadline_ms || stopping(c))
             break;
         nap(c, CLUSTER_BACKOFF_MS);
     }
@@ -858,12 +847,12 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
             nonce = 0;
         fclose(ur);
     }
-    nonce ^= (unsigned)unix_ms();
+    nonce ^= (unsigned)clock_unix_ms();
     json_t *nv = json_pack(
         "{s:s, s:s, s:s, s:i, s:I, s:s}", "node", opt->node_id, "listen",
         opt->listen != NULL ? opt->listen : "", "socket",
         opt->socket_path != NULL ? opt->socket_path : "", "pid", (int)getpid(),
-        "started", (json_int_t)unix_ms(), "version", DETD_VERSION);
+        "started", (json_int_t)clock_unix_ms(), "version", DETD_VERSION);
     c->node_value = nv != NULL ? json_dumps(nv, JSON_COMPACT) : NULL;
     json_decref(nv);
     c->nodes = calloc(CLUSTER_MAX_NODES, sizeof(*c->nodes));
@@ -993,8 +982,8 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
 
 /* See cluster.h. */
 int cluster_release(cluster *c, const char *id) {
-    return submit(c, JOB_RELEASE, id, NULL, 0, now_ms() + CLUSTER_RELEASE_MS,
-                  0);
+    return submit(c, JOB_RELEASE, id, NULL, 0,
+                  clock_mono_ms() + CLUSTER_RELEASE_MS, 0);
 }
 
 /* See cluster.h. */
@@ -1023,8 +1012,8 @@ void cluster_get_status(cluster *c, struct cluster_status *ret) {
 /* ---- decision values ---- */
 
 /* See cluster.h. */
-int cluster_commit(cluster *c, const struct store_decision *r,
-                   uint64_t claim_id, int64_t deadline_ms, uint64_t cookie) {
+int cluster_commit(cluster *c, const struct decision *r, uint64_t claim_id,
+                   int64_t deadline_ms, uint64_t cookie) {
     if (c == NULL || r == NULL || r->id == NULL || r->config == NULL)
         return DETD_EINVAL;
     char writer[512];

@@ -47,7 +47,7 @@
 #include <uv.h>
 
 #include "cluster/etcd.h"
-#include "data/store.h"
+#include "core/decision.h"
 
 #define CLUSTER_MAX_NODES 256
 #define CLUSTER_MAX_NODE_ID 128
@@ -141,7 +141,7 @@ void cluster_close(cluster *c);
 
 /*
  * Take the cluster-wide claim for id, retrying until deadline_ms
- * (rpc_now_ms clock). Answers CLAIMED, CLAIM_LOST, CLAIM_FAILED, or
+ * (clock_mono_ms clock). Answers CLAIMED, CLAIM_LOST, CLAIM_FAILED, or
  * DECISION when the key turns out to be decided. Returns 0 or
  * DETD_ENOMEM. Loop thread.
  */
@@ -153,8 +153,8 @@ int cluster_claim(cluster *c, const char *id, int64_t deadline_ms);
  * into the writer id. Answers COMMITTED with cookie. row is borrowed for
  * the call. Returns 0, DETD_ENOMEM or DETD_EINVAL. Loop thread.
  */
-int cluster_commit(cluster *c, const struct store_decision *row,
-                   uint64_t claim_id, int64_t deadline_ms, uint64_t cookie);
+int cluster_commit(cluster *c, const struct decision *row, uint64_t claim_id,
+                   int64_t deadline_ms, uint64_t cookie);
 
 /*
  * Make one unary call (method: full path; req: req_len bytes, copied) on
@@ -171,12 +171,12 @@ int cluster_release(cluster *c, const char *id);
 
 /*
  * Decode a decision value into *ret (strings are heap copies: clear with
- * store_decision_clear()). The id must be the one the key fields hash to
+ * decision_clear()). The id must be the one the key fields hash to
  * (keyid.h). *ret_writer (may be NULL) gets a heap copy of the writer id.
  * Returns 0, DETD_EPROTO (malformed), DETD_ELIMIT or DETD_ENOMEM.
  */
-int cluster_decision_decode(const char *json, size_t len,
-                            struct store_decision *ret, char **ret_writer);
+int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
+                            char **ret_writer);
 
 /* This process's writer prefix ("node/pid/nonce"); borrowed. */
 const char *cluster_writer(const cluster *c);

@@ -42,10 +42,10 @@ static int get_int(json_t *o, const char *name, int64_t min, int64_t max,
 }
 
 /* See cluster.h. */
-int cluster_decision_decode(const char *json, size_t len,
-                            struct store_decision *ret, char **ret_writer) {
+int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
+                            char **ret_writer) {
     json_error_t je;
-    struct store_decision d;
+    struct decision d;
     memset(&d, 0, sizeof(d));
     char *writer = NULL;
     if (json == NULL || ret == NULL)
@@ -104,7 +104,7 @@ int cluster_decision_decode(const char *json, size_t len,
     return 0;
 fail:
     json_decref(o);
-    store_decision_clear(&d);
+    decision_clear(&d);
     free(writer);
     return err;
 }

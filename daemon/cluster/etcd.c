@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "cluster/etcd.h"
+#include "clock.h"
 #include "cluster/etcd_int.h"
 
 #include <arpa/inet.h>
@@ -35,14 +36,8 @@
 
 /* ---- time ---------------------------------------------------------- */
 
-int64_t etcd_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 gpr_timespec etcd_deadline(int64_t at_ms) {
-    int64_t left = at_ms - etcd_now_ms();
+    int64_t left = at_ms - clock_mono_ms();
     if (left < 0)
         left = 0;
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
@@ -383,7 +378,7 @@ int etcd_open(const struct etcd_options *opt, etcd_client **ret) {
     c->attempt_ms = opt->attempt_timeout_ms;
     c->total_ms = opt->total_timeout_ms;
     c->range_page = opt->range_page;
-    c->seed = (unsigned)etcd_now_ms() ^ (unsigned)(uintptr_t)c;
+    c->seed = (unsigned)clock_mono_ms() ^ (unsigned)(uintptr_t)c;
     c->lb_policy = strdup(lb);
     c->user = xstrdup(opt->user);
     c->password = xstrdup(opt->password);
@@ -614,7 +609,7 @@ int etcd_auth_token(etcd_client *c, int64_t end_ms, uint64_t stale_gen,
             err = DETD_ELIMIT;
             goto out;
         }
-        int64_t at = etcd_now_ms() + c->attempt_ms;
+        int64_t at = clock_mono_ms() + c->attempt_ms;
         grpc_status_code code;
         char msg[256];
         ProtobufCMessage *m = NULL;
@@ -668,7 +663,7 @@ int etcd_call_unary(etcd_client *c, const char *method,
     grpc_slice packed;
     if (pack_slice(req, &packed) != 0)
         return DETD_ELIMIT;
-    int64_t end = etcd_now_ms() + c->total_ms;
+    int64_t end = clock_mono_ms() + c->total_ms;
     int64_t backoff = BACKOFF_FIRST_MS;
     uint64_t stale = 0;
     int refreshed = 0, err;
@@ -680,7 +675,7 @@ int etcd_call_unary(etcd_client *c, const char *method,
         char msg[256] = "";
         err = etcd_auth_token(c, end, stale, &token, &gen);
         if (err == 0) {
-            int64_t at = etcd_now_ms() + c->attempt_ms;
+            int64_t at = clock_mono_ms() + c->attempt_ms;
             grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&packed, 1);
             err = rpc_once(c->channel, method, bb, token,
                            etcd_deadline(at < end ? at : end), rdesc, &code,
@@ -697,7 +692,7 @@ int etcd_call_unary(etcd_client *c, const char *method,
             stale = gen;
             continue;
         }
-        int64_t now = etcd_now_ms();
+        int64_t now = clock_mono_ms();
         if (!retryable(err) || now >= end)
             break;
         int64_t d = etcd_jitter(backoff, &seed);
@@ -727,7 +722,7 @@ static void status_one(etcd_client *c, size_t i, const char *token,
     int err = bb == NULL
                   ? DETD_ENOMEM
                   : rpc_once(ch, M_STATUS, bb, token,
-                             etcd_deadline(etcd_now_ms() + c->attempt_ms),
+                             etcd_deadline(clock_mono_ms() + c->attempt_ms),
                              &etcdserverpb__status_response__descriptor, &code,
                              msg, sizeof(msg), &m);
     if (err == 0)
@@ -760,7 +755,8 @@ int etcd_status(etcd_client *c, struct etcd_member_status *ret, size_t cap,
     char *token = NULL;
     uint64_t gen;
     /* Status needs no credentials; a token is sent when one is at hand. */
-    if (etcd_auth_token(c, etcd_now_ms() + c->attempt_ms, 0, &token, &gen) != 0)
+    if (etcd_auth_token(c, clock_mono_ms() + c->attempt_ms, 0, &token, &gen) !=
+        0)
         token = NULL;
     size_t n = c->n_endpoints < cap ? c->n_endpoints : cap;
     for (size_t i = 0; i < n; i++)

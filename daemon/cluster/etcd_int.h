@@ -37,8 +37,6 @@ struct etcd_client {
     uint64_t token_gen;      /* 0: not authenticated yet */
 };
 
-/* Monotonic milliseconds. */
-int64_t etcd_now_ms(void);
 /* A gRPC deadline at monotonic time at_ms. */
 gpr_timespec etcd_deadline(int64_t at_ms);
 void etcd_sleep_ms(int64_t ms);

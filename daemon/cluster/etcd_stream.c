@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "detd/error.h"
+#include "clock.h"
 #include "cluster/etcd.h"
 #include "cluster/etcd_int.h"
 
@@ -397,7 +398,7 @@ static void *watch_main(void *arg) {
     struct stream s;
     memset(&s, 0, sizeof(s));
     s.cq = grpc_completion_queue_create_for_next(NULL);
-    unsigned seed = (unsigned)etcd_now_ms() ^ (unsigned)(uintptr_t)w;
+    unsigned seed = (unsigned)clock_mono_ms() ^ (unsigned)(uintptr_t)w;
     int64_t backoff = RECONNECT_FIRST_MS;
     uint64_t stale = 0;
     int reported = 0, final = 0;
@@ -405,7 +406,7 @@ static void *watch_main(void *arg) {
         char *token = NULL;
         uint64_t gen = 0;
         int connected = 0;
-        int err = etcd_auth_token(c, etcd_now_ms() + c->attempt_ms, stale,
+        int err = etcd_auth_token(c, clock_mono_ms() + c->attempt_ms, stale,
                                   &token, &gen);
         if (err == 0) {
             Etcdserverpb__WatchCreateRequest cr =
@@ -533,7 +534,7 @@ static void ka_drop(etcd_keepalive *ka, size_t i) {
 /* Report leases whose TTL ran out unconfirmed. */
 static void ka_expire(etcd_keepalive *ka) {
     for (;;) {
-        int64_t id = 0, now = etcd_now_ms();
+        int64_t id = 0, now = clock_mono_ms();
         pthread_mutex_lock(&ka->o.mu);
         for (size_t i = 0; i < ka->n; i++) {
             if (now >= ka->leases[i].expires_ms) {
@@ -597,7 +598,7 @@ static int ka_run(etcd_keepalive *ka, struct stream *s, int *answered) {
     int perr = 0, cancelled = 0;
     while (!stream_done(s)) {
         ka_expire(ka);
-        int64_t now = etcd_now_ms();
+        int64_t now = clock_mono_ms();
         if (!s->sending && !s->ended && !cancelled) {
             int64_t id = ka_due(ka, now);
             if (id != 0) {
@@ -644,14 +645,14 @@ static void *ka_main(void *arg) {
     struct stream s;
     memset(&s, 0, sizeof(s));
     s.cq = grpc_completion_queue_create_for_next(NULL);
-    unsigned seed = (unsigned)etcd_now_ms() ^ (unsigned)(uintptr_t)ka;
+    unsigned seed = (unsigned)clock_mono_ms() ^ (unsigned)(uintptr_t)ka;
     int64_t backoff = RECONNECT_FIRST_MS;
     uint64_t stale = 0;
     while (!owner_stopping(&ka->o)) {
         char *token = NULL;
         uint64_t gen = 0;
         int answered = 0;
-        int err = etcd_auth_token(c, etcd_now_ms() + c->attempt_ms, stale,
+        int err = etcd_auth_token(c, clock_mono_ms() + c->attempt_ms, stale,
                                   &token, &gen);
         if (err == 0) {
             err = stream_open(&s, c, &ka->o, M_KEEPALIVE, token, NULL);
@@ -664,9 +665,9 @@ static void *ka_main(void *arg) {
         if (answered)
             backoff = RECONNECT_FIRST_MS;
         /* Leases keep expiring locally while the stream is down. */
-        int64_t until = etcd_now_ms() + etcd_jitter(backoff, &seed);
+        int64_t until = clock_mono_ms() + etcd_jitter(backoff, &seed);
         int stop = 0;
-        while (!stop && etcd_now_ms() < until) {
+        while (!stop && clock_mono_ms() < until) {
             ka_expire(ka);
             stop = owner_wait(&ka->o, TICK_MS);
         }
@@ -726,7 +727,7 @@ int etcd_keepalive_add(etcd_keepalive *ka, int64_t id, int64_t ttl_s) {
         ka->leases = nl;
         ka->cap = cap;
     }
-    int64_t now = etcd_now_ms(), ttl_ms = ttl_s * 1000;
+    int64_t now = clock_mono_ms(), ttl_ms = ttl_s * 1000;
     struct ka_lease *l = &ka->leases[ka->n++];
     l->id = id;
     l->ttl_ms = ttl_ms;

@@ -138,19 +138,19 @@ static const struct {
     int col;
     size_t off;
 } decision_strings[] = {
-    {DC_ID, offsetof(struct store_decision, id)},
-    {DC_NS, offsetof(struct store_decision, ns)},
-    {DC_ARCH, offsetof(struct store_decision, arch)},
-    {DC_KERNEL, offsetof(struct store_decision, kernel)},
-    {DC_KEY, offsetof(struct store_decision, key)},
-    {DC_CANDIDATES_FP, offsetof(struct store_decision, candidates_fp)},
-    {DC_CONFIG, offsetof(struct store_decision, config)},
-    {DC_BY_HOST, offsetof(struct store_decision, by_host)},
-    {DC_BY_DEVICE, offsetof(struct store_decision, by_device)},
-    {DC_BY_ARCH, offsetof(struct store_decision, by_arch)},
-    {DC_TRITON_VERSION, offsetof(struct store_decision, triton_version)},
-    {DC_TIMINGS_JSON, offsetof(struct store_decision, timings_json)},
-    {DC_TABLE_FILE, offsetof(struct store_decision, table_file)},
+    {DC_ID, offsetof(struct decision, id)},
+    {DC_NS, offsetof(struct decision, ns)},
+    {DC_ARCH, offsetof(struct decision, arch)},
+    {DC_KERNEL, offsetof(struct decision, kernel)},
+    {DC_KEY, offsetof(struct decision, key)},
+    {DC_CANDIDATES_FP, offsetof(struct decision, candidates_fp)},
+    {DC_CONFIG, offsetof(struct decision, config)},
+    {DC_BY_HOST, offsetof(struct decision, by_host)},
+    {DC_BY_DEVICE, offsetof(struct decision, by_device)},
+    {DC_BY_ARCH, offsetof(struct decision, by_arch)},
+    {DC_TRITON_VERSION, offsetof(struct decision, triton_version)},
+    {DC_TIMINGS_JSON, offsetof(struct decision, timings_json)},
+    {DC_TABLE_FILE, offsetof(struct decision, table_file)},
 };
 #define N_DECISION_STRINGS                                                     \
     (sizeof decision_strings / sizeof decision_strings[0])
@@ -378,8 +378,8 @@ int store_col_int32(store *s, sqlite3_stmt *st, int i, int64_t min, int64_t max,
 
 /* Read the current row of a DECISION_COLS statement into *ret. */
 static int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
-                               struct store_decision *ret) {
-    struct store_decision d;
+                               struct decision *ret) {
+    struct decision d;
     memset(&d, 0, sizeof d);
     int err = 0;
     for (size_t i = 0; i < N_DECISION_STRINGS; i++) {
@@ -409,7 +409,7 @@ static int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
     *ret = d;
     return 0;
 out:
-    store_decision_clear(&d);
+    decision_clear(&d);
     return err;
 }
 
@@ -658,19 +658,11 @@ const char *store_errmsg(const store *s) {
     return s != NULL ? s->errmsg : "no store handle";
 }
 
-void store_decision_clear(struct store_decision *d) {
-    if (d == NULL)
-        return;
-    for (size_t i = 0; i < N_DECISION_STRINGS; i++)
-        free(*(char **)((char *)d + decision_strings[i].off));
-    memset(d, 0, sizeof *d);
-}
-
 /* ---- decisions ---- */
 
 /* The result of a get_decision statement bound and stepped. */
 static int store_get_locked(store *s, const char *id, const char *op,
-                            struct store_decision *ret) {
+                            struct decision *ret) {
     sqlite3_stmt *st = s->get_decision;
     int err = store_bind_text(s, st, 1, id, "decision id");
     if (err < 0)
@@ -690,14 +682,14 @@ out:
     return err;
 }
 
-int store_get_decision(store *s, const char *id, struct store_decision *ret) {
+int store_get_decision(store *s, const char *id, struct decision *ret) {
     if (s == NULL || id == NULL || ret == NULL)
         return store_einval(s, "get decision", "a NULL argument");
     return store_get_locked(s, id, "get decision", ret);
 }
 
 /* Argument checks, before any transaction starts. */
-static int store_check_decision(store *s, const struct store_decision *d,
+static int store_check_decision(store *s, const struct decision *d,
                                 const char *op) {
     if (d->id == NULL || d->ns == NULL || d->arch == NULL ||
         d->kernel == NULL || d->key == NULL || d->config == NULL)
@@ -718,7 +710,7 @@ static int store_check_decision(store *s, const struct store_decision *d,
 }
 
 /* Inside a transaction: insert d unless its id exists. */
-static int store_insert_decision(store *s, const struct store_decision *d,
+static int store_insert_decision(store *s, const struct decision *d,
                                  const char *op, int *ret_inserted) {
     sqlite3_stmt *st = s->put_decision;
     int err = 0;
@@ -752,8 +744,8 @@ out:
     return err;
 }
 
-int store_put_decision(store *s, const struct store_decision *d,
-                       struct store_decision *ret_existing) {
+int store_put_decision(store *s, const struct decision *d,
+                       struct decision *ret_existing) {
     static const char op[] = "put decision";
     if (s == NULL || d == NULL)
         return store_einval(s, op, "a NULL argument");
@@ -763,7 +755,7 @@ int store_put_decision(store *s, const struct store_decision *d,
     if ((err = store_begin(s, op)) < 0)
         return err;
     int inserted = 0;
-    struct store_decision existing;
+    struct decision existing;
     memset(&existing, 0, sizeof existing);
     if ((err = store_insert_decision(s, d, op, &inserted)) < 0)
         goto out;
@@ -779,12 +771,12 @@ int store_put_decision(store *s, const struct store_decision *d,
         *ret_existing = existing;
     return store_failf(s, DETD_EEXIST, "%s: decision %s exists", op, d->id);
 out:
-    store_decision_clear(&existing);
+    decision_clear(&existing);
     store_rollback(s);
     return err;
 }
 
-int store_put_decisions(store *s, const struct store_decision *ds, size_t n,
+int store_put_decisions(store *s, const struct decision *ds, size_t n,
                         int *ret_results) {
     static const char op[] = "put decisions";
     if (s == NULL || (ds == NULL && n > 0))
@@ -833,11 +825,11 @@ int store_each_decision(store *s, const char *ns, const char *kernel,
             0)
         goto out;
     while ((err = store_step(s, st, op)) > 0) {
-        struct store_decision d;
+        struct decision d;
         if ((err = store_read_decision(s, st, op, &d)) < 0)
             goto out;
         int stop = cb(ctx, &d);
-        store_decision_clear(&d);
+        decision_clear(&d);
         if (stop)
             break;
     }
@@ -872,11 +864,11 @@ int store_each_decision_page(store *s, const char *ns, const char *arch,
             0)
         goto out;
     while ((err = store_step(s, st, op)) > 0) {
-        struct store_decision d;
+        struct decision d;
         if ((err = store_read_decision(s, st, op, &d)) < 0)
             goto out;
         int stop = cb(ctx, &d);
-        store_decision_clear(&d);
+        decision_clear(&d);
         if (stop)
             break;
     }

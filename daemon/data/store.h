@@ -23,34 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/decision.h"
+
 typedef struct store store;
-
-/* A committed decision and its provenance. */
-struct store_decision {
-    char *id; /* hex SHA-256 decision id (primary key) */
-    char *ns;
-    char *arch;
-    char *kernel;
-    char *key;
-    char *candidates_fp;
-    int32_t n_candidates;
-    char *config;      /* the chosen canonical config string */
-    int32_t source;    /* detd_source */
-    uint64_t claim_id; /* stored as its int64 bit pattern */
-    char *by_host;     /* who timed it ("" for tables) */
-    int32_t by_pid;
-    int32_t by_rank;
-    int32_t by_local_rank;
-    char *by_device;
-    char *by_arch;
-    char *triton_version;
-    char *timings_json; /* [{"config":..,"ms":[..],"failed":bool},..] */
-    char *table_file;
-    int64_t decided_at_ms;
-};
-
-/* Free the strings of a row (not the row itself). NULL is a no-op. */
-void store_decision_clear(struct store_decision *d);
 
 /* One Observe report: which config a process launched for a key. */
 struct store_observation {
@@ -95,21 +70,21 @@ const char *store_errmsg(const store *s);
 
 /*
  * Look up a decision by id. Returns 0 with *ret filled (caller clears it
- * with store_decision_clear()), DETD_ENOTFOUND, or an error (above); on
+ * with decision_clear()), DETD_ENOTFOUND, or an error (above); on
  * any failure *ret is untouched.
  */
-int store_get_decision(store *s, const char *id, struct store_decision *ret);
+int store_get_decision(store *s, const char *id, struct decision *ret);
 
 /*
  * First writer wins: insert d unless a decision with d->id exists.
  * Returns 0 if d was inserted and committed, DETD_EEXIST if one existed
  * (then *ret_existing, if not NULL, receives it; clear it with
- * store_decision_clear()), or an error. d is borrowed for the call;
+ * decision_clear()), or an error. d is borrowed for the call;
  * d->id, ns, arch, kernel, key and config must not be NULL, the other
  * strings may be (stored as ""). A string over 1 MiB: DETD_ELIMIT.
  */
-int store_put_decision(store *s, const struct store_decision *d,
-                       struct store_decision *ret_existing);
+int store_put_decision(store *s, const struct decision *d,
+                       struct decision *ret_existing);
 
 /*
  * First writer wins for a batch, in one transaction (a resync or an
@@ -117,7 +92,7 @@ int store_put_decision(store *s, const struct store_decision *d,
  * be NULL) gets n entries: 0 (inserted) or DETD_EEXIST. Returns 0 once
  * the batch committed, or an error with nothing written.
  */
-int store_put_decisions(store *s, const struct store_decision *ds, size_t n,
+int store_put_decisions(store *s, const struct decision *ds, size_t n,
                         int *ret_results);
 
 /*
@@ -136,7 +111,7 @@ int store_put_observations(store *s, const struct store_observation *obs,
  * callback. cb returns nonzero to stop and must not write through s.
  * Returns 0 (also when cb stopped) or an error.
  */
-typedef int (*store_decision_cb)(void *ctx, const struct store_decision *d);
+typedef int (*store_decision_cb)(void *ctx, const struct decision *d);
 int store_each_decision(store *s, const char *ns, const char *kernel,
                         uint32_t limit, store_decision_cb cb, void *ctx);
 

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "io/rpc.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -166,12 +167,6 @@ struct rpc_server {
     struct metrics_hist lat[RPC_METHOD_COUNT];
 };
 
-int64_t rpc_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void call_free(rpc_call *c) {
     if (c->call != NULL)
         grpc_call_unref(c->call);
@@ -256,7 +251,7 @@ static int64_t deadline_to_ms(gpr_timespec d) {
     int64_t left_ms = (int64_t)left.tv_sec * 1000 + left.tv_nsec / 1000000;
     if (left_ms > (int64_t)365 * 24 * 3600 * 1000)
         return INT64_MAX;
-    return rpc_now_ms() + left_ms;
+    return clock_mono_ms() + left_ms;
 }
 
 /* Post one request for method m (or the generic catch-all). */
@@ -897,10 +892,10 @@ void rpc_server_stop(rpc_server *srv, int64_t grace_ms) {
     if (srv == NULL)
         return;
     rpc_server_shutdown_begin(srv);
-    int64_t until = rpc_now_ms() + (grace_ms > 0 ? grace_ms : 0);
+    int64_t until = clock_mono_ms() + (grace_ms > 0 ? grace_ms : 0);
     pthread_mutex_lock(&srv->mu);
     while (!srv->shutdown_done) {
-        int64_t now = rpc_now_ms();
+        int64_t now = clock_mono_ms();
         if (now >= until)
             break;
         struct timespec ts;

@@ -235,7 +235,4 @@ int rpc_client_unary(const char *target, const char *method, const void *req,
                      int64_t timeout_ms, void **ret_resp, size_t *ret_len,
                      char **ret_errmsg);
 
-/* CLOCK_MONOTONIC in milliseconds (the clock deadlines use). */
-int64_t rpc_now_ms(void);
-
 #endif /* DETD_RPC_H */

@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "app/daemon.h"
+#include "clock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,7 +38,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
     resp.version = (char *)DETD_VERSION;
     resp.namespace_ = (char *)d->cfg->ns;
     resp.backend = d->cluster != NULL ? "etcd" : "local";
-    resp.uptime_ms = rpc_now_ms() - d->started_mono_ms;
+    resp.uptime_ms = clock_mono_ms() - d->started_mono_ms;
     resp.decisions = total;
     resp.open_claims = es.claims;
     resp.waiters = es.waiters;
@@ -206,7 +207,7 @@ out:
 struct list_ctx {
     Detd__V1__Decision **items;
     struct convert_decision *pbs;
-    struct store_decision *rows;
+    struct decision *rows;
     size_t n, cap;
     int oom;
 };
@@ -215,11 +216,11 @@ static char *dup0(const char *s) {
     return strdup(s != NULL ? s : "");
 }
 
-static int list_cb(void *ctx, const struct store_decision *r) {
+static int list_cb(void *ctx, const struct decision *r) {
     struct list_ctx *l = ctx;
     if (l->n == l->cap)
         return 1;
-    struct store_decision *c = &l->rows[l->n];
+    struct decision *c = &l->rows[l->n];
     c->id = dup0(r->id);
     c->ns = dup0(r->ns);
     c->arch = dup0(r->arch);
@@ -283,7 +284,7 @@ void admin_list(struct daemon *d, struct rpc_event *ev) {
 out:
     for (size_t i = 0; i < l.n; i++) {
         convert_decision_clear(&l.pbs[i]);
-        store_decision_clear(&l.rows[i]);
+        decision_clear(&l.rows[i]);
     }
     free(l.items);
     free(l.pbs);
@@ -304,10 +305,10 @@ static int verify_cb(void *ctx, const struct store_observation *o) {
     if (strcmp(vc->last_id, o->id) != 0) {
         free(vc->decided);
         vc->decided = NULL;
-        struct store_decision row;
+        struct decision row;
         if (store_get_decision(vc->d->store, o->id, &row) == 0) {
             vc->decided = strdup(row.config);
-            store_decision_clear(&row);
+            decision_clear(&row);
         }
         snprintf(vc->last_id, sizeof(vc->last_id), "%s", o->id);
     }
@@ -451,7 +452,7 @@ void admin_verify(struct daemon *d, struct rpc_event *ev) {
         protobuf_c_message_pack(&lr.base, buf);
         op->cookie = ++d->next_verify;
         op->call = ev->call;
-        int64_t left = rpc_call_deadline_ms(ev->call) - rpc_now_ms() - 200;
+        int64_t left = rpc_call_deadline_ms(ev->call) - clock_mono_ms() - 200;
         if (left > 10000 || left < 0)
             left = 10000;
         if (cluster_fanout(d->cluster, "/detd.v1.Admin/ListObservations", buf,
@@ -600,10 +601,10 @@ static void verify_cluster_finish(struct daemon *d, struct verify_op *op) {
         if (last == NULL || strcmp(last, c.v[i].o.id) != 0) {
             free(decided);
             decided = NULL;
-            struct store_decision row;
+            struct decision row;
             if (store_get_decision(d->store, c.v[i].o.id, &row) == 0) {
                 decided = strdup(row.config);
-                store_decision_clear(&row);
+                decision_clear(&row);
             }
             last = c.v[i].o.id;
         }

@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "app/daemon.h"
+#include "clock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -139,7 +140,7 @@ static void reload_start(struct daemon *d, struct tables_reload *r);
 static void reload_done(uv_work_t *w, int status) {
     struct tables_reload *r = w->data;
     struct daemon *d = r->d;
-    int64_t took = rpc_now_ms() - r->started_ms;
+    int64_t took = clock_mono_ms() - r->started_ms;
     d->reload = NULL;
     if (status != 0 || r->rc != 0 || r->result == NULL) {
         log_error("reload tables: %s; the previous tables stay in use",
@@ -180,7 +181,7 @@ static void reload_done(uv_work_t *w, int status) {
 static void reload_start(struct daemon *d, struct tables_reload *r) {
     r->d = d;
     r->work.data = r;
-    r->started_ms = rpc_now_ms();
+    r->started_ms = clock_mono_ms();
     d->reload = r;
     int rc = uv_queue_work(&d->loop, &r->work, reload_work, reload_done);
     if (rc != 0) {
@@ -246,12 +247,12 @@ void tableadmin_free(struct daemon *d) {
 struct find_ctx {
     const char *arch;
     const char *key;
-    struct store_decision row;
+    struct decision row;
     int found;
     size_t matches;
 };
 
-static int find_cb(void *ctx, const struct store_decision *r) {
+static int find_cb(void *ctx, const struct decision *r) {
     struct find_ctx *f = ctx;
     if (strcmp(r->arch, f->arch) != 0 || strcmp(r->key, f->key) != 0)
         return 0;
@@ -259,7 +260,7 @@ static int find_cb(void *ctx, const struct store_decision *r) {
     if (f->found)
         return 0;
     /* Borrowed for the callback only: copy what the answer needs. */
-    struct store_decision *c = &f->row;
+    struct decision *c = &f->row;
     c->id = strdup(r->id);
     c->ns = strdup(r->ns);
     c->arch = strdup(r->arch);
@@ -486,7 +487,7 @@ out:
     if (have_cd)
         convert_decision_clear(&cd);
     if (fc.found)
-        store_decision_clear(&fc.row);
+        decision_clear(&fc.row);
     for (size_t i = 0; i < TABLES_MAX_CONSIDERED; i++)
         free(reasons[i]);
     for (size_t i = 0; i < nnotes; i++)

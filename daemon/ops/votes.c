@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "ops/votes.h"
+#include "clock.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -104,7 +105,7 @@ void votes_on_vote(struct daemon *d, struct rpc_event *ev) {
         .device = c != NULL ? c->device_name : "",
         .timings_json = tj,
         .triton_version = req->triton_version,
-        .voted_at_ms = daemon_unix_ms(),
+        .voted_at_ms = clock_unix_ms(),
     };
     int replaced = 0;
     uint64_t total = 0;
@@ -150,7 +151,7 @@ out:
 struct vote_item {
     Detd__V1__Vote msg;
     Detd__V1__ClientIdentity cl;
-    struct store_decision row;    /* the strings (heap) */
+    struct decision row;          /* the strings (heap) */
     struct convert_decision conv; /* the parsed timings */
 };
 
@@ -177,7 +178,7 @@ static int vote_page_cb(void *ctx, const struct store_vote *v) {
     memset(it, 0, sizeof(*it));
     /* The store's decision row carries the strings, and its converter
      * parses the timings JSON (the same format) into messages. */
-    struct store_decision *r = &it->row;
+    struct decision *r = &it->row;
     r->ns = dup0(v->ns);
     r->arch = dup0(v->arch);
     r->kernel = dup0(v->kernel);
@@ -192,7 +193,7 @@ static int vote_page_cb(void *ctx, const struct store_vote *v) {
     if (!r->ns || !r->arch || !r->kernel || !r->key || !r->candidates_fp ||
         !r->config || !r->by_host || !r->by_device || !r->triton_version ||
         !r->timings_json || !r->table_file) {
-        store_decision_clear(r);
+        decision_clear(r);
         pg->oom = 1;
         return 1;
     }
@@ -220,7 +221,7 @@ static int vote_page_cb(void *ctx, const struct store_vote *v) {
     size_t sz = protobuf_c_message_get_packed_size(&it->msg.base) + 16;
     if (pg->n > 0 && pg->bytes + sz > DAEMON_MAX_PAGE_BYTES) {
         convert_decision_clear(&it->conv);
-        store_decision_clear(r);
+        decision_clear(r);
         pg->full = 1;
         return 1;
     }
@@ -288,7 +289,7 @@ store_err:
 out:
     for (size_t i = 0; i < pg.n; i++) {
         convert_decision_clear(&pg.items[i].conv);
-        store_decision_clear(&pg.items[i].row);
+        decision_clear(&pg.items[i].row);
     }
     free(pg.items);
     free(pg.ptrs);
@@ -298,7 +299,7 @@ out:
 /* ---- ExportDecisions ------------------------------------------------- */
 
 struct dec_page {
-    struct store_decision *rows;
+    struct decision *rows;
     struct convert_decision *conv;
     Detd__V1__Decision **ptrs;
     size_t n, cap;
@@ -307,13 +308,13 @@ struct dec_page {
     int oom;
 };
 
-static int dec_page_cb(void *ctx, const struct store_decision *r) {
+static int dec_page_cb(void *ctx, const struct decision *r) {
     struct dec_page *pg = ctx;
     if (pg->n == pg->cap) {
         pg->full = 1;
         return 1;
     }
-    struct store_decision *c = &pg->rows[pg->n];
+    struct decision *c = &pg->rows[pg->n];
     memset(c, 0, sizeof(*c));
     c->id = dup0(r->id);
     c->ns = dup0(r->ns);
@@ -330,7 +331,7 @@ static int dec_page_cb(void *ctx, const struct store_decision *r) {
     if (!c->id || !c->ns || !c->arch || !c->kernel || !c->key ||
         !c->candidates_fp || !c->config || !c->by_host || !c->by_device ||
         !c->by_arch || !c->triton_version || !c->table_file) {
-        store_decision_clear(c);
+        decision_clear(c);
         pg->oom = 1;
         return 1;
     }
@@ -347,7 +348,7 @@ static int dec_page_cb(void *ctx, const struct store_decision *r) {
         protobuf_c_message_get_packed_size(&pg->conv[pg->n].msg.base) + 16;
     if (pg->n > 0 && pg->bytes + sz > DAEMON_MAX_PAGE_BYTES) {
         convert_decision_clear(&pg->conv[pg->n]);
-        store_decision_clear(c);
+        decision_clear(c);
         pg->full = 1;
         return 1;
     }
@@ -405,7 +406,7 @@ void votes_export_decisions(struct daemon *d, struct rpc_event *ev) {
 out:
     for (size_t i = 0; i < pg.n; i++) {
         convert_decision_clear(&pg.conv[i]);
-        store_decision_clear(&pg.rows[i]);
+        decision_clear(&pg.rows[i]);
     }
     free(pg.rows);
     free(pg.conv);

@@ -76,6 +76,7 @@ detd_fuzz_target(NAME decision
                  LIBS detd_data PkgConfig::LIBUV
                  CLANG_SOURCES ${CMAKE_SOURCE_DIR}/daemon/cluster/cluster_codec.c
                                ${CMAKE_SOURCE_DIR}/daemon/core/keyid.c
+                               ${CMAKE_SOURCE_DIR}/daemon/core/decision.c
                                ${CMAKE_SOURCE_DIR}/daemon/data/store.c
                                ${CMAKE_SOURCE_DIR}/daemon/data/store_vote.c
                                ${CMAKE_SOURCE_DIR}/daemon/data/store_import.c

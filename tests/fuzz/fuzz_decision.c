@@ -23,7 +23,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    struct store_decision d;
+    struct decision d;
     memset(&d, 0x5a, sizeof(d)); /* must stay untouched on failure */
     char *writer = NULL;
     int rc = cluster_decision_decode((const char *)data, size, &d, &writer);
@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (strcmp(id, d.id) != 0 || d.config == NULL || d.config[0] == '\0' ||
             d.source < 0 || d.source > 7)
             abort();
-        store_decision_clear(&d);
+        decision_clear(&d);
         free(writer);
         return 0;
     }

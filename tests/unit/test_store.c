@@ -51,7 +51,7 @@ struct dec {
     char config[96];
     char host[32];
     char timings[192];
-    struct store_decision d;
+    struct decision d;
 };
 
 static void dec_make(struct dec *b, const char *ns, const char *kernel,
@@ -75,7 +75,7 @@ static void dec_make(struct dec *b, const char *ns, const char *kernel,
     snprintf(b->timings, sizeof b->timings,
              "[{\"config\":\"%s\",\"ms\":[0.%03d],\"failed\":false}]",
              b->config, i % 1000);
-    b->d = (struct store_decision){
+    b->d = (struct decision){
         .id = b->id,
         .ns = b->ns,
         .arch = "sm90",
@@ -103,8 +103,7 @@ static const char *nz(const char *s) {
     return s != NULL ? s : "";
 }
 
-static void check_dec_eq(const struct store_decision *a,
-                         const struct store_decision *b) {
+static void check_dec_eq(const struct decision *a, const struct decision *b) {
     CHECK_STR(a->id, b->id);
     CHECK_STR(a->ns, b->ns);
     CHECK_STR(a->arch, b->arch);
@@ -127,12 +126,12 @@ static void check_dec_eq(const struct store_decision *a,
     CHECK_EQ_INT(a->decided_at_ms, b->decided_at_ms);
 }
 
-static void check_stored(store *s, const struct store_decision *want) {
-    struct store_decision got;
+static void check_stored(store *s, const struct decision *want) {
+    struct decision got;
     memset(&got, 0, sizeof got);
     CHECK_EQ_INT(store_get_decision(s, want->id, &got), 0);
     check_dec_eq(&got, want);
-    store_decision_clear(&got);
+    decision_clear(&got);
 }
 
 static uint64_t count_all(store *s, const char *ns) {
@@ -149,7 +148,7 @@ struct seen {
     char rows[64][160];
 };
 
-static int collect_dec(void *ctx, const struct store_decision *d) {
+static int collect_dec(void *ctx, const struct decision *d) {
     struct seen *sn = ctx;
     if (sn->n < 64)
         snprintf(sn->rows[sn->n], sizeof sn->rows[0], "%s|%s|%s|%s", d->ns,
@@ -221,7 +220,7 @@ static void sql_on_side(const char *path, const char *sql, char *ret,
 
 TEST(null_handles_are_noops) {
     store_close(NULL);
-    store_decision_clear(NULL);
+    decision_clear(NULL);
     CHECK(store_errmsg(NULL) != NULL);
     store *s = (store *)0x1;
     char *msg = NULL;
@@ -291,14 +290,14 @@ TEST(put_then_get_returns_identical_fields) {
     b.d.timings_json = NULL;
     b.d.candidates_fp = NULL;
     CHECK_EQ_INT(store_put_decision(s, &b.d, NULL), 0);
-    struct store_decision got;
+    struct decision got;
     memset(&got, 0, sizeof got);
     CHECK_EQ_INT(store_get_decision(s, b.d.id, &got), 0);
     CHECK_STR(got.by_host, "");
     CHECK_STR(got.timings_json, "");
     CHECK_STR(got.candidates_fp, "");
     check_dec_eq(&got, &b.d);
-    store_decision_clear(&got);
+    decision_clear(&got);
     CHECK(got.id == NULL);
 
     /* Not found leaves *ret untouched. */
@@ -321,11 +320,11 @@ TEST(second_put_of_same_id_first_writer_wins) {
     b.d.claim_id = 1;
     CHECK_EQ_INT(store_put_decision(s, &a.d, NULL), 0);
 
-    struct store_decision existing;
+    struct decision existing;
     memset(&existing, 0, sizeof existing);
     CHECK_EQ_INT(store_put_decision(s, &b.d, &existing), DETD_EEXIST);
     check_dec_eq(&existing, &a.d);
-    store_decision_clear(&existing);
+    decision_clear(&existing);
     CHECK_EQ_INT(store_put_decision(s, &b.d, NULL), DETD_EEXIST);
 
     check_stored(s, &a.d);
@@ -374,7 +373,7 @@ TEST(put_decision_rejects_bad_input_and_stores_nothing) {
 TEST(put_decisions_batch_first_writer_wins_all_or_nothing) {
     store *s = open_ok(tmp_path("s.db"));
     struct dec b[5];
-    struct store_decision ds[5];
+    struct decision ds[5];
     for (int i = 0; i < 5; i++) {
         dec_make(&b[i], "ns1", "m:k@1", "(i:8,)", i);
         ds[i] = b[i].d;
@@ -394,7 +393,7 @@ TEST(put_decisions_batch_first_writer_wins_all_or_nothing) {
 
     /* A failure in the middle writes nothing. */
     struct dec c[3];
-    struct store_decision cs[3];
+    struct decision cs[3];
     for (int i = 0; i < 3; i++) {
         dec_make(&c[i], "ns2", "m:k@1", "(i:8,)", 100 + i);
         cs[i] = c[i].d;
@@ -408,7 +407,7 @@ TEST(put_decisions_batch_first_writer_wins_all_or_nothing) {
     CHECK_EQ_INT(store_put_decisions(s, cs, 3, NULL), DETD_ELIMIT);
     free(huge);
     CHECK_EQ_INT(count_all(s, "ns2"), 0);
-    struct store_decision got;
+    struct decision got;
     CHECK_EQ_INT(store_get_decision(s, cs[0].id, &got), DETD_ENOTFOUND);
     CHECK_EQ_INT(store_put_decisions(s, NULL, 0, NULL), 0);
     store_close(s);
@@ -568,7 +567,7 @@ TEST(reset_by_kernel_and_all_removes_observations) {
     CHECK_EQ_INT(count_all(s, "ns1"), 3);
     CHECK_EQ_INT(count_all(s, "ns2"), 1);
     CHECK_EQ_INT(count_obs(s, "ns1"), 7);
-    struct store_decision got;
+    struct decision got;
     CHECK_EQ_INT(store_get_decision(s, b[0].id, &got), DETD_ENOTFOUND);
     check_stored(s, &b[2].d);
 
@@ -723,7 +722,7 @@ TEST(corrupt_rows_are_rejected_not_trusted) {
              "UPDATE decisions SET source = 'timed' WHERE id = '%s'", c.id);
     sql_on_side(path, sql, NULL, 0);
 
-    struct store_decision got;
+    struct decision got;
     CHECK_EQ_INT(store_get_decision(s, a.id, &got), DETD_ECORRUPT);
     CHECK(strstr(store_errmsg(s), "n_candidates") != NULL);
     CHECK_EQ_INT(store_get_decision(s, b.id, &got), DETD_ECORRUPT);
@@ -843,7 +842,7 @@ TEST(hundred_thousand_decisions_lookups_correct) {
     const char *path = tmp_path("s.db");
     store *s = open_ok(path);
     struct dec *b = malloc(sizeof *b * BATCH);
-    struct store_decision *ds = malloc(sizeof *ds * BATCH);
+    struct decision *ds = malloc(sizeof *ds * BATCH);
     CHECK(b != NULL && ds != NULL);
     for (int base = 0; base < N; base += BATCH) {
         for (int j = 0; j < BATCH; j++) {
@@ -862,7 +861,7 @@ TEST(hundred_thousand_decisions_lookups_correct) {
         dec_make(&want, "ns1", kernel, "(i:1,)", i);
         check_stored(s, &want.d);
     }
-    struct store_decision got;
+    struct decision got;
     CHECK_EQ_INT(store_get_decision(s, "0000", &got), DETD_ENOTFOUND);
     /* A second writer still loses at this size. */
     struct dec again;

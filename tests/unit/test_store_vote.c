@@ -281,11 +281,11 @@ TEST(migration_from_version_1_keeps_decisions_and_adds_votes) {
     CHECK_STR(v, "1");
 
     store *s = open_ok(path);
-    struct store_decision d;
+    struct decision d;
     memset(&d, 0, sizeof d);
     CHECK_EQ_INT(store_get_decision(s, "d1", &d), 0);
     CHECK_STR(d.config, "BLOCK=16,num_warps=4,num_stages=3,num_ctas=1");
-    store_decision_clear(&d);
+    decision_clear(&d);
     struct store_vote vt = vote_make("d1", "node-a", 7, "BLOCK=16");
     CHECK_EQ_INT(store_put_vote(s, &vt, 0, NULL, NULL), 0);
     CHECK_EQ_INT(list(s, NULL, NULL, NULL, 0, 0).n, 1);

@@ -1,0 +1,41 @@
+/*
+ * decision: a committed decision and its provenance, as the store keeps
+ * it, the cluster carries it and the daemon answers it. Plain data: the
+ * strings of a row filled by store_get_decision() or
+ * cluster_decision_decode() are owned by the row (decision_clear());
+ * a row built by a caller may borrow them instead and is never cleared.
+ */
+#ifndef DETD_DECISION_H
+#define DETD_DECISION_H
+
+#include <stdint.h>
+
+/* A committed decision and its provenance. */
+struct decision {
+    char *id; /* hex SHA-256 decision id (primary key) */
+    char *ns;
+    char *arch;
+    char *kernel;
+    char *key;
+    char *candidates_fp;
+    int32_t n_candidates;
+    char *config;      /* the chosen canonical config string */
+    int32_t source;    /* detd_source */
+    uint64_t claim_id; /* stored as its int64 bit pattern */
+    char *by_host;     /* who timed it ("" for tables) */
+    int32_t by_pid;
+    int32_t by_rank;
+    int32_t by_local_rank;
+    char *by_device;
+    char *by_arch;
+    char *triton_version;
+    char *timings_json; /* [{"config":..,"ms":[..],"failed":bool},..] */
+    char *table_file;
+    int64_t decided_at_ms;
+};
+
+/* Free the strings of a row (not the row itself) and zero it. NULL is a
+ * no-op. */
+void decision_clear(struct decision *d);
+
+#endif /* DETD_DECISION_H */
