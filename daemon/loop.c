@@ -4,7 +4,16 @@
  * which coalesces wake-ups, so each wake-up drains the whole queue.
  */
 #define _GNU_SOURCE
+#include "loop.h"
+
+#include "app/commit.h"
+#include "app/coord.h"
 #include "app/daemon.h"
+#include "app/decide.h"
+#include "app/waiters.h"
+#include "dispatch.h"
+#include "ops/admin.h"
+#include "ops/tableadmin.h"
 #include "clock.h"
 
 #include <errno.h>
@@ -28,7 +37,7 @@
 /* rpc thread: queue the event and wake the loop. */
 static void on_rpc_event(void *ctx, struct rpc_event *ev) {
     struct daemon *d = ctx;
-    if (service_decide_fast(d, ev))
+    if (decide_fast(d, ev))
         return; /* a decided key, answered here without the loop hop */
     pthread_mutex_lock(&d->qmu);
     if (d->nqueue == d->capqueue) {
@@ -78,7 +87,7 @@ static void on_wake(uv_async_t *h) {
     /* Events queued while we work are picked up by the next wake-up. */
     size_t n = take_queue(d);
     for (size_t i = 0; i < n; i++)
-        service_handle(d, &d->work[i]);
+        dispatch_event(d, &d->work[i]);
     if (n > 0 && !d->draining)
         arm_tick(d);
 }
@@ -89,7 +98,24 @@ static void on_tick(uv_timer_t *t) {
     arm_tick(d);
 }
 
-void daemon_rearm(struct daemon *d) {
+/* The cluster backend's events (loop thread): decisions go to the one
+ * commit path, verify answers to admin, claims and state to coord. */
+static void on_cluster_event(void *ctx, const struct cluster_event *ev) {
+    struct daemon *d = ctx;
+    switch (ev->kind) {
+    case CLUSTER_EV_COMMITTED:
+    case CLUSTER_EV_DECISION:
+        commit_cluster_event(d, ev);
+        break;
+    case CLUSTER_EV_PEER:
+    case CLUSTER_EV_PEERS_DONE:
+        admin_verify_peer(d, ev);
+        break;
+    default:
+        coord_event(d->coord, ev);
+        break;
+    }
+    /* Held askers and retries may have moved the next wake-up. */
     if (!d->draining)
         arm_tick(d);
 }
@@ -97,12 +123,12 @@ void daemon_rearm(struct daemon *d) {
 static void arm_tick(struct daemon *d) {
     int64_t now = clock_mono_ms();
     int64_t next = engine_tick(d->engine, now);
-    if (d->cluster != NULL) {
+    if (d->coord != NULL) {
         /* Held askers' deadlines and claim retries (etcd backend). */
-        int64_t cn = coord_tick(d, now);
+        int64_t cn = coord_tick(d->coord, now);
         if (cn < next)
             next = cn;
-        coord_sweep(d);
+        coord_sweep(d->coord);
     }
     /* Leases of attached sessions are renewed on ticks: tick at least
      * four times per lease. */
@@ -123,8 +149,7 @@ static int authorize(void *ctx, rpc_method m, const struct rpc_peer_cred *pc,
     if (pc != NULL)
         c = (struct access_cred){pc->pid, pc->uid, pc->gid, pc->groups,
                                  pc->n_groups};
-    /* The admin calls that change state. */
-    int admin = m == RPC_RESET || m == RPC_RELOAD || m == RPC_IMPORT_TABLE;
+    int admin = rpc_method_admin(m); /* calls that change operator state */
     access_reason r = access_check(d->cfg->access, pc != NULL ? &c : NULL,
                                    admin, why, why_len);
     if (r == ACCESS_OK)
@@ -166,6 +191,32 @@ static void on_watchdog(uv_timer_t *t) {
     sdnotify_watchdog();
 }
 
+static void drain_coord(struct daemon *d) {
+    if (d->coord != NULL)
+        coord_drain(d->coord);
+}
+
+/* The drain, in order: what waits on etcd first (commits in flight,
+ * cluster claim state; the applied revision is stored), then the verify
+ * gatherings, then every held Decide and every session. Each step
+ * answers what it owns UNAVAILABLE and may run again (exit). */
+static const struct drain_step {
+    const char *what;
+    void (*run)(struct daemon *d);
+} drain_steps[] = {
+    {"etcd commits", commit_drain},
+    {"cluster claims", drain_coord},
+    {"verify gatherings", admin_verify_drain},
+    {"waiters and sessions", decide_drain},
+};
+
+static void drain(struct daemon *d) {
+    for (size_t i = 0; i < sizeof drain_steps / sizeof drain_steps[0]; i++) {
+        log_debug("drain: %s", drain_steps[i].what);
+        drain_steps[i].run(d);
+    }
+}
+
 static void begin_drain(struct daemon *d, const char *why) {
     if (d->draining)
         return;
@@ -177,7 +228,7 @@ static void begin_drain(struct daemon *d, const char *why) {
     listener_stop(d->listener);
     rpc_server_shutdown_begin(d->rpc);
     on_wake(&d->wake); /* handle what already arrived */
-    service_drain(d);
+    drain(d);
     uv_timer_stop(&d->tick);
     uv_stop(&d->loop);
 }
@@ -232,9 +283,8 @@ int daemon_run(const struct daemon_config *cfg) {
     pthread_mutex_init(&d->qmu, NULL);
     uv_loop_init(&d->loop);
     d->listen_fd = -1;
-    d->npending_buckets = 1024;
-    d->pending = calloc(d->npending_buckets, sizeof(*d->pending));
-    if (d->pending == NULL) {
+    if (waiters_new(&d->waiters) != 0 ||
+        admin_verifies_new(&d->verifies) != 0) {
         log_error("out of memory");
         goto out_loop;
     }
@@ -294,7 +344,7 @@ int daemon_run(const struct daemon_config *cfg) {
         log_error("create answer cache: %s", detd_strerror(rc));
         goto out_store;
     }
-    rc = engine_new(&lim, service_engine_event, d, &d->engine);
+    rc = engine_new(&lim, decide_engine_event, d, &d->engine);
     if (rc != 0) {
         log_error("create engine: %s", detd_strerror(rc));
         goto out_store;
@@ -339,12 +389,12 @@ int daemon_run(const struct daemon_config *cfg) {
         goto out_handles;
     }
     if (cfg->etcd_endpoints != NULL) {
-        char *rev = NULL;
-        if (store_get_meta(d->store, "etcd_revision", &rev) == 0) {
-            d->etcd_revision = strtoll(rev, NULL, 10);
-            d->etcd_revision_stored = d->etcd_revision;
-            free(rev);
+        if (coord_new(d, &d->coord) != 0 ||
+            commit_state_new(&d->commits) != 0) {
+            log_error("etcd backend: out of memory");
+            goto out_handles;
         }
+        int64_t revision = coord_revision(d->coord);
         struct cluster_options co = {
             .endpoints = cfg->etcd_endpoints,
             .ca_file = cfg->etcd_ca,
@@ -357,13 +407,14 @@ int daemon_run(const struct daemon_config *cfg) {
             .listen = cfg->listen,
             .socket_path = cfg->socket_path,
             .lease_ms = cfg->lease_ms,
-            .start_revision = d->etcd_revision,
+            .start_revision = revision,
             /* Other nodes' listeners: same CA and certificate as ours. */
             .peer_ca = cfg->listen_client_ca,
             .peer_cert = cfg->listen_cert,
             .peer_key = cfg->listen_key,
         };
-        rc = cluster_open(&co, &d->loop, coord_event, d, &d->cluster, &err);
+        rc =
+            cluster_open(&co, &d->loop, on_cluster_event, d, &d->cluster, &err);
         if (rc != 0) {
             log_error("etcd backend: %s",
                       err != NULL ? err : detd_strerror(rc));
@@ -372,8 +423,10 @@ int daemon_run(const struct daemon_config *cfg) {
         }
         log_info("etcd backend: node '%s', endpoints %s, resuming after "
                  "revision %lld%s",
-                 cfg->node_id, cfg->etcd_endpoints, (long long)d->etcd_revision,
-                 d->etcd_revision == 0 ? " (full resync)" : "");
+                 cfg->node_id, cfg->etcd_endpoints, (long long)revision,
+                 revision == 0 ? " (full resync)" : "");
+        struct coord_cluster cc = coord_cluster_of(d->cluster);
+        coord_set_cluster(d->coord, &cc);
     }
     struct rpc_options ro = {
         .max_message_bytes = DETD_MAX_MESSAGE_BYTES,
@@ -474,7 +527,8 @@ out_handles:
     uv_run(&d->loop, UV_RUN_DEFAULT);
     if (d->rpc != NULL)
         rpc_server_stop(d->rpc, 0);
-    service_free(d);
+    drain(d);
+    free(d->sessions);
     engine_free(d->engine);
     hotcache_free(d->hot);
 out_store:
@@ -486,7 +540,10 @@ out_loop:
     uv_loop_close(&d->loop);
     gpu_probe_clear(&d->gpus);
     free(d->store_path);
-    free(d->pending);
+    coord_free(d->coord);
+    commit_state_free(d->commits);
+    admin_verifies_free(d->verifies);
+    waiters_free(d->waiters);
     free(d->queue);
     free(d->work);
     pthread_mutex_destroy(&d->qmu);

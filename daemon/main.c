@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "app/daemon.h"
+#include "loop.h"
 #include "detd/client.h"
 #include "config/options.h"
 

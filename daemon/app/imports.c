@@ -131,40 +131,34 @@ int imports_lookup(struct daemon *d, const char *ns, const char *arch,
     return rc;
 }
 
-int imports_answer(struct daemon *d, rpc_call *call, const char *ns,
-                   const Detd__V1__DecisionKey *k, const char *fp,
-                   const char *id) {
-    struct imports_result r;
-    int rc =
-        imports_lookup(d, ns, k->arch, k->kernel, k->key, k->table_key,
-                       (const char *const *)k->candidates, k->n_candidates, &r);
+int imports_find(struct daemon *d, rpc_call *call, const char *ns,
+                 const Detd__V1__DecisionKey *k, struct imports_result *ret) {
+    int rc = imports_lookup(d, ns, k->arch, k->kernel, k->key, k->table_key,
+                            (const char *const *)k->candidates, k->n_candidates,
+                            ret);
     if (rc != 0) {
         rpc_fail(call, RPC_INTERNAL, "store: %s",
                  rc == DETD_ENOMEM ? "out of memory" : store_errmsg(d->store));
-        return 1;
+        return -1;
     }
-    if (!d->n_imports_known || d->n_imports == 0)
+    if (!d->n_imports_known || d->n_imports == 0) {
+        imports_result_clear(ret);
         return 0; /* nothing imported: not a step of its own */
-    if (!r.hit) {
+    }
+    if (!ret->hit) {
         d->counters.import_misses++;
-        if (r.n_stale > 0) {
+        if (ret->n_stale > 0) {
+            const struct imports_entry *e = &ret->e[0];
             d->counters.import_stale++;
             log_debug("imported entry %s \"%s\" \"%s\" -> %s is stale for %s "
                       "key %s: not among the %zu candidates",
-                      r.e[0].file, r.e[0].kernel, r.e[0].key, r.e[0].config,
-                      k->kernel, k->key, k->n_candidates);
+                      e->file, e->kernel, e->key, e->config, k->kernel, k->key,
+                      k->n_candidates);
         }
-        imports_result_clear(&r);
+        imports_result_clear(ret);
         return 0;
     }
-    const struct imports_entry *e = &r.e[r.n - 1];
     d->counters.import_hits++;
-    char what[512];
-    snprintf(what, sizeof what, "imported from %s \"%.200s\" \"%.200s\"",
-             e->file, e->kernel, e->key);
-    service_commit_entry(d, call, ns, k, fp, id, e->config, DETD_SOURCE_IMPORT,
-                         e->file, what);
-    imports_result_clear(&r);
     return 1;
 }
 

@@ -54,14 +54,14 @@ int imports_lookup(struct daemon *d, const char *ns, const char *arch,
 void imports_result_clear(struct imports_result *r);
 
 /*
- * The import step of Decide for key k (namespace ns, candidate
- * fingerprint fp, decision id id): a usable imported entry is committed
- * and answered (service_commit_entry). Returns 1 when the call was
- * answered (or is being, through etcd), 0 for a miss (counted).
+ * The import step of Decide for key k (namespace ns): look for a usable
+ * imported entry. Returns 1 with *ret filled (its answer is ret->e[ret->n
+ * - 1]: the caller commits it like a table hit, then clears *ret), 0 for
+ * a miss (counted; a stale entry is a miss too), or -1 after answering
+ * call with the store's error.
  */
-int imports_answer(struct daemon *d, rpc_call *call, const char *ns,
-                   const Detd__V1__DecisionKey *k, const char *fp,
-                   const char *id);
+int imports_find(struct daemon *d, rpc_call *call, const char *ns,
+                 const Detd__V1__DecisionKey *k, struct imports_result *ret);
 
 /* Admin.ImportTable: check every entry of the batch again, then store
  * them in one transaction (consumes the event). */

@@ -573,6 +573,12 @@ int engine_report(engine *e, const char *id, uint64_t claim_id) {
 
 /* See engine.h. Waiters are released in FIFO order. */
 size_t engine_decided(engine *e, const char *id) {
+    return e != NULL ? engine_decided_each(e, id, e->cb, e->cb_ctx) : 0;
+}
+
+/* See engine.h. */
+size_t engine_decided_each(engine *e, const char *id, engine_event_cb cb,
+                           void *ctx) {
     if (e == NULL || !id_valid(id))
         return 0;
     struct keyent *k = key_find(e, id, hash_str(id));
@@ -588,7 +594,9 @@ size_t engine_decided(engine *e, const char *id) {
         struct waiter *w = k->whead;
         struct session *s = w->sess;
         waiter_unlink(e, w);
-        emit(e, ENGINE_EV_RELEASE, w->token, k, 0);
+        struct engine_event ev = {
+            .kind = ENGINE_EV_RELEASE, .token = w->token, .id = k->id};
+        cb(ctx, &ev);
         free(w);
         session_maybe_free(e, s);
         n++;

@@ -118,6 +118,15 @@ int engine_report(engine *e, const char *id, uint64_t claim_id);
 size_t engine_decided(engine *e, const char *id);
 
 /*
+ * As engine_decided(), but each ENGINE_EV_RELEASE goes to cb(ctx, ev)
+ * instead of the engine's callback, so that the caller can answer the
+ * released waiters with the decision it holds (no state kept between the
+ * calls). cb may not call back into the engine for id.
+ */
+size_t engine_decided_each(engine *e, const char *id, engine_event_cb cb,
+                           void *ctx);
+
+/*
  * Whether id has a live claim: returns 1 and sets *ret_claim_id (may be
  * NULL) to it, or 0 (no claim, unknown id, bad id).
  */

@@ -64,44 +64,14 @@ struct method_info {
     const char *path;
     const ProtobufCMessageDescriptor *req;
     int streaming;
+    int admin;
 };
 
+#define RPC_METHOD_INFO(name, path, desc, streaming, admin, handler)           \
+    [RPC_##name] = {path, &desc, streaming, admin},
 static const struct method_info methods[RPC_METHOD_COUNT] = {
-    [RPC_ATTACH] = {"/detd.v1.Decider/Attach",
-                    &detd__v1__attach_request__descriptor, 1},
-    [RPC_DECIDE] = {"/detd.v1.Decider/Decide",
-                    &detd__v1__decide_request__descriptor, 0},
-    [RPC_REPORT] = {"/detd.v1.Decider/Report",
-                    &detd__v1__report_request__descriptor, 0},
-    [RPC_OBSERVE] = {"/detd.v1.Decider/Observe",
-                     &detd__v1__observe_request__descriptor, 0},
-    [RPC_STATUS] = {"/detd.v1.Admin/Status",
-                    &detd__v1__status_request__descriptor, 0},
-    [RPC_LIST_DECISIONS] = {"/detd.v1.Admin/ListDecisions",
-                            &detd__v1__list_decisions_request__descriptor, 0},
-    [RPC_VERIFY] = {"/detd.v1.Admin/Verify",
-                    &detd__v1__verify_request__descriptor, 0},
-    [RPC_RESET] = {"/detd.v1.Admin/Reset", &detd__v1__reset_request__descriptor,
-                   0},
-    [RPC_HEALTH] = {"/grpc.health.v1.Health/Check",
-                    &grpc__health__v1__health_check_request__descriptor, 0},
-    [RPC_LIST_OBSERVATIONS] = {"/detd.v1.Admin/ListObservations",
-                               &detd__v1__list_observations_request__descriptor,
-                               0},
-    [RPC_RELOAD] = {"/detd.v1.Admin/Reload",
-                    &detd__v1__reload_request__descriptor, 0},
-    [RPC_EXPLAIN] = {"/detd.v1.Admin/Explain",
-                     &detd__v1__explain_request__descriptor, 0},
-    [RPC_VOTE] = {"/detd.v1.Decider/Vote", &detd__v1__vote_request__descriptor,
-                  0},
-    [RPC_LIST_VOTES] = {"/detd.v1.Admin/ListVotes",
-                        &detd__v1__list_votes_request__descriptor, 0},
-    [RPC_EXPORT_DECISIONS] = {"/detd.v1.Admin/ExportDecisions",
-                              &detd__v1__export_decisions_request__descriptor,
-                              0},
-    [RPC_IMPORT_TABLE] = {"/detd.v1.Admin/ImportTable",
-                          &detd__v1__import_table_request__descriptor, 0},
-};
+    RPC_METHODS(RPC_METHOD_INFO)};
+#undef RPC_METHOD_INFO
 
 /* RPC_METHOD_COUNT stands for "unknown method" (generic request). */
 #define METHOD_UNKNOWN RPC_METHOD_COUNT
@@ -865,6 +835,11 @@ const char *rpc_method_name(rpc_method m) {
         return "";
     const char *slash = strrchr(methods[m].path, '/');
     return slash + 1;
+}
+
+/* See rpc.h. */
+int rpc_method_admin(rpc_method m) {
+    return (int)m >= 0 && m < RPC_METHOD_COUNT && methods[m].admin;
 }
 
 int rpc_method_streaming(rpc_method m) {

@@ -18,6 +18,7 @@
 #ifndef DETD_RPC_H
 #define DETD_RPC_H
 
+#include "io/rpc_methods.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -27,25 +28,15 @@
 typedef struct rpc_server rpc_server;
 typedef struct rpc_call rpc_call;
 
+/* The methods, one per row of RPC_METHODS (rpc_methods.h). */
+#define RPC_METHOD_ENUM(name, path, desc, streaming, admin, handler) RPC_##name,
 typedef enum rpc_method {
-    RPC_ATTACH = 0,
-    RPC_DECIDE,
-    RPC_REPORT,
-    RPC_OBSERVE,
-    RPC_STATUS,
-    RPC_LIST_DECISIONS,
-    RPC_VERIFY,
-    RPC_RESET,
-    RPC_HEALTH,
-    RPC_LIST_OBSERVATIONS,
-    RPC_RELOAD,
-    RPC_EXPLAIN,
-    RPC_VOTE,
-    RPC_LIST_VOTES,
-    RPC_EXPORT_DECISIONS,
-    RPC_IMPORT_TABLE,
-    RPC_METHOD_COUNT
+    RPC_METHODS(RPC_METHOD_ENUM) RPC_METHOD_COUNT
 } rpc_method;
+#undef RPC_METHOD_ENUM
+
+/* 1 when m changes state an operator owns (the admin column). */
+int rpc_method_admin(rpc_method m);
 
 /* gRPC status codes (the standard numeric values). */
 typedef enum rpc_code {

@@ -3,7 +3,7 @@
  * on the loop thread: status, decision listing, cross-rank verify, reset.
  */
 #define _GNU_SOURCE
-#include "app/daemon.h"
+#include "ops/admin.h"
 #include "clock.h"
 
 #include <inttypes.h>
@@ -14,12 +14,14 @@
 
 #include "cluster/cluster.h"
 #include "app/convert.h"
+#include "app/coord.h"
 #include "detd/client.h"
 #include "detd/error.h"
 #include "health.pb-c.h"
 #include "core/keyid.h"
 #include "core/verify.h"
 #include "app/imports.h"
+#include "ops/tableadmin.h"
 #include "ops/votes.h"
 
 #define SVC_API_VERSION DETD_API_VERSION
@@ -157,7 +159,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         }
         cluster_get_status(d->cluster, cs);
         resp.node_id = cs->node_id;
-        resp.last_revision = d->etcd_revision;
+        resp.last_revision = coord_revision(d->coord);
         resp.etcd_connected = cs->connected;
         resp.etcd_error = cs->connected ? "" : cs->last_error;
         for (size_t i = 0; i < cs->n_members; i++) {
@@ -403,6 +405,26 @@ struct verify_op {
     struct verify_op *next;
 };
 
+/* The verify --cluster gatherings in flight. */
+struct admin_verifies {
+    struct verify_op *ops;
+    uint64_t next; /* the last cookie handed out */
+};
+
+/* See admin.h. */
+int admin_verifies_new(struct admin_verifies **ret) {
+    struct admin_verifies *v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        return DETD_ENOMEM;
+    *ret = v;
+    return 0;
+}
+
+/* See admin.h. */
+void admin_verifies_free(struct admin_verifies *v) {
+    free(v); /* admin_verify_drain() answered what was in flight */
+}
+
 static void verify_op_free(struct verify_op *op) {
     for (size_t i = 0; i < op->n_resps; i++)
         protobuf_c_message_free_unpacked(&op->resps[i]->base, NULL);
@@ -450,7 +472,7 @@ void admin_verify(struct daemon *d, struct rpc_event *ev) {
             goto out;
         }
         protobuf_c_message_pack(&lr.base, buf);
-        op->cookie = ++d->next_verify;
+        op->cookie = ++d->verifies->next;
         op->call = ev->call;
         int64_t left = rpc_call_deadline_ms(ev->call) - clock_mono_ms() - 200;
         if (left > 10000 || left < 0)
@@ -464,8 +486,8 @@ void admin_verify(struct daemon *d, struct rpc_event *ev) {
             goto out;
         }
         free(buf);
-        op->next = d->verifies;
-        d->verifies = op;
+        op->next = d->verifies->ops;
+        d->verifies->ops = op;
         goto out;
     }
     if (verify_new(&vc.v) != 0) {
@@ -631,15 +653,15 @@ out:
     free(c.v);
 }
 
-/* See daemon.h. */
+/* See admin.h. */
 void admin_verify_peer(struct daemon *d, const struct cluster_event *ev) {
-    struct verify_op *op = d->verifies;
+    struct verify_op *op = d->verifies->ops;
     while (op != NULL && op->cookie != ev->cookie)
         op = op->next;
     if (op == NULL)
         return;
     if (ev->kind == CLUSTER_EV_PEERS_DONE) {
-        struct verify_op **pp = &d->verifies;
+        struct verify_op **pp = &d->verifies->ops;
         while (*pp != op)
             pp = &(*pp)->next;
         *pp = op->next;
@@ -676,11 +698,13 @@ void admin_verify_peer(struct daemon *d, const struct cluster_event *ev) {
     push_str(&op->unreachable, &op->n_unreachable, why);
 }
 
-/* See daemon.h. */
+/* See admin.h. */
 void admin_verify_drain(struct daemon *d) {
-    while (d->verifies != NULL) {
-        struct verify_op *op = d->verifies;
-        d->verifies = op->next;
+    if (d->verifies == NULL)
+        return;
+    while (d->verifies->ops != NULL) {
+        struct verify_op *op = d->verifies->ops;
+        d->verifies->ops = op->next;
         rpc_fail(op->call, RPC_UNAVAILABLE, "daemon is shutting down");
         verify_op_free(op);
     }

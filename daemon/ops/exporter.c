@@ -11,7 +11,9 @@
 #include <time.h>
 
 #include "cluster/cluster.h"
+#include "app/coord.h"
 #include "app/daemon.h"
+#include "app/waiters.h"
 #include "detd/client.h"
 #include "detd/error.h"
 #include "core/metrics.h"
@@ -108,7 +110,8 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
             "Held Decide calls that reached their deadline.", c->wait_timeouts);
     metrics_family(&b, "detd_wait_duration_seconds", "histogram",
                    "How long held Decide calls waited, in seconds.");
-    metrics_histogram(&b, "detd_wait_duration_seconds", NULL, &d->wait_hist);
+    metrics_histogram(&b, "detd_wait_duration_seconds", NULL,
+                      waiters_hist(d->waiters));
     counter(&b, "detd_reports_total", "Report calls.", c->reports);
     counter(&b, "detd_reports_stale_total",
             "Reports for a claim no longer held.", c->reports_stale);
@@ -173,7 +176,7 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
         }
         gauge(&b, "detd_etcd_last_applied_revision",
               "The last etcd revision applied to the local store.",
-              (double)d->etcd_revision);
+              (double)coord_revision(d->coord));
     }
     return metrics_buf_take(&b, ret_text, ret_len);
 }

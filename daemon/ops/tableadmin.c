@@ -11,7 +11,7 @@
  * running one read them); its callers are answered by that second load.
  */
 #define _GNU_SOURCE
-#include "app/daemon.h"
+#include "ops/tableadmin.h"
 #include "clock.h"
 
 #include <inttypes.h>

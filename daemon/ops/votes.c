@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "app/convert.h"
+#include "app/validate.h"
 #include "detd/client.h"
 #include "detd/error.h"
 #include "core/keyid.h"
@@ -41,20 +42,19 @@ static char *votes_timings_json(const Detd__V1__VoteRequest *req) {
 
 void votes_on_vote(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__VoteRequest *req = (Detd__V1__VoteRequest *)ev->msg;
-    const char *ns = NULL;
-    char fp[KEYID_HEX_LEN + 1], id[KEYID_HEX_LEN + 1];
+    struct vkey vk;
     char *tj = NULL;
     d->counters.vote_calls++;
-    if (service_check_identity(ev->call, req->client) != 0 ||
-        service_validate_key(d, ev->call, req->key, &ns, fp, id) != 0 ||
-        service_check_str(ev->call, "config", req->config, DAEMON_MAX_CONFIG,
-                          1) != 0 ||
-        service_check_str(ev->call, "triton_version", req->triton_version,
-                          DAEMON_MAX_IDENTITY_STRING, 0) != 0 ||
-        service_check_str(ev->call, "table_key", req->table_key,
-                          DETD_MAX_KEY_BYTES, 0) != 0)
+    if (validate_identity(ev->call, req->client) != 0 ||
+        validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0 ||
+        validate_str(ev->call, "config", req->config, DAEMON_MAX_CONFIG, 1) !=
+            0 ||
+        validate_str(ev->call, "triton_version", req->triton_version,
+                     DAEMON_MAX_IDENTITY_STRING, 0) != 0 ||
+        validate_str(ev->call, "table_key", req->table_key, DETD_MAX_KEY_BYTES,
+                     0) != 0)
         goto rejected;
-    if (!service_has_candidate(req->key, req->config)) {
+    if (!validate_has_candidate(req->key, req->config)) {
         rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
                  "config '%.200s' is not one of the key's candidates",
                  req->config);
@@ -74,7 +74,7 @@ void votes_on_vote(struct daemon *d, struct rpc_event *ev) {
                      t->n_ms, DAEMON_MAX_TIMING_SAMPLES);
             goto rejected;
         }
-        if (!service_has_candidate(req->key, t->config)) {
+        if (!validate_has_candidate(req->key, t->config)) {
             rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
                      "timings[%zu].config '%.200s' is not one of the key's "
                      "candidates",
@@ -90,13 +90,13 @@ void votes_on_vote(struct daemon *d, struct rpc_event *ev) {
     const Detd__V1__ClientIdentity *c = req->client;
     const Detd__V1__DecisionKey *k = req->key;
     struct store_vote v = {
-        .id = id,
-        .ns = ns,
+        .id = vk.id,
+        .ns = vk.ns,
         .arch = k->arch,
         .kernel = k->kernel,
         .key = k->key != NULL ? k->key : "",
         .table_key = req->table_key,
-        .candidates_fp = fp,
+        .candidates_fp = vk.fp,
         .config = req->config,
         .host = c != NULL && c->host != NULL ? c->host : "",
         .pid = c != NULL ? c->pid : 0,
@@ -239,12 +239,11 @@ void votes_list(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__ListVotesRequest *req = (Detd__V1__ListVotesRequest *)ev->msg;
     struct vote_page pg = {0};
     const char *ns = nonempty(req->namespace_) ? req->namespace_ : d->cfg->ns;
-    if (service_check_str(ev->call, "namespace", req->namespace_,
-                          DAEMON_MAX_NAMESPACE, 0) != 0 ||
-        service_check_str(ev->call, "arch", req->arch, DAEMON_MAX_ARCH, 0) !=
-            0 ||
-        service_check_str(ev->call, "kernel", req->kernel, DAEMON_MAX_KERNEL,
-                          0) != 0)
+    if (validate_str(ev->call, "namespace", req->namespace_,
+                     DAEMON_MAX_NAMESPACE, 0) != 0 ||
+        validate_str(ev->call, "arch", req->arch, DAEMON_MAX_ARCH, 0) != 0 ||
+        validate_str(ev->call, "kernel", req->kernel, DAEMON_MAX_KERNEL, 0) !=
+            0)
         goto out;
     if (req->after > INT64_MAX) {
         rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
@@ -363,14 +362,13 @@ void votes_export_decisions(struct daemon *d, struct rpc_event *ev) {
         (Detd__V1__ExportDecisionsRequest *)ev->msg;
     struct dec_page pg = {0};
     const char *ns = nonempty(req->namespace_) ? req->namespace_ : d->cfg->ns;
-    if (service_check_str(ev->call, "namespace", req->namespace_,
-                          DAEMON_MAX_NAMESPACE, 0) != 0 ||
-        service_check_str(ev->call, "arch", req->arch, DAEMON_MAX_ARCH, 1) !=
+    if (validate_str(ev->call, "namespace", req->namespace_,
+                     DAEMON_MAX_NAMESPACE, 0) != 0 ||
+        validate_str(ev->call, "arch", req->arch, DAEMON_MAX_ARCH, 1) != 0 ||
+        validate_str(ev->call, "kernel", req->kernel, DAEMON_MAX_KERNEL, 0) !=
             0 ||
-        service_check_str(ev->call, "kernel", req->kernel, DAEMON_MAX_KERNEL,
-                          0) != 0 ||
-        service_check_str(ev->call, "after_id", req->after_id, KEYID_HEX_LEN,
-                          0) != 0)
+        validate_str(ev->call, "after_id", req->after_id, KEYID_HEX_LEN, 0) !=
+            0)
         goto out;
     uint32_t limit = req->limit > 0 && req->limit < DAEMON_MAX_LIST
                          ? req->limit

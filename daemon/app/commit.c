@@ -1,0 +1,285 @@
+/*
+ * commit: first writer wins, then release, then answer (see commit.h).
+ */
+#define _GNU_SOURCE
+#include "app/commit.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/coord.h"
+#include "app/daemon.h"
+#include "app/reply.h"
+#include "detd/client.h"
+#include "detd/error.h"
+
+static const char *const source_names[8] = {
+    "unspecified", "timed",    "table", "override",
+    "import",      "fallback", "local", "reserved"};
+
+/* A commit waiting for etcd's answer. */
+struct commit_op {
+    uint64_t cookie;
+    rpc_call *call;
+    commit_answer how;
+    struct commit_op *next;
+};
+
+struct commit_state {
+    struct commit_op *ops;
+    uint64_t next_cookie;
+};
+
+/* See commit.h. */
+int commit_state_new(commit_state **ret) {
+    commit_state *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return DETD_ENOMEM;
+    *ret = s;
+    return 0;
+}
+
+/* See commit.h. */
+void commit_state_free(commit_state *s) {
+    free(s);
+}
+
+/* See commit.h. */
+void commit_log_decision(const struct decision *r, const char *origin,
+                         const char *via) {
+    const struct log_field f[] = {
+        LOG_STR("id", r->id),
+        LOG_STR("namespace", r->ns),
+        LOG_STR("arch", r->arch),
+        LOG_STR("kernel", r->kernel),
+        LOG_STR("key", r->key),
+        LOG_STR("config", r->config),
+        LOG_STR("source", source_names[r->source & 7]),
+        LOG_NUM("claim", (long long)r->claim_id),
+        LOG_STR("host", r->by_host),
+        LOG_NUM("pid", r->by_pid),
+        LOG_NUM("rank", r->by_rank),
+        LOG_STR("origin", origin),
+        LOG_STR("via", via),
+    };
+    log_event(LOG_INFO, f, sizeof(f) / sizeof(f[0]), "decided");
+}
+
+/* What a release answers its waiters with. */
+struct release {
+    struct daemon *d;
+    const struct decision *won;
+};
+
+static void on_release(void *ctx, const struct engine_event *ev) {
+    const struct release *r = ctx;
+    struct pending *p = waiters_take(r->d->waiters, ev->token);
+    if (p == NULL)
+        return;
+    reply_decided(p->call, r->won, pending_waited(p));
+    pending_free(p);
+}
+
+/*
+ * Store row in the local store (first writer wins), count and log it when
+ * it is new, and release everyone on this node waiting for the key with
+ * the row that won. *ret_won is row or existing (filled from the store
+ * when another writer was first: the caller clears it then). what: see
+ * commit_decision(); origin and via: see commit_log_decision(). Returns 0,
+ * or the store's error (nothing released).
+ */
+static int apply(struct daemon *d, const struct decision *row, const char *what,
+                 const char *origin, const char *via, struct decision *existing,
+                 const struct decision **ret_won) {
+    int rc = store_put_decision(d->store, row, existing);
+    const struct decision *won = row;
+    if (rc == DETD_EEXIST) {
+        won = existing;
+        if (d->coord != NULL && strcmp(existing->config, row->config) != 0)
+            log_error("key %.12s: the local store holds '%s' but etcd holds "
+                      "'%s' (this state directory decided without etcd); "
+                      "serving the local one",
+                      row->id, existing->config, row->config);
+    } else if (rc != 0) {
+        return rc;
+    } else {
+        d->counters.committed[row->source & 7]++;
+        if (what != NULL)
+            log_info("decided %s key %s -> %s (source %s, %s)", row->kernel,
+                     row->key, row->config, source_names[row->source & 7],
+                     what);
+        else
+            commit_log_decision(row, origin, via);
+    }
+    struct release rel = {d, won};
+    size_t n = engine_decided_each(d->engine, won->id, on_release, &rel);
+    log_debug("released %zu waiters on %.12s", n, won->id);
+    if (d->coord != NULL)
+        coord_decided(d->coord, won->id, won);
+    *ret_won = won;
+    return 0;
+}
+
+static void answer(struct daemon *d, rpc_call *call, commit_answer how,
+                   const struct decision *won, int superseded) {
+    if (how == COMMIT_ANSWER_DECIDE)
+        reply_decided_cached(d->hot, call, won);
+    else
+        reply_report(call, won, superseded);
+}
+
+/* See commit.h. */
+void commit_decision(struct daemon *d, rpc_call *call, commit_answer how,
+                     const struct decision *row, const char *what,
+                     int64_t deadline_ms) {
+    if (d->coord != NULL) {
+        /* etcd first; the answer follows the commit's result. */
+        struct commit_op *op = calloc(1, sizeof(*op));
+        int rc = DETD_ENOMEM;
+        if (op != NULL) {
+            op->cookie = ++d->commits->next_cookie;
+            op->call = call;
+            op->how = how;
+            const struct coord_cluster *cc = coord_cluster_ops(d->coord);
+            rc = cc->commit(cc->ctx, row, row->claim_id, deadline_ms,
+                            op->cookie);
+        }
+        if (rc != 0) {
+            free(op);
+            rpc_fail(call, RPC_INTERNAL, "commit: %s", detd_strerror(rc));
+            return;
+        }
+        op->next = d->commits->ops;
+        d->commits->ops = op;
+        return;
+    }
+    struct decision existing;
+    const struct decision *won;
+    if (apply(d, row, what, "local", "report", &existing, &won) != 0) {
+        rpc_fail(call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        return;
+    }
+    answer(d, call, how, won, won != row);
+    if (won != row)
+        decision_clear(&existing);
+}
+
+static struct commit_op *op_take(commit_state *s, uint64_t cookie) {
+    for (struct commit_op **pp = &s->ops; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->cookie == cookie) {
+            struct commit_op *op = *pp;
+            *pp = op->next;
+            return op;
+        }
+    }
+    return NULL;
+}
+
+/* Store a decision from etcd and release everyone waiting for it. writer
+ * is the value's writer ("node/pid/nonce/claim"): its node part is the
+ * origin logged. */
+static void apply_from_etcd(struct daemon *d, const struct decision *row,
+                            const char *writer, const char *via) {
+    char origin[DAEMON_MAX_NAMESPACE + 1];
+    const char *w = writer != NULL ? writer : "";
+    size_t n = strcspn(w, "/");
+    if (n > DAEMON_MAX_NAMESPACE)
+        n = DAEMON_MAX_NAMESPACE;
+    memcpy(origin, w, n);
+    origin[n] = '\0';
+    struct decision existing;
+    const struct decision *won;
+    if (apply(d, row, NULL, n > 0 ? origin : "unknown", via, &existing, &won) !=
+        0) {
+        log_error("store decision %.12s from etcd: %s", row->id,
+                  store_errmsg(d->store));
+        return;
+    }
+    if (won != row)
+        decision_clear(&existing);
+}
+
+static void on_committed(struct daemon *d, const struct cluster_event *ev) {
+    struct commit_op *op = op_take(d->commits, ev->cookie);
+    if (ev->err != 0) {
+        log_warn("commit %.12s to etcd failed: %s", ev->id,
+                 detd_strerror(ev->err));
+        if (op != NULL)
+            rpc_fail(op->call, RPC_UNAVAILABLE,
+                     "etcd unreachable (%s): the decision for key %.12s was "
+                     "not committed and nothing was decided; %s",
+                     detd_strerror(ev->err), ev->id,
+                     op->how == COMMIT_ANSWER_DECIDE ? "ask again"
+                                                     : "report again");
+        free(op);
+        return;
+    }
+    struct decision row;
+    char *writer = NULL;
+    int rc = cluster_decision_decode(ev->value, ev->value_len, &row, &writer);
+    if (rc != 0) {
+        log_error("decision %.12s in etcd is malformed: %s", ev->id,
+                  detd_strerror(rc));
+        if (op != NULL)
+            rpc_fail(op->call, RPC_INTERNAL,
+                     "the decision stored in etcd for %.12s is malformed",
+                     ev->id);
+        free(op);
+        return;
+    }
+    apply_from_etcd(d, &row, writer,
+                    ev->won ? "committed here" : "another node won");
+    free(writer);
+    if (op != NULL) {
+        /* Answer with what this node serves from now on. */
+        struct decision cur;
+        int have = store_get_decision(d->store, row.id, &cur) == 0;
+        const struct decision *r = have ? &cur : &row;
+        if (op->how == COMMIT_ANSWER_DECIDE)
+            reply_decided(op->call, r, 0);
+        else
+            reply_report(op->call, r, !ev->won);
+        if (have)
+            decision_clear(&cur);
+    }
+    free(op);
+    decision_clear(&row);
+}
+
+static void on_decision(struct daemon *d, const struct cluster_event *ev) {
+    struct decision row;
+    char *writer = NULL;
+    int rc = cluster_decision_decode(ev->value, ev->value_len, &row, &writer);
+    if (rc != 0) {
+        log_error("decision %.12s in etcd is malformed (%s): ignored", ev->id,
+                  detd_strerror(rc));
+        coord_decided(d->coord, ev->id, NULL);
+        return;
+    }
+    coord_decided(d->coord, ev->id, NULL); /* no claim job in flight */
+    apply_from_etcd(d, &row, writer, ev->revision > 0 ? "watch" : "read");
+    free(writer);
+    decision_clear(&row);
+}
+
+/* See commit.h. */
+void commit_cluster_event(struct daemon *d, const struct cluster_event *ev) {
+    if (ev->kind == CLUSTER_EV_COMMITTED)
+        on_committed(d, ev);
+    else if (ev->kind == CLUSTER_EV_DECISION)
+        on_decision(d, ev);
+}
+
+/* See commit.h. */
+void commit_drain(struct daemon *d) {
+    if (d->commits == NULL)
+        return;
+    while (d->commits->ops != NULL) {
+        struct commit_op *op = d->commits->ops;
+        d->commits->ops = op->next;
+        rpc_fail(op->call, RPC_UNAVAILABLE, "daemon is shutting down");
+        free(op);
+    }
+}

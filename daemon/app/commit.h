@@ -1,0 +1,69 @@
+/*
+ * commit: the one path by which a decision is committed and its waiters
+ * released (loop thread), for both backends and every source (a timing
+ * rank's report, a table or an imported entry).
+ *
+ *   local backend:  the local store, first writer wins -> release -> answer
+ *   etcd backend:   etcd, first writer wins (cluster_commit) -> when etcd
+ *                   answers: the local store -> release -> answer
+ *
+ * A decision learned from etcd's watch (another node's) takes the same
+ * second half: store, release. "Release" is: every waiter of the key on
+ * this node gets DECIDED with the winning row (engine_decided_each), and
+ * so does the etcd backend's held asker (coord_decided). The caller is
+ * answered with the row that won, which is not its own when another
+ * writer was first (superseded).
+ */
+#ifndef DETD_COMMIT_H
+#define DETD_COMMIT_H
+
+#include <stdint.h>
+
+#include "cluster/cluster.h"
+#include "core/decision.h"
+#include "io/rpc.h"
+
+struct daemon;
+
+/* How the committer's call is answered with the winning row. */
+typedef enum commit_answer {
+    COMMIT_ANSWER_REPORT = 1, /* ReportResponse (superseded if not ours) */
+    COMMIT_ANSWER_DECIDE = 2, /* DecideResponse, DECIDED (kept hot) */
+} commit_answer;
+
+typedef struct commit_state commit_state;
+
+/* Create the etcd backend's table of commits in flight; *ret owned by
+ * the caller (commit_state_free()). Returns 0 or DETD_ENOMEM. */
+int commit_state_new(commit_state **ret);
+
+/* Free it; commit_drain() answered what was in flight. NULL: no-op. */
+void commit_state_free(commit_state *s);
+
+/*
+ * Commit row (borrowed for the call) and answer call as how says. what
+ * names the entry in the log line of a table or import commit ("t.json
+ * \"kernel\" \"key\""); NULL for a timing rank's report. deadline_ms is
+ * when the call must be answered by (the etcd commit's deadline).
+ */
+void commit_decision(struct daemon *d, rpc_call *call, commit_answer how,
+                     const struct decision *row, const char *what,
+                     int64_t deadline_ms);
+
+/* A cluster event of kind CLUSTER_EV_COMMITTED or CLUSTER_EV_DECISION:
+ * store the decision, release its waiters, answer the committer. */
+void commit_cluster_event(struct daemon *d, const struct cluster_event *ev);
+
+/* Fail every commit in flight UNAVAILABLE (drain). */
+void commit_drain(struct daemon *d);
+
+/*
+ * Log a decision just committed to this daemon's store, once, at info
+ * level, with its fields. origin: the node that committed it ("local"
+ * for the local backend); via: how this daemon learned it ("report",
+ * "committed here", "watch", ...). Everything is borrowed.
+ */
+void commit_log_decision(const struct decision *r, const char *origin,
+                         const char *via);
+
+#endif /* DETD_COMMIT_H */

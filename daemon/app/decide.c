@@ -1,0 +1,567 @@
+/*
+ * decide: the Decider methods and the engine's events (see decide.h).
+ */
+#define _GNU_SOURCE
+#include "app/decide.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "app/commit.h"
+#include "app/coord.h"
+#include "app/daemon.h"
+#include "app/imports.h"
+#include "app/reply.h"
+#include "app/validate.h"
+#include "app/waiters.h"
+#include "clock.h"
+#include "detd/client.h"
+#include "detd/error.h"
+
+/* ---- deadlines -------------------------------------------------------- */
+
+static int64_t wait_deadline(const rpc_call *call, uint32_t wait_ms,
+                             int64_t now) {
+    int64_t dl = rpc_call_deadline_ms(call);
+    /* Answer TIMEOUT a little before gRPC would cut the call off. */
+    if (dl != INT64_MAX)
+        dl -= 20;
+    if (wait_ms > 0 && now + wait_ms < dl)
+        dl = now + wait_ms;
+    if (now + DAEMON_MAX_WAIT_MS < dl)
+        dl = now + DAEMON_MAX_WAIT_MS;
+    return dl;
+}
+
+/* ---- sessions -------------------------------------------------------- */
+
+static struct session *session_find(struct daemon *d, uint64_t id) {
+    for (size_t i = 0; i < d->nsessions; i++)
+        if (d->sessions[i]->id == id)
+            return d->sessions[i];
+    return NULL;
+}
+
+static struct session *session_by_call(struct daemon *d, rpc_call *call,
+                                       size_t *ret_index) {
+    for (size_t i = 0; i < d->nsessions; i++) {
+        if (d->sessions[i]->call == call) {
+            *ret_index = i;
+            return d->sessions[i];
+        }
+    }
+    return NULL;
+}
+
+/* See decide.h. */
+void decide_attach(struct daemon *d, struct rpc_event *ev) {
+    Detd__V1__AttachRequest *req = (Detd__V1__AttachRequest *)ev->msg;
+    if (d->draining) {
+        rpc_fail(ev->call, RPC_UNAVAILABLE, "daemon is shutting down");
+        goto free_msg;
+    }
+    if (validate_identity(ev->call, req->client) != 0) {
+        d->counters.rejected++;
+        goto free_msg;
+    }
+    if (d->nsessions >= d->cfg->max_clients) {
+        d->counters.busy++;
+        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED,
+                 "attached clients limit (%u) reached", d->cfg->max_clients);
+        goto free_msg;
+    }
+    if (d->nsessions == d->capsessions) {
+        size_t cap = d->capsessions ? d->capsessions * 2 : 64;
+        struct session **s = realloc(d->sessions, cap * sizeof(*s));
+        if (s == NULL)
+            goto oom;
+        d->sessions = s;
+        d->capsessions = cap;
+    }
+    struct session *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        goto oom;
+    s->id = ++d->next_session;
+    s->call = ev->call; /* keeps the REQUEST reference until the end */
+    s->req = req;
+    s->attached_at_ms = clock_unix_ms();
+    d->sessions[d->nsessions++] = s;
+    engine_session_attach(d->engine, s->id, clock_mono_ms());
+    const Detd__V1__ClientIdentity *c = req->client;
+    log_debug("attach session %" PRIu64 ": host %s pid %d rank %d", s->id,
+              c ? c->host : "?", c ? c->pid : -1, c ? c->rank : -1);
+    Detd__V1__AttachEvent ae = DETD__V1__ATTACH_EVENT__INIT;
+    ae.api_version = DETD_API_VERSION;
+    ae.session_id = s->id;
+    ae.daemon_version = (char *)DETD_VERSION;
+    ae.namespace_ = (char *)d->cfg->ns;
+    ae.lease_ms = d->cfg->lease_ms;
+    rpc_stream_send(ev->call, &ae.base);
+    return;
+oom:
+    rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+free_msg:
+    protobuf_c_message_free_unpacked(ev->msg, NULL);
+}
+
+static void session_end(struct daemon *d, size_t index) {
+    struct session *s = d->sessions[index];
+    d->sessions[index] = d->sessions[--d->nsessions];
+    log_debug("session %" PRIu64 " ended", s->id);
+    engine_session_end(d->engine, s->id, clock_mono_ms());
+    if (d->coord != NULL)
+        coord_sweep(d->coord);
+    rpc_finish(s->call);
+    protobuf_c_message_free_unpacked(&s->req->base, NULL);
+    free(s);
+}
+
+/* ---- engine events ---------------------------------------------------- */
+
+/* See decide.h. */
+void decide_engine_event(void *ctx, const struct engine_event *ev) {
+    struct daemon *d = ctx;
+    struct pending *p = waiters_take(d->waiters, ev->token);
+    if (p == NULL)
+        return;
+    switch (ev->kind) {
+    case ENGINE_EV_DESIGNATE:
+        if (d->coord != NULL) {
+            /* The cluster claim decides whether it may time. */
+            p->claim_id = ev->claim_id;
+            p->takeover = ev->takeover;
+            p->deadline_ms =
+                wait_deadline(p->call, p->req->wait_ms, p->started_ms);
+            coord_hold(d->coord, p);
+            return;
+        }
+        log_info("claim %" PRIu64 " on %.12s passes to a waiter%s",
+                 ev->claim_id, ev->id, ev->takeover ? " (takeover)" : "");
+        reply_designated(d, p->call, p->id, ev->claim_id, ev->takeover,
+                         pending_waited(p));
+        break;
+    case ENGINE_EV_TIMEOUT: {
+        d->counters.wait_timeouts++;
+        if (d->coord != NULL && coord_etcd_trouble(d->coord, p->id)) {
+            rpc_fail(p->call, RPC_UNAVAILABLE,
+                     "etcd unreachable (%s): detd never decides a new key "
+                     "without etcd; key %.12s stays undecided (apply on_miss)",
+                     coord_etcd_error(d->coord), p->id);
+            break;
+        }
+        reply_timeout(p->call, pending_waited(p));
+        break;
+    }
+    case ENGINE_EV_RELEASE:
+        /* Releases go to commit.c's callback (engine_decided_each), which
+         * holds the row: one here means the engine was told "decided"
+         * without one. */
+        rpc_fail(p->call, RPC_INTERNAL, "decision released without row");
+        break;
+    }
+    pending_free(p);
+}
+
+/* ---- Decide ----------------------------------------------------------- */
+
+/*
+ * The table step: the entry of the tables for vk that names one of its
+ * live candidates (borrowed from *tr), or NULL for a miss (counted; a
+ * stale entry is a miss too).
+ */
+static const struct tables_considered *
+tables_find(struct daemon *d, const struct vkey *vk, struct tables_result *tr) {
+    const Detd__V1__DecisionKey *k = vk->k;
+    tables_lookup(d->tables, k->arch, k->kernel, k->key, k->table_key,
+                  (const char *const *)k->candidates, k->n_candidates, tr);
+    if (!tr->hit) {
+        d->counters.table_misses++;
+        if (tr->n_stale > 0) {
+            d->counters.table_stale++;
+            const struct tables_considered *c = &tr->considered[0];
+            log_debug("table entry %s \"%s\" \"%s\" -> %s is stale for %s "
+                      "key %s: not among the %zu candidates",
+                      c->file, c->kernel, c->key, c->config, k->kernel, k->key,
+                      k->n_candidates);
+        }
+        return NULL;
+    }
+    d->counters.table_hits++;
+    return &tr->considered[tr->n_considered - 1];
+}
+
+/*
+ * Commit config, the answer of a table or an imported entry for key vk,
+ * as a decision of source (DETD_SOURCE_TABLE or _IMPORT; file: the table
+ * file it came from) and answer call (a Decide) with the decision that
+ * won. Waiters on a timing pass for the key get it too (commit.c). what
+ * names the entry in the log line. Everything is borrowed.
+ */
+static void commit_entry(struct daemon *d, rpc_call *call,
+                         const struct vkey *vk, const char *config, int source,
+                         const char *file, const char *what) {
+    const Detd__V1__DecisionKey *k = vk->k;
+    struct decision row = {
+        .id = (char *)vk->id,
+        .ns = (char *)vk->ns,
+        .arch = k->arch,
+        .kernel = k->kernel,
+        .key = k->key ? k->key : "",
+        .candidates_fp = (char *)vk->fp,
+        .n_candidates = (int32_t)k->n_candidates,
+        .config = (char *)config,
+        .source = source,
+        .claim_id = 0,
+        .by_host = "",
+        .by_pid = 0,
+        .by_rank = -1,
+        .by_local_rank = -1,
+        .by_device = "",
+        .by_arch = "",
+        .triton_version = "",
+        .timings_json = "[]",
+        .table_file = (char *)file,
+        .decided_at_ms = clock_unix_ms(),
+    };
+    commit_decision(d, call, COMMIT_ANSWER_DECIDE, &row, what,
+                    wait_deadline(call, 0, clock_mono_ms()));
+}
+
+/* See decide.h. */
+int decide_fast(struct daemon *d, struct rpc_event *ev) {
+    if (ev->kind != RPC_EV_REQUEST || ev->method != RPC_DECIDE)
+        return 0;
+    Detd__V1__DecideRequest *req = (Detd__V1__DecideRequest *)ev->msg;
+    struct vkey vk;
+    uint8_t packed[HOTCACHE_MAX_ENTRY];
+    size_t npacked;
+    /* Quiet checks: anything wrong goes to the loop, which answers it. */
+    if (validate_identity(NULL, req->client) != 0 ||
+        validate_key(d->cfg->ns, NULL, req->key, &vk) != 0 ||
+        !hotcache_get(d->hot, vk.id, packed, sizeof(packed), &npacked))
+        return 0;
+    atomic_fetch_add(&d->fast_decide_hits, 1);
+    rpc_reply_packed(ev->call, packed, npacked);
+    protobuf_c_message_free_unpacked(ev->msg, NULL);
+    return 1;
+}
+
+/* See decide.h. */
+void decide_decide(struct daemon *d, struct rpc_event *ev) {
+    Detd__V1__DecideRequest *req = (Detd__V1__DecideRequest *)ev->msg;
+    struct vkey vk;
+    struct decision row;
+    d->counters.decide_calls++;
+    if (validate_identity(ev->call, req->client) != 0 ||
+        validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0) {
+        d->counters.rejected++;
+        goto free_msg;
+    }
+    /* The hot cache was asked on the rpc thread (decide_fast()). */
+    int rc = store_get_decision(d->store, vk.id, &row);
+    if (rc == 0) {
+        d->counters.decide_hits++;
+        reply_decided_cached(d->hot, ev->call, &row);
+        decision_clear(&row);
+        goto free_msg;
+    }
+    if (rc != DETD_ENOTFOUND) {
+        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        goto free_msg;
+    }
+    char what[512];
+    struct imports_result ir;
+    rc = imports_find(d, ev->call, vk.ns, vk.k, &ir);
+    if (rc < 0)
+        goto free_msg; /* answered */
+    if (rc > 0) {
+        const struct imports_entry *e = &ir.e[ir.n - 1];
+        d->counters.decide_hits++;
+        snprintf(what, sizeof what, "imported from %s \"%.200s\" \"%.200s\"",
+                 e->file, e->kernel, e->key);
+        commit_entry(d, ev->call, &vk, e->config, DETD_SOURCE_IMPORT, e->file,
+                     what);
+        imports_result_clear(&ir);
+        goto free_msg;
+    }
+    struct tables_result tr;
+    const struct tables_considered *te = tables_find(d, &vk, &tr);
+    if (te != NULL) {
+        d->counters.decide_hits++;
+        snprintf(what, sizeof what, "%s \"%.200s\" \"%.200s\"", te->file,
+                 te->kernel, te->key);
+        commit_entry(d, ev->call, &vk, te->config, DETD_SOURCE_TABLE, te->file,
+                     what);
+        goto free_msg;
+    }
+    if (req->no_claim) {
+        d->counters.decide_misses++;
+        reply_miss(ev->call);
+        goto free_msg;
+    }
+    if (d->draining) {
+        rpc_fail(ev->call, RPC_UNAVAILABLE, "daemon is shutting down");
+        goto free_msg;
+    }
+    uint64_t session =
+        session_find(d, req->session_id) != NULL ? req->session_id : 0;
+    int64_t now = clock_mono_ms();
+    uint64_t token = ++d->next_token;
+    uint64_t claim = 0;
+    rc = engine_ask(d->engine, vk.id, session, token,
+                    wait_deadline(ev->call, req->wait_ms, now), now, &claim);
+    if (rc == ENGINE_ASK_DESIGNATED && d->coord != NULL) {
+        struct pending *p = pending_new(token, ev->call, req, vk.id, now);
+        if (p == NULL) {
+            engine_release(d->engine, vk.id, claim, now);
+            rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+            goto free_msg;
+        }
+        p->claim_id = claim;
+        p->deadline_ms = wait_deadline(ev->call, req->wait_ms, now);
+        coord_hold(d->coord, p);
+        return; /* the call and the request stay with p */
+    }
+    if (rc == ENGINE_ASK_DESIGNATED) {
+        log_debug("designate session %" PRIu64 " claim %" PRIu64
+                  " for %s %.12s",
+                  session, claim, req->key->kernel, vk.id);
+        reply_designated(d, ev->call, vk.id, claim, 0, 0);
+        goto free_msg;
+    }
+    if (rc == ENGINE_ASK_WAIT) {
+        struct pending *p = pending_new(token, ev->call, req, vk.id, now);
+        if (p == NULL) {
+            engine_cancel(d->engine, token);
+            rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+            goto free_msg;
+        }
+        waiters_add(d->waiters, p);
+        d->counters.waits++;
+        return; /* the call and the request stay with the waiter */
+    }
+    if (rc == DETD_EBUSY) {
+        d->counters.busy++;
+        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED,
+                 "waiters limit (%u) or claims limit (%u) reached",
+                 d->cfg->max_waiters, d->cfg->max_claims);
+    } else {
+        rpc_fail(ev->call, RPC_INTERNAL, "engine: %s", detd_strerror(rc));
+    }
+free_msg:
+    protobuf_c_message_free_unpacked(ev->msg, NULL);
+}
+
+/* ---- Report ----------------------------------------------------------- */
+
+static char *timings_json(const Detd__V1__ReportRequest *req) {
+    json_t *arr = json_array();
+    for (size_t i = 0; i < req->n_timings; i++) {
+        const Detd__V1__CandidateTiming *t = req->timings[i];
+        json_t *ms = json_array();
+        for (size_t j = 0; j < t->n_ms; j++)
+            json_array_append_new(ms, isfinite(t->ms[j]) ? json_real(t->ms[j])
+                                                         : json_null());
+        json_array_append_new(arr,
+                              json_pack("{s:s, s:o, s:b}", "config", t->config,
+                                        "ms", ms, "failed", t->failed));
+    }
+    char *s = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    return s;
+}
+
+/* See decide.h. */
+void decide_report(struct daemon *d, struct rpc_event *ev) {
+    Detd__V1__ReportRequest *req = (Detd__V1__ReportRequest *)ev->msg;
+    struct vkey vk;
+    d->counters.reports++;
+    if (validate_identity(ev->call, req->client) != 0 ||
+        validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0 ||
+        validate_str(ev->call, "triton_version", req->triton_version,
+                     DAEMON_MAX_IDENTITY_STRING, 0) != 0) {
+        d->counters.rejected++;
+        goto free_msg;
+    }
+    if (req->n_timings == 0 || req->n_timings > DETD_MAX_CANDIDATES) {
+        d->counters.rejected++;
+        rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
+                 "timings has %zu entries: must be 1 to %d", req->n_timings,
+                 DETD_MAX_CANDIDATES);
+        goto free_msg;
+    }
+    for (size_t i = 0; i < req->n_timings; i++) {
+        const Detd__V1__CandidateTiming *t = req->timings[i];
+        if (t->n_ms > DAEMON_MAX_TIMING_SAMPLES) {
+            d->counters.rejected++;
+            rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
+                     "timings[%zu].ms has %zu samples, over the limit of %d", i,
+                     t->n_ms, DAEMON_MAX_TIMING_SAMPLES);
+            goto free_msg;
+        }
+        if (!validate_has_candidate(vk.k, t->config)) {
+            d->counters.rejected++;
+            rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
+                     "timings[%zu].config '%.200s' is not one of the "
+                     "key's candidates",
+                     i, t->config);
+            goto free_msg;
+        }
+    }
+
+    struct decision existing;
+    if (engine_report(d->engine, vk.id, req->claim_id) !=
+        ENGINE_REPORT_ACCEPT) {
+        /* Stale or repeated: the decision, if any, stands as it is. */
+        int rc = store_get_decision(d->store, vk.id, &existing);
+        if (rc == 0) {
+            int repeat = existing.claim_id == req->claim_id;
+            if (repeat)
+                d->counters.reports_repeated++;
+            else
+                d->counters.reports_stale++;
+            reply_report(ev->call, &existing, !repeat);
+            decision_clear(&existing);
+        } else {
+            d->counters.reports_stale++;
+            rpc_fail(ev->call, RPC_FAILED_PRECONDITION,
+                     "claim %" PRIu64 " is no longer held for this key "
+                     "(it passed to another rank): ask again",
+                     req->claim_id);
+        }
+        goto free_msg;
+    }
+
+    struct engine_timing *et = calloc(req->n_timings, sizeof(*et));
+    if (et == NULL) {
+        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto free_msg;
+    }
+    for (size_t i = 0; i < req->n_timings; i++) {
+        et[i].config = req->timings[i]->config;
+        et[i].ms = req->timings[i]->ms;
+        et[i].n_ms = req->timings[i]->n_ms;
+        et[i].failed = req->timings[i]->failed;
+    }
+    int w = engine_pick_winner(et, req->n_timings,
+                               (const char *const *)vk.k->candidates,
+                               vk.k->n_candidates);
+    free(et);
+    if (w < 0) {
+        d->counters.rejected++;
+        rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
+                 "timings: no candidate has a valid timing (all failed, "
+                 "empty or not finite)");
+        goto free_msg;
+    }
+    const Detd__V1__ClientIdentity *c = req->client;
+    char *tj = timings_json(req);
+    struct decision row = {
+        .id = vk.id,
+        .ns = (char *)vk.ns,
+        .arch = vk.k->arch,
+        .kernel = vk.k->kernel,
+        .key = vk.k->key ? vk.k->key : "",
+        .candidates_fp = vk.fp,
+        .n_candidates = (int32_t)vk.k->n_candidates,
+        .config = req->timings[w]->config,
+        .source = DETD_SOURCE_TIMED,
+        .claim_id = req->claim_id,
+        .by_host = c ? c->host : "",
+        .by_pid = c ? c->pid : 0,
+        .by_rank = c ? c->rank : -1,
+        .by_local_rank = c ? c->local_rank : -1,
+        .by_device = c ? c->device_name : "",
+        .by_arch = c ? c->arch : "",
+        .triton_version = req->triton_version,
+        .timings_json = tj,
+        .table_file = "",
+        .decided_at_ms = clock_unix_ms(),
+    };
+    commit_decision(d, ev->call, COMMIT_ANSWER_REPORT, &row, NULL,
+                    wait_deadline(ev->call, 0, clock_mono_ms()));
+    free(tj);
+free_msg:
+    protobuf_c_message_free_unpacked(ev->msg, NULL);
+}
+
+/* ---- Observe ---------------------------------------------------------- */
+
+/* See decide.h. */
+void decide_observe(struct daemon *d, struct rpc_event *ev) {
+    Detd__V1__ObserveRequest *req = (Detd__V1__ObserveRequest *)ev->msg;
+    struct vkey vk;
+    d->counters.observes++;
+    if (validate_identity(ev->call, req->client) != 0 ||
+        validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0 ||
+        validate_str(ev->call, "config", req->config, DAEMON_MAX_CONFIG, 1) !=
+            0) {
+        d->counters.rejected++;
+        goto free_msg;
+    }
+    const Detd__V1__ClientIdentity *c = req->client;
+    struct store_observation o = {
+        .id = vk.id,
+        .ns = vk.ns,
+        .arch = vk.k->arch,
+        .kernel = vk.k->kernel,
+        .key = vk.k->key ? vk.k->key : "",
+        .config = req->config,
+        .source = (int32_t)req->source,
+        .governed = req->governed,
+        .chaos = req->chaos,
+        .host = c ? c->host : "",
+        .pid = c ? c->pid : 0,
+        .rank = c ? c->rank : -1,
+        .local_rank = c ? c->local_rank : -1,
+        .device = c ? c->device_name : "",
+        .at_ms = clock_unix_ms(),
+    };
+    if (store_put_observations(d->store, &o, 1) != 0) {
+        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        goto free_msg;
+    }
+    Detd__V1__ObserveResponse resp = DETD__V1__OBSERVE_RESPONSE__INIT;
+    resp.api_version = DETD_API_VERSION;
+    rpc_reply(ev->call, &resp.base);
+free_msg:
+    protobuf_c_message_free_unpacked(ev->msg, NULL);
+}
+
+/* ---- end of calls ----------------------------------------------------- */
+
+/* See decide.h. */
+void decide_closed(struct daemon *d, struct rpc_event *ev) {
+    if (ev->method == RPC_ATTACH) {
+        size_t i;
+        if (session_by_call(d, ev->call, &i) != NULL)
+            session_end(d, i);
+    } else if (ev->method == RPC_DECIDE) {
+        struct pending *p = waiters_take_call(d->waiters, ev->call);
+        if (p != NULL && p->held) {
+            coord_held_cancelled(d->coord, p);
+        } else if (p != NULL) {
+            engine_cancel(d->engine, p->token);
+            rpc_fail(p->call, RPC_CANCELLED, "cancelled by the client");
+            pending_free(p);
+        }
+    }
+    rpc_call_unref(ev->call);
+}
+
+/* See decide.h. */
+void decide_drain(struct daemon *d) {
+    struct pending *p;
+    while ((p = waiters_take_any(d->waiters)) != NULL) {
+        engine_cancel(d->engine, p->token);
+        rpc_fail(p->call, RPC_UNAVAILABLE, "daemon is shutting down");
+        pending_free(p);
+    }
+    while (d->nsessions > 0)
+        session_end(d, d->nsessions - 1);
+}

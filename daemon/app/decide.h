@@ -1,0 +1,47 @@
+/*
+ * decide: the methods of detd.v1.Decider (Attach, Decide, Report,
+ * Observe) and the engine's events, on the loop thread.
+ *
+ * Resolution order for Decide: the decision store, then the imported
+ * entries, then the tables (both committed by commit.c like a report),
+ * then a claim from the engine: the first asker times the candidates,
+ * the others wait (waiters.c) until the decision is committed or the
+ * claim passes to them. With the etcd backend a local designation is
+ * held until this node holds the cluster claim (coord.c).
+ *
+ * Each method handler consumes its event: it answers the call (now or,
+ * for a waiter, later) and frees the request.
+ */
+#ifndef DETD_DECIDE_H
+#define DETD_DECIDE_H
+
+#include "core/engine.h"
+#include "io/rpc.h"
+
+struct daemon;
+
+void decide_attach(struct daemon *d, struct rpc_event *ev);
+void decide_decide(struct daemon *d, struct rpc_event *ev);
+void decide_report(struct daemon *d, struct rpc_event *ev);
+void decide_observe(struct daemon *d, struct rpc_event *ev);
+
+/*
+ * The rpc thread's fast path for Decide on a key whose packed answer is in
+ * the hot cache: validate quietly, copy the answer, reply, and free the
+ * request, without the hop to the loop. Returns 1 when it answered (ev is
+ * consumed), 0 to queue ev for the loop as usual (anything else: a miss,
+ * an invalid request, another method). Touches only thread-safe state.
+ */
+int decide_fast(struct daemon *d, struct rpc_event *ev);
+
+/* A call ended (RPC_EV_CLOSED): end its session (Attach) or drop its
+ * waiter (Decide). Releases the event's call reference. */
+void decide_closed(struct daemon *d, struct rpc_event *ev);
+
+/* The engine's event callback (ctx: the daemon). */
+void decide_engine_event(void *ctx, const struct engine_event *ev);
+
+/* Answer every waiter UNAVAILABLE and end every session (drain). */
+void decide_drain(struct daemon *d);
+
+#endif /* DETD_DECIDE_H */

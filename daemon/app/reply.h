@@ -1,0 +1,41 @@
+/*
+ * reply: the answers of Decide and Report, built in one place (loop
+ * thread). Everything is borrowed for the call; each function answers
+ * call once (its request reference is released by the rpc adapter).
+ */
+#ifndef DETD_REPLY_H
+#define DETD_REPLY_H
+
+#include <stdint.h>
+
+#include "core/decision.h"
+#include "core/hotcache.h"
+#include "io/rpc.h"
+
+struct daemon;
+
+/* DECIDED with decision r, after waiting waited_ms. */
+void reply_decided(rpc_call *call, const struct decision *r,
+                   uint32_t waited_ms);
+
+/* DECIDED with r (no wait), packed once and kept in hot for the rpc
+ * thread's answers to the next askers of the key. */
+void reply_decided_cached(hotcache *hot, rpc_call *call,
+                          const struct decision *r);
+
+/* DESIGNATED for decision id with claim (takeover: it passed from another
+ * rank), counted in d's designations (and takeovers). */
+void reply_designated(struct daemon *d, rpc_call *call, const char *id,
+                      uint64_t claim, int takeover, uint32_t waited_ms);
+
+/* TIMEOUT after waited_ms: nobody decided in time (apply on_miss). */
+void reply_timeout(rpc_call *call, uint32_t waited_ms);
+
+/* MISS: a no_claim ask that found nothing. */
+void reply_miss(rpc_call *call);
+
+/* A Report's answer: the decision that stands (superseded: not the
+ * reporter's). */
+void reply_report(rpc_call *call, const struct decision *r, int superseded);
+
+#endif /* DETD_REPLY_H */

@@ -1,0 +1,102 @@
+/*
+ * validate: request checks (see validate.h).
+ */
+#include "app/validate.h"
+
+#include <string.h>
+
+#include "config/limits.h"
+#include "detd/client.h"
+
+/* Answer call with an error; with call NULL say nothing. */
+#define VFAIL(call, ...)                                                       \
+    do {                                                                       \
+        if ((call) != NULL)                                                    \
+            rpc_fail((call), __VA_ARGS__);                                     \
+    } while (0)
+
+/* See validate.h. */
+int validate_str(rpc_call *call, const char *what, const char *s, size_t max,
+                 int required) {
+    size_t n = s != NULL ? strlen(s) : 0;
+    if (required && n == 0) {
+        VFAIL(call, RPC_INVALID_ARGUMENT, "%s is required", what);
+        return -1;
+    }
+    if (n > max) {
+        VFAIL(call, RPC_INVALID_ARGUMENT,
+              "%s is %zu bytes, over the limit of %zu bytes", what, n, max);
+        return -1;
+    }
+    return 0;
+}
+
+/* See validate.h. */
+int validate_identity(rpc_call *call, const Detd__V1__ClientIdentity *c) {
+    if (c == NULL)
+        return 0;
+    const char *f[] = {c->host, c->device_name, c->arch, c->client_version,
+                       c->job};
+    const char *names[] = {"client.host", "client.device_name", "client.arch",
+                           "client.client_version", "client.job"};
+    for (int i = 0; i < 5; i++)
+        if (validate_str(call, names[i], f[i], DAEMON_MAX_IDENTITY_STRING, 0))
+            return -1;
+    return 0;
+}
+
+/* See validate.h. */
+int validate_key(const char *default_ns, rpc_call *call,
+                 const Detd__V1__DecisionKey *k, struct vkey *ret) {
+    if (k == NULL) {
+        VFAIL(call, RPC_INVALID_ARGUMENT, "key is required");
+        return -1;
+    }
+    if (validate_str(call, "key.namespace", k->namespace_, DAEMON_MAX_NAMESPACE,
+                     0) ||
+        validate_str(call, "key.arch", k->arch, DAEMON_MAX_ARCH, 1) ||
+        validate_str(call, "key.kernel", k->kernel, DAEMON_MAX_KERNEL, 1) ||
+        validate_str(call, "key.key", k->key, DETD_MAX_KEY_BYTES, 0) ||
+        validate_str(call, "key.table_key", k->table_key, DETD_MAX_KEY_BYTES,
+                     0))
+        return -1;
+    if (k->n_candidates == 0) {
+        VFAIL(call, RPC_INVALID_ARGUMENT,
+              "key.candidates is empty: at least one config is required");
+        return -1;
+    }
+    if (k->n_candidates > DETD_MAX_CANDIDATES) {
+        VFAIL(call, RPC_INVALID_ARGUMENT,
+              "key.candidates has %zu configs, over the limit of %d",
+              k->n_candidates, DETD_MAX_CANDIDATES);
+        return -1;
+    }
+    for (size_t i = 0; i < k->n_candidates; i++) {
+        size_t n = strlen(k->candidates[i]);
+        if (n == 0 || n > DAEMON_MAX_CONFIG) {
+            VFAIL(call, RPC_INVALID_ARGUMENT,
+                  "key.candidates[%zu] is %zu bytes: must be 1 to %d", i, n,
+                  DAEMON_MAX_CONFIG);
+            return -1;
+        }
+    }
+    ret->k = k;
+    ret->ns = k->namespace_ != NULL && k->namespace_[0] != '\0' ? k->namespace_
+                                                                : default_ns;
+    if (keyid_candidates_fp((const char *const *)k->candidates, k->n_candidates,
+                            ret->fp) != 0) {
+        VFAIL(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    keyid_decision_id(ret->ns, k->arch, k->kernel, k->key ? k->key : "",
+                      ret->fp, ret->id);
+    return 0;
+}
+
+/* See validate.h. */
+int validate_has_candidate(const Detd__V1__DecisionKey *k, const char *config) {
+    for (size_t i = 0; i < k->n_candidates; i++)
+        if (strcmp(k->candidates[i], config) == 0)
+            return 1;
+    return 0;
+}

@@ -1,0 +1,48 @@
+/*
+ * validate: the request checks shared by every method that takes a key
+ * or a client identity (Decide, Report, Observe, Vote, ...), on the loop
+ * thread or, quietly, on the rpc thread.
+ *
+ * Each check returns 0, or -1 after answering call INVALID_ARGUMENT (or
+ * RESOURCE_EXHAUSTED) with a message naming the field. With call NULL
+ * (the rpc thread's fast path, which leaves every error to the loop) a
+ * failing check answers nothing.
+ */
+#ifndef DETD_VALIDATE_H
+#define DETD_VALIDATE_H
+
+#include <stddef.h>
+
+#include "core/keyid.h"
+#include "detd.pb-c.h"
+#include "io/rpc.h"
+
+/* A key after validation, with its fingerprint and decision id. ns and k
+ * borrow from the request (or the daemon's namespace). */
+struct vkey {
+    const char *ns;
+    const Detd__V1__DecisionKey *k;
+    char fp[KEYID_HEX_LEN + 1];
+    char id[KEYID_HEX_LEN + 1];
+};
+
+/* s (may be NULL: empty) is at most max bytes, and not empty when
+ * required; what names the field in the error. */
+int validate_str(rpc_call *call, const char *what, const char *s, size_t max,
+                 int required);
+
+/* Every string of the client identity (NULL: none) is within its cap. */
+int validate_identity(rpc_call *call, const Detd__V1__ClientIdentity *c);
+
+/*
+ * Check key k (arch, kernel, key, candidates and their caps) and compute
+ * its candidate fingerprint and decision id into *ret. default_ns is the
+ * daemon's namespace, used when the key names none (borrowed by ret).
+ */
+int validate_key(const char *default_ns, rpc_call *call,
+                 const Detd__V1__DecisionKey *k, struct vkey *ret);
+
+/* 1 when config is one of k's candidates, else 0. */
+int validate_has_candidate(const Detd__V1__DecisionKey *k, const char *config);
+
+#endif /* DETD_VALIDATE_H */
