@@ -1,5 +1,6 @@
 /* wire: the gRPC adapter of the client side. See wire.h. */
 #define _GNU_SOURCE
+#include "grpc_unary.h"
 #include "wire.h"
 #include "clock.h"
 
@@ -289,28 +290,12 @@ static int channel_new(const char *target, int use_tls, const char *ca,
 
 /* Read a PEM file (capped at 1 MiB) into a NUL-terminated heap string. */
 static int read_pem_file(const char *path, char **ret) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        int e = errno;
-        wire_set_error("read '%s': %s", path, strerror(e));
-        return -e;
-    }
-    size_t cap = 1024 * 1024;
-    char *buf = malloc(cap + 1);
-    if (buf == NULL) {
-        fclose(f);
-        return DETD_ENOMEM;
-    }
-    size_t n = fread(buf, 1, cap + 1, f);
-    fclose(f);
-    if (n > cap) {
-        free(buf);
+    int rc = grpc_unary_read_pem(path, ret);
+    if (rc == DETD_ELIMIT)
         wire_set_error("read '%s': larger than 1 MiB", path);
-        return DETD_ELIMIT;
-    }
-    buf[n] = '\0';
-    *ret = buf;
-    return 0;
+    else if (rc < 0 && rc != DETD_ENOMEM)
+        wire_set_error("read '%s': %s", path, strerror(-rc));
+    return rc;
 }
 
 int wire_channel_new(const char *target, struct wire_channel **ret) {
@@ -504,17 +489,15 @@ int wire_unpack(void *buffer, const ProtobufCMessageDescriptor *desc,
 }
 
 /* Keep the status details of a failed call as this thread's error. */
-static int wire_status_err_(grpc_status_code status, grpc_slice details,
+static int wire_status_err_(grpc_status_code status, const char *msg,
                             const char *method) {
-    char *msg = grpc_slice_to_c_string(details);
     int err = wire_status_to_err(status, msg);
     if (err < 0) {
-        if (msg != NULL && msg[0] != '\0')
+        if (msg[0] != '\0')
             wire_set_error("%s", msg);
         else
             wire_set_error("%s: %s", method, detd_strerror(err));
     }
-    gpr_free(msg);
     return err;
 }
 
@@ -529,88 +512,43 @@ static grpc_call *wire_call_new_(struct wire_channel *ch,
     return call;
 }
 
+static void wire_yield_cb_(void *ctx) {
+    (void)ctx;
+    wire_gate_yield_();
+}
+
 static int wire_unary_impl_(struct wire_channel *ch, const char *method,
                             const ProtobufCMessage *req,
                             const ProtobufCMessageDescriptor *resp_desc,
                             int64_t timeout_ms, ProtobufCMessage **ret_resp) {
-    grpc_byte_buffer *send_buf = NULL, *recv_buf = NULL;
-    grpc_completion_queue *cq = NULL;
-    grpc_call *call = NULL;
-    grpc_metadata_array initial_md, trailing_md;
-    grpc_status_code status = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
+    grpc_byte_buffer *send_buf = NULL;
+    struct grpc_unary_result res = {.resp = NULL};
     int rc;
 
     wire_set_error(NULL);
-    grpc_metadata_array_init(&initial_md);
-    grpc_metadata_array_init(&trailing_md);
     rc = wire_pack(req, (void **)&send_buf);
     if (rc < 0)
         goto out;
-    cq = grpc_completion_queue_create_for_pluck(NULL);
-    if (cq == NULL) {
-        rc = DETD_ENOMEM;
+    /* Wait in slices, stepping out of gRPC between them for a fork. */
+    rc = grpc_unary_call(ch->channel, method, send_buf, NULL, 0,
+                         wire_deadline_(timeout_ms), wire_yield_cb_, NULL,
+                         WIRE_SLICE_MS, &res);
+    if (rc < 0) {
+        if (res.details[0] != '\0')
+            wire_set_error("%s", res.details);
         goto out;
     }
-    call = wire_call_new_(ch, cq, method, wire_deadline_(timeout_ms));
-    if (call == NULL) {
-        rc = DETD_ENOMEM;
-        goto out;
-    }
-
-    grpc_op ops[6];
-    memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = send_buf;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &recv_buf;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
-    ops[5].data.recv_status_on_client.status = &status;
-    ops[5].data.recv_status_on_client.status_details = &details;
-    void *tag = (void *)(intptr_t)1;
-    if (grpc_call_start_batch(call, ops, 6, tag, NULL) != GRPC_CALL_OK) {
-        wire_set_error("%s: cannot start the call", method);
-        rc = DETD_EINTERNAL;
-        goto out;
-    }
-    grpc_event ev;
-    for (;;) {
-        ev = grpc_completion_queue_pluck(cq, tag, wire_deadline_(WIRE_SLICE_MS),
-                                         NULL);
-        if (ev.type != GRPC_QUEUE_TIMEOUT)
-            break;
-        wire_gate_yield_();
-    }
-    if (ev.type != GRPC_OP_COMPLETE) {
-        wire_set_error("%s: completion queue failed", method);
-        rc = DETD_EINTERNAL;
-        goto out;
-    }
-    rc = wire_status_err_(status, details, method);
+    rc = wire_status_err_(res.code, res.details, method);
     if (rc < 0)
         goto out;
-    if (recv_buf == NULL) {
+    if (res.resp == NULL) {
         wire_set_error("%s: the daemon sent no response", method);
         rc = DETD_EPROTO;
         goto out;
     }
-    rc = wire_unpack(recv_buf, resp_desc, ret_resp);
+    rc = wire_unpack(res.resp, resp_desc, ret_resp);
 out:
-    if (call != NULL)
-        grpc_call_unref(call);
-    if (cq != NULL) {
-        grpc_completion_queue_shutdown(cq);
-        grpc_completion_queue_destroy(cq);
-    }
-    grpc_slice_unref(details);
-    grpc_metadata_array_destroy(&initial_md);
-    grpc_metadata_array_destroy(&trailing_md);
-    wire_buffer_free(recv_buf);
+    wire_buffer_free(res.resp);
     wire_buffer_free(send_buf);
     return rc;
 }
@@ -808,8 +746,12 @@ static void wire_stream_next_impl_(struct wire_stream *s, int64_t deadline_ms,
         s->status_pending = 0;
         ret_ev->kind = WIRE_EV_CLOSED;
         ret_ev->err = s->local_err;
-        if (ret_ev->err == 0)
-            ret_ev->err = wire_status_err_(s->status, s->details, "stream");
+        if (ret_ev->err == 0) {
+            char *msg = grpc_slice_to_c_string(s->details);
+            ret_ev->err =
+                wire_status_err_(s->status, msg != NULL ? msg : "", "stream");
+            gpr_free(msg);
+        }
         /* A stream that ends "OK" still ended. */
         if (ret_ev->err == 0)
             ret_ev->err = DETD_EUNAVAILABLE;

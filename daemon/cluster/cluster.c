@@ -31,7 +31,7 @@
 #include "detd/error.h"
 #include "strfmt.h"
 #include "core/keyid.h"
-#include "io/rpc.h"
+#include "grpc_unary.h"
 
 #define CLUSTER_WORKERS 4
 #define CLUSTER_BACKOFF_MS 200
@@ -270,21 +270,6 @@ static int64_t wait_lease(cluster *c, int64_t deadline_ms) {
     return id;
 }
 
-/* The writer id stored in a value ("" if none). */
-static int value_writer(const unsigned char *v, size_t n, char *buf,
-                        size_t cap) {
-    json_error_t je;
-    json_t *o = json_loadb((const char *)v, n, 0, &je);
-    buf[0] = '\0';
-    if (o == NULL)
-        return -1;
-    const char *w = json_string_value(json_object_get(o, "writer"));
-    if (w != NULL)
-        snprintf(buf, cap, "%s", w);
-    json_decref(o);
-    return 0;
-}
-
 /* Our writer prefix followed by '/' (or the end): this process wrote it. */
 static int is_mine(const cluster *c, const char *writer) {
     size_t n = strlen(c->writer);
@@ -303,7 +288,7 @@ static void release_claim(cluster *c, const char *id, int64_t deadline_ms) {
         note(c, err, "release claim");
         if (err == 0) {
             char w[512];
-            value_writer(kv.value, kv.value_len, w, sizeof(w));
+            cluster_value_writer(kv.value, kv.value_len, w, sizeof(w));
             etcd_kv_clear(&kv);
             if (!is_mine(c, w))
                 break;
@@ -340,7 +325,7 @@ static void do_claim(cluster *c, struct job *j) {
         note(c, err, "claim");
         if (err == 0) {
             char w[512];
-            value_writer(r.kv.value, r.kv.value_len, w, sizeof(w));
+            cluster_value_writer(r.kv.value, r.kv.value_len, w, sizeof(w));
             int mine = r.won || r.same_value || is_mine(c, w);
             if (!mine) {
                 post(c, CLUSTER_EV_CLAIM_LOST, j->id, 0, 0, r.kv.value,
@@ -398,10 +383,10 @@ static void do_commit(cluster *c, struct job *j) {
         note(c, err, "commit");
         if (err == 0) {
             char w[512];
-            value_writer(r.kv.value, r.kv.value_len, w, sizeof(w));
+            cluster_value_writer(r.kv.value, r.kv.value_len, w, sizeof(w));
             char mine[512];
-            value_writer((const unsigned char *)j->value, j->value_len, mine,
-                         sizeof(mine));
+            cluster_value_writer((const unsigned char *)j->value, j->value_len,
+                                 mine, sizeof(mine));
             int won = r.won || r.same_value || strcmp(w, mine) == 0;
             post(c, CLUSTER_EV_COMMITTED, j->id, 0, won, r.kv.value,
                  r.kv.value_len, 0, j->cookie);
@@ -457,7 +442,7 @@ static void do_fanout(cluster *c, struct job *j) {
         memcpy(nodes, c->nodes, n * sizeof(*nodes));
         pthread_mutex_unlock(&c->mu);
     }
-    struct rpc_client_tls tls = {c->peer_ca, c->peer_cert, c->peer_key};
+    struct grpc_unary_tls tls = {c->peer_ca, c->peer_cert, c->peer_key};
     int use_tls = c->peer_ca != NULL || c->peer_cert != NULL;
     for (size_t i = 0; i < n; i++) {
         const struct cluster_node *nd = &nodes[i];
@@ -472,9 +457,9 @@ static void do_fanout(cluster *c, struct job *j) {
         void *resp = NULL;
         size_t rlen = 0;
         char *err = NULL;
-        int rc = rpc_client_unary(nd->listen, j->method, j->value, j->value_len,
-                                  use_tls ? &tls : NULL, j->deadline_ms, &resp,
-                                  &rlen, &err);
+        int rc = grpc_unary_oneshot(nd->listen, j->method, j->value,
+                                    j->value_len, use_tls ? &tls : NULL,
+                                    j->deadline_ms, &resp, &rlen, &err);
         if (rc == 0)
             post_peer(c, nd->node_id, 0, resp, rlen, j->cookie);
         else
@@ -702,11 +687,6 @@ struct nodes_ctx {
     size_t plen;
 };
 
-static void copy_str(char *dst, size_t cap, json_t *o, const char *name) {
-    const char *s = json_string_value(json_object_get(o, name));
-    snprintf(dst, cap, "%s", s != NULL ? s : "");
-}
-
 static int nodes_cb(const struct etcd_kv *kv, void *arg) {
     struct nodes_ctx *x = arg;
     if (x->n >= CLUSTER_MAX_NODES)
@@ -714,16 +694,7 @@ static int nodes_cb(const struct etcd_kv *kv, void *arg) {
     struct cluster_node *n = &x->v[x->n];
     memset(n, 0, sizeof(*n));
     snprintf(n->node_id, sizeof(n->node_id), "%s", kv->key + x->plen);
-    json_error_t je;
-    json_t *o = json_loadb((const char *)kv->value, kv->value_len, 0, &je);
-    if (o != NULL) {
-        copy_str(n->listen, sizeof(n->listen), o, "listen");
-        copy_str(n->socket, sizeof(n->socket), o, "socket");
-        copy_str(n->version, sizeof(n->version), o, "version");
-        n->pid = (int32_t)json_integer_value(json_object_get(o, "pid"));
-        n->started_at_ms = json_integer_value(json_object_get(o, "started"));
-        json_decref(o);
-    }
+    cluster_node_decode((const char *)kv->value, kv->value_len, n);
     x->n++;
     return 0;
 }
@@ -848,13 +819,9 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
         fclose(ur);
     }
     nonce ^= (unsigned)clock_unix_ms();
-    json_t *nv = json_pack(
-        "{s:s, s:s, s:s, s:i, s:I, s:s}", "node", opt->node_id, "listen",
-        opt->listen != NULL ? opt->listen : "", "socket",
-        opt->socket_path != NULL ? opt->socket_path : "", "pid", (int)getpid(),
-        "started", (json_int_t)clock_unix_ms(), "version", DETD_VERSION);
-    c->node_value = nv != NULL ? json_dumps(nv, JSON_COMPACT) : NULL;
-    json_decref(nv);
+    c->node_value =
+        cluster_node_encode(opt->node_id, opt->listen, opt->socket_path,
+                            (int)getpid(), clock_unix_ms(), DETD_VERSION);
     c->nodes = calloc(CLUSTER_MAX_NODES, sizeof(*c->nodes));
     c->endpoints = strdup(opt->endpoints);
     if (opt->peer_ca != NULL)
@@ -1009,8 +976,6 @@ void cluster_get_status(cluster *c, struct cluster_status *ret) {
     pthread_mutex_unlock(&c->mu);
 }
 
-/* ---- decision values ---- */
-
 /* See cluster.h. */
 int cluster_commit(cluster *c, const struct decision *r, uint64_t claim_id,
                    int64_t deadline_ms, uint64_t cookie) {
@@ -1018,29 +983,10 @@ int cluster_commit(cluster *c, const struct decision *r, uint64_t claim_id,
         return DETD_EINVAL;
     char writer[512];
     snprintf(writer, sizeof(writer), "%s/%" PRIu64, c->writer, claim_id);
-#define S(x) ((x) != NULL ? (x) : "")
-    json_t *o = json_pack(
-        "{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:I, s:s, "
-        "s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s, s:I}",
-        "v", 1, "writer", writer, "id", r->id, "ns", S(r->ns), "arch",
-        S(r->arch), "kernel", S(r->kernel), "key", S(r->key), "candidates_fp",
-        S(r->candidates_fp), "n_candidates", (int)r->n_candidates, "config",
-        r->config, "source", (int)r->source, "claim_id",
-        (json_int_t)r->claim_id, "by_host", S(r->by_host), "by_pid",
-        (int)r->by_pid, "by_rank", (int)r->by_rank, "by_local_rank",
-        (int)r->by_local_rank, "by_device", S(r->by_device), "by_arch",
-        S(r->by_arch), "triton_version", S(r->triton_version), "timings",
-        S(r->timings_json), "table_file", S(r->table_file), "decided_at_ms",
-        (json_int_t)r->decided_at_ms);
-#undef S
-    char *v = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (v == NULL)
-        return DETD_ENOMEM;
-    size_t n = strlen(v);
-    if (n > ETCD_MAX_VALUE) {
-        free(v);
-        return DETD_ELIMIT;
-    }
+    char *v = NULL;
+    size_t n = 0;
+    int rc = cluster_decision_encode(r, writer, &v, &n);
+    if (rc != 0)
+        return rc;
     return submit(c, JOB_COMMIT, r->id, v, n, deadline_ms, cookie);
 }

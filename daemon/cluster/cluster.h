@@ -169,15 +169,6 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
  * Loop thread. */
 int cluster_release(cluster *c, const char *id);
 
-/*
- * Decode a decision value into *ret (strings are heap copies: clear with
- * decision_clear()). The id must be the one the key fields hash to
- * (keyid.h). *ret_writer (may be NULL) gets a heap copy of the writer id.
- * Returns 0, DETD_EPROTO (malformed), DETD_ELIMIT or DETD_ENOMEM.
- */
-int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
-                            char **ret_writer);
-
 /* This process's writer prefix ("node/pid/nonce"); borrowed. */
 const char *cluster_writer(const cluster *c);
 
@@ -209,5 +200,7 @@ struct cluster_status {
 /* Copy the current status into *ret (a large struct: heap-allocate it).
  * Any thread. */
 void cluster_get_status(cluster *c, struct cluster_status *ret);
+
+#include "cluster/cluster_codec.h"
 
 #endif /* DETD_CLUSTER_H */

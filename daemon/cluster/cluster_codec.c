@@ -1,11 +1,16 @@
 /*
- * cluster_codec: decoding of the decision values the etcd backend reads
- * from etcd (see cluster.h). Values are untrusted bytes: every field is
- * type- and size-checked and the id must be the hash of the key fields.
+ * cluster_codec: the JSON values the etcd backend writes and reads (see
+ * cluster_codec.h). Values read are untrusted bytes: every field of a
+ * decision is type- and size-checked and the id must be the hash of the
+ * key fields.
  */
 #define _GNU_SOURCE
-#include "cluster/cluster.h"
+#include "cluster/cluster_codec.h"
 
+#include "cluster/cluster.h"
+#include "cluster/etcd.h"
+
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,4 +112,85 @@ fail:
     decision_clear(&d);
     free(writer);
     return err;
+}
+
+/* See cluster_codec.h. */
+int cluster_decision_encode(const struct decision *r, const char *writer,
+                            char **ret_value, size_t *ret_len) {
+#define S(x) ((x) != NULL ? (x) : "")
+    json_t *o = json_pack(
+        "{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:I, s:s, "
+        "s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s, s:I}",
+        "v", 1, "writer", writer, "id", r->id, "ns", S(r->ns), "arch",
+        S(r->arch), "kernel", S(r->kernel), "key", S(r->key), "candidates_fp",
+        S(r->candidates_fp), "n_candidates", (int)r->n_candidates, "config",
+        r->config, "source", (int)r->source, "claim_id",
+        (json_int_t)r->claim_id, "by_host", S(r->by_host), "by_pid",
+        (int)r->by_pid, "by_rank", (int)r->by_rank, "by_local_rank",
+        (int)r->by_local_rank, "by_device", S(r->by_device), "by_arch",
+        S(r->by_arch), "triton_version", S(r->triton_version), "timings",
+        S(r->timings_json), "table_file", S(r->table_file), "decided_at_ms",
+        (json_int_t)r->decided_at_ms);
+#undef S
+    char *v = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (v == NULL)
+        return DETD_ENOMEM;
+    size_t n = strlen(v);
+    if (n > ETCD_MAX_VALUE) {
+        free(v);
+        return DETD_ELIMIT;
+    }
+    *ret_value = v;
+    *ret_len = n;
+    return 0;
+}
+
+/* See cluster_codec.h. */
+int cluster_value_writer(const unsigned char *v, size_t n, char *buf,
+                         size_t cap) {
+    json_error_t je;
+    json_t *o = json_loadb((const char *)v, n, 0, &je);
+    buf[0] = '\0';
+    if (o == NULL)
+        return -1;
+    const char *w = json_string_value(json_object_get(o, "writer"));
+    if (w != NULL)
+        snprintf(buf, cap, "%s", w);
+    json_decref(o);
+    return 0;
+}
+
+/* See cluster_codec.h. */
+char *cluster_node_encode(const char *node_id, const char *listen,
+                          const char *socket_path, int pid, int64_t started_ms,
+                          const char *version) {
+    json_t *nv =
+        json_pack("{s:s, s:s, s:s, s:i, s:I, s:s}", "node", node_id, "listen",
+                  listen != NULL ? listen : "", "socket",
+                  socket_path != NULL ? socket_path : "", "pid", pid, "started",
+                  (json_int_t)started_ms, "version", version);
+    char *v = nv != NULL ? json_dumps(nv, JSON_COMPACT) : NULL;
+    json_decref(nv);
+    return v;
+}
+
+static void copy_str(char *dst, size_t cap, json_t *o, const char *name) {
+    const char *s = json_string_value(json_object_get(o, name));
+    snprintf(dst, cap, "%s", s != NULL ? s : "");
+}
+
+/* See cluster_codec.h. */
+void cluster_node_decode(const char *value, size_t len,
+                         struct cluster_node *n) {
+    json_error_t je;
+    json_t *o = json_loadb(value, len, 0, &je);
+    if (o == NULL)
+        return;
+    copy_str(n->listen, sizeof(n->listen), o, "listen");
+    copy_str(n->socket, sizeof(n->socket), o, "socket");
+    copy_str(n->version, sizeof(n->version), o, "version");
+    n->pid = (int32_t)json_integer_value(json_object_get(o, "pid"));
+    n->started_at_ms = json_integer_value(json_object_get(o, "started"));
+    json_decref(o);
 }

@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "grpc_unary.h"
 #include "cluster/etcd.h"
 #include "clock.h"
 #include "cluster/etcd_int.h"
@@ -234,49 +235,6 @@ grpc_channel *etcd_channel_new(etcd_client *c, const char *target,
     return grpc_channel_create(target, c->creds, &ca);
 }
 
-static int read_file(const char *path, char **ret) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return -errno;
-    int err = 0;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    while (buf != NULL) {
-        size_t r = fread(buf + len, 1, cap - len - 1, f);
-        len += r;
-        if (r == 0)
-            break;
-        if (len + 1 == cap) {
-            if (cap >= 1024 * 1024) {
-                err = DETD_ELIMIT;
-                goto out;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (nb == NULL)
-                goto out;
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (buf == NULL) {
-        err = DETD_ENOMEM;
-        goto out;
-    }
-    if (ferror(f)) {
-        err = DETD_EINVAL;
-        goto out;
-    }
-    buf[len] = '\0';
-    *ret = buf;
-    buf = NULL;
-out:
-    if (buf != NULL && err == 0)
-        err = DETD_ENOMEM;
-    free(buf);
-    fclose(f);
-    return err;
-}
-
 static int make_creds(etcd_client *c, const struct etcd_options *opt) {
     if (!c->tls) {
         c->creds = grpc_insecure_credentials_create();
@@ -284,11 +242,14 @@ static int make_creds(etcd_client *c, const struct etcd_options *opt) {
     }
     char *ca = NULL, *cert = NULL, *key = NULL;
     int err = 0;
-    if (opt->ca_file != NULL && (err = read_file(opt->ca_file, &ca)) != 0)
+    if (opt->ca_file != NULL &&
+        (err = grpc_unary_read_pem(opt->ca_file, &ca)) != 0)
         goto out;
-    if (opt->cert_file != NULL && (err = read_file(opt->cert_file, &cert)) != 0)
+    if (opt->cert_file != NULL &&
+        (err = grpc_unary_read_pem(opt->cert_file, &cert)) != 0)
         goto out;
-    if (opt->key_file != NULL && (err = read_file(opt->key_file, &key)) != 0)
+    if (opt->key_file != NULL &&
+        (err = grpc_unary_read_pem(opt->key_file, &key)) != 0)
         goto out;
     grpc_ssl_pem_key_cert_pair pair = {key, cert};
     c->creds = grpc_ssl_credentials_create(ca, cert != NULL ? &pair : NULL,
@@ -517,69 +478,22 @@ static int rpc_once(grpc_channel *ch, const char *method, grpc_byte_buffer *req,
                     const ProtobufCMessageDescriptor *rdesc,
                     grpc_status_code *code, char *msg, size_t msgcap,
                     ProtobufCMessage **ret) {
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-    if (cq == NULL)
-        return DETD_ENOMEM;
-    int err = 0;
-    grpc_call *call = grpc_channel_create_call(
-        ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-        grpc_slice_from_static_string(method), NULL, deadline, NULL);
     grpc_metadata md[2];
     size_t nmd;
     etcd_md_fill(md, &nmd, token, 0);
-    grpc_metadata_array init_md, trail_md;
-    grpc_metadata_array_init(&init_md);
-    grpc_metadata_array_init(&trail_md);
-    grpc_byte_buffer *resp = NULL;
-    grpc_slice details = grpc_empty_slice();
-    *code = GRPC_STATUS_UNKNOWN;
-    msg[0] = '\0';
-    if (call == NULL) {
-        err = DETD_EINTERNAL;
-        goto out;
-    }
-    grpc_op ops[6];
-    memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].data.send_initial_metadata.count = nmd;
-    ops[0].data.send_initial_metadata.metadata = md;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = req;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &resp;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trail_md;
-    ops[5].data.recv_status_on_client.status = code;
-    ops[5].data.recv_status_on_client.status_details = &details;
-    if (grpc_call_start_batch(call, ops, 6, (void *)1, NULL) != GRPC_CALL_OK) {
-        err = DETD_EINTERNAL;
-        goto out;
-    }
-    grpc_event ev = grpc_completion_queue_pluck(
-        cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    assert(ev.type == GRPC_OP_COMPLETE);
-    (void)ev;
-    etcd_copy_details(details, msg, msgcap);
-    if (*code == GRPC_STATUS_OK) {
-        if (resp == NULL)
-            err = DETD_EPROTO;
-        else
-            err = etcd_unpack(resp, rdesc, ret);
-    }
-out:
+    struct grpc_unary_result res;
+    int err = grpc_unary_call(ch, method, req, md, nmd, deadline, NULL, NULL, 0,
+                              &res);
     etcd_md_free(md, nmd);
-    grpc_slice_unref(details);
-    if (resp != NULL)
-        grpc_byte_buffer_destroy(resp);
-    grpc_metadata_array_destroy(&init_md);
-    grpc_metadata_array_destroy(&trail_md);
-    if (call != NULL)
-        grpc_call_unref(call);
-    grpc_completion_queue_shutdown(cq);
-    grpc_completion_queue_destroy(cq);
+    *code = res.code;
+    size_t n = strnlen(res.details, msgcap - 1); /* cut to the caller's */
+    memcpy(msg, res.details, n);
+    msg[n] = '\0';
+    if (err == 0 && res.code == GRPC_STATUS_OK)
+        err =
+            res.resp == NULL ? DETD_EPROTO : etcd_unpack(res.resp, rdesc, ret);
+    if (res.resp != NULL)
+        grpc_byte_buffer_destroy(res.resp);
     return err;
 }
 

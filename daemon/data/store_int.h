@@ -15,7 +15,11 @@
 
 #include <sqlite3.h>
 
+#include "detd/client.h"
 #include "data/store.h"
+
+/* Longest string stored or read back: the largest message we accept. */
+#define STORE_MAX_TEXT DETD_MAX_MESSAGE_BYTES
 
 struct store {
     sqlite3 *db;

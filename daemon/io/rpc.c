@@ -8,6 +8,7 @@
  * the call that name what completed.
  */
 #define _GNU_SOURCE
+#include "grpc_unary.h"
 #include "io/rpc.h"
 #include "clock.h"
 
@@ -646,32 +647,11 @@ static void *rpc_thread(void *arg) {
 
 /* Read a whole PEM file into a NUL-terminated heap string. */
 static char *read_pem(const char *path, char **ret_err) {
-    FILE *f = fopen(path, "rb");
     char *buf = NULL;
-    size_t n = 0, cap = 0;
-    if (f == NULL) {
-        *ret_err = strfmt("read '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *b = cap <= 1024 * 1024 ? realloc(buf, cap) : NULL;
-            if (b == NULL) {
-                *ret_err = strfmt("read '%s': too large", path);
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, 4096, f);
-        n += got;
-        if (got < 4096)
-            break;
-    }
-    fclose(f);
-    buf[n] = '\0';
+    int rc = grpc_unary_read_pem(path, &buf);
+    if (rc != 0)
+        *ret_err = strfmt("read '%s': %s", path,
+                          rc == DETD_ELIMIT ? "too large" : detd_strerror(rc));
     return buf;
 }
 
@@ -899,143 +879,3 @@ void rpc_server_stop(rpc_server *srv, int64_t grace_ms) {
 }
 
 /* ---- client side (verify --cluster) ---- */
-
-/* See rpc.h. */
-int rpc_client_unary(const char *target, const char *method, const void *req,
-                     size_t req_len, const struct rpc_client_tls *tls,
-                     int64_t timeout_ms, void **ret_resp, size_t *ret_len,
-                     char **ret_errmsg) {
-    char *err = NULL;
-    int rc = 0;
-    char *ca = NULL, *cert = NULL, *key = NULL;
-    grpc_channel_credentials *creds = NULL;
-    grpc_channel *ch = NULL;
-    grpc_completion_queue *cq = NULL;
-    grpc_call *call = NULL;
-    grpc_byte_buffer *bb = NULL, *resp = NULL;
-    grpc_metadata_array init_md, trail_md;
-    grpc_slice details = grpc_empty_slice();
-    grpc_status_code code = GRPC_STATUS_UNKNOWN;
-    grpc_metadata_array_init(&init_md);
-    grpc_metadata_array_init(&trail_md);
-    if (ret_errmsg != NULL)
-        *ret_errmsg = NULL;
-    pthread_once(&grpc_once, grpc_init_once);
-    if (tls != NULL) {
-        if (tls->ca_file != NULL && (ca = read_pem(tls->ca_file, &err)) == NULL)
-            goto fail_io;
-        if (tls->cert_file != NULL && tls->key_file != NULL &&
-            ((cert = read_pem(tls->cert_file, &err)) == NULL ||
-             (key = read_pem(tls->key_file, &err)) == NULL))
-            goto fail_io;
-        grpc_ssl_pem_key_cert_pair pair = {key, cert};
-        creds = grpc_ssl_credentials_create(ca, cert != NULL ? &pair : NULL,
-                                            NULL, NULL);
-    } else {
-        creds = grpc_insecure_credentials_create();
-    }
-    if (creds == NULL) {
-        rc = DETD_EINVAL;
-        err = strfmt("client credentials for %s", target);
-        goto out;
-    }
-    ch = grpc_channel_create(target, creds, NULL);
-    cq = grpc_completion_queue_create_for_pluck(NULL);
-    gpr_timespec dl = gpr_time_add(
-        gpr_now(GPR_CLOCK_REALTIME),
-        gpr_time_from_millis(timeout_ms > 0 ? timeout_ms : 5000, GPR_TIMESPAN));
-    call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                    grpc_slice_from_static_string(method), NULL,
-                                    dl, NULL);
-    grpc_slice sl = grpc_slice_from_copied_buffer(req, req_len);
-    bb = grpc_raw_byte_buffer_create(&sl, 1);
-    grpc_slice_unref(sl);
-    if (ch == NULL || cq == NULL || call == NULL || bb == NULL) {
-        rc = DETD_ENOMEM;
-        goto out;
-    }
-    grpc_op ops[6];
-    memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = bb;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &resp;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trail_md;
-    ops[5].data.recv_status_on_client.status = &code;
-    ops[5].data.recv_status_on_client.status_details = &details;
-    if (grpc_call_start_batch(call, ops, 6, (void *)1, NULL) != GRPC_CALL_OK) {
-        rc = DETD_EINTERNAL;
-        goto out;
-    }
-    grpc_completion_queue_pluck(cq, (void *)1,
-                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    if (code != GRPC_STATUS_OK) {
-        rc = code == GRPC_STATUS_DEADLINE_EXCEEDED ? DETD_ETIMEDOUT
-             : code == GRPC_STATUS_PERMISSION_DENIED ||
-                     code == GRPC_STATUS_UNAUTHENTICATED
-                 ? DETD_EDENIED
-                 : DETD_EUNAVAILABLE;
-        char *dm = grpc_slice_to_c_string(details);
-        err = strfmt("%s %s: status %d: %s", target, method, (int)code,
-                     dm != NULL ? dm : "");
-        gpr_free(dm);
-        goto out;
-    }
-    if (resp == NULL) {
-        rc = DETD_EPROTO;
-        err = strfmt("%s %s: no response message", target, method);
-        goto out;
-    }
-    grpc_byte_buffer_reader r;
-    if (!grpc_byte_buffer_reader_init(&r, resp)) {
-        rc = DETD_EPROTO;
-        goto out;
-    }
-    grpc_slice all = grpc_byte_buffer_reader_readall(&r);
-    grpc_byte_buffer_reader_destroy(&r);
-    size_t n = GRPC_SLICE_LENGTH(all);
-    void *out = malloc(n > 0 ? n : 1);
-    if (out == NULL) {
-        grpc_slice_unref(all);
-        rc = DETD_ENOMEM;
-        goto out;
-    }
-    memcpy(out, GRPC_SLICE_START_PTR(all), n);
-    grpc_slice_unref(all);
-    *ret_resp = out;
-    *ret_len = n;
-    goto out;
-fail_io:
-    rc = -EIO;
-out:
-    grpc_slice_unref(details);
-    grpc_metadata_array_destroy(&init_md);
-    grpc_metadata_array_destroy(&trail_md);
-    if (bb != NULL)
-        grpc_byte_buffer_destroy(bb);
-    if (resp != NULL)
-        grpc_byte_buffer_destroy(resp);
-    if (call != NULL)
-        grpc_call_unref(call);
-    if (cq != NULL) {
-        grpc_completion_queue_shutdown(cq);
-        grpc_completion_queue_destroy(cq);
-    }
-    if (ch != NULL)
-        grpc_channel_destroy(ch);
-    if (creds != NULL)
-        grpc_channel_credentials_release(creds);
-    free(ca);
-    free(cert);
-    free(key);
-    if (ret_errmsg != NULL)
-        *ret_errmsg = err;
-    else
-        free(err);
-    return rc;
-}

@@ -205,25 +205,4 @@ const char *rpc_call_peer(const rpc_call *call);
 /* A stable small id for logs. */
 uint64_t rpc_call_id(const rpc_call *call);
 
-/* TLS for rpc_client_unary(): PEM paths; NULL members are unused. */
-struct rpc_client_tls {
-    const char *ca_file;   /* roots to check the server against */
-    const char *cert_file; /* client certificate and key, or NULL */
-    const char *key_file;
-};
-
-/*
- * One blocking unary call to another daemon's TCP listener ("HOST:PORT"),
- * for verify --cluster: sends req_len bytes of req to method (a full path,
- * "/detd.v1.Admin/ListObservations"), waits at most timeout_ms. tls NULL:
- * plaintext. Any thread but the rpc thread. On success *ret_resp (heap,
- * caller frees) holds the response bytes. Returns 0, DETD_EUNAVAILABLE /
- * DETD_ETIMEDOUT / DETD_EDENIED / DETD_EPROTO with *ret_errmsg (heap,
- * caller frees; may be NULL) naming the cause, or DETD_ENOMEM.
- */
-int rpc_client_unary(const char *target, const char *method, const void *req,
-                     size_t req_len, const struct rpc_client_tls *tls,
-                     int64_t timeout_ms, void **ret_resp, size_t *ret_len,
-                     char **ret_errmsg);
-
 #endif /* DETD_RPC_H */

@@ -78,6 +78,7 @@ detd_fuzz_target(NAME decision
                                ${CMAKE_SOURCE_DIR}/daemon/core/keyid.c
                                ${CMAKE_SOURCE_DIR}/daemon/core/decision.c
                                ${CMAKE_SOURCE_DIR}/daemon/data/store.c
+                               ${CMAKE_SOURCE_DIR}/daemon/data/store_sql.c
                                ${CMAKE_SOURCE_DIR}/daemon/data/store_vote.c
                                ${CMAKE_SOURCE_DIR}/daemon/data/store_import.c
                  CLANG_FLAGS ${JANSSON_CFLAGS} ${LIBUV_CFLAGS} ${SQLITE_CFLAGS}
