@@ -47,10 +47,10 @@
 #include <uv.h>
 
 #include "cluster/etcd.h"
+#include "cluster/cluster_codec.h"
 #include "core/decision.h"
 
 #define CLUSTER_MAX_NODES 256
-#define CLUSTER_MAX_NODE_ID 128
 
 typedef struct cluster cluster;
 
@@ -172,16 +172,6 @@ int cluster_release(cluster *c, const char *id);
 /* This process's writer prefix ("node/pid/nonce"); borrowed. */
 const char *cluster_writer(const cluster *c);
 
-/* A registered node, as read from its node key. */
-struct cluster_node {
-    char node_id[CLUSTER_MAX_NODE_ID + 1];
-    char listen[128];
-    char socket[128];
-    char version[32];
-    int32_t pid;
-    int64_t started_at_ms;
-};
-
 /* What status shows; refreshed about once a second by a monitor thread. */
 struct cluster_status {
     char endpoints[1024];
@@ -200,7 +190,5 @@ struct cluster_status {
 /* Copy the current status into *ret (a large struct: heap-allocate it).
  * Any thread. */
 void cluster_get_status(cluster *c, struct cluster_status *ret);
-
-#include "cluster/cluster_codec.h"
 
 #endif /* DETD_CLUSTER_H */

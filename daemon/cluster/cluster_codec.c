@@ -7,7 +7,6 @@
 #define _GNU_SOURCE
 #include "cluster/cluster_codec.h"
 
-#include "cluster/cluster.h"
 #include "cluster/etcd.h"
 
 #include <stdio.h>

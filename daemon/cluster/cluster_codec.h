@@ -11,7 +11,18 @@
 
 #include "core/decision.h"
 
-struct cluster_node;
+/* Bytes of a node id (--node-id). */
+#define CLUSTER_MAX_NODE_ID 128
+
+/* A registered node, as read from its node key. */
+struct cluster_node {
+    char node_id[CLUSTER_MAX_NODE_ID + 1];
+    char listen[128];
+    char socket[128];
+    char version[32];
+    int32_t pid;
+    int64_t started_at_ms;
+};
 
 /*
  * Decode a decision value into *ret (strings are heap copies: clear with

@@ -16,5 +16,6 @@ set_tests_properties(layers_selftest PROPERTIES
                      ENVIRONMENT "CC=${CMAKE_C_COMPILER}" TIMEOUT 120)
 add_test(NAME layers
          COMMAND ${DETD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/check_layers.py
-                 --nm ${DETD_LAYERS_NM} ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+                 --nm ${DETD_LAYERS_NM} --include-edges ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR})
 set_tests_properties(layers PROPERTIES TIMEOUT 120)
