@@ -10,7 +10,8 @@ Triton's ``Autotuner.run`` (3.3 to 3.9) decides in exactly one place::
     config = self.cache[key]
     <launch with config>
 
-The patched ``run`` replaces ``self.cache`` (lazily, keeping its entries)
+The patched ``run`` (:func:`detd._triton._patched_run`, then
+:func:`_full_run`) replaces ``self.cache`` (lazily, keeping its entries)
 with :class:`DetdCache`, a dict whose ``__contains__`` is the hook, then
 calls the original ``run`` with the call's arguments pushed on a
 thread-local stack.  Triton's own key code stays authoritative: the hook
@@ -94,6 +95,16 @@ Not covered: subclasses that override ``run`` without calling
 ``Autotuner.run``, direct ``fn.run`` calls, and kernels lowered by
 ``torch.compile`` (Inductor's ``CachingAutotuner``); they never reach the
 hook and are therefore not listed either.
+
+Layers
+------
+This module is the flow: ask, time, report, observe, and the state they
+share.  It never imports ``triton`` and reads no attribute of Triton's
+objects: :mod:`detd._triton` does (the class-level patches, which call
+back into :func:`_full_run` and :func:`_resolve_direct`; the cache and run
+slots; config fields; identities; the run-frame lookup; the timing pass),
+and live ``Config`` objects and autotuners pass through here only as
+opaque handles.  :mod:`detd._canon` makes the strings from plain values.
 """
 
 from __future__ import annotations
