@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from detd import _canon, _hook, _native, _policy  # noqa: E402
+from detd import _hook, _native, _policy, _triton  # noqa: E402
 
 BLOCKS = (64, 128, 256, 512)
 
@@ -78,7 +78,7 @@ def main():
     for c in row_sum_gpu.configs:
         row_sum_gpu.cache.clear()
         row_sum_gpu.cache[key] = c
-        ref[_canon.config_string(c)] = launch()
+        ref[_triton.config_string(c)] = launch()
     checks["configs_change_bits"] = len(set(ref.values())) > 1
 
     calls = []
@@ -94,8 +94,8 @@ def main():
 
     _hook.patch()
     _hook.configure(_policy.parse(environ={}))
-    ident = _canon.kernel_identity(row_sum_gpu)
-    checks["guard_from_cache_key"] = _canon.code_guard(row_sum_gpu) == hashlib.sha256(
+    ident = _triton.kernel_identity(row_sum_gpu)
+    checks["guard_from_cache_key"] = _triton.code_guard(row_sum_gpu) == hashlib.sha256(
         ("cache_key:" + row_sum_gpu.fn.cache_key).encode()).hexdigest()[:16]
     checks["arch"] = _hook._identity()["arch"]
     major, minor = torch.cuda.get_device_capability()
@@ -119,7 +119,7 @@ def main():
     checks["one_pass_ok"] = len(calls) == len(BLOCKS) and len(s.reports) == 1
     checks["reported_ms"] = {r[0]: r[1] for r in s.reports[0]}
     checks["first_launch_uses_committed"] = sha == ref[committed["config"]] and \
-        _canon.config_string(dict.get(row_sum_gpu.cache, key)) == committed["config"]
+        _triton.config_string(dict.get(row_sum_gpu.cache, key)) == committed["config"]
     checks["kernel"] = s.decides[0].kernel
 
     # Decided: no benchmark call.

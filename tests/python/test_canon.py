@@ -7,7 +7,7 @@ import types
 import pytest
 import triton
 
-from detd import _canon, _policy
+from detd import _canon, _policy, _triton
 
 
 def cfg(kwargs, **kw):
@@ -16,27 +16,27 @@ def cfg(kwargs, **kw):
 
 def test_config_string_sorted_and_ordered():
     c = cfg({"BLOCK_N": 64, "BLOCK": 1024}, num_warps=4, num_stages=3)
-    assert _canon.config_string(c) == "BLOCK=1024,BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1"
+    assert _triton.config_string(c) == "BLOCK=1024,BLOCK_N=64,num_warps=4,num_stages=3,num_ctas=1"
 
 
 def test_config_string_documented_example_and_maxnreg():
     c = cfg({"BLOCK": 1024}, num_warps=4, num_stages=3, maxnreg=128)
-    assert _canon.config_string(c) == "BLOCK=1024,num_warps=4,num_stages=3,num_ctas=1,maxnreg=128"
+    assert _triton.config_string(c) == "BLOCK=1024,num_warps=4,num_stages=3,num_ctas=1,maxnreg=128"
     d = cfg({"BLOCK": 1024}, num_warps=4, num_stages=3)
-    assert _canon.config_string(d) != _canon.config_string(c)
+    assert _triton.config_string(d) != _triton.config_string(c)
 
 
 def test_config_string_ignores_kwarg_insertion_order_and_pre_hook():
     a = cfg({"A": 1, "B": 2}, num_warps=8)
     b = cfg({"B": 2, "A": 1}, num_warps=8, pre_hook=lambda nargs: None)
-    assert _canon.config_string(a) == _canon.config_string(b)
+    assert _triton.config_string(a) == _triton.config_string(b)
 
 
 def test_config_string_distinguishes_types_and_values():
-    assert _canon.config_string(cfg({"X": True})) != _canon.config_string(cfg({"X": 1}))
-    assert _canon.config_string(cfg({"X": 1.0})) != _canon.config_string(cfg({"X": 1}))
-    assert _canon.config_string(cfg({"X": 16})) != _canon.config_string(cfg({"X": 32}))
-    assert _canon.config_string(cfg({}, num_warps=4)) != _canon.config_string(cfg({}, num_warps=8))
+    assert _triton.config_string(cfg({"X": True})) != _triton.config_string(cfg({"X": 1}))
+    assert _triton.config_string(cfg({"X": 1.0})) != _triton.config_string(cfg({"X": 1}))
+    assert _triton.config_string(cfg({"X": 16})) != _triton.config_string(cfg({"X": 32}))
+    assert _triton.config_string(cfg({}, num_warps=4)) != _triton.config_string(cfg({}, num_warps=8))
 
 
 def test_key_tags_bool_int_float_collide_never():
@@ -82,11 +82,11 @@ def test_key_numpy_scalars():
 def test_kernel_identity_format_and_stability():
     import rowsum_kernels as rk
 
-    ident = _canon.kernel_identity(rk.row_sum_kernel)
+    ident = _triton.kernel_identity(rk.row_sum_kernel)
     name, guard = ident.split("@")
     assert name == "rowsum_kernels:row_sum_kernel"
     assert len(guard) == 16 and int(guard, 16) >= 0
-    assert _canon.kernel_identity(rk.row_sum_kernel) == ident
+    assert _triton.kernel_identity(rk.row_sum_kernel) == ident
 
 
 def test_code_guard_changes_with_source(tmp_path):
@@ -106,7 +106,7 @@ def test_code_guard_changes_with_source(tmp_path):
         spec = importlib.util.spec_from_file_location("gmod", p)
         m = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(m)
-        guards.append(_canon.code_guard(m.k))
+        guards.append(_triton.code_guard(m.k))
     assert guards[0] != guards[1]
 
 
@@ -115,7 +115,7 @@ def test_triton_key_matches_triton():
 
     x = rk.make_input(rows=2, n=64)
     out = x.new_empty(2)
-    assert _canon.triton_key(rk.row_sum_kernel, (x, out, 64), {}) == (64, "torch.float32", "torch.float32")
+    assert _triton.triton_key(rk.row_sum_kernel, (x, out, 64), {}) == (64, "torch.float32", "torch.float32")
 
 
 # ------------------------------------------------------------- settings
@@ -208,7 +208,7 @@ def test_config_string_matches_table_render_cases():
         e = case["entry"]
         c = cfg(dict(e["kwargs"]), num_warps=e["num_warps"], num_stages=e["num_stages"],
                 num_ctas=e.get("num_ctas", 1), maxnreg=e.get("maxnreg"))
-        assert _canon.config_string(c) == case["expected"], e
+        assert _triton.config_string(c) == case["expected"], e
 
 
 def test_megatron_key_form():
@@ -224,5 +224,5 @@ def test_megatron_key_form():
     tuner = types.SimpleNamespace(arg_names=["x", "y", "N", "MODE", "out"], keys=["N", "MODE", "MISSING"])
     x, out = T(), T()
     out.dtype = "torch.bfloat16"
-    assert _canon.megatron_key(tuner, (x, 3, 128), {"MODE": True, "out": out}) == \
+    assert _triton.megatron_key(tuner, (x, 3, 128), {"MODE": True, "out": out}) == \
         "N=128|MODE=True|torch.float32|torch.bfloat16"

@@ -13,7 +13,7 @@ import pytest
 import triton
 
 import detd
-from detd import _hook, _native, _policy
+from detd import _hook, _native, _policy, _triton
 
 import rowsum_kernels as rk
 
@@ -160,7 +160,7 @@ def test_designated_on_the_direct_path_times_once_and_uses_committed(hooked, mon
     assert len(rk.CALLS) - before == 4  # one timing pass, nothing more
     assert len(s.reports) == 1 and len(s.reports[0]) == 4
     new_key = (1024, "torch.float32", "torch.float32")
-    assert _hook._canon.config_string(dict.get(tuner.cache, new_key)) == committed
+    assert _triton.config_string(dict.get(tuner.cache, new_key)) == committed
     assert s.observed[-1] == (committed, _native.SOURCE_TIMED, True, False)
     # Bits of the committed config, launched by plain Triton.
     live = [c for c in tuner.configs if c.kwargs["BLOCK"] == 128][0]
@@ -174,7 +174,7 @@ def test_designated_on_the_direct_path_times_once_and_uses_committed(hooked, mon
         _hook._state.active = was
         tuner.__dict__["cache"] = plain
     assert out.numpy().tobytes() == ref.numpy().tobytes()
-    assert _hook._tls.__dict__.get("skip") is None
+    assert _triton._tls.__dict__.get("skip") is None
 
 
 def test_direct_path_resolves_through_a_wrapped_prune_configs(hooked, monkeypatch):
@@ -245,7 +245,7 @@ def test_cache_pickles_as_plain_dict(hooked):
     # path: Triton's own run, bound.
     assert not [k for k, v in vars(rk.row_sum_kernel).items()
                 if type(v).__module__.startswith("detd") and k != "cache"]
-    assert rk.row_sum_kernel.run.__func__ is _hook._original_run
+    assert rk.row_sum_kernel.run.__func__ is _triton._original_run
 
 
 def test_direct_launches_resolve_new_keys_and_skip_known_ones(hooked):
@@ -263,14 +263,14 @@ def test_direct_launches_resolve_new_keys_and_skip_known_ones(hooked):
     from triton.runtime import autotuner as at
 
     benched = []
-    orig_bench = _hook._original_bench
-    _hook._original_bench = lambda *a, **k: benched.append(k["config"]) or orig_bench(*a, **k)
+    orig_bench = _triton._original_bench
+    _triton._original_bench = lambda *a, **k: benched.append(k["config"]) or orig_bench(*a, **k)
     try:
         x = rk.make_input(rows=4, n=512, seed=512)
         out = rk.row_sum(x)
     finally:
-        _hook._original_bench = orig_bench
-    assert benched == [] and at.Autotuner._bench is _hook._patched_bench
+        _triton._original_bench = orig_bench
+    assert benched == [] and at.Autotuner._bench is _triton._patched_bench
     assert len(s.decides) == 2 and len(s.observed) == 2
     assert dict.get(tuner.cache, (512, "torch.float32", "torch.float32")).kwargs["BLOCK"] == 64
     assert out.shape == (4,)

@@ -8,7 +8,7 @@ import json
 import types
 
 from conftest import run_workers
-from detd import _canon
+from detd import _canon, _triton
 
 N_CANDIDATES = 4
 SHAPES = ("256", "512")
@@ -25,7 +25,7 @@ def render(entry):
     c = types.SimpleNamespace(kwargs=dict(entry["kwargs"]), num_warps=entry["num_warps"],
                               num_stages=entry["num_stages"], num_ctas=entry.get("num_ctas", 1),
                               maxnreg=entry.get("maxnreg"))
-    return _canon.config_string(c)
+    return _triton.config_string(c)
 
 
 def test_record_mode_every_rank_times_and_votes_then_export(daemon, tmp_path):

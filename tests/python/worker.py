@@ -19,7 +19,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import detd  # noqa: E402
-from detd import _canon  # noqa: E402
+from detd import _triton  # noqa: E402
 
 
 def run_shape(rk, n, results, tag=None):
@@ -33,7 +33,7 @@ def run_shape(rk, n, results, tag=None):
     key = (n, "torch.float32", "torch.float32")
     cfg = dict.get(rk.row_sum_kernel.cache, key)
     results[tag or str(n)] = {
-        "config": _canon.config_string(cfg) if cfg is not None else None,
+        "config": _triton.config_string(cfg) if cfg is not None else None,
         "sha": hashlib.sha256(out.numpy().tobytes()).hexdigest(),
         "bench_calls": len(rk.CALLS) - before,
     }

@@ -1,7 +1,11 @@
 """Canonical strings: configs, autotune keys and kernel identities.
 
-Everything here is pure and depends only on the values given, never on the
-process, host, rank or device index: agreement across ranks is the point.
+Everything here is pure string and number work on plain Python values
+(mappings, tuples, numbers, strings); it imports only the standard library
+and never sees a Triton object: :mod:`detd._triton` reads the values from
+Triton's objects and calls these functions.  The results depend only on the
+values given, never on the process, host, rank or device index: agreement
+across ranks is the point.
 
 Config strings
     ``kwargs`` sorted by name (``NAME=value``), then ``num_warps``,
@@ -32,31 +36,36 @@ Megatron-form keys
 
 Kernel identity
     ``module:qualname@guard`` of the innermost Python function, the guard
-    being the first 16 hex digits of SHA-256 over the JIT function's
-    ``cache_key`` when it has one (compiled mode), else over its source
-    (the interpreter has no ``cache_key``).
+    being the first 16 hex digits of SHA-256 over ``cache_key:`` and the
+    JIT function's ``cache_key`` when it has one (compiled mode), else over
+    ``source:`` and its source (the interpreter has no ``cache_key``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import math
 import numbers
+from collections.abc import Mapping
 
 __all__ = [
+    "FIELDS",
+    "EXTRA_FIELDS",
     "config_string",
+    "config_cost",
     "key_string",
-    "kernel_identity",
+    "megatron_key",
     "kernel_name",
     "code_guard",
-    "triton_key",
-    "megatron_key",
+    "kernel_identity",
 ]
 
+# The documented fields after the kwargs, in this order, when set.
+FIELDS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
 # Fields appended after the documented ones only when not neutral.
-_EXTRA_FIELDS = (
+EXTRA_FIELDS = (
     ("ir_override", None),
     ("num_buffers_warp_spec", 0),
     ("num_consumer_groups", 0),
@@ -80,18 +89,38 @@ def _value(v) -> str:
     return key_string((v,))[1:-1]
 
 
-def config_string(config) -> str:
-    """The canonical string of a ``triton.Config`` (any supported release)."""
-    parts = [f"{k}={_value(v)}" for k, v in sorted(config.kwargs.items())]
-    for name in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
-        v = getattr(config, name, None)
+def config_string(kwargs, fields=None) -> str:
+    """The canonical string of a config given as plain data: ``kwargs`` (a
+    mapping of meta-parameter names to values) and ``fields`` (a mapping of
+    the config's other fields present, by name: ``num_warps``,
+    ``num_stages``, ``num_ctas``, ``maxnreg`` and :data:`EXTRA_FIELDS`;
+    absent names count as unset). ``_triton.config_string`` reads these
+    from a live ``triton.Config``."""
+    if not isinstance(kwargs, Mapping):
+        raise TypeError("_canon.config_string takes plain data (kwargs, fields); "
+                        "_triton.config_string reads them from a config object")
+    fields = fields or {}
+    parts = [f"{k}={_value(v)}" for k, v in sorted(kwargs.items())]
+    for name in FIELDS:
+        v = fields.get(name)
         if v is not None:
             parts.append(f"{name}={_value(v)}")
-    for name, neutral in _EXTRA_FIELDS:
-        v = getattr(config, name, neutral)
+    for name, neutral in EXTRA_FIELDS:
+        v = fields.get(name, neutral)
         if v is not None and v != neutral:
             parts.append(f"{name}={_value(v)}")
     return ",".join(parts)
+
+
+def config_cost(kwargs, num_warps, num_stages, num_ctas, string) -> tuple:
+    """The sort key of the ``cheapest`` rule: the product of the positive
+    integer meta-parameters (the tile volume), then ``num_warps``,
+    ``num_stages``, ``num_ctas`` (None as 0), then the canonical string."""
+    vol = 1
+    for v in kwargs.values():
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            vol *= v
+    return (vol, num_warps or 0, num_stages or 0, num_ctas or 0, string)
 
 
 def _tag(v) -> str:
@@ -124,71 +153,28 @@ def key_string(key) -> str:
     return "[" + ",".join(_tag(x) for x in tuple(key)) + "]"
 
 
-def triton_key(tuner, args, kwargs) -> tuple:
-    """Triton's own autotune key, rebuilt the way ``Autotuner.run`` does
-    (3.3 to 3.9). Used only where Triton computes none (single-config
-    tuners) so that they can still be listed."""
-    nargs = dict(zip(tuner.arg_names, args))
-    all_args = {**nargs, **kwargs}
-    _args = {k: v for (k, v) in all_args.items() if k in tuner.arg_names}
-    key = [_args[k] for k in tuner.keys if k in _args]
-    for _, arg in _args.items():
-        if hasattr(arg, "dtype"):
-            key.append(str(arg.dtype))
-    return tuple(key)
-
-
-def megatron_key(tuner, args, kwargs) -> str:
+def megatron_key(named, dtypes) -> str:
     """The key in Megatron-LM's ``tuning_key`` form (``N=128|torch.float32``):
-    ``name=str(value)`` for each of the autotuner's ``key`` argument names
-    present in the call, then ``str(dtype)`` of every tensor argument in
-    argument order, joined by ``|``. Megatron's tables use it; detd's table
-    lookup tries it after the canonical key."""
-    named = dict(zip(tuner.arg_names, args))
-    named.update(kwargs)
-    return "|".join([f"{n}={named[n]}" for n in tuner.keys if n in named] +
-                    [str(v.dtype) for v in named.values() if hasattr(v, "dtype")])
+    ``name=str(value)`` for each ``(name, value)`` of ``named`` (the
+    autotuner's ``key`` argument names present in the call, in ``key``
+    order), then each of ``dtypes`` (``str(dtype)`` of every tensor
+    argument, in argument order), joined by ``|``. Megatron's tables use
+    it; detd's table lookup tries it after the canonical key."""
+    return "|".join([f"{n}={v}" for n, v in named] + [str(d) for d in dtypes])
 
 
-def kernel_name(tuner) -> str:
+def kernel_name(module: str, qualname: str) -> str:
     """``module:qualname`` of the innermost Python function."""
-    fn = tuner.base_fn
-    return f"{fn.__module__}:{fn.__qualname__}"
+    return f"{module}:{qualname}"
 
 
-def _jit_function(tuner):
-    fn = tuner.fn
-    seen = 0
-    while hasattr(fn, "fn") and not inspect.isfunction(fn) and seen < 32:
-        if hasattr(fn, "cache_key") or type(fn).__name__ in ("JITFunction", "InterpretedFunction"):
-            return fn
-        fn = fn.fn
-        seen += 1
-    return None
+def code_guard(kind: str, material: str) -> str:
+    """16 hex digits of SHA-256 over ``kind:material``: ``kind`` is
+    ``cache_key`` (the JIT function's ``cache_key``) or ``source`` (its
+    source text, or the hex of its bytecode)."""
+    return hashlib.sha256(f"{kind}:{material}".encode("utf-8")).hexdigest()[:16]
 
 
-def code_guard(tuner) -> str:
-    """16 hex digits that change when the kernel's code changes."""
-    jit = _jit_function(tuner)
-    material = None
-    if jit is not None and type(jit).__name__ != "InterpretedFunction":
-        try:
-            ck = jit.cache_key
-        except Exception:  # dependencies that cannot be resolved yet
-            ck = None
-        if isinstance(ck, str) and ck:
-            material = "cache_key:" + ck
-    if material is None:
-        src = getattr(jit, "src", None) if jit is not None else None
-        if not isinstance(src, str):
-            try:
-                src = inspect.getsource(tuner.base_fn)
-            except (OSError, TypeError):
-                src = getattr(tuner.base_fn.__code__, "co_code", b"").hex()
-        material = "source:" + src
-    return hashlib.sha256(material.encode("utf-8")).hexdigest()[:16]
-
-
-def kernel_identity(tuner) -> str:
+def kernel_identity(name: str, guard: str) -> str:
     """``module:qualname@guard`` (see the module docstring)."""
-    return f"{kernel_name(tuner)}@{code_guard(tuner)}"
+    return f"{name}@{guard}"

@@ -10,7 +10,8 @@ Triton's ``Autotuner.run`` (3.3 to 3.9) decides in exactly one place::
     config = self.cache[key]
     <launch with config>
 
-The patched ``run`` replaces ``self.cache`` (lazily, keeping its entries)
+The patched ``run`` (:func:`detd._triton._patched_run`, then
+:func:`_full_run`) replaces ``self.cache`` (lazily, keeping its entries)
 with :class:`DetdCache`, a dict whose ``__contains__`` is the hook, then
 calls the original ``run`` with the call's arguments pushed on a
 thread-local stack.  Triton's own key code stays authoritative: the hook
@@ -94,19 +95,27 @@ Not covered: subclasses that override ``run`` without calling
 ``Autotuner.run``, direct ``fn.run`` calls, and kernels lowered by
 ``torch.compile`` (Inductor's ``CachingAutotuner``); they never reach the
 hook and are therefore not listed either.
+
+Layers
+------
+This module is the flow: ask, time, report, observe, and the state they
+share.  It never imports ``triton`` and reads no attribute of Triton's
+objects: :mod:`detd._triton` does (the class-level patches, which call
+back into :func:`_full_run` and :func:`_resolve_direct`; the cache and run
+slots; config fields; identities; the run-frame lookup; the timing pass),
+and live ``Config`` objects and autotuners pass through here only as
+opaque handles.  :mod:`detd._canon` makes the strings from plain values.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
-import time
 import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _canon, _native
+from . import _canon, _native, _triton
 from ._policy import Settings
 
 
@@ -142,7 +151,7 @@ _infos: "weakref.WeakKeyDictionary[Any, _TunerInfo]" = weakref.WeakKeyDictionary
 _gen = [0]
 # Governed tuners launching through Triton's own run (see _go_direct()).
 # tuner -> (lock, generation) of its direct-path misses.
-_direct_tuners: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
+_direct_tuners = _triton.direct_tuners
 
 
 def _go_direct(tuner, cache):
@@ -158,8 +167,8 @@ def _go_direct(tuner, cache):
     as ``getattr(obj, "run")``, which the copy resolves again."""
     known = {k: dict.__getitem__(cache, k) for k in cache._fast if dict.__contains__(cache, k)}
     _direct_tuners[tuner] = (cache._lock, cache._gen)
-    tuner.__dict__["cache"] = known
-    tuner.__dict__["run"] = _original_run.__get__(tuner, type(tuner))
+    _triton.set_cache(tuner, known)
+    _triton.use_original_run(tuner)
 
 
 def _leave_direct(tuner):
@@ -167,15 +176,14 @@ def _leave_direct(tuner):
     install(), or a tuner no longer governed). Entries are kept; they count
     as observed only within the generation that resolved them."""
     st = _direct_tuners.pop(tuner, None)
-    cache = tuner.__dict__.get("cache")
+    cache = _triton.cache_of(tuner)
     if st is not None and type(cache) is not DetdCache:
         full = DetdCache(dict(cache or {}))
         if st[1] == _gen[0]:
             full._lock = st[0]
             full._fast = set(full)
-        tuner.__dict__["cache"] = full
-    if tuner.__dict__.get("run") is not None:
-        del tuner.__dict__["run"]
+        _triton.set_cache(tuner, full)
+    _triton.use_patched_run(tuner)
 
 
 def _after_fork_in_child():
@@ -220,15 +228,11 @@ def rank_identity() -> Tuple[int, int, int]:
     return _env_int("RANK", -1), _env_int("LOCAL_RANK", -1), _env_int("WORLD_SIZE", 0)
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
-
-
 def detect_device(settings: Settings) -> Tuple[str, Optional[str], int]:
     """(arch, device_name, sm_count). arch: DETD_ARCH / setting, "cpu"
     under the interpreter or without a GPU, else "sm<major><minor>"
     (CUDA) or the gfx name (ROCm)."""
-    if _interpreting():
+    if _triton.interpreting():
         return settings.arch or "cpu", None, 0
     try:
         import torch
@@ -276,23 +280,14 @@ def client() -> _native.Client:
         return _state.client
 
 
-def _triton_version() -> str:
-    try:
-        import triton
-
-        return str(triton.__version__)
-    except Exception:
-        return ""
-
-
 # ---------------------------------------------------------------- tuners
 
 class _TunerInfo:
     __slots__ = ("kernel", "name", "governed", "why", "candidates", "live", "configs_sig")
 
     def __init__(self, tuner, settings: Settings):
-        self.name = _canon.kernel_name(tuner)
-        self.kernel = _canon.kernel_identity(tuner)
+        self.name = _triton.kernel_name(tuner)
+        self.kernel = _triton.kernel_identity(tuner)
         self.governed = settings.is_governed(self.name)
         if settings.mode not in ("pinned", "coordinated"):
             self.why = f"mode {settings.mode}"
@@ -300,16 +295,17 @@ class _TunerInfo:
             self.why = "outside scope or exempt"
         else:
             self.why = f"mode {settings.mode}"
-        self.configs_sig = tuple(id(c) for c in tuner.configs)
+        configs = _triton.configs(tuner)
+        self.configs_sig = tuple(id(c) for c in configs)
         self.live: Dict[str, Any] = {}
-        for c in tuner.configs:
-            self.live.setdefault(_canon.config_string(c), c)
+        for c in configs:
+            self.live.setdefault(_triton.config_string(c), c)
         self.candidates = tuple(self.live)
 
 
 def _info(tuner) -> _TunerInfo:
     info = _infos.get(tuner)
-    if info is None or info.configs_sig != tuple(id(c) for c in tuner.configs) or \
+    if info is None or info.configs_sig != _triton.configs_sig(tuner) or \
             info.governed != _state.settings.is_governed(info.name):
         info = _TunerInfo(tuner, _state.settings)
         _infos[tuner] = info
@@ -346,7 +342,7 @@ def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: in
         seen = set()
         _observed[tuner] = seen
     seen.add(key)
-    cache = tuner.__dict__.get("cache")
+    cache = _triton.cache_of(tuner)
     if type(cache) is DetdCache and cache._gen == _gen[0]:
         cache._fast.add(key)
     try:
@@ -356,24 +352,16 @@ def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: in
 
 
 def _cheapest(configs: List[Any]):
-    def cost(c):
-        vol = 1
-        for v in c.kwargs.values():
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-                vol *= v
-        return (vol, c.num_warps or 0, c.num_stages or 0, getattr(c, "num_ctas", 1) or 0,
-                _canon.config_string(c))
-
-    return min(configs, key=cost)
+    return min(configs, key=_triton.config_cost)
 
 
 # ---------------------------------------------------------------- the hook
 
 class _Call:
-    __slots__ = ("tuner", "args", "kwargs", "key", "local_key")
+    __slots__ = ("tuner", "args", "kw", "key", "local_key")
 
-    def __init__(self, tuner, args, kwargs):
-        self.tuner, self.args, self.kwargs = tuner, args, kwargs
+    def __init__(self, tuner, args, kw):
+        self.tuner, self.args, self.kw = tuner, args, kw
         self.key = None        # the key Triton asked about
         self.local_key = None  # a key left to Triton's own timing
 
@@ -385,8 +373,8 @@ def _current(cache) -> Optional[_Call]:
         return None
     top = stack[-1]
     if type(top) is _Call:
-        return top if top.tuner.__dict__.get("cache") is cache else None
-    if top[0].__dict__.get("cache") is not cache:
+        return top if _triton.cache_of(top.tuner) is cache else None
+    if _triton.cache_of(top[0]) is not cache:
         return None
     ctx = stack[-1] = _Call(*top)
     return ctx
@@ -402,14 +390,11 @@ def _contains_slow(cache, key) -> bool:
             return True
         return _resolve(cache, ctx, key)
     # A direct launch: the caller two frames up is Triton's own run.
-    frame = sys._getframe(2)
-    if not _state.active or _original_run is None or frame.f_code is not _original_run.__code__:
+    call = _triton.run_frame_call(2) if _state.active else None
+    if call is None or _triton.cache_of(call[0]) is not cache:
         return dict.__contains__(cache, key)
-    loc = frame.f_locals
-    tuner = loc.get("self")
-    if tuner is None or tuner.__dict__.get("cache") is not cache:
-        return dict.__contains__(cache, key)
-    ctx = _Call(tuner, loc.get("args", ()), loc.get("kwargs", {}))
+    tuner = call[0]
+    ctx = _Call(*call)
     ctx.key = key
     with cache._lock:
         if dict.__contains__(cache, key):
@@ -492,17 +477,10 @@ def _timing_pass(ctx: _Call):
     """Time every pruned candidate with the tuner's own ``_bench`` (Triton's
     benchmarker or the kernel's ``do_bench=``), as Triton's ``benchmark()``
     does. Returns (timings dict Config -> value, report rows)."""
-    tuner, args, kwargs = ctx.tuner, ctx.args, ctx.kwargs
-    tuner.nargs = dict(zip(tuner.arg_names, args))
-    _tls.skip = None
-    pruned = _original_prune(tuner, kwargs)
-    start = time.time()
-    timings = {config: tuner._bench(*args, config=config, **kwargs) for config in pruned}
-    tuner.bench_time = time.time() - start
-    tuner.configs_timings = timings
+    timings = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw)
     rows, seen = [], set()
     for config, t in timings.items():
-        s = _canon.config_string(config)
+        s = _triton.config_string(config)
         if s in seen:
             continue
         seen.add(s)
@@ -511,28 +489,12 @@ def _timing_pass(ctx: _Call):
     return timings, rows
 
 
-def _notify_listener(tuner, key, chosen):
-    """Triton 3.9+ calls ``knobs.autotuning.listener`` after a timing pass;
-    do the same for the pass made here (with the committed config)."""
-    try:
-        from triton import knobs
-
-        listener = getattr(getattr(knobs, "autotuning", None), "listener", None)
-    except ImportError:
-        return
-    if listener is None:
-        return
-    listener(fn=_canon._jit_function(tuner) or tuner.fn, key=key, best_config=chosen,
-             configs_timings=getattr(tuner, "configs_timings", None), duration=getattr(tuner, "bench_time", None),
-             cache_hit=False)
-
-
 def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str):
     policy = _state.settings.on_miss
     if policy == "error":
         _record(info, key_str, None, "miss", True, note=reason)
         raise MissError(info.kernel, key_str, reason)
-    configs = list(ctx.tuner.configs)
+    configs = list(_triton.configs(ctx.tuner))
     chosen = configs[0] if policy == "first" else _cheapest(configs)
     return chosen, _native.SOURCE_FALLBACK, f"{reason}; on_miss={policy}"
 
@@ -547,7 +509,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
     key_str = _canon.key_string(key)
     # The Megatron-form key: tables recorded by Megatron-LM answer through it.
     try:
-        table_key = _canon.megatron_key(tuner, ctx.args, ctx.kwargs)
+        table_key = _triton.megatron_key(tuner, ctx.args, ctx.kw)
     except Exception:  # an argument whose str() fails: no table alias
         table_key = None
     dkey = _dkey(info, key_str, table_key)
@@ -577,7 +539,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
                 timed_here = True
                 timings_out = {s: ms for s, ms, _ in report_rows}
             try:
-                answer = client().report(answer.claim_id, dkey, report_rows, _triton_version(),
+                answer = client().report(answer.claim_id, dkey, report_rows, _triton.version(),
                                          settings.timeout_ms)
                 answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
                 break
@@ -598,21 +560,19 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         if chosen is None:
             chosen, source, note = _miss(ctx, info, key_str, reason or "no answer")
         if timed_here:
-            full_nargs = {**tuner.nargs, **ctx.kwargs, **chosen.all_kwargs()}
-            tuner.pre_hook(full_nargs, reset_only=True)
-            _notify_listener(tuner, key, chosen)
+            _triton.finish_pass(tuner, key, ctx.kw, chosen)
 
     chaos = settings.chaos
     if chaos:
         cands = sorted(info.candidates)
         if len(cands) > 1:
-            base = cands.index(_canon.config_string(chosen))
+            base = cands.index(_triton.config_string(chosen))
             rank = max(_identity()["rank"], 0)
             chosen = info.live[cands[(base + 1 + rank) % len(cands)]]
             note = "chaos: deliberately not the decided config"
 
     dict.__setitem__(cache, key, chosen)
-    cfg = _canon.config_string(chosen)
+    cfg = _triton.config_string(chosen)
     _record(info, key_str, cfg, _native.SOURCE_NAMES.get(source, str(source)), True, chaos=chaos,
             timed_here=timed_here, timings=timings_out, note=note)
     _observe(tuner, info, key, key_str, cfg, source, True, chaos)
@@ -621,38 +581,39 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
 
 def _after_run(tuner, ctx: _Call):
     """Observations that can only be made once Triton's run returned."""
-    if ctx.key is None and len(tuner.configs) > 1:
+    configs = _triton.configs(tuner)
+    if ctx.key is None and len(configs) > 1:
         return  # a key this process already observed (or no key at all)
     seen = _observed.get(tuner)
-    if len(tuner.configs) <= 1:
-        key = _canon.triton_key(tuner, ctx.args, ctx.kwargs)
+    if len(configs) <= 1:
+        key = _triton.triton_key(tuner, ctx.args, ctx.kw)
         if seen is not None and key in seen:
             return
         info = _info(tuner)
         key_str = _canon.key_string(key)
-        cfg = _canon.config_string(tuner.configs[0])
+        cfg = _triton.config_string(configs[0])
         _record(info, key_str, cfg, "local", False, note="single config: nothing to decide")
         _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
         return
     key = ctx.key
     if key is None:
         return
+    cache = _triton.cache_of(tuner)
     if seen is not None and key in seen:
-        cache = tuner.__dict__.get("cache")
         if type(cache) is DetdCache and cache._gen == _gen[0]:
             cache._fast.add(key)
         return
-    config = dict.get(tuner.cache, key) if isinstance(tuner.cache, dict) else None
+    config = dict.get(cache, key) if isinstance(cache, dict) else None
     if config is None:
         return
     info = _info(tuner)
     key_str = _canon.key_string(key)
-    cfg = _canon.config_string(config)
+    cfg = _triton.config_string(config)
     if ctx.local_key is not None:
         timings = None
-        ct = getattr(tuner, "configs_timings", None)
-        if isinstance(ct, dict):
-            timings = {_canon.config_string(c): _normalize_timing(t)[0] for c, t in ct.items()}
+        ct = _triton.last_timings(tuner)
+        if ct is not None:
+            timings = {_triton.config_string(c): _normalize_timing(t)[0] for c, t in ct.items()}
         voted = timings is not None and _state.settings.is_recorded(info.name) and _vote(tuner, info, ctx, key_str,
                                                                                          cfg, ct)
         _record(info, key_str, cfg, "local", False, timed_here=timings is not None, timings=timings,
@@ -675,18 +636,18 @@ def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_t
     costs one warning, never the training run."""
     rows, seen = [], set()
     for c, t in configs_timings.items():
-        s = _canon.config_string(c)
+        s = _triton.config_string(c)
         if s in seen or s not in info.live:
             continue
         seen.add(s)
         ms, failed = _normalize_timing(t)
         rows.append((s, ms, failed))
     try:
-        table_key = _canon.megatron_key(tuner, ctx.args, ctx.kwargs)
+        table_key = _triton.megatron_key(tuner, ctx.args, ctx.kw)
     except Exception:  # an argument whose str() fails: vote without it
         table_key = None
     try:
-        client().vote(_dkey(info, key_str), cfg, rows, _triton_version(), table_key,
+        client().vote(_dkey(info, key_str), cfg, rows, _triton.version(), table_key,
                       min(_state.settings.timeout_ms, 10_000))
         return True
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
@@ -694,143 +655,63 @@ def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_t
         return False
 
 
-_original_run = None
+# ---------------------------------------------------------------- entry points
 
-
-def _patched_run(self, *args, **kwargs):
-    """``Autotuner.run`` once patched (installed as is: no extra frame).
-
-    A governed tuner whose cache is marked direct goes straight to
-    Triton's run: its cache's membership test does any work needed. Other
-    calls push their arguments on a thread-local stack as a plain tuple,
-    turned into a :class:`_Call` only when the cache has work to do, and
-    run under the tuner's lock; their picks are observed afterwards."""
-    cache = self.__dict__.get("cache")
-    if not _state.active or self in _direct_tuners:
-        return _original_run(self, *args, **kwargs)
-    if not _state.active:
-        return _original_run(self, *args, **kwargs)
+def _full_run(tuner, cache, args, kwargs):
+    """A call of the patched ``Autotuner.run`` that is not on the direct
+    path (see :func:`detd._triton._patched_run`). The call's arguments are
+    pushed on a thread-local stack as a plain tuple, turned into a
+    :class:`_Call` only when the cache has work to do, and Triton's run
+    runs under the tuner's lock; its picks are observed afterwards."""
     if type(cache) is not DetdCache:
-        cache = self.cache = DetdCache(cache or {})
+        cache = DetdCache(cache or {})
+        _triton.set_cache(tuner, cache)
     elif cache._gen != _gen[0]:
         cache._renew()
     stack = _tls.__dict__.get("stack")
     if stack is None:
         stack = _tls.stack = []
     with cache._lock:
-        stack.append((self, args, kwargs))
+        stack.append((tuner, args, kwargs))
         try:
-            ret = _original_run(self, *args, **kwargs)
+            ret = _triton._original_run(tuner, *args, **kwargs)
         finally:
             top = stack.pop()
+        many = len(_triton.configs(tuner)) > 1
         if type(top) is _Call:
-            _after_run(self, top)
-        elif len(self.configs) <= 1:
-            _after_run(self, _Call(self, args, kwargs))
-        if len(self.configs) > 1 and self.__dict__.get("cache") is cache and _info(self).governed:
-            _go_direct(self, cache)
+            _after_run(tuner, top)
+        elif not many:
+            _after_run(tuner, _Call(tuner, args, kwargs))
+        if many and _triton.cache_of(tuner) is cache and _info(tuner).governed:
+            _go_direct(tuner, cache)
     return ret
 
 
-_original_prune = None
-_original_bench = None
-# Whether Triton's run still times a single pruned candidate (before 3.9);
-# set by patch().
-_single_config_benched = True
-
-
-def _patched_prune(self, kwargs, *rest, **kw):
-    """``Autotuner.prune_configs`` once patched. Triton's run calls it only
-    when a key misses its cache; for a tuner on the direct path that is
-    where a new key is resolved through the daemon. Returns the resolved
-    config as the only candidate, so Triton's run stores it and launches
-    it; Triton releases that still time a single candidate get the
-    measurement skipped (:func:`_patched_bench`). Every other caller
-    (``warmup``, the timing pass, tuners on the full path) gets Triton's
-    own pruning."""
-    _tls.skip = None
-    st = _direct_tuners.get(self) if _state.active else None
-    cache = self.__dict__.get("cache")
-    if st is None or type(cache) is not dict:
-        return _original_prune(self, kwargs, *rest, **kw)
-    # Triton's run is the caller, or a few frames up when something (a
-    # profiler, a counting wrapper) wraps prune_configs in turn.
-    frame = sys._getframe(1)
-    for _ in range(4):
-        if frame is None or (frame.f_code is _original_run.__code__ and frame.f_locals.get("self") is self):
-            break
-        frame = frame.f_back
-    if frame is None or frame.f_code is not _original_run.__code__:
-        return _original_prune(self, kwargs, *rest, **kw)
-    key = frame.f_locals.get("key")
-    ctx = _Call(self, frame.f_locals.get("args", ()), kwargs)
+def _resolve_direct(tuner, st, cache, key, args, kwargs):
+    """A new key of a tuner on the direct path, met in Triton's run (at its
+    ``prune_configs``): resolve it under the tuner's lock and return the
+    live config to launch, or None when the tuner is no longer governed
+    (it goes back to the full path and Triton times the key)."""
+    ctx = _Call(tuner, args, kwargs)
     ctx.key = key
-    del frame
     with st[0]:
         if key not in cache and not _resolve(cache, ctx, key):
-            # No longer governed: Triton times it, the full path observes.
-            _leave_direct(self)
-            return _original_prune(self, kwargs, *rest, **kw)
-        chosen = cache[key]
-    if _single_config_benched:
-        timed = getattr(self, "configs_timings", None)
-        _tls.skip = (self, chosen, timed.get(chosen, 0.0) if isinstance(timed, dict) else 0.0)
-    return [chosen]
-
-
-def _patched_bench(self, *args, config, **meta):
-    """``Autotuner._bench`` once patched: the one measurement a Triton run
-    asks for right after :func:`_patched_prune` resolved the key returns
-    the resolved config's own timing (when this process timed it) instead
-    of launching; everything else is Triton's benchmark."""
-    skip = _tls.__dict__.get("skip")
-    if skip is not None and skip[0] is self and skip[1] is config:
-        _tls.skip = None
-        return skip[2]
-    return _original_bench(self, *args, config=config, **meta)
-
-
-SUPPORTED = ((3, 3), (3, 9))  # oldest and newest minor release checked
+            _leave_direct(tuner)
+            return None
+        return cache[key]
 
 
 def _check_version():
-    v = _triton_version()
-    try:
-        major, minor = (int(x) for x in v.split(".")[:2])
-    except ValueError:
-        return
-    if (major, minor) < SUPPORTED[0] or (major, minor) > SUPPORTED[1]:
-        _warn_once("version", f"detd: Triton {v} is outside the checked range "
-                              f"{SUPPORTED[0][0]}.{SUPPORTED[0][1]} to {SUPPORTED[1][0]}.{SUPPORTED[1][1]}")
+    msg = _triton.version_warning()
+    if msg:
+        _warn_once("version", msg)
 
 
 def patch():
-    """Patch ``Autotuner.run``, ``prune_configs`` and ``_bench`` of
-    ``triton.runtime.autotuner`` once (idempotent)."""
-    global _original_run, _original_prune, _original_bench, _single_config_benched
-    from triton.runtime import autotuner as at
-
-    current = at.Autotuner.run
-    if getattr(current, "__detd_original__", None) is not None:
-        _original_run = current.__detd_original__
-        _original_prune = at.Autotuner.prune_configs.__detd_original__
-        _original_bench = at.Autotuner._bench.__detd_original__
-        return
-
-    _check_version()
-    _original_run, _original_prune, _original_bench = current, at.Autotuner.prune_configs, at.Autotuner._bench
-    try:
-        import inspect
-
-        _single_config_benched = "len(pruned_configs) == 1" not in inspect.getsource(current)
-    except (OSError, TypeError):
-        _single_config_benched = True  # a stale skip is cleared by the next prune
-    _patched_run.__detd_original__ = current
-    _patched_prune.__detd_original__ = _original_prune
-    _patched_bench.__detd_original__ = _original_bench
-    at.Autotuner.prune_configs = _patched_prune
-    at.Autotuner._bench = _patched_bench
-    at.Autotuner.run = _patched_run
+    """Patch Triton's ``Autotuner`` once (idempotent; see
+    :func:`detd._triton.patch`)."""
+    if _triton.patch(_state, _full_run, _resolve_direct):
+        _check_version()
 
 
 def configure(settings: Settings):

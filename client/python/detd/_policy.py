@@ -146,20 +146,16 @@ def _override_value(arg, env, kernel, v) -> str:
                 raise _bad(arg, env, v, f"override for {kernel!r}: {part!r} is not NAME=value")
         return s
     if isinstance(v, Mapping):
-        from types import SimpleNamespace
-
         from ._canon import config_string
 
         fields = dict(v)
         meta = {k: fields.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in fields}
-        cfg = SimpleNamespace(kwargs=fields, num_warps=meta.get("num_warps", 4),
-                              num_stages=meta.get("num_stages", 3), num_ctas=meta.get("num_ctas", 1),
-                              maxnreg=meta.get("maxnreg"))
-        return config_string(cfg)
-    if hasattr(v, "kwargs") and hasattr(v, "num_warps"):
-        from ._canon import config_string
+        return config_string(fields, dict(num_warps=meta.get("num_warps", 4), num_stages=meta.get("num_stages", 3),
+                                          num_ctas=meta.get("num_ctas", 1), maxnreg=meta.get("maxnreg")))
+    from . import _triton
 
-        return config_string(v)
+    if _triton.is_config(v):
+        return _triton.config_string(v)
     raise _bad(arg, env, v, f"override for {kernel!r} must be a config string, a dict or a triton.Config")
 
 

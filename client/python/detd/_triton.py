@@ -1,0 +1,411 @@
+"""The adapter to Triton: the only module of the package that imports
+``triton`` or reads and writes attributes of Triton's objects.
+
+Everything Triton-specific the hook relies on lives here: the class-level
+patches of ``Autotuner.run``, ``prune_configs`` and ``_bench``; the
+``Config`` fields turned into plain data; the innermost JIT function, its
+``cache_key`` and the code guard; Triton's key rebuilt from a call's
+arguments; the lookup of the call's arguments in Triton's run frame; the
+timing pass done the way Triton's ``benchmark()`` does it; the version
+checks and what differs between the releases covered (3.3 to 3.9).  The
+flow (ask, time, report, observe) is :mod:`detd._hook`'s, and the strings
+are :mod:`detd._canon`'s, made from the plain values handed over here.
+
+Triton is imported lazily (in :func:`patch`, :func:`version` and the
+listener call): ``import detd`` works without it.  Live ``Config`` objects
+and autotuners leave this module only as opaque handles: the hook stores
+them in an autotuner's cache and hands them back, never reads them.
+
+The patched methods are installed as they are, with no wrapper frame, and
+a tuner on the direct path (see :func:`use_original_run`) launches through
+Triton's own ``run`` bound to it, on a plain ``dict`` cache: no code of
+this package runs on a known key.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Any, List, Optional
+
+from . import _canon
+
+__all__ = [
+    "SUPPORTED",
+    "version",
+    "version_warning",
+    "interpreting",
+    "patch",
+    "config_string",
+    "config_cost",
+    "is_config",
+    "kernel_name",
+    "kernel_identity",
+    "code_guard",
+    "jit_function",
+    "triton_key",
+    "megatron_key",
+    "configs",
+    "configs_sig",
+    "last_timings",
+    "cache_of",
+    "set_cache",
+    "use_original_run",
+    "use_patched_run",
+    "run_frame_call",
+    "time_candidates",
+    "finish_pass",
+    "direct_tuners",
+]
+
+SUPPORTED = ((3, 3), (3, 9))  # oldest and newest minor release checked
+
+_MISSING = object()
+
+
+# ---------------------------------------------------------------- version
+
+def version() -> str:
+    """``triton.__version__``, or "" when Triton cannot be imported."""
+    try:
+        import triton
+
+        return str(triton.__version__)
+    except Exception:
+        return ""
+
+
+def version_warning() -> Optional[str]:
+    """A message when the installed Triton is outside :data:`SUPPORTED`,
+    else None (also when the version cannot be parsed)."""
+    v = version()
+    try:
+        major, minor = (int(x) for x in v.split(".")[:2])
+    except ValueError:
+        return None
+    if (major, minor) < SUPPORTED[0] or (major, minor) > SUPPORTED[1]:
+        return (f"detd: Triton {v} is outside the checked range "
+                f"{SUPPORTED[0][0]}.{SUPPORTED[0][1]} to {SUPPORTED[1][0]}.{SUPPORTED[1][1]}")
+    return None
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET``)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+# ---------------------------------------------------------------- configs
+
+def _fields(config) -> dict:
+    fields = {}
+    for name in _canon.FIELDS:
+        v = getattr(config, name, _MISSING)
+        if v is not _MISSING:
+            fields[name] = v
+    for name, _ in _canon.EXTRA_FIELDS:
+        v = getattr(config, name, _MISSING)
+        if v is not _MISSING:
+            fields[name] = v
+    return fields
+
+
+def config_string(config) -> str:
+    """The canonical string of a ``triton.Config`` of any supported release
+    (or any object with its ``kwargs`` and fields)."""
+    return _canon.config_string(dict(config.kwargs), _fields(config))
+
+
+def config_cost(config) -> tuple:
+    """The ``cheapest`` rule's sort key of a ``triton.Config``."""
+    return _canon.config_cost(config.kwargs, config.num_warps, config.num_stages, getattr(config, "num_ctas", 1),
+                              config_string(config))
+
+
+def is_config(v) -> bool:
+    """Whether ``v`` looks like a ``triton.Config`` (has its fields)."""
+    return hasattr(v, "kwargs") and hasattr(v, "num_warps")
+
+
+def configs(tuner) -> List[Any]:
+    """The autotuner's live ``Config`` objects, in order (Triton's list:
+    read it, do not change it)."""
+    return tuner.configs
+
+
+def configs_sig(tuner) -> tuple:
+    """Identities of the live configs: changes when the list is replaced."""
+    return tuple(id(c) for c in tuner.configs)
+
+
+def last_timings(tuner) -> Optional[dict]:
+    """``Config -> timing`` of the autotuner's last timing pass, or None."""
+    ct = getattr(tuner, "configs_timings", None)
+    return ct if isinstance(ct, dict) else None
+
+
+# ---------------------------------------------------------------- identity
+
+def kernel_name(tuner) -> str:
+    """``module:qualname`` of the innermost Python function."""
+    fn = tuner.base_fn
+    return _canon.kernel_name(fn.__module__, fn.__qualname__)
+
+
+def jit_function(tuner):
+    """The JIT (or interpreted) function under the autotuner's decorator
+    stack (heuristics and the like wrap it in turn), or None."""
+    fn = tuner.fn
+    seen = 0
+    while hasattr(fn, "fn") and not inspect.isfunction(fn) and seen < 32:
+        if hasattr(fn, "cache_key") or type(fn).__name__ in ("JITFunction", "InterpretedFunction"):
+            return fn
+        fn = fn.fn
+        seen += 1
+    return None
+
+
+def code_guard(tuner) -> str:
+    """16 hex digits that change when the kernel's code changes: over the
+    JIT function's ``cache_key`` (compiled mode), else over its source."""
+    jit = jit_function(tuner)
+    if jit is not None and type(jit).__name__ != "InterpretedFunction":
+        try:
+            ck = jit.cache_key
+        except Exception:  # dependencies that cannot be resolved yet
+            ck = None
+        if isinstance(ck, str) and ck:
+            return _canon.code_guard("cache_key", ck)
+    src = getattr(jit, "src", None) if jit is not None else None
+    if not isinstance(src, str):
+        try:
+            src = inspect.getsource(tuner.base_fn)
+        except (OSError, TypeError):
+            src = getattr(tuner.base_fn.__code__, "co_code", b"").hex()
+    return _canon.code_guard("source", src)
+
+
+def kernel_identity(tuner) -> str:
+    """``module:qualname@guard`` (see :mod:`detd._canon`)."""
+    return _canon.kernel_identity(kernel_name(tuner), code_guard(tuner))
+
+
+# ---------------------------------------------------------------- keys
+
+def triton_key(tuner, args, kwargs) -> tuple:
+    """Triton's own autotune key, rebuilt the way ``Autotuner.run`` does
+    (3.3 to 3.9). Used only where Triton computes none (single-config
+    tuners) so that they can still be listed."""
+    nargs = dict(zip(tuner.arg_names, args))
+    all_args = {**nargs, **kwargs}
+    _args = {k: v for (k, v) in all_args.items() if k in tuner.arg_names}
+    key = [_args[k] for k in tuner.keys if k in _args]
+    for _, arg in _args.items():
+        if hasattr(arg, "dtype"):
+            key.append(str(arg.dtype))
+    return tuple(key)
+
+
+def megatron_key(tuner, args, kwargs) -> str:
+    """The call's key in Megatron-LM's ``tuning_key`` form (see
+    :func:`detd._canon.megatron_key`). Raises whatever ``str()`` of an
+    argument raises."""
+    named = dict(zip(tuner.arg_names, args))
+    named.update(kwargs)
+    return _canon.megatron_key([(n, named[n]) for n in tuner.keys if n in named],
+                               [str(v.dtype) for v in named.values() if hasattr(v, "dtype")])
+
+
+# ---------------------------------------------------------------- cache and run slots
+
+# Governed tuners launching through Triton's own run (see
+# use_original_run()): tuner -> the hook's state for their misses.
+direct_tuners: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def cache_of(tuner):
+    """The autotuner's ``cache`` as it is (None when it has none)."""
+    return tuner.__dict__.get("cache")
+
+
+def set_cache(tuner, cache):
+    """Replace the autotuner's ``cache`` (Triton's run reads it on every call)."""
+    tuner.__dict__["cache"] = cache
+
+
+def use_original_run(tuner):
+    """Shadow the class-level patched run with Triton's own, bound to the
+    tuner: a launch runs exactly Triton's code. A bound method pickles as
+    ``getattr(obj, "run")``, which a copy resolves again."""
+    tuner.__dict__["run"] = _original_run.__get__(tuner, type(tuner))
+
+
+def use_patched_run(tuner):
+    """Undo :func:`use_original_run` (no-op when not shadowed)."""
+    if tuner.__dict__.get("run") is not None:
+        del tuner.__dict__["run"]
+
+
+def run_frame_call(depth: int):
+    """``(tuner, args, kwargs)`` of Triton's ``Autotuner.run`` when it is
+    the frame ``depth`` levels above the caller (1: the caller's caller),
+    else None."""
+    if _original_run is None:
+        return None
+    frame = sys._getframe(depth + 1)
+    if frame.f_code is not _original_run.__code__:
+        return None
+    loc = frame.f_locals
+    tuner = loc.get("self")
+    if tuner is None:
+        return None
+    return tuner, loc.get("args", ()), loc.get("kwargs", {})
+
+
+# ---------------------------------------------------------------- timing
+
+def time_candidates(tuner, args, kwargs) -> dict:
+    """Time every pruned candidate with the tuner's own ``_bench`` (Triton's
+    benchmarker or the kernel's ``do_bench=``), as Triton's ``benchmark()``
+    does, and set ``configs_timings`` and ``bench_time``. Returns
+    ``Config -> timing`` (a float or a list of them)."""
+    tuner.nargs = dict(zip(tuner.arg_names, args))
+    _tls.skip = None
+    pruned = _original_prune(tuner, kwargs)
+    start = time.time()
+    timings = {config: tuner._bench(*args, config=config, **kwargs) for config in pruned}
+    tuner.bench_time = time.time() - start
+    tuner.configs_timings = timings
+    return timings
+
+
+def finish_pass(tuner, key, kwargs, chosen):
+    """What Triton does after a timing pass, for ``chosen``: the autotuner's
+    ``pre_hook(..., reset_only=True)``, then (3.9+) the
+    ``knobs.autotuning.listener``."""
+    full_nargs = {**tuner.nargs, **kwargs, **chosen.all_kwargs()}
+    tuner.pre_hook(full_nargs, reset_only=True)
+    try:
+        from triton import knobs
+
+        listener = getattr(getattr(knobs, "autotuning", None), "listener", None)
+    except ImportError:
+        return
+    if listener is None:
+        return
+    listener(fn=jit_function(tuner) or tuner.fn, key=key, best_config=chosen,
+             configs_timings=getattr(tuner, "configs_timings", None), duration=getattr(tuner, "bench_time", None),
+             cache_hit=False)
+
+
+# ---------------------------------------------------------------- the patches
+
+_original_run = None
+_original_prune = None
+_original_bench = None
+# Whether Triton's run still times a single pruned candidate (before 3.9);
+# set by patch().
+_single_config_benched = True
+_tls = threading.local()
+# Set by patch(): the hook's state (``.active``), its full-path run and its
+# resolver of a direct tuner's new key.
+_state = None
+_full_run = None
+_resolve_direct = None
+
+
+def _patched_run(self, *args, **kwargs):
+    """``Autotuner.run`` once patched (installed as is: no extra frame).
+
+    Inactive, or a tuner on the direct path called through the class:
+    Triton's run. Otherwise the hook's full path, given the tuner's cache."""
+    if not _state.active or self in direct_tuners:
+        return _original_run(self, *args, **kwargs)
+    return _full_run(self, self.__dict__.get("cache"), args, kwargs)
+
+
+def _patched_prune(self, kwargs, *rest, **kw):
+    """``Autotuner.prune_configs`` once patched. Triton's run calls it only
+    when a key misses its cache; for a tuner on the direct path that is
+    where a new key is resolved through the daemon. Returns the resolved
+    config as the only candidate, so Triton's run stores it and launches
+    it; Triton releases that still time a single candidate get the
+    measurement skipped (:func:`_patched_bench`). Every other caller
+    (``warmup``, the timing pass, tuners on the full path) gets Triton's
+    own pruning."""
+    _tls.skip = None
+    st = direct_tuners.get(self) if _state.active else None
+    cache = self.__dict__.get("cache")
+    if st is None or type(cache) is not dict:
+        return _original_prune(self, kwargs, *rest, **kw)
+    # Triton's run is the caller, or a few frames up when something (a
+    # profiler, a counting wrapper) wraps prune_configs in turn.
+    frame = sys._getframe(1)
+    for _ in range(4):
+        if frame is None or (frame.f_code is _original_run.__code__ and frame.f_locals.get("self") is self):
+            break
+        frame = frame.f_back
+    if frame is None or frame.f_code is not _original_run.__code__:
+        return _original_prune(self, kwargs, *rest, **kw)
+    key = frame.f_locals.get("key")
+    args = frame.f_locals.get("args", ())
+    del frame
+    chosen = _resolve_direct(self, st, cache, key, args, kwargs)
+    if chosen is None:  # no longer governed: Triton times it, the full path observes
+        return _original_prune(self, kwargs, *rest, **kw)
+    if _single_config_benched:
+        timed = getattr(self, "configs_timings", None)
+        _tls.skip = (self, chosen, timed.get(chosen, 0.0) if isinstance(timed, dict) else 0.0)
+    return [chosen]
+
+
+def _patched_bench(self, *args, config, **meta):
+    """``Autotuner._bench`` once patched: the one measurement a Triton run
+    asks for right after :func:`_patched_prune` resolved the key returns
+    the resolved config's own timing (when this process timed it) instead
+    of launching; everything else is Triton's benchmark."""
+    skip = _tls.__dict__.get("skip")
+    if skip is not None and skip[0] is self and skip[1] is config:
+        _tls.skip = None
+        return skip[2]
+    return _original_bench(self, *args, config=config, **meta)
+
+
+def patch(state, full_run, resolve_direct) -> bool:
+    """Patch ``Autotuner.run``, ``prune_configs`` and ``_bench`` of
+    ``triton.runtime.autotuner`` once (idempotent).
+
+    ``state.active`` says whether the hook is on; ``full_run(tuner, cache,
+    args, kwargs)`` runs a call that is not on the direct path and returns
+    what Triton's run returns; ``resolve_direct(tuner, st, cache, key,
+    args, kwargs)`` (``st``: the tuner's value in :data:`direct_tuners`)
+    resolves a new key of a direct tuner and returns the live config to
+    launch, or None to leave it to Triton. Returns True when this
+    call patched the class, False when it was patched already."""
+    global _original_run, _original_prune, _original_bench, _single_config_benched
+    global _state, _full_run, _resolve_direct
+    from triton.runtime import autotuner as at
+
+    _state, _full_run, _resolve_direct = state, full_run, resolve_direct
+    current = at.Autotuner.run
+    if getattr(current, "__detd_original__", None) is not None:
+        _original_run = current.__detd_original__
+        _original_prune = at.Autotuner.prune_configs.__detd_original__
+        _original_bench = at.Autotuner._bench.__detd_original__
+        return False
+
+    _original_run, _original_prune, _original_bench = current, at.Autotuner.prune_configs, at.Autotuner._bench
+    try:
+        _single_config_benched = "len(pruned_configs) == 1" not in inspect.getsource(current)
+    except (OSError, TypeError):
+        _single_config_benched = True  # a stale skip is cleared by the next prune
+    _patched_run.__detd_original__ = current
+    _patched_prune.__detd_original__ = _original_prune
+    _patched_bench.__detd_original__ = _original_bench
+    at.Autotuner.prune_configs = _patched_prune
+    at.Autotuner._bench = _patched_bench
+    at.Autotuner.run = _patched_run
+    return True
