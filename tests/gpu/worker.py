@@ -52,9 +52,9 @@ def install_counters(detd_mode):
 
     _at.Autotuner.prune_configs = counted_prune
     if detd_mode:
-        from detd import _hook
+        from detd import _hook, _triton
 
-        _hook._original_bench = _bench  # detd's patched _bench calls this
+        _triton._original_bench = _bench  # detd's patched _bench calls this
         timing_pass = _hook._timing_pass
 
         def counted_pass(ctx):  # a designated pass prunes with Triton's own

@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import REPO, Daemon, counter
 
 sys.path.insert(0, str(REPO / "client" / "python"))
-from detd import _canon  # noqa: E402  (pure Python, no libdetd needed)
+from detd import _triton  # noqa: E402  (pure Python: triton is imported lazily)
 
 KERNEL = "tests.integration:row_sum@0123456789abcdef"
 
@@ -149,7 +149,7 @@ def render(entry):
     """detd's canonical string of a table entry, by the Python function."""
     c = _Config(kwargs=dict(entry["kwargs"]), num_warps=entry["num_warps"], num_stages=entry["num_stages"],
                 num_ctas=entry.get("num_ctas", 1), maxnreg=entry.get("maxnreg"))
-    return _canon.config_string(c)
+    return _triton.config_string(c)
 
 
 def test_export_decisions_round_trips_to_the_decided_config(daemon, tmpdir_short):
