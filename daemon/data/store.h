@@ -174,7 +174,7 @@ struct store_vote {
     int32_t rank;
     int32_t local_rank;
     const char *device;
-    const char *timings_json; /* as store_decision.timings_json */
+    const char *timings_json; /* as decision.timings_json */
     const char *triton_version;
     int64_t voted_at_ms;
 };

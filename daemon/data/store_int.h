@@ -1,7 +1,8 @@
 /*
- * store_int: what the files of the SQLite adapter (store.c, store_vote.c)
- * share. Internal to the adapter: nothing outside daemon/store*.c includes
- * it, and sqlite3_* stays inside those files.
+ * store_int: what the files of the SQLite adapter (store.c, store_sql.c,
+ * store_vote.c, store_import.c) share. Internal to the adapter: nothing
+ * outside daemon/data/store*.c includes it, and sqlite3_* stays inside
+ * those files.
  *
  * Every helper below records why it failed in s->errmsg (store_errmsg())
  * and returns a negative DETD_E* code; "op" names the operation in that

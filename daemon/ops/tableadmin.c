@@ -66,7 +66,7 @@ static void log_set(const tables *t, const char *why) {
              tables_n_entries(t), tables_n_errors(t));
 }
 
-/* See daemon.h. */
+/* See tableadmin.h. */
 int tableadmin_load_initial(struct daemon *d) {
     tables *t = NULL;
     int rc = tables_load(d->cfg->tables, d->cfg->n_tables, DETD_TABLES_DIR,
@@ -191,7 +191,7 @@ static void reload_start(struct daemon *d, struct tables_reload *r) {
     }
 }
 
-/* See daemon.h. */
+/* See tableadmin.h. */
 void tableadmin_reload(struct daemon *d, rpc_call *call) {
     if (d->reload != NULL) {
         d->reload->again = 1;
@@ -212,7 +212,7 @@ void tableadmin_reload(struct daemon *d, rpc_call *call) {
     reload_start(d, r);
 }
 
-/* See daemon.h. */
+/* See tableadmin.h. */
 void tableadmin_reload_rpc(struct daemon *d, struct rpc_event *ev) {
     protobuf_c_message_free_unpacked(ev->msg, NULL);
     if (d->draining) {
@@ -222,12 +222,12 @@ void tableadmin_reload_rpc(struct daemon *d, struct rpc_event *ev) {
     tableadmin_reload(d, ev->call);
 }
 
-/* See daemon.h. */
+/* See tableadmin.h. */
 int tableadmin_status_fill(struct daemon *d, struct tableadmin_status *ret) {
     return describe(d->tables, ret);
 }
 
-/* See daemon.h. */
+/* See tableadmin.h. */
 void tableadmin_status_clear(struct tableadmin_status *s) {
     free(s->files);
     free(s->filep);
@@ -236,7 +236,7 @@ void tableadmin_status_clear(struct tableadmin_status *s) {
     memset(s, 0, sizeof(*s));
 }
 
-/* See daemon.h. */
+/* See tableadmin.h. */
 void tableadmin_free(struct daemon *d) {
     tables_free(d->tables);
     d->tables = NULL;
@@ -300,7 +300,7 @@ static int explain_check(rpc_call *call, const char *what, const char *s,
     return 0;
 }
 
-/* See daemon.h. */
+/* See tableadmin.h. */
 void tableadmin_explain(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__ExplainRequest *req = (Detd__V1__ExplainRequest *)ev->msg;
     Detd__V1__ExplainResponse resp = DETD__V1__EXPLAIN_RESPONSE__INIT;
