@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+import triton.runtime.autotuner  # noqa: F401 (which Triton this is)
+
 from conftest import HERE, run_workers
 from test_e2e import N_CANDIDATES, assert_ok, expected_winner, status
 
@@ -143,9 +145,11 @@ def test_decided_key_skips_timing_disk_cache_and_print(daemon, tmp_path):
     env = {"TRITON_PRINT_AUTOTUNING": "1", "DETD_TEST_DISK_CACHE_PROBE": "1"}
     ctl = run_workers(daemon, 1, tmp_path, args=["--shapes", "256"], tag="ctl", env={"DETD_MODE": "auto", **env})
     assert_ok(ctl)
-    assert ctl[0]["disk_cache_probe"] is True, ctl[0]
+    # Triton 3.3 has no autotune disk cache (no check_disk_cache): nothing to skip there.
+    has_disk_cache = ctl[0]["disk_cache_probe"]
+    assert has_disk_cache == hasattr(triton.runtime.autotuner.Autotuner, "check_disk_cache")
     assert ctl[0]["shapes"]["256"]["bench_calls"] == N_CANDIDATES
-    assert len(ctl[0]["disk_cache_calls"]) == 1, ctl[0]["disk_cache_calls"]
+    assert len(ctl[0]["disk_cache_calls"]) == (1 if has_disk_cache else 0), ctl[0]["disk_cache_calls"]
     assert "finished after" in ctl[0]["output"], ctl[0]["output"]
 
     first = run_workers(daemon, 1, tmp_path, args=["--shapes", "256"], tag="dec")
@@ -156,5 +160,5 @@ def test_decided_key_skips_timing_disk_cache_and_print(daemon, tmp_path):
     for r in res:
         row = r["shapes"]["256"]
         assert row["bench_calls"] == 0 and row["config"] == decided, row
-        assert r["disk_cache_probe"] is True and r["disk_cache_calls"] == [], r
+        assert r["disk_cache_probe"] is has_disk_cache and r["disk_cache_calls"] == [], r
         assert "finished after" not in r["output"] and "best config selected" not in r["output"], r["output"]
