@@ -4,6 +4,7 @@ The build directory comes from DETD_BUILD_DIR (default <repo>/build).
 """
 import json
 import os
+import shutil
 import signal
 import sys
 import subprocess
@@ -19,6 +20,34 @@ DETD = BUILD / "daemon" / "detd"
 DETCTL = BUILD / "client" / "detctl"
 PROBE = BUILD / "tests" / "detd_probe"
 CLIENT = Path(__file__).resolve().parent / "detd_client.py"
+
+
+# CI must run every suite: there (CI set, as CI runs with CI=true) a
+# missing requirement fails the test; elsewhere it is skipped.
+CI = os.environ.get("CI", "") != ""
+HAVE_ETCD = shutil.which("etcd") is not None and shutil.which("etcdctl") is not None
+IS_ROOT = os.geteuid() == 0
+
+
+def requires(ok, reason):
+    """Mark a test (or, as pytestmark, a module) that needs something of
+    the machine: `ok` says whether it is there. Missing, the test fails when
+    CI is set and is skipped otherwise."""
+    return pytest.mark.detd_requires(ok=bool(ok), reason=reason)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "detd_requires(ok, reason): a requirement of the machine "
+                                       "(fails under CI when missing, else skips)")
+
+
+def pytest_runtest_setup(item):
+    for m in item.iter_markers("detd_requires"):
+        if not m.kwargs["ok"]:
+            if CI:
+                pytest.fail(f"{m.kwargs['reason']} (CI is set: a missing requirement is a failure)",
+                            pytrace=False)
+            pytest.skip(m.kwargs["reason"])
 
 
 class Daemon:

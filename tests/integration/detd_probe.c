@@ -10,13 +10,16 @@
  * (plaintext).
  *
  * Prints "status=<code> message=<text>" and exits 0 once the call ended
- * (whatever its status), 2 on a usage or local error.
+ * (whatever its status), 2 on a usage or local error. With
+ * DETD_PROBE_RESPONSE=1 in the environment a second line
+ * "response=<hex>" holds the response message (empty when none came).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
@@ -128,6 +131,20 @@ int main(int argc, char **argv) {
     printf("status=%d message=%s\n", (int)status, msg);
     gpr_free(msg);
     grpc_slice_unref(details);
+    const char *want = getenv("DETD_PROBE_RESPONSE");
+    if (want != NULL && strcmp(want, "1") == 0) {
+        fputs("response=", stdout);
+        grpc_byte_buffer_reader rd;
+        if (resp != NULL && grpc_byte_buffer_reader_init(&rd, resp)) {
+            grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
+            const unsigned char *p = GRPC_SLICE_START_PTR(all);
+            for (size_t i = 0; i < GRPC_SLICE_LENGTH(all); i++)
+                printf("%02x", p[i]);
+            grpc_slice_unref(all);
+            grpc_byte_buffer_reader_destroy(&rd);
+        }
+        fputs("\n", stdout);
+    }
     if (resp != NULL)
         grpc_byte_buffer_destroy(resp);
     grpc_byte_buffer_destroy(bb);

@@ -13,12 +13,12 @@ import sys
 
 import pytest
 
-from conftest import CLIENT, DETCTL, DETD, PROBE, Daemon, counter
+from conftest import CLIENT, DETCTL, DETD, IS_ROOT, PROBE, Daemon, counter, requires
 
 NOBODY = 65534
 OTHER_GID = 4242  # a supplementary group of the test caller, no name needed
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+pytestmark = requires(IS_ROOT, "needs root to switch users")
 
 
 def as_user(uid, gid, groups=None):

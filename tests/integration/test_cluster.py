@@ -24,17 +24,14 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from conftest import DETD, Daemon  # noqa: E402
+from conftest import DETD, HAVE_ETCD, Daemon, requires  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
-import shutil  # noqa: E402
 
 CLIENT = HERE / "detd_client.py"
 NS = "default"
 LEASE_MS = 2000
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("etcd") is None or shutil.which("etcdctl") is None,
-    reason="etcd-server and etcd-client are not installed")
+pytestmark = requires(HAVE_ETCD, "etcd-server and etcd-client are not installed")
 
 
 # ---- helpers ----------------------------------------------------------------

@@ -15,6 +15,15 @@ import pytest
 from conftest import Daemon, counter
 
 
+def wait_for(what, pred, timeout=60.0):
+    """Poll until pred() is true, with a generous deadline (a loaded
+    machine may be slow to get there, never fast to a wrong state)."""
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.05)
+
+
 def run_clients(daemon, tmp, n, keys, extra=(), tag="c"):
     """n client processes race on the same keys; returns their results."""
     start = tmp / f"{tag}-go"
@@ -70,7 +79,7 @@ def test_kill_designated_process_mid_pass(daemon, tmpdir_short):
     holder = daemon.client("--keys", 1, "--rank", 0, "--hold", stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "HOLD"
     waiters = [daemon.client("--keys", 1, "--rank", r, out=tmpdir_short / f"w{r}.json") for r in (1, 2, 3)]
-    time.sleep(0.5)
+    wait_for("3 waiters", lambda: daemon.status()["waiters"] == 3)
     st = daemon.status()
     assert st["open_claims"] == 1 and st["waiters"] == 3
     t0 = time.monotonic()
@@ -80,8 +89,8 @@ def test_kill_designated_process_mid_pass(daemon, tmpdir_short):
         assert w.wait(30) == 0
     elapsed = time.monotonic() - t0
     # The claim moves when the holder's Attach stream ends, not after the
-    # 30 s lease.
-    assert elapsed < 5, elapsed
+    # 30 s lease (the bound leaves room for a loaded machine).
+    assert elapsed < 15, elapsed
     res = [json.loads((tmpdir_short / f"w{r}.json").read_text()) for r in (1, 2, 3)]
     entries = [r["keys"]["i:0"] for r in res]
     assert sum(e["timed"] for e in entries) == 1
@@ -95,7 +104,8 @@ def test_kill9_daemon_during_storm_keeps_acknowledged(tmpdir_short):
     d = Daemon(tmpdir_short).start()
     procs = [d.client("--keys", 300, "--rank", r, "--sleep-ms", "0", "--timeout-ms", "3000",
                       out=tmpdir_short / f"s{r}.json") for r in range(8)]
-    time.sleep(1.5)
+    # Mid-storm: some decisions acknowledged, most keys still to come.
+    wait_for("20 decisions", lambda: d.status()["decisions"] >= 20)
     d.kill9()
     for p in procs:
         p.wait(120)
@@ -199,7 +209,7 @@ def test_socket_mode_and_sigterm_drains_waiters(daemon, tmpdir_short):
     holder = daemon.client("--keys", 1, "--hold", stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "HOLD"
     waiter = daemon.client("--keys", 1, "--rank", 1, out=tmpdir_short / "w.json")
-    time.sleep(0.5)
+    wait_for("the waiter", lambda: daemon.status()["waiters"] == 1)
     assert daemon.status()["waiters"] == 1
     assert daemon.stop() == 0
     assert waiter.wait(30) == 0

@@ -6,7 +6,6 @@ daemon/test_etcd_adapter.
 """
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from conftest import HAVE_ETCD, requires  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -36,9 +36,7 @@ CASES = [
     "tls",
 ]
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("etcd") is None or shutil.which("etcdctl") is None,
-    reason="etcd-server and etcd-client are not installed")
+pytestmark = requires(HAVE_ETCD, "etcd-server and etcd-client are not installed")
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from conftest import Daemon  # noqa: E402
+from conftest import Daemon, requires  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -103,7 +103,7 @@ def test_human_lines(tmpdir_short):
         assert " origin=local via=report" in ln
 
 
-@pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed")
+@requires(shutil.which("etcd") is not None, "etcd-server is not installed")
 def test_etcd_decision_logged_once_per_node_with_origin(tmpdir_short):
     etcd = EtcdCluster(tmpdir_short / "etcd", size=1)
     etcd.start()

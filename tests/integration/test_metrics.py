@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import CLIENT, DETD, Daemon
+from conftest import CLIENT, DETD, IS_ROOT, Daemon, requires
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\["\\n])*)"')
@@ -196,7 +196,7 @@ def test_healthz_and_other_paths(mdaemon):
     assert e.value.code == 405
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+@requires(IS_ROOT, "needs root to switch users")
 def test_refusals_are_exported(tmpdir_short):
     port = free_port()
     os.chmod(tmpdir_short, 0o755)

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import detd_client as dc
-from conftest import DETCTL, Daemon, counter
+from conftest import DETCTL, IS_ROOT, Daemon, counter, requires
 from test_tables import CANDS, KERNEL, Lib, cfg, entry
 
 SOURCE_TABLE, SOURCE_IMPORT = 2, 4
@@ -250,7 +250,7 @@ def test_import_errors(import_daemon):
     assert counter(d.status(), "imported_entries") == 0
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch users")
+@requires(IS_ROOT, "needs root to switch users")
 def test_import_needs_an_admin(tmpdir_short):
     os.chmod(tmpdir_short, 0o755)
     d = Daemon(tmpdir_short, ["--allow-uid", "0", "--allow-uid", "65534", "--admin-uid", "0",

@@ -35,6 +35,18 @@ if os.path.exists(DETCTL_BIN):
     os.environ.setdefault("DETD_DETCTL", DETCTL_BIN)
 
 
+def require_module(name):
+    """Import a module a test needs; missing, the test fails when CI is set
+    (CI must run every test) and is skipped otherwise."""
+    try:
+        return __import__(name)
+    except ImportError as e:
+        if os.environ.get("CI", "") != "":
+            pytest.fail(f"{name} is not installed (CI is set: a missing requirement is a failure): {e}",
+                        pytrace=False)
+        pytest.skip(f"{name} is not installed")
+
+
 def _require_build():
     missing = [p for p in (DETD_BIN, LIBDETD) if not os.path.exists(p)]
     if missing:

@@ -9,6 +9,11 @@ so processes timing on their own would pick different winners.  That makes
 agreement a property of detd, not of the machine's noise, and it makes the
 auto-mode control test (processes disagree without detd) deterministic.
 Every call is counted and written to $DETD_TEST_COUNTS at exit.
+
+Phases a test drives by events, not sleeps: with $DETD_TEST_BENCH_GATE=PATH
+the first do_bench call creates PATH.waiting and blocks until PATH exists;
+with $DETD_TEST_DIE_WHEN=PATH it does the same, then the process dies
+(exit 9) in the middle of its timing pass.
 """
 
 import atexit
@@ -29,6 +34,18 @@ def _position():
     return int(r) if r not in (None, "") else os.getpid()
 
 
+def _wait_for(path):
+    """Announce the pass (PATH.waiting) and block until PATH exists."""
+    import time
+
+    open(path + ".waiting", "w").close()
+    deadline = time.monotonic() + 300  # a test that never opens it must not hang
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            os._exit(8)
+        time.sleep(0.01)
+
+
 def fake_do_bench(kernel_call, quantiles=None, **kw):
     if os.environ.get("DETD_TEST_DIE_IN_BENCH"):
         # A designated rank that dies in the middle of its pass.
@@ -36,6 +53,15 @@ def fake_do_bench(kernel_call, quantiles=None, **kw):
 
         time.sleep(float(os.environ["DETD_TEST_DIE_IN_BENCH"]))
         os._exit(9)
+    if os.environ.get("DETD_TEST_DIE_WHEN"):
+        # The same, at a moment the test picks: once the file exists.
+        _wait_for(os.environ["DETD_TEST_DIE_WHEN"])
+        os._exit(9)
+    gate = os.environ.get("DETD_TEST_BENCH_GATE")
+    if gate and not CALLS:
+        # A designated rank held in its timing pass until the test opens
+        # the gate (the file exists).
+        _wait_for(gate)
     kernel_call()
     frame_block = _current_block[0]
     CALLS.append(frame_block)

@@ -7,6 +7,7 @@ import types
 import pytest
 import triton
 
+from conftest import require_module
 from detd import _canon, _policy, _triton
 
 
@@ -73,7 +74,7 @@ def test_key_nested_tuples_and_lists():
 
 
 def test_key_numpy_scalars():
-    np = pytest.importorskip("numpy")
+    np = require_module("numpy")
     assert _canon.key_string((np.int64(7),)) == "[i:7]"
     assert _canon.key_string((np.bool_(True),)) == "[b:true]"
     assert _canon.key_string((np.float32(0.5),)) == "[f:0.5]"

@@ -265,19 +265,39 @@ def status(daemon):
 def test_designated_rank_dies_next_waiter_times(daemon, tmp_path):
     """The designated process dies during its timing pass while another
     waits for that key: the waiter is designated in its place (takeover),
-    times once, and the decision is its own fastest."""
+    times once, and the decision is its own fastest. The death comes once
+    the daemon shows the waiter queued, never after a fixed time."""
     import time
 
+    die = tmp_path / "die"
     dying = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), str(tmp_path / "dead.json"),
-                              "--shapes", "256"], env=daemon.env(RANK=0, DETD_TEST_DIE_IN_BENCH=4),
+                              "--shapes", "256"], env=daemon.env(RANK=0, DETD_TEST_DIE_WHEN=str(die)),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 60
-    while status(daemon)["open_claims"] < 1:
-        assert time.time() < deadline and dying.poll() is None, "the first process was never designated"
-        time.sleep(0.1)
-    res = run_workers(daemon, 1, tmp_path, args=["--shapes", "256"], per_rank_env=lambda i: {"RANK": 3},
-                      tag="survivor")
-    assert dying.wait(60) == 9, dying.stdout.read()
+    survivor = None
+    try:
+        deadline = time.time() + 120
+        while not (os.path.exists(str(die) + ".waiting") and status(daemon)["open_claims"] == 1):
+            assert time.time() < deadline and dying.poll() is None, "the first process was never designated"
+            time.sleep(0.05)
+        out = tmp_path / "survivor.json"
+        survivor = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), str(out), "--shapes", "256"],
+                                    env=daemon.env(RANK=3), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+        while status(daemon)["waiters"] != 1:
+            assert time.time() < deadline and survivor.poll() is None, "the second process never waited"
+            time.sleep(0.05)
+        die.touch()
+        assert dying.wait(120) == 9, dying.stdout.read()
+        text, _ = survivor.communicate(timeout=300)
+        assert out.exists(), text
+        res = [json.loads(out.read_text())]
+        res[0]["returncode"], res[0]["output"] = survivor.returncode, text
+    finally:
+        die.touch()
+        for p in (dying, survivor):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
     assert_ok(res)
     row = res[0]["shapes"]["256"]
     assert row["bench_calls"] == N_CANDIDATES

@@ -4,9 +4,12 @@
 
 Settings come from DETD_* variables (detd.install() with no arguments, as an
 unmodified script would get them). Writes OUT.json with, per shape: the
-canonical config launched, the SHA-256 of the output bytes and the number of
+canonical config launched (and Triton's best_config), the SHA-256 of the output bytes and the number of
 do_bench calls made while running it (one timing pass = one call per
-candidate); plus detd.autotuners() and any error raised.
+candidate); plus detd.autotuners() and any error raised. With
+DETD_TEST_RECORD_REPORTS=1 also "reports": what each Report answered; with
+DETD_TEST_DISK_CACHE_PROBE=1 "disk_cache_calls": the autotune disk-cache
+lookups Triton made.
 """
 
 import hashlib
@@ -32,11 +35,47 @@ def run_shape(rk, n, results, tag=None):
         return
     key = (n, "torch.float32", "torch.float32")
     cfg = dict.get(rk.row_sum_kernel.cache, key)
+    best = getattr(rk.row_sum_kernel, "best_config", None)
     results[tag or str(n)] = {
         "config": _triton.config_string(cfg) if cfg is not None else None,
+        "best_config": _triton.config_string(best) if best is not None else None,
         "sha": hashlib.sha256(out.numpy().tobytes()).hexdigest(),
         "bench_calls": len(rk.CALLS) - before,
     }
+
+
+def record_reports(out):
+    """Keep what each Report answered (the committed config and whether
+    this process's report was superseded), as the hook received it."""
+    from detd import _native
+
+    orig = _native.Client.report
+
+    def report(self, *a, **kw):
+        ans = orig(self, *a, **kw)
+        out.append({"config": ans.config, "superseded": bool(ans.superseded), "source": ans.source})
+        return ans
+
+    _native.Client.report = report
+
+
+def probe_disk_cache(tuner, result):
+    """Count the tuner's autotune disk-cache lookups. The interpreter turns
+    Triton's disk cache off (and it needs a GPU target), so the lookup is
+    switched on here and replaced by a miss that runs the benchmark, as
+    Triton's own lookup does when nothing is cached."""
+    calls = result.setdefault("disk_cache_calls", [])
+    result["disk_cache_probe"] = hasattr(tuner, "check_disk_cache")
+    if not result["disk_cache_probe"]:
+        return
+
+    def check_disk_cache(tuning_key, configs, bench_fn):
+        calls.append(str(tuning_key))
+        bench_fn()
+        return False
+
+    tuner.cache_results = True
+    tuner.check_disk_cache = check_disk_cache
 
 
 def main():
@@ -60,6 +99,8 @@ def main():
             raise SystemExit(f"unknown argument {args[i]}")
 
     result = {"pid": os.getpid(), "shapes": {}, "error": None}
+    if os.environ.get("DETD_TEST_RECORD_REPORTS") == "1":
+        record_reports(result.setdefault("reports", []))
     try:
         detd.install()
     except Exception as e:
@@ -68,6 +109,8 @@ def main():
         return 3
     import rowsum_kernels as rk
 
+    if os.environ.get("DETD_TEST_DISK_CACHE_PROBE") == "1":
+        probe_disk_cache(rk.row_sum_kernel, result)
     if threads:
         n = shapes[0]
         barrier = threading.Barrier(threads)

@@ -1,0 +1,349 @@
+"""What the README promises, through the real daemon: claim leases
+(--lease-ms) and takeover, a superseded report and `detctl verify` naming
+the rank that used another config, `detctl reset --kernel`,
+`--max-waiters`, and /healthz answering 503 while the daemon drains.
+
+Callers are libdetd client processes (detd_client.py), detctl, and raw
+gRPC calls (detd_probe): a raw Decide carries no session, so a claim it
+gets is held on a lease only, which is how a timing rank that stopped
+being attached looks to the daemon.
+"""
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import PROBE, Daemon, counter
+
+KERNEL = "tests.integration:row_sum@0123456789abcdef"  # detd_client.py's default
+CANDS = [f"BLOCK={16 << i},num_warps=4" for i in range(4)]  # its 4 candidates
+DESIGNATED = 2  # Outcome OUTCOME_DESIGNATED
+DEADLINE = 60  # seconds: generous bound for any phase on a loaded machine
+
+
+# ---- protobuf by hand (the fields of proto/detd.proto used here) ------------
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _f(num, payload):
+    if isinstance(payload, str):
+        payload = payload.encode()
+    if isinstance(payload, int):
+        return _varint(num << 3) + _varint(payload)
+    return _varint((num << 3) | 2) + _varint(len(payload)) + payload
+
+
+def _decode(buf):
+    """{field number: [values]}; length-delimited values stay bytes."""
+    out, i = {}, 0
+    while i < len(buf):
+        tag, i = _read_varint(buf, i)
+        num, wt = tag >> 3, tag & 7
+        if wt == 0:
+            v, i = _read_varint(buf, i)
+        elif wt == 2:
+            n, i = _read_varint(buf, i)
+            v, i = buf[i:i + n], i + n
+        elif wt == 1:
+            v, i = buf[i:i + 8], i + 8
+        elif wt == 5:
+            v, i = buf[i:i + 4], i + 4
+        else:
+            raise AssertionError(f"wire type {wt} in {buf.hex()}")
+        out.setdefault(num, []).append(v)
+    return out
+
+
+def _read_varint(buf, i):
+    n = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return n, i
+
+
+def dkey(key="i:0", kernel=KERNEL, cands=CANDS):
+    b = _f(2, "sm90") + _f(3, kernel) + _f(4, key)
+    for c in cands:
+        b += _f(5, c)
+    return b
+
+
+def identity(rank, host="raw-host"):
+    # ClientIdentity: host=1, rank=3 (the daemon records the pid itself)
+    return _f(1, host) + _f(3, rank)
+
+
+def raw_call(d, method, body):
+    """A raw gRPC call with no session: (status code, message, response fields)."""
+    env = dict(os.environ, DETD_PROBE_RESPONSE="1")
+    r = subprocess.run([str(PROBE), d.socket, method, "--hex", body.hex()], capture_output=True,
+                       text=True, timeout=30, env=env)
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("status=") and lines[1].startswith("response="), r
+    code, _, msg = lines[0].partition(" message=")
+    return int(code[len("status="):]), msg, _decode(bytes.fromhex(lines[1][len("response="):]))
+
+
+def raw_decide(d, key="i:0", rank=9):
+    return raw_call(d, "/detd.v1.Decider/Decide", _f(1, 1) + _f(2, identity(rank)) + _f(4, dkey(key)))
+
+
+def raw_report(d, claim, fastest, key="i:0", rank=9):
+    """Report timings in which `fastest` wins."""
+    body = _f(1, 1) + _f(2, identity(rank)) + _f(4, claim) + _f(5, dkey(key))
+    for c in CANDS:
+        ms = 1.0 if c == fastest else 5.0
+        samples = struct.pack("<3d", ms, ms, ms)
+        body += _f(6, _f(1, c) + _f(2, samples))
+    body += _f(7, "3.6.0")
+    return raw_call(d, "/detd.v1.Decider/Report", body)
+
+
+def raw_observe(d, config, key="i:0", rank=9):
+    body = _f(1, 1) + _f(2, identity(rank)) + _f(3, dkey(key)) + _f(4, config) + _f(5, 1) + _f(6, 1)
+    return raw_call(d, "/detd.v1.Decider/Observe", body)
+
+
+def poll(what, pred, timeout=DEADLINE, every=0.05):
+    """Wait until pred() returns a true value (returned); fail naming what."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        assert time.monotonic() < end, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(every)
+
+
+def result(path):
+    return json.loads(path.read_text())
+
+
+# ---- --lease-ms: a claim that is no longer attached expires ------------------
+
+def test_lease_expiry_designates_the_next_waiter_and_the_late_report_is_superseded(tmpdir_short):
+    lease_ms = 1500
+    d = Daemon(tmpdir_short, ["--lease-ms", str(lease_ms)]).start()
+    try:
+        code, msg, r = raw_decide(d)
+        t_claim = time.monotonic()
+        assert code == 0, msg
+        assert r[2] == [DESIGNATED], r
+        claim = r[4][0]
+        assert r[5] == [lease_ms] and claim > 0, r
+        # Another rank asks while the claim is held: it waits ...
+        w = d.client("--keys", 1, "--rank", 1, "--observe", out=tmpdir_short / "w.json")
+        poll("the rank to wait on the leased claim",
+             lambda: (lambda st: st["waiters"] == 1 and st["open_claims"] == 1)(d.status()))
+        # ... until the lease runs out, then it is designated (takeover),
+        # times, and commits its own winner.
+        assert w.wait(DEADLINE) == 0
+        waited = time.monotonic() - t_claim
+        assert waited >= lease_ms / 1000 * 0.9, waited  # not before the lease ended
+        e = result(tmpdir_short / "w.json")["keys"]["i:0"]
+        assert e["timed"] is True and e["takeover"] is True and e["superseded"] is False, e
+        winner = e["config"]
+        st = d.status()
+        assert counter(st, "takeovers") == 1 and st["decisions"] == 1 and st["open_claims"] == 0, st
+        # The first claimant's report arrives late, favouring another config:
+        # it is superseded and answered with the committed config.
+        other = next(c for c in CANDS if c != winner)
+        code, msg, rep = raw_report(d, claim, other)
+        assert code == 0, msg
+        assert rep.get(3) == [1], rep  # superseded
+        dec = _decode(rep[2][0])
+        assert dec[7] == [winner.encode()], dec
+        assert counter(d.status(), "reports_stale") == 1
+        rows = json.loads(d.detctl("decisions", "--json", check=True).stdout)["decisions"]
+        assert [r["config"] for r in rows] == [winner]
+    finally:
+        d.stop()
+
+
+def test_verify_fails_naming_a_rank_that_used_another_config(daemon, tmpdir_short):
+    """A rank whose observation differs from the decision (it launched its
+    own pick, not the committed config): verify exits 1 and names the key,
+    the rank and the config; once the deciding rank's observation is in too,
+    the ranks disagree and verify still fails."""
+    w = daemon.client("--keys", 1, "--rank", 1, out=tmpdir_short / "w.json")
+    assert w.wait(DEADLINE) == 0
+    winner = result(tmpdir_short / "w.json")["keys"]["i:0"]["config"]
+    assert daemon.detctl("verify").returncode == 0  # nothing observed yet
+    other = next(c for c in CANDS if c != winner)
+    code, msg, _ = raw_observe(daemon, other, rank=5)
+    assert code == 0, msg
+    v = daemon.detctl("verify")
+    assert v.returncode == 1, v.stdout + v.stderr
+    assert "differs from decision" in v.stdout, v.stdout
+    assert other in v.stdout and winner in v.stdout, v.stdout
+    assert "rank 5" in v.stdout or "rank=5" in v.stdout, v.stdout
+    vj = json.loads(daemon.detctl("verify", "--json").stdout)
+    assert vj["ok"] is False and len(vj["divergences"]) == 1, vj
+    div = vj["divergences"][0]
+    assert div["reason"] == "differs from decision" and div["decided"] == winner, div
+    assert [u["config"] for u in div["uses"]] == [other], div
+    # The deciding rank reports what it launched: two configs for one key.
+    p = daemon.client("--keys", 1, "--rank", 1, "--observe", out=tmpdir_short / "w2.json")
+    assert p.wait(DEADLINE) == 0
+    vj = json.loads(daemon.detctl("verify", "--json").stdout)
+    assert vj["ok"] is False and [d["reason"] for d in vj["divergences"]] == ["ranks disagree"], vj
+    assert sorted(u["config"] for u in vj["divergences"][0]["uses"]) == sorted([winner, other])
+
+
+# ---- detctl reset --kernel -----------------------------------------------------
+
+def test_reset_kernel_forgets_only_that_kernel(daemon, tmpdir_short):
+    ka, kb = "m.a:kern@aaaaaaaaaaaaaaaa", "m.b:kern@bbbbbbbbbbbbbbbb"
+
+    def run(kernel, tag, keys=3):
+        p = daemon.client("--keys", keys, "--kernel", kernel, out=tmpdir_short / f"{tag}.json")
+        assert p.wait(DEADLINE) == 0
+        r = result(tmpdir_short / f"{tag}.json")
+        assert r["errors"] == [], r
+        return r["keys"]
+
+    a1, b1 = run(ka, "a1"), run(kb, "b1")
+    assert all(e["timed"] for e in a1.values()) and all(e["timed"] for e in b1.values())
+    assert daemon.status()["decisions"] == 6
+    # Answered from the store (and the hot cache) before the reset.
+    assert not any(e["timed"] for e in run(ka, "a2").values())
+    r = daemon.detctl("reset", "--kernel", ka)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3" in r.stdout, r.stdout  # how many it forgot
+    rows = json.loads(daemon.detctl("decisions", "--json", check=True).stdout)["decisions"]
+    assert sorted({x["kernel"] for x in rows}) == [kb] and len(rows) == 3
+    # The reset kernel's keys are timed again; the other kernel's are not.
+    a3, b3 = run(ka, "a3"), run(kb, "b3")
+    assert all(e["timed"] for e in a3.values()), a3
+    assert not any(e["timed"] for e in b3.values()), b3
+    assert {k: e["config"] for k, e in b3.items()} == {k: e["config"] for k, e in b1.items()}
+    assert daemon.status()["decisions"] == 6
+
+
+# ---- --max-waiters -------------------------------------------------------------
+
+def test_max_waiters_refuses_with_resource_exhausted(tmpdir_short):
+    d = Daemon(tmpdir_short, ["--max-waiters", "2"]).start()
+    try:
+        holder = d.client("--keys", 1, "--hold", stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "HOLD"
+        waiters = [d.client("--keys", 1, "--rank", r, out=tmpdir_short / f"w{r}.json") for r in (1, 2)]
+        poll("2 waiters", lambda: d.status()["waiters"] == 2)
+        # The third asker is refused at once, naming the limit.
+        code, msg, _ = raw_decide(d)
+        assert code == 8, (code, msg)  # RESOURCE_EXHAUSTED
+        assert "waiters limit (2)" in msg, msg
+        x = d.client("--keys", 1, "--rank", 3, "--timeout-ms", "20000", out=tmpdir_short / "x.json")
+        assert x.wait(DEADLINE) == 0
+        rx = result(tmpdir_short / "x.json")
+        assert rx["keys"] == {} and len(rx["errors"]) == 1, rx
+        assert "waiters limit (2)" in rx["errors"][0][3], rx
+        st = d.status()
+        assert counter(st, "busy") == 2 and st["waiters"] == 2, st
+        # The two admitted waiters are still served: one takes the claim over.
+        holder.kill()
+        holder.wait()
+        for w in waiters:
+            assert w.wait(DEADLINE) == 0
+        entries = [result(tmpdir_short / f"w{r}.json")["keys"]["i:0"] for r in (1, 2)]
+        assert sum(e["timed"] for e in entries) == 1 and len({e["config"] for e in entries}) == 1
+    finally:
+        d.stop()
+
+
+# ---- /healthz while draining ---------------------------------------------------
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def healthz(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, ConnectionError, socket.timeout, OSError):
+        return None, b""
+
+
+def open_unfinished_call(path, method):
+    """An HTTP/2 connection with one gRPC call whose request never ends:
+    the server has to wait for it (up to its grace) when it shuts down."""
+    def hp(name, value):  # HPACK literal without indexing, new name
+        return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+    block = (hp(b":method", b"POST") + hp(b":scheme", b"http") + hp(b":path", method.encode())
+             + hp(b":authority", b"localhost") + hp(b"content-type", b"application/grpc")
+             + hp(b"te", b"trailers"))
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+    s.settimeout(10)
+    s.recv(65536)  # the server's SETTINGS
+    s.sendall(b"\x00\x00\x00\x04\x01\x00\x00\x00\x00")  # SETTINGS ack
+    # HEADERS, END_HEADERS only (no END_STREAM): the request body never comes.
+    s.sendall(struct.pack(">I", len(block))[1:] + b"\x01\x04" + struct.pack(">I", 1) + block)
+    return s
+
+
+def test_healthz_is_503_while_draining(tmpdir_short):
+    port = free_port()
+    d = Daemon(tmpdir_short, ["--metrics", f"127.0.0.1:{port}"]).start()
+    held = None
+    try:
+        assert poll("/healthz 200", lambda: healthz(port)[0] == 200)
+        assert healthz(port) == (200, b"ok\n")
+        holder = d.client("--keys", 1, "--hold", stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "HOLD"
+        waiter = d.client("--keys", 1, "--rank", 1, out=tmpdir_short / "w.json")
+        poll("a waiter", lambda: d.status()["waiters"] == 1)
+        held = open_unfinished_call(d.socket, "/detd.v1.Decider/Decide")
+        mark = d.log_size()
+        d.proc.send_signal(signal.SIGTERM)
+        d.wait_log("SIGTERM: draining", after=mark)
+        seen = []
+
+        def draining():
+            code, body = healthz(port)
+            seen.append(code)
+            return code == 503 and body == b"draining\n"
+
+        poll("/healthz 503 during the drain", lambda: draining() or d.proc.poll() is not None, every=0.01)
+        assert 503 in seen, seen
+        assert d.proc.wait(DEADLINE) == 0
+        # The held waiter was answered UNAVAILABLE, not left hanging.
+        assert waiter.wait(DEADLINE) == 0
+        rw = result(tmpdir_short / "w.json")
+        assert rw["keys"] == {} and len(rw["errors"]) == 1, rw
+        assert "shutting down" in rw["errors"][0][3], rw
+        holder.kill()
+        holder.wait()
+        assert healthz(port)[0] is None  # gone with the daemon
+    finally:
+        if held is not None:
+            held.close()
+        d.stop()
