@@ -6,7 +6,7 @@ set -euo pipefail
 debs=(
   build-essential cmake pkg-config git
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
-  libuv1-dev libsqlite3-dev libjansson-dev sqlite3 libmicrohttpd-dev openssl
+  libuv1-dev libsqlite3-dev libjansson-dev sqlite3 libmicrohttpd-dev openssl libssl-dev
   libsystemd-dev systemd
   etcd-server etcd-client
   clang-format clang libclang-rt-dev

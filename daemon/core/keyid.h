@@ -14,15 +14,15 @@
 
 #define KEYID_HEX_LEN 64
 
+/* A digest in progress: room for libcrypto's SHA256_CTX on the caller's
+ * stack (keyid.c checks the size), so this header needs no OpenSSL. */
 struct sha256_ctx {
-    uint32_t h[8];
-    uint64_t len;
-    uint8_t buf[64];
-    size_t n;
+    uint64_t state[16];
 };
 /*
- * Streaming SHA-256 (FIPS 180-2): init, update any number of times (data
- * may be NULL when n is 0), final. After final, init before reuse.
+ * Streaming SHA-256 (FIPS 180-2, libcrypto): init, update any number of
+ * times (data may be NULL when n is 0), final. After final, init before
+ * reuse. None of them allocates or fails.
  */
 void sha256_init(struct sha256_ctx *c);
 void sha256_update(struct sha256_ctx *c, const void *data, size_t n);

@@ -82,4 +82,4 @@ detd_fuzz_target(NAME decision
                                ${CMAKE_SOURCE_DIR}/daemon/data/store_vote.c
                                ${CMAKE_SOURCE_DIR}/daemon/data/store_import.c
                  CLANG_FLAGS ${JANSSON_CFLAGS} ${LIBUV_CFLAGS} ${SQLITE_CFLAGS}
-                             ${JANSSON_LDFLAGS} ${SQLITE_LDFLAGS})
+                             ${JANSSON_LDFLAGS} ${SQLITE_LDFLAGS} ${LIBCRYPTO_LDFLAGS})
