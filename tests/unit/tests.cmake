@@ -50,7 +50,7 @@ endif()
 # app/: the held calls, the one commit path and the etcd coordination,
 # each against a link-time fake of the rpc adapter (fake_rpc.c defines
 # the rpc_* functions app/ calls, so rpc.o is never linked).
-foreach(t test_waiters test_commit)
+foreach(t test_waiters test_commit test_coord)
   detd_unit_test(${t} detd_app)
   target_sources(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rpc.c)
 endforeach()
