@@ -47,3 +47,10 @@ if(TARGET detctl)
                         PkgConfig::JANSSON)
   add_test(NAME test_detctl_merge COMMAND test_detctl_merge)
 endif()
+# app/: the held calls, the one commit path and the etcd coordination,
+# each against a link-time fake of the rpc adapter (fake_rpc.c defines
+# the rpc_* functions app/ calls, so rpc.o is never linked).
+foreach(t test_waiters test_commit test_coord)
+  detd_unit_test(${t} detd_app)
+  target_sources(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rpc.c)
+endforeach()

@@ -1,0 +1,68 @@
+/*
+ * fake_cluster: a struct coord_cluster that records the claim, release
+ * and commit calls coord.c and commit.c make and returns what the test
+ * sets (include once per test executable, after runner.h). The cluster's
+ * answers are events the test builds and feeds in itself.
+ */
+#ifndef DETD_TEST_FAKE_CLUSTER_H
+#define DETD_TEST_FAKE_CLUSTER_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include "app/coord.h"
+
+#define FAKE_CLUSTER_MAX 32
+
+struct fake_commit {
+    char id[65];
+    char config[128];
+    uint64_t claim_id;
+    int64_t deadline_ms;
+    uint64_t cookie;
+};
+
+struct fake_cluster {
+    int claim_rc, release_rc, commit_rc; /* what the calls return */
+    int n_claims, n_releases, n_commits;
+    char claims[FAKE_CLUSTER_MAX][65];
+    int64_t claim_deadlines[FAKE_CLUSTER_MAX];
+    char releases[FAKE_CLUSTER_MAX][65];
+    struct fake_commit commits[FAKE_CLUSTER_MAX];
+};
+
+static int fake_claim(void *ctx, const char *id, int64_t deadline_ms) {
+    struct fake_cluster *f = ctx;
+    CHECK(f->n_claims < FAKE_CLUSTER_MAX);
+    snprintf(f->claims[f->n_claims], 65, "%s", id);
+    f->claim_deadlines[f->n_claims] = deadline_ms;
+    f->n_claims++;
+    return f->claim_rc;
+}
+
+static int fake_release(void *ctx, const char *id) {
+    struct fake_cluster *f = ctx;
+    CHECK(f->n_releases < FAKE_CLUSTER_MAX);
+    snprintf(f->releases[f->n_releases++], 65, "%s", id);
+    return f->release_rc;
+}
+
+static int fake_commit(void *ctx, const struct decision *row, uint64_t claim_id,
+                       int64_t deadline_ms, uint64_t cookie) {
+    struct fake_cluster *f = ctx;
+    CHECK(f->n_commits < FAKE_CLUSTER_MAX);
+    struct fake_commit *c = &f->commits[f->n_commits++];
+    snprintf(c->id, sizeof(c->id), "%s", row->id);
+    snprintf(c->config, sizeof(c->config), "%s", row->config);
+    c->claim_id = claim_id;
+    c->deadline_ms = deadline_ms;
+    c->cookie = cookie;
+    return f->commit_rc;
+}
+
+/* The table for f (borrowed while the table is used). */
+static struct coord_cluster fake_cluster_ops(struct fake_cluster *f) {
+    return (struct coord_cluster){f, fake_claim, fake_release, fake_commit};
+}
+
+#endif /* DETD_TEST_FAKE_CLUSTER_H */
