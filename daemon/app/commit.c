@@ -87,12 +87,13 @@ static void on_release(void *ctx, const struct engine_event *ev) {
  * it is new, and release everyone on this node waiting for the key with
  * the row that won. *ret_won is row or existing (filled from the store
  * when another writer was first: the caller clears it then). what: see
- * commit_decision(); origin and via: see commit_log_decision(). Returns 0,
+ * commit_decision(); origin and via: see commit_log_decision();
+ * committed_here: see coord_decided(). Returns 0,
  * or the store's error (nothing released).
  */
 static int apply(struct daemon *d, const struct decision *row, const char *what,
-                 const char *origin, const char *via, struct decision *existing,
-                 const struct decision **ret_won) {
+                 const char *origin, const char *via, int committed_here,
+                 struct decision *existing, const struct decision **ret_won) {
     int rc = store_put_decision(d->store, row, existing);
     const struct decision *won = row;
     if (rc == DETD_EEXIST) {
@@ -117,7 +118,7 @@ static int apply(struct daemon *d, const struct decision *row, const char *what,
     size_t n = engine_decided_each(d->engine, won->id, on_release, &rel);
     log_debug("released %zu waiters on %.12s", n, won->id);
     if (d->coord != NULL)
-        coord_decided(d->coord, won->id, won);
+        coord_decided(d->coord, won->id, won, committed_here);
     *ret_won = won;
     return 0;
 }
@@ -157,7 +158,7 @@ void commit_decision(struct daemon *d, rpc_call *call, commit_answer how,
     }
     struct decision existing;
     const struct decision *won;
-    if (apply(d, row, what, "local", "report", &existing, &won) != 0) {
+    if (apply(d, row, what, "local", "report", 1, &existing, &won) != 0) {
         rpc_fail(call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
         return;
     }
@@ -181,7 +182,8 @@ static struct commit_op *op_take(commit_state *s, uint64_t cookie) {
  * is the value's writer ("node/pid/nonce/claim"): its node part is the
  * origin logged. */
 static void apply_from_etcd(struct daemon *d, const struct decision *row,
-                            const char *writer, const char *via) {
+                            const char *writer, const char *via,
+                            int committed_here) {
     char origin[DAEMON_MAX_NAMESPACE + 1];
     const char *w = writer != NULL ? writer : "";
     size_t n = strcspn(w, "/");
@@ -191,8 +193,8 @@ static void apply_from_etcd(struct daemon *d, const struct decision *row,
     origin[n] = '\0';
     struct decision existing;
     const struct decision *won;
-    if (apply(d, row, NULL, n > 0 ? origin : "unknown", via, &existing, &won) !=
-        0) {
+    if (apply(d, row, NULL, n > 0 ? origin : "unknown", via, committed_here,
+              &existing, &won) != 0) {
         log_error("store decision %.12s from etcd: %s", row->id,
                   store_errmsg(d->store));
         return;
@@ -230,7 +232,7 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
         return;
     }
     apply_from_etcd(d, &row, writer,
-                    ev->won ? "committed here" : "another node won");
+                    ev->won ? "committed here" : "another node won", 1);
     free(writer);
     if (op != NULL) {
         /* Answer with what this node serves from now on. */
@@ -238,7 +240,7 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
         int have = store_get_decision(d->store, row.id, &cur) == 0;
         const struct decision *r = have ? &cur : &row;
         if (op->how == COMMIT_ANSWER_DECIDE)
-            reply_decided(op->call, r, 0);
+            reply_decided_cached(d->hot, op->call, r);
         else
             reply_report(op->call, r, !ev->won);
         if (have)
@@ -255,11 +257,11 @@ static void on_decision(struct daemon *d, const struct cluster_event *ev) {
     if (rc != 0) {
         log_error("decision %.12s in etcd is malformed (%s): ignored", ev->id,
                   detd_strerror(rc));
-        coord_decided(d->coord, ev->id, NULL);
+        coord_decided(d->coord, ev->id, NULL, 0);
         return;
     }
-    coord_decided(d->coord, ev->id, NULL); /* no claim job in flight */
-    apply_from_etcd(d, &row, writer, ev->revision > 0 ? "watch" : "read");
+    coord_decided(d->coord, ev->id, NULL, 0); /* no claim job in flight */
+    apply_from_etcd(d, &row, writer, ev->revision > 0 ? "watch" : "read", 0);
     free(writer);
     decision_clear(&row);
 }

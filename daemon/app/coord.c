@@ -298,7 +298,8 @@ int64_t coord_tick(coord *c, int64_t now) {
 }
 
 /* See coord.h. */
-void coord_decided(coord *c, const char *id, const struct decision *won) {
+void coord_decided(coord *c, const char *id, const struct decision *won,
+                   int committed_here) {
     struct ckey *k = ckey_find(c, id);
     if (k == NULL)
         return;
@@ -312,7 +313,9 @@ void coord_decided(coord *c, const char *id, const struct decision *won) {
         reply_decided(p->call, won, pending_waited(p));
         pending_free(p);
     }
-    k->ours = 0; /* the committer deletes the claim key */
+    if (k->ours && !committed_here)
+        c->ops.release(c->ops.ctx, k->id); /* another node decided it */
+    k->ours = 0; /* this node's commit deleted the claim key */
     ckey_settle(c, k);
 }
 

@@ -82,9 +82,14 @@ void coord_held_cancelled(coord *c, struct pending *p);
  * Decision id stands (won: the row now in the local store, borrowed), or
  * (won NULL) an event for id carried no usable decision: no claim job is
  * in flight for it any more. With won, the held asker of id (if any) is
- * answered DECIDED and the claim state of id is settled.
+ * answered DECIDED and the claim state of id is settled. committed_here:
+ * the decision came back from this node's own commit, which deleted this
+ * node's claim key (cluster_commit() does, won or lost); otherwise (the
+ * watch: another node decided) a claim key this node holds for id is
+ * released here, or it would outlive the decision until the node's lease.
  */
-void coord_decided(coord *c, const char *id, const struct decision *won);
+void coord_decided(coord *c, const char *id, const struct decision *won,
+                   int committed_here);
 
 /* Deadlines of held askers and claim retries; returns the next time it
  * needs to run (or INT64_MAX). */

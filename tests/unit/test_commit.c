@@ -419,6 +419,10 @@ TEST(etcd_decide_commit_lost_race) {
     committed(ours.id, FC.commits[0].cookie, 0, 0, v, len);
     check_decided(c, CFG_C, 0);
     CHECK_STR(stored_config(ours.id), CFG_C);
+    /* A Decide's answer is kept hot for the next askers, as locally. */
+    uint8_t buf[HOTCACHE_MAX_ENTRY];
+    size_t hlen = 0;
+    CHECK_EQ_INT(hotcache_get(D.hot, ours.id, buf, sizeof(buf), &hlen), 1);
     CHECK_EQ_INT(D.counters.committed[DETD_SOURCE_TIMED], 1);
     CHECK_EQ_INT(D.counters.committed[DETD_SOURCE_TABLE], 0);
     free(v);

@@ -345,17 +345,17 @@ TEST(decided_answers_the_held_asker) {
     open_coord();
     rpc_call *a = ask(R1.id, 1, 1, clock_mono_ms() + 600000, INT64_MAX, NULL);
     /* An event that carried no usable decision: still held. */
-    coord_decided(D.coord, R1.id, NULL);
+    coord_decided(D.coord, R1.id, NULL, 0);
     CHECK_EQ_INT(a->answers, 0);
     CHECK_EQ_INT(waiters_count(D.waiters), 1);
-    coord_decided(D.coord, R2.id, &R2.d); /* nobody here: no-op */
+    coord_decided(D.coord, R2.id, &R2.d, 0); /* nobody here: no-op */
     CHECK_EQ_INT(a->answers, 0);
-    coord_decided(D.coord, R1.id, &R1.d);
+    coord_decided(D.coord, R1.id, &R1.d, 0);
     check_decided(a, CFG_A, 0);
     CHECK_EQ_INT(waiters_count(D.waiters), 0);
     /* This node never held the claim key: nothing to release. */
     CHECK_EQ_INT(FC.n_releases, 0);
-    coord_decided(D.coord, R1.id, &R1.d);
+    coord_decided(D.coord, R1.id, &R1.d, 0);
     CHECK_EQ_INT(a->answers, 1);
     drain_waiters();
     fake_call_free(a);
@@ -370,10 +370,30 @@ TEST(decided_after_our_claim_leaves_the_key_to_the_committer) {
     /* The rank reported; its commit (cluster_commit) deletes the claim
      * key, so the decision settles the key without a release here. */
     CHECK_EQ_INT(engine_decided(D.engine, R1.id), 0);
-    coord_decided(D.coord, R1.id, &R1.d);
+    coord_decided(D.coord, R1.id, &R1.d, 1);
     CHECK_EQ_INT(FC.n_releases, 0);
     coord_sweep(D.coord);
     CHECK_EQ_INT(FC.n_releases, 0);
+    CHECK_EQ_INT(a->answers, 1);
+    drain_waiters();
+    fake_call_free(a);
+    fx_close();
+}
+
+TEST(decided_elsewhere_while_ours_releases_our_claim_key) {
+    open_coord();
+    rpc_call *a = ask(R1.id, 1, 1, clock_mono_ms() + 600000, INT64_MAX, NULL);
+    event(CLUSTER_EV_CLAIMED, R1.id, 0, NULL);
+    check_designated(a, 1, 0);
+    /* Before our rank reports, another node's decision arrives through the
+     * watch: nobody else deletes our claim key, so coord does, once. */
+    CHECK_EQ_INT(engine_decided(D.engine, R1.id), 0);
+    coord_decided(D.coord, R1.id, &R1.d, 0);
+    CHECK_EQ_INT(FC.n_releases, 1);
+    CHECK_STR(FC.releases[0], R1.id);
+    coord_sweep(D.coord);
+    (void)coord_tick(D.coord, clock_mono_ms());
+    CHECK_EQ_INT(FC.n_releases, 1);
     CHECK_EQ_INT(a->answers, 1);
     drain_waiters();
     fake_call_free(a);
