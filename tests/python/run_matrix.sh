@@ -52,7 +52,9 @@ for v in $VERSIONS; do
     fi
     # The package as users get it: pip install from the repository, with the
     # freshly built libdetd and detctl bundled into detd/_lib/.
-    DETD_LIBRARY=$BUILD/client/libdetd.so DETD_DETCTL=$BUILD/client/detctl \
+    # (DETD_NO_VENDOR: the build tree's libraries use the system's gRPC here;
+    # the self-contained wheel is tested by tests/install/test_install.py.)
+    DETD_LIBRARY=$BUILD/client/libdetd.so DETD_DETCTL=$BUILD/client/detctl DETD_NO_VENDOR=1 \
         "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$REPO/client/python"
     # The installed package finds its bundled library on its own.
     (cd / && env -u DETD_LIBRARY -u DETD_BUILD_DIR "$venv/bin/python" -c '
