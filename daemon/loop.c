@@ -22,12 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include "cluster/cluster.h"
+#include "data/store.h"
 #include "detd/client.h"
 #include "ops/exporter.h"
 #include "io/listener.h"
@@ -268,10 +270,162 @@ static int make_parents(const char *path) {
     return 0;
 }
 
+/*
+ * The state directory's lock: an exclusive flock on <dir>/detd.lock, held
+ * (the descriptor stays open, close-on-exec) for the life of the process,
+ * so a second daemon on the same store refuses at once instead of timing
+ * the same keys again. The holder's pid is written into the file for the
+ * message. Returns the descriptor, or -1 (logged).
+ */
+static int lock_state_dir(const char *dir) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof(path), "%s/detd.lock", dir) >=
+        sizeof(path)) {
+        log_error("state directory '%s': path too long", dir);
+        return -1;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+    if (fd < 0) {
+        log_error("lock state directory '%s': open '%s': %s", dir, path,
+                  strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        if (e == EWOULDBLOCK) {
+            ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+            pid[n > 0 ? n : 0] = '\0';
+            pid[strcspn(pid, "\n")] = '\0';
+            log_error("state directory '%s' is in use by another detd (pid "
+                      "%s, which holds the lock on '%s'): two daemons on one "
+                      "store would time the same keys twice; stop that one, "
+                      "or give this one its own --state-dir",
+                      dir, pid[0] != '\0' ? pid : "unknown", path);
+        } else {
+            log_error("lock state directory '%s': flock '%s': %s", dir, path,
+                      strerror(e));
+        }
+        close(fd);
+        return -1;
+    }
+    char line[32];
+    int n = snprintf(line, sizeof(line), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n)
+        log_warn("lock file '%s': cannot write our pid: %s", path,
+                 strerror(errno));
+    return fd;
+}
+
+/* Log what --repair kept and lost, one line. */
+static void log_repair(const struct daemon *d, const char *aside,
+                       const struct store_repair_report *rep) {
+    char line[512];
+    size_t len = 0;
+    for (int i = 0; i < STORE_REPAIR_TABLES && len < sizeof(line); i++) {
+        int w = snprintf(line + len, sizeof(line) - len,
+                         "%s%s %llu kept, %s%llu lost", i > 0 ? "; " : "",
+                         rep->t[i].table != NULL ? rep->t[i].table : "?",
+                         (unsigned long long)rep->t[i].kept,
+                         rep->t[i].lost_unknown ? "at least " : "",
+                         (unsigned long long)rep->t[i].lost);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    log_warn("repair of store '%s' done: %s; the damaged file is kept as "
+             "'%s'%s",
+             d->store_path, line, aside,
+             d->cfg->etcd_endpoints != NULL
+                 ? "; decisions lost here come back from etcd (full resync)"
+                 : "");
+}
+
+/*
+ * Open the store and check it (store_check(): PRAGMA quick_check). A
+ * damaged store is refused, naming the file and the problem, unless
+ * --repair: then it is salvaged into a fresh file (the damaged one kept
+ * as <store>.corrupt-<unix-ms>) and the fresh one opened and checked.
+ * Returns 0 with d->store open, or -1 (logged).
+ */
+static int open_checked_store(struct daemon *d) {
+    char *err = NULL;
+    char problem[600];
+    int64_t t0 = clock_mono_ms();
+    int rc = store_open(d->store_path, &d->store, &err);
+    if (rc == 0) {
+        rc = store_check(d->store);
+        if (rc == 0) {
+            log_info("store '%s': integrity check ok (%lld ms)", d->store_path,
+                     (long long)(clock_mono_ms() - t0));
+            if (d->cfg->repair)
+                log_info("--repair: the store is sound, nothing to repair");
+            return 0;
+        }
+        snprintf(problem, sizeof(problem), "%s", store_errmsg(d->store));
+        store_close(d->store);
+        d->store = NULL;
+    } else {
+        snprintf(problem, sizeof(problem), "%s",
+                 err != NULL ? err : detd_strerror(rc));
+        free(err);
+        err = NULL;
+    }
+    if (rc != DETD_ECORRUPT) {
+        log_error("open store '%s': %s", d->store_path, problem);
+        return -1;
+    }
+    if (!d->cfg->repair) {
+        log_error("store '%s' is damaged (%s): refusing to start on it. Keep "
+                  "a copy of the state directory, then start detd once with "
+                  "--repair (same settings): it keeps every readable decision "
+                  "in a fresh store, moves the damaged file aside as "
+                  "'%s.corrupt-<unix-ms>' and reports what was kept and lost",
+                  d->store_path, problem, d->store_path);
+        return -1;
+    }
+    char *aside = NULL;
+    if (asprintf(&aside, "%s.corrupt-%lld", d->store_path,
+                 (long long)clock_unix_ms()) < 0) {
+        log_error("out of memory");
+        return -1;
+    }
+    log_warn("store '%s' is damaged (%s); --repair: salvaging it into a "
+             "fresh store",
+             d->store_path, problem);
+    struct store_repair_report rep;
+    rc = store_repair(d->store_path, aside, &rep, &err);
+    if (rc != 0) {
+        log_error("repair store '%s': %s", d->store_path,
+                  err != NULL ? err : detd_strerror(rc));
+        free(err);
+        free(aside);
+        return -1;
+    }
+    log_repair(d, aside, &rep);
+    free(aside);
+    rc = store_open(d->store_path, &d->store, &err);
+    if (rc == 0 && (rc = store_check(d->store)) != 0) {
+        log_error("the repaired store '%s' fails its check: %s", d->store_path,
+                  store_errmsg(d->store));
+        store_close(d->store);
+        d->store = NULL;
+        return -1;
+    }
+    if (rc != 0) {
+        log_error("open the repaired store: %s",
+                  err != NULL ? err : detd_strerror(rc));
+        free(err);
+        return -1;
+    }
+    return 0;
+}
+
 int daemon_run(const struct daemon_config *cfg) {
     struct daemon *d = calloc(1, sizeof(*d));
     int exit_code = 1;
     int rc;
+    int lock_fd = -1;
     char *err = NULL;
     if (d == NULL) {
         log_error("out of memory");
@@ -329,12 +483,10 @@ int daemon_run(const struct daemon_config *cfg) {
         d->store_path = NULL;
         goto out_loop;
     }
-    rc = store_open(d->store_path, &d->store, &err);
-    if (rc != 0) {
-        log_error("open store: %s", err != NULL ? err : detd_strerror(rc));
-        free(err);
+    /* One daemon per state directory; then the store, checked. */
+    if ((lock_fd = lock_state_dir(cfg->state_dir)) < 0 ||
+        open_checked_store(d) != 0)
         goto out_loop;
-    }
 
     /* Engine. */
     struct engine_limits lim = {cfg->max_waiters, cfg->max_claims,
@@ -548,5 +700,7 @@ out_loop:
     free(d->work);
     pthread_mutex_destroy(&d->qmu);
     free(d);
+    if (lock_fd >= 0)
+        close(lock_fd); /* the store is closed: the next daemon may open it */
     return exit_code;
 }

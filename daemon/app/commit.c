@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "app/commit.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,8 +159,11 @@ void commit_decision(struct daemon *d, rpc_call *call, commit_answer how,
     }
     struct decision existing;
     const struct decision *won;
-    if (apply(d, row, what, "local", "report", 1, &existing, &won) != 0) {
-        rpc_fail(call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+    int rc = apply(d, row, what, "local", "report", 1, &existing, &won);
+    if (rc != 0) {
+        /* A full disk is the caller's RESOURCE_EXHAUSTED, the store named. */
+        rpc_fail(call, rc == -ENOSPC ? RPC_RESOURCE_EXHAUSTED : RPC_INTERNAL,
+                 "store: %s", store_errmsg(d->store));
         return;
     }
     answer(d, call, how, won, won != row);

@@ -124,6 +124,12 @@ static const struct option_row rows[] = {
      "(default $DETD_SOCKET, else " DETD_DEFAULT_SOCKET ")"},
     {"state-dir", "DIR", KIND_STRING, CFG(state_dir), 0, 0, 0, NULL, NULL, 0,
      NULL, "decision store directory (default /var/lib/detd)"},
+    {"repair", NULL, KIND_FLAG, CFG(repair), 0, 0, 0, NULL, NULL, ROW_CLI_ONLY,
+     NULL,
+     "if the store fails its integrity check, salvage\n"
+     "every readable row into a fresh store (the damaged\n"
+     "file is kept as detd.sqlite.corrupt-<unix-ms>), then\n"
+     "serve"},
     {"tables", "DIR", KIND_LIST, CFG(tables), CFG(n_tables), 0, 0, NULL, NULL,
      0, NULL,
      "per-architecture table directory; repeatable,\n"

@@ -61,6 +61,8 @@ struct daemon_config {
     const struct access_policy *access;
     /* Prometheus metrics and /healthz over HTTP ("HOST:PORT"; NULL: off). */
     const char *metrics;
+    /* --repair: salvage a store that fails its integrity check, then serve. */
+    int repair;
 };
 
 /* Most errors collected before parsing gives up reporting more. */

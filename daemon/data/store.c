@@ -102,12 +102,6 @@ static const struct store_migration store_migrations[] = {
 #define STORE_SCHEMA_VERSION                                                   \
     ((int)(sizeof store_migrations / sizeof store_migrations[0]))
 
-/* Column order of every decision SELECT and INSERT (see store_read_decision).
- */
-#define DECISION_COLS                                                          \
-    "id, ns, arch, kernel, key, candidates_fp, n_candidates, config, "         \
-    "source, claim_id, by_host, by_pid, by_rank, by_local_rank, by_device, "   \
-    "by_arch, triton_version, timings_json, table_file, decided_at_ms"
 enum {
     DC_ID,
     DC_NS,
@@ -153,9 +147,6 @@ static const struct {
 #define N_DECISION_STRINGS                                                     \
     (sizeof decision_strings / sizeof decision_strings[0])
 
-#define OBSERVATION_COLS                                                       \
-    "id, host, pid, ns, arch, kernel, key, config, source, governed, "         \
-    "chaos, rank, local_rank, device, at_ms"
 enum {
     OC_ID,
     OC_HOST,
@@ -184,9 +175,9 @@ static const char sql_put_observation[] =
     "INSERT OR REPLACE INTO observations (" OBSERVATION_COLS ") VALUES (?1, "
     "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
 
-/* Read the current row of a DECISION_COLS statement into *ret. */
-static int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
-                               struct decision *ret) {
+/* See store_int.h. */
+int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
+                        struct decision *ret) {
     struct decision d;
     memset(&d, 0, sizeof d);
     int err = 0;
@@ -221,9 +212,9 @@ out:
     return err;
 }
 
-/* Read the current row of an OBSERVATION_COLS statement, borrowed. */
-static int store_read_observation(store *s, sqlite3_stmt *st, const char *op,
-                                  struct store_observation *ret) {
+/* See store_int.h. */
+int store_read_observation(store *s, sqlite3_stmt *st, const char *op,
+                           struct store_observation *ret) {
     struct store_observation o;
     memset(&o, 0, sizeof o);
     const struct {
@@ -405,7 +396,7 @@ int store_open(const char *path, store **ret, char **ret_errmsg) {
         return DETD_EINVAL;
     }
     s = calloc(1, sizeof *s);
-    if (s == NULL) {
+    if (s == NULL || (s->path = store_dup_printf("%s", path)) == NULL) {
         err = DETD_ENOMEM;
         goto out;
     }
@@ -459,6 +450,7 @@ void store_close(store *s) {
     int rc = sqlite3_close(s->db);
     assert(rc == SQLITE_OK);
     (void)rc;
+    free(s->path);
     free(s);
 }
 

@@ -13,9 +13,15 @@
  * Errors. Functions return 0 or a negative DETD_E* code: DETD_ESTORE for
  * a failure reported by SQLite, DETD_ECORRUPT for a damaged file or a
  * row that fails validation (every value read from the file is checked:
- * string lengths, counts, enum ranges), DETD_ENOMEM, DETD_EINVAL for bad
- * arguments. After a failure store_errmsg() names the operation and the
- * cause. A failed write leaves the database as it was.
+ * string lengths, counts, enum ranges), -ENOSPC when a write found the
+ * disk (or the quota) full, with a message naming the file and "disk
+ * full", DETD_ENOMEM, DETD_EINVAL for bad arguments. After a failure
+ * store_errmsg() names the operation and the cause. A failed write leaves
+ * the database as it was.
+ *
+ * Damage. store_open() reads only the header and the schema, so a file
+ * with a damaged page opens; store_check() finds it, and store_repair()
+ * (store_repair.c) salvages what is readable into a fresh file.
  */
 #ifndef DETD_STORE_H
 #define DETD_STORE_H
@@ -281,5 +287,46 @@ int store_reset_imports(store *s, const char *ns, const char *kernel,
  */
 int store_get_meta(store *s, const char *name, char **ret_value);
 int store_set_meta(store *s, const char *name, const char *value);
+
+/*
+ * Check the structure of the whole file (PRAGMA quick_check: every b-tree
+ * page, cell, overflow chain and the freelist; not the agreement of
+ * indexes with their tables, which integrity_check adds at several times
+ * the cost). Returns 0 when the file is sound, DETD_ECORRUPT with
+ * store_errmsg() quoting the first problems SQLite found, or an error.
+ */
+int store_check(store *s);
+
+/* Tables store_repair() salvages, in this order. */
+#define STORE_REPAIR_TABLES 4
+
+/* What store_repair() kept of each table. */
+struct store_repair_report {
+    struct {
+        const char *table; /* static: "decisions", "votes", ... */
+        uint64_t kept;     /* rows copied into the fresh store */
+        uint64_t lost;     /* rows unreadable or failing validation */
+        int lost_unknown;  /* the damage also hides how many rows there
+                              were: lost counts only those seen */
+    } t[STORE_REPAIR_TABLES];
+};
+
+/*
+ * Salvage the damaged store at path into a fresh one at the same path.
+ * The damaged file (and its -wal, if any) stays readable under aside (a
+ * hard link made first, so path never disappears); the fresh file is
+ * built as path + ".repair" and renamed over path only once it is
+ * complete and durable. Every row of decisions, votes, imports and
+ * observations that reads back and passes the checks store_open()'s
+ * readers apply is kept; the meta table is not copied (the etcd backend
+ * then resyncs in full, which brings back decisions lost here). No
+ * handle may be open on path. Returns 0 with *ret filled, or an error
+ * with *ret_errmsg (if not NULL) a heap string naming the file and the
+ * cause (the caller free()s it; NULL on success): -errno for a file
+ * operation, DETD_ECORRUPT when not even the schema can be read or the
+ * schema is newer than this build (nothing changed then but aside).
+ */
+int store_repair(const char *path, const char *aside,
+                 struct store_repair_report *ret, char **ret_errmsg);
 
 #endif /* DETD_STORE_H */

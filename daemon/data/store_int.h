@@ -1,7 +1,7 @@
 /*
  * store_int: what the files of the SQLite adapter (store.c, store_sql.c,
- * store_vote.c, store_import.c) share. Internal to the adapter: nothing
- * outside daemon/data/store*.c includes it, and sqlite3_* stays inside
+ * store_vote.c, store_import.c, store_repair.c) share. Internal to the adapter:
+ * nothing outside daemon/data/store*.c includes it, and sqlite3_* stays inside
  * those files.
  *
  * Every helper below records why it failed in s->errmsg (store_errmsg())
@@ -28,15 +28,38 @@ struct store {
     sqlite3_stmt *get_decision;
     sqlite3_stmt *put_decision;
     sqlite3_stmt *put_observation;
+    char *path; /* the file, named in messages (disk full) */
     char errmsg[512];
 };
+
+/* Column order of every decision SELECT and INSERT (store_read_decision),
+ * and of every observation SELECT (store_read_observation). */
+#define DECISION_COLS                                                          \
+    "id, ns, arch, kernel, key, candidates_fp, n_candidates, config, "         \
+    "source, claim_id, by_host, by_pid, by_rank, by_local_rank, by_device, "   \
+    "by_arch, triton_version, timings_json, table_file, decided_at_ms"
+#define OBSERVATION_COLS                                                       \
+    "id, host, pid, ns, arch, kernel, key, config, source, governed, "         \
+    "chaos, rank, local_rank, device, at_ms"
+
+/* Read and check the current row of a DECISION_COLS statement into *ret
+ * (heap strings: decision_clear()). DETD_ECORRUPT for a bad value. */
+struct decision;
+int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
+                        struct decision *ret);
+/* Read and check the current row of an OBSERVATION_COLS statement; the
+ * strings are borrowed from st. */
+struct store_observation;
+int store_read_observation(store *s, sqlite3_stmt *st, const char *op,
+                           struct store_observation *ret);
 
 /* Format the message into s->errmsg; returns err. */
 int store_failf(store *s, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* An argument error (s may be NULL: then only the code). */
 int store_einval(store *s, const char *op, const char *why);
-/* SQLite's message for rc, converted to a DETD_E* code. */
+/* SQLite's message for rc, converted to a DETD_E* code: a full disk (or
+ * quota) is -ENOSPC with a message naming the file and "disk full". */
 int store_fail(store *s, int rc, const char *op);
 int store_exec(store *s, const char *sql, const char *op);
 /* *ret owns the statement (sqlite3_finalize()). */

@@ -47,6 +47,15 @@ int store_einval(store *s, const char *op, const char *why) {
 
 /* Record SQLite's message for op; call before anything else touches db. */
 int store_fail(store *s, int rc, const char *op) {
+    /* A write that found no room: SQLITE_FULL, or an I/O error whose
+     * system error says so (the errno is only meaningful then). */
+    int sys = (rc & 0xff) == SQLITE_IOERR ? sqlite3_system_errno(s->db) : 0;
+    if ((rc & 0xff) == SQLITE_FULL || sys == ENOSPC || sys == EDQUOT)
+        return store_failf(s, -ENOSPC,
+                           "%s: disk full: the store '%s' cannot grow (%s); "
+                           "nothing was written",
+                           op, s->path != NULL ? s->path : "(unknown)",
+                           sqlite3_errmsg(s->db));
     return store_failf(s, store_sqlite_err(rc), "%s: %s", op,
                        sqlite3_errmsg(s->db));
 }

@@ -1,5 +1,6 @@
 # one detd_unit_test(...) line per module test
 detd_unit_test(test_store detd_data)
+detd_unit_test(test_store_integrity detd_data)
 detd_unit_test(test_engine detd_core)
 detd_unit_test(test_keyid detd_core)
 detd_unit_test(test_verify detd_core)
