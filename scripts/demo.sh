@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: one standalone detd with its SQLite
 # store, 8 client processes (libdetd) racing on 40 undecided keys, then a
-# rerun against the same store, then `detctl status` and `detctl verify`.
-# Sets up and builds first (idempotent). Exit 0 only if every rank used the
-# same config for every key, the first run timed each key exactly once, and
-# the rerun timed nothing.
+# rerun against the same store; then an unmodified script with real
+# @triton.autotune kernels (scripts/demo_train.py) in 4 processes under
+# `python -m detd.run` (Triton's CPU interpreter; the GPU where there is
+# one), twice; then `detctl status` and `detctl verify`.
+# Sets up and builds first (idempotent; the Triton part gets its own venv
+# under the build directory). Exit 0 only if every process used the same
+# config for every key, the first runs timed each key exactly once, the
+# reruns timed nothing, and every Triton process computed the same bits.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${DETD_BUILD_DIR:-$REPO/build}
@@ -55,6 +59,48 @@ echo "== first run (every key undecided)"
 run first
 echo "== rerun against the same store"
 run rerun
+# ---- real Triton kernels, an unmodified script under python -m detd.run
+TPROCS=${DETD_DEMO_TRITON_PROCS:-4}
+VENV=$BUILD/demo-venv
+if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c 'import torch, triton, detd' 2>/dev/null; then
+    echo "== setting up $VENV (torch ${DETD_TORCH_VERSION:-2.13.0} for the CPU, triton ${DETD_DEMO_TRITON:-3.6.0}, detd)"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q "torch==${DETD_TORCH_VERSION:-2.13.0}" numpy "setuptools>=77" wheel \
+        >>"$WORK/setup.log" 2>&1 || { tail -n 20 "$WORK/setup.log"; exit 1; }
+    "$VENV/bin/pip" install -q --no-deps "triton==${DETD_DEMO_TRITON:-3.6.0}" \
+        >>"$WORK/setup.log" 2>&1 || { tail -n 20 "$WORK/setup.log"; exit 1; }
+fi
+# The package from this tree, with the libdetd and detctl just built.
+DETD_LIBRARY=$BUILD/client/libdetd.so DETD_DETCTL=$BUILD/client/detctl DETD_NO_VENDOR=1 \
+    "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall "$REPO/client/python" \
+    >>"$WORK/setup.log" 2>&1 || { tail -n 20 "$WORK/setup.log"; exit 1; }
+if [[ -z ${TRITON_INTERPRET:-} ]] && ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    export TRITON_INTERPRET=1 # no GPU: Triton's CPU interpreter
+fi
+
+triton_run() { # label
+    local pids=()
+    for r in $(seq 0 $((TPROCS - 1))); do
+        RANK=$r LOCAL_RANK=$r WORLD_SIZE=$TPROCS DETD_SOCKET=$SOCK DETD_RUN_REPORT="$WORK/$1-triton-$r.json" \
+            "$VENV/bin/python" -m detd.run "$REPO/scripts/demo_train.py" >"$WORK/$1-triton-$r.out" 2>&1 &
+        pids+=($!)
+    done
+    local rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    if [[ $rc -ne 0 ]]; then
+        echo "$1 (triton): a process failed:"
+        tail -n 20 "$WORK"/"$1"-triton-*.out
+        return 1
+    fi
+    "${DETCTL[@]}" decisions --json >"$WORK/$1-decisions.json"
+    python3 "$REPO/scripts/demo_report.py" "$WORK" "$1" "$TPROCS"
+}
+
+echo "== an unmodified script with real @triton.autotune kernels, $TPROCS processes under python -m detd.run"
+triton_run triton-first
+echo "== the same script again"
+triton_run triton-rerun
+
 echo "== detctl status"
 "${DETCTL[@]}" status
 echo "== detctl verify"

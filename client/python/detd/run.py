@@ -8,13 +8,29 @@
 Settings come from the ``DETD_*`` environment variables (see
 :mod:`detd._policy`); invalid ones stop the run before the script starts.
 The script runs as ``__main__`` with ``sys.argv`` as if started directly.
+With ``DETD_RUN_REPORT=PATH`` the process writes, when it exits, what
+:func:`detd.autotuners` says (every autotuner it reached, per key the
+config it launched, its source and wait) to PATH as JSON, with its pid
+and rank.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import runpy
 import sys
+
+
+def _write_report(path: str) -> None:
+    import detd
+
+    doc = {"pid": os.getpid(), "rank": os.environ.get("RANK"), "autotuners": detd.autotuners()}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, default=str)
+    os.replace(tmp, path)
 
 
 def main(argv=None) -> int:
@@ -29,6 +45,9 @@ def main(argv=None) -> int:
     except (ValueError, ImportError) as e:
         print(f"detd-run: {e}", file=sys.stderr)
         return 2
+    report = os.environ.get("DETD_RUN_REPORT")
+    if report:
+        atexit.register(_write_report, report)
     if argv[0] == "-m":
         if len(argv) < 2:
             print("detd-run: -m needs a module name", file=sys.stderr)
