@@ -43,6 +43,7 @@
 #include "strfmt.h"
 #include "health.pb-c.h"
 #include "core/metrics.h"
+#include "core/wirecheck.h"
 
 #define RPC_MAX_STREAM_QUEUE 8
 #define RPC_MAX_PEER_GROUPS 64
@@ -201,15 +202,30 @@ static grpc_byte_buffer *encode(const ProtobufCMessage *msg) {
     return bb;
 }
 
+/*
+ * Decode a request: its strings are checked on the wire first
+ * (wirecheck.h), so that no field is cut at a NUL byte or stored as
+ * invalid UTF-8. NULL on failure, with why (why_len bytes) naming the
+ * field or saying that the bytes do not decode.
+ */
 static ProtobufCMessage *decode(const ProtobufCMessageDescriptor *desc,
-                                grpc_byte_buffer *bb) {
+                                grpc_byte_buffer *bb, char *why,
+                                size_t why_len) {
     grpc_byte_buffer_reader r;
+    snprintf(why, why_len, "cannot decode %s", desc->short_name);
     if (!grpc_byte_buffer_reader_init(&r, bb))
         return NULL;
     grpc_slice s = grpc_byte_buffer_reader_readall(&r);
     grpc_byte_buffer_reader_destroy(&r);
-    ProtobufCMessage *m = protobuf_c_message_unpack(
-        desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    ProtobufCMessage *m = NULL;
+    char bad[256];
+    int rc = wirecheck_message(desc, GRPC_SLICE_START_PTR(s),
+                               GRPC_SLICE_LENGTH(s), bad, sizeof(bad));
+    if (rc == DETD_EINVAL)
+        snprintf(why, why_len, "%s", bad);
+    else if (rc == 0)
+        m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s),
+                                      GRPC_SLICE_START_PTR(s));
     grpc_slice_unref(s);
     return m;
 }
@@ -536,12 +552,12 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
         rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: no request message", mi->path);
         return;
     }
-    ProtobufCMessage *m = decode(mi->req, c->payload);
+    char why[320];
+    ProtobufCMessage *m = decode(mi->req, c->payload, why, sizeof(why));
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
     if (m == NULL) {
-        rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: cannot decode %s", mi->path,
-                 mi->req->short_name);
+        rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: %s", mi->path, why);
         return;
     }
     emit(srv, RPC_EV_REQUEST, c, m); /* transfers the new-call reference */
@@ -552,12 +568,12 @@ static void on_recv(rpc_server *srv, rpc_call *c, int ok) {
     c->recv_bb = NULL;
     if (ok && bb != NULL && !c->closed) {
         const struct method_info *mi = &methods[c->method];
-        ProtobufCMessage *m = decode(mi->req, bb);
+        char why[320];
+        ProtobufCMessage *m = decode(mi->req, bb, why, sizeof(why));
         grpc_byte_buffer_destroy(bb);
         if (m == NULL) {
             rpc_call_ref(c);
-            rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: cannot decode %s", mi->path,
-                     mi->req->short_name);
+            rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: %s", mi->path, why);
         } else {
             rpc_call_ref(c);
             emit(srv, c->got_first ? RPC_EV_STREAM : RPC_EV_REQUEST, c, m);
