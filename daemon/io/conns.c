@@ -7,6 +7,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +20,9 @@
 
 #include "clock.h"
 #include "detd/error.h"
+
+/* Connections ended in one sweep after which memory is trimmed. */
+#define CONNS_TRIM_AFTER 64
 
 /* One connection, at the index of gRPC's descriptor. */
 struct conn {
@@ -36,7 +42,8 @@ struct conns {
     int64_t every_ms; /* 0: nothing to sweep for */
     int64_t next_sweep_ms;
     int64_t last_sweep_ms;
-    int refusing; /* refusals since the last connection taken: noted */
+    int refusing;   /* refusals since the last connection taken: noted */
+    int trims_left; /* sweeps that still trim memory after a flood */
     struct conns_stats st;
 };
 
@@ -86,6 +93,7 @@ static int alive(const struct conn *c, int fd) {
 }
 
 static void sweep_locked(conns *t, int64_t now) {
+    size_t gone = 0;
     t->last_sweep_ms = now;
     t->next_sweep_ms = now + t->every_ms;
     for (size_t fd = 0; fd < t->len; fd++) {
@@ -94,6 +102,7 @@ static void sweep_locked(conns *t, int64_t now) {
             continue;
         if (!alive(c, (int)fd)) {
             drop_locked(t, fd);
+            gone++;
         } else if (t->opts.idle_timeout_ms > 0 && !c->used && !c->ended &&
                    now - c->since_ms >= (int64_t)t->opts.idle_timeout_ms) {
             /* gRPC reads the end of the stream and closes its side; a
@@ -103,6 +112,18 @@ static void sweep_locked(conns *t, int64_t now) {
             t->st.idle_closed++;
         }
     }
+#ifdef __GLIBC__
+    /* Many connections ended (an idle flood swept out): give their
+     * memory, freed on gRPC's threads, back to the system rather than
+     * keep it in malloc's per-thread arenas; for a few sweeps, as gRPC
+     * frees some of it after closing. */
+    if (gone >= CONNS_TRIM_AFTER)
+        t->trims_left = 4; /* gRPC frees some of it after the close */
+    if (t->trims_left > 0) {
+        t->trims_left--;
+        malloc_trim(0);
+    }
+#endif
 }
 
 /* See conns.h. */

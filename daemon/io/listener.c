@@ -24,6 +24,8 @@
 
 /* Accepting pauses this long when descriptors run out. */
 #define LISTENER_BACKOFF_MS 100
+/* Connections closed at most per pause. */
+#define LISTENER_DROP_MAX 512
 /* EMFILE again within this long of the last one: the same episode. */
 #define LISTENER_EPISODE_MS 1000
 
@@ -119,9 +121,10 @@ static const char *errno_name(int e) {
 /*
  * accept() failed for want of descriptors (or kernel memory). The pending
  * connection stays queued and the socket stays readable, so retrying at
- * once would spin: give up the spare descriptor to accept and close one
- * connection (its client sees the end at once instead of timing out),
- * take the spare again, and pause accepting for LISTENER_BACKOFF_MS.
+ * once would spin: give up the spare descriptor to accept and close the
+ * queued connections (their clients see the end at once instead of timing
+ * out), taking the spare again after each, and pause accepting for
+ * LISTENER_BACKOFF_MS.
  */
 static void out_of_descriptors(listener *l, int err) {
     uint64_t now = uv_now(l->poll.loop);
@@ -140,15 +143,18 @@ static void out_of_descriptors(listener *l, int err) {
         }
     }
     l->last_exhausted_ms = now > 0 ? now : 1;
-    if (l->reserve_fd >= 0) {
+    /* Every connection queued now is closed (at most a backlog's worth
+     * per pause): its client learns at once instead of timing out. */
+    for (int i = 0; i < LISTENER_DROP_MAX && l->reserve_fd >= 0; i++) {
         close(l->reserve_fd);
-        l->reserve_fd = -1;
         int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             close(fd);
             l->stats.dropped++;
         }
         l->reserve_fd = open_reserve();
+        if (fd < 0)
+            break; /* none left, or another thread took the descriptor */
     }
     uv_poll_stop(&l->poll);
     l->paused = 1;

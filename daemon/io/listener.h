@@ -7,7 +7,8 @@
  *
  * Out of descriptors (EMFILE/ENFILE on accept), the listener does not
  * spin on the still readable socket: it keeps one spare descriptor open,
- * gives it up to accept and close the pending connection, takes it again
+ * gives it up to accept and close the pending connections (taking it again
+ * after each)
  * and pauses accepting for 100 ms; each episode is noted once and
  * counted.
  *

@@ -244,7 +244,9 @@ static ProtobufCMessage *decode(const ProtobufCMessageDescriptor *desc,
                                GRPC_SLICE_LENGTH(s), bad, sizeof(bad));
     if (rc == DETD_EINVAL)
         snprintf(why, why_len, "%s", bad);
-    else if (rc == 0)
+    else if (rc != 0)
+        snprintf(why, why_len, "cannot decode %s: %s", desc->short_name, bad);
+    else
         m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s),
                                       GRPC_SLICE_START_PTR(s));
     grpc_slice_unref(s);
