@@ -165,6 +165,13 @@ static int authorize(void *ctx, rpc_method m, const struct rpc_peer_cred *pc,
     return 1;
 }
 
+/* The io layer's notes (connections refused, descriptors exhausted):
+ * it does not log, the daemon does. */
+static void on_io_note(void *ctx, const char *msg) {
+    (void)ctx;
+    log_warn("%s", msg);
+}
+
 /* loop thread: a connection on the unix socket. */
 static void on_connection(void *ctx, int fd, const struct access_cred *cred) {
     struct daemon *d = ctx;
@@ -591,6 +598,9 @@ int daemon_run(const struct daemon_config *cfg) {
         .authorize_ctx = d,
         .peer_groups = cfg->access != NULL && (cfg->access->allow_gid.n > 0 ||
                                                cfg->access->admin_gid.n > 0),
+        .max_connections = cfg->max_connections,
+        .idle_timeout_ms = cfg->idle_timeout_ms,
+        .note = on_io_note,
     };
     rc = rpc_server_start(&ro, on_rpc_event, d, &d->rpc, &err);
     if (rc != 0) {
@@ -599,7 +609,8 @@ int daemon_run(const struct daemon_config *cfg) {
         goto out_handles;
     }
     struct listener_options lo = {cfg->socket_path, cfg->socket_mode,
-                                  cfg->socket_gid, d->listen_fd};
+                                  cfg->socket_gid,  d->listen_fd,
+                                  on_io_note,       NULL};
     rc = listener_open(&lo, &d->loop, on_connection, d, &d->listener, &err);
     if (rc != 0) {
         log_error("start server: %s", err != NULL ? err : detd_strerror(rc));

@@ -79,6 +79,17 @@ int validate_key(const char *default_ns, rpc_call *call,
                   DAEMON_MAX_CONFIG);
             return -1;
         }
+        /* The fingerprint ends each candidate with '\n' (keyid.h): one
+         * holding it could make two candidate sets hash alike. The other
+         * fields of the id are joined with NUL, which no string from the
+         * socket holds (rpc.c checks them on the wire). */
+        if (memchr(k->candidates[i], '\n', n) != NULL) {
+            VFAIL(call, RPC_INVALID_ARGUMENT,
+                  "key.candidates[%zu] holds a newline (\\n), which "
+                  "separates candidates in the key's fingerprint",
+                  i);
+            return -1;
+        }
     }
     ret->k = k;
     ret->ns = k->namespace_ != NULL && k->namespace_[0] != '\0' ? k->namespace_

@@ -35,7 +35,8 @@ int validate_str(rpc_call *call, const char *what, const char *s, size_t max,
 int validate_identity(rpc_call *call, const Detd__V1__ClientIdentity *c);
 
 /*
- * Check key k (arch, kernel, key, candidates and their caps) and compute
+ * Check key k (arch, kernel, key, candidates and their caps; no candidate
+ * may hold a newline, the fingerprint's separator) and compute
  * its candidate fingerprint and decision id into *ret. default_ns is the
  * daemon's namespace, used when the key names none (borrowed by ret).
  */

@@ -140,6 +140,14 @@ static const struct option_row rows[] = {
      NULL, "claim lease in milliseconds (default 30000)"},
     {"max-clients", "N", KIND_U32, CFG(max_clients), 0, 1, 1000000, NULL, NULL,
      0, NULL, "attached client processes (default 4096)"},
+    {"max-connections", "N", KIND_U32, CFG(max_connections), 0, 1, 1000000,
+     NULL, NULL, 0, NULL,
+     "open connections on the unix socket; new ones over it\n"
+     "are closed at once (default 4096)"},
+    {"idle-timeout-ms", "N", KIND_U32, CFG(idle_timeout_ms), 0, 0, 3600000,
+     NULL, NULL, 0, NULL,
+     "close a connection that made no call this long after\n"
+     "it was accepted; 0: never (default 30000)"},
     {"max-waiters", "N", KIND_U32, CFG(max_waiters), 0, 1, 10000000, NULL,
      NULL, 0, NULL, "calls waiting for a timing pass (default 65536)"},
     {"max-votes", "N", KIND_U32, CFG(max_votes), 0, 1, 100000000, NULL,
@@ -264,6 +272,8 @@ void options_init(struct options *o) {
         .level = LOG_INFO,
         .log_format = LOG_FORMAT_HUMAN,
         .max_clients = 4096,
+        .max_connections = 4096,
+        .idle_timeout_ms = 30000,
         .max_waiters = 65536,
         .max_votes = DAEMON_DEFAULT_MAX_VOTES,
         .max_claims = 1 << 20,

@@ -5,6 +5,7 @@
 #include "io/listener.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,10 +22,25 @@
 #define SO_PEERGROUPS 59
 #endif
 
+/* Accepting pauses this long when descriptors run out. */
+#define LISTENER_BACKOFF_MS 100
+/* Connections closed at most per pause. */
+#define LISTENER_DROP_MAX 512
+/* EMFILE again within this long of the last one: the same episode. */
+#define LISTENER_EPISODE_MS 1000
+
 struct listener {
     uv_poll_t poll;
+    uv_timer_t backoff; /* resumes accepting after a pause */
+    int handles_open;   /* of poll and backoff, not yet closed */
     int fd;
     int polling;
+    int paused;     /* out of descriptors: the poll waits for backoff */
+    int reserve_fd; /* a spare descriptor, given up to drop a connection */
+    uint64_t last_exhausted_ms; /* uv_now() of the last EMFILE, 0: never */
+    struct listener_stats stats;
+    listener_note_cb note;
+    void *note_ctx;
     char *path;
     dev_t dev; /* the socket file this listener created */
     ino_t ino;
@@ -74,6 +90,77 @@ int listener_peer_cred(int fd, struct access_cred *ret, gid_t *groups,
     return 0;
 }
 
+static void on_readable(uv_poll_t *h, int status, int events);
+
+static int open_reserve(void) {
+    return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void on_backoff(uv_timer_t *t) {
+    listener *l = t->data;
+    l->paused = 0;
+    if (l->reserve_fd < 0)
+        l->reserve_fd = open_reserve();
+    if (l->polling)
+        uv_poll_start(&l->poll, UV_READABLE, on_readable);
+}
+
+static const char *errno_name(int e) {
+    switch (e) {
+    case EMFILE:
+        return "EMFILE";
+    case ENFILE:
+        return "ENFILE";
+    case ENOBUFS:
+        return "ENOBUFS";
+    default:
+        return "ENOMEM";
+    }
+}
+
+/*
+ * accept() failed for want of descriptors (or kernel memory). The pending
+ * connection stays queued and the socket stays readable, so retrying at
+ * once would spin: give up the spare descriptor to accept and close the
+ * queued connections (their clients see the end at once instead of timing
+ * out), taking the spare again after each, and pause accepting for
+ * LISTENER_BACKOFF_MS.
+ */
+static void out_of_descriptors(listener *l, int err) {
+    uint64_t now = uv_now(l->poll.loop);
+    if (l->last_exhausted_ms == 0 ||
+        now - l->last_exhausted_ms > LISTENER_EPISODE_MS) {
+        l->stats.fd_exhausted++;
+        if (l->note != NULL) {
+            char msg[512];
+            snprintf(msg, sizeof(msg),
+                     "accept on socket '%s': %s (%s): out of file "
+                     "descriptors; closing new connections and pausing "
+                     "accepts for %d ms until descriptors are free",
+                     l->path, errno_name(err), strerror(err),
+                     LISTENER_BACKOFF_MS);
+            l->note(l->note_ctx, msg);
+        }
+    }
+    l->last_exhausted_ms = now > 0 ? now : 1;
+    /* Every connection queued now is closed (at most a backlog's worth
+     * per pause): its client learns at once instead of timing out. */
+    for (int i = 0; i < LISTENER_DROP_MAX && l->reserve_fd >= 0; i++) {
+        close(l->reserve_fd);
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            close(fd);
+            l->stats.dropped++;
+        }
+        l->reserve_fd = open_reserve();
+        if (fd < 0)
+            break; /* none left, or another thread took the descriptor */
+    }
+    uv_poll_stop(&l->poll);
+    l->paused = 1;
+    uv_timer_start(&l->backoff, on_backoff, LISTENER_BACKOFF_MS, 0);
+}
+
 static void on_readable(uv_poll_t *h, int status, int events) {
     listener *l = h->data;
     (void)events;
@@ -81,11 +168,17 @@ static void on_readable(uv_poll_t *h, int status, int events) {
         return;
     /* Accept what is queued now; a burst larger than this waits for the
      * next poll round so the loop keeps serving calls. */
-    for (int i = 0; i < 64 && l->fd >= 0; i++) {
+    for (int i = 0; i < 64 && l->fd >= 0 && !l->paused; i++) {
         int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return; /* EAGAIN, or EMFILE and friends: retried on the
-                       next readiness */
+        if (fd < 0) {
+            int err = errno;
+            if (err == EMFILE || err == ENFILE || err == ENOBUFS ||
+                err == ENOMEM)
+                out_of_descriptors(l, err);
+            else if (err == EINTR || err == ECONNABORTED)
+                continue;
+            return; /* EAGAIN: all taken */
+        }
         struct access_cred cred;
         gid_t groups[ACCESS_MAX_GROUPS];
         size_t ng = 0;
@@ -112,8 +205,11 @@ int listener_open(const struct listener_options *opts, uv_loop_t *loop,
     if (l == NULL)
         return DETD_ENOMEM;
     l->fd = -1;
+    l->reserve_fd = -1;
     l->cb = cb;
     l->cb_ctx = cb_ctx;
+    l->note = opts->note;
+    l->note_ctx = opts->note_ctx;
     l->path = strdup(opts->path);
     if (l->path == NULL) {
         rc = DETD_ENOMEM;
@@ -190,13 +286,23 @@ int listener_open(const struct listener_options *opts, uv_loop_t *loop,
         goto out_unlink;
     }
 start:
+    l->reserve_fd = open_reserve();
+    if (l->reserve_fd < 0) {
+        rc = -errno;
+        err =
+            strfmt("open /dev/null (a spare descriptor): %s", strerror(errno));
+        goto out_unlink;
+    }
     rc = uv_poll_init(loop, &l->poll, l->fd);
     if (rc != 0) {
         err = strfmt("poll socket '%s': %s", opts->path, uv_strerror(rc));
         rc = DETD_EINTERNAL;
         goto out_unlink;
     }
+    uv_timer_init(loop, &l->backoff);
+    l->handles_open = 2;
     l->poll.data = l;
+    l->backoff.data = l;
     uv_poll_start(&l->poll, UV_READABLE, on_readable);
     l->polling = 1;
     *ret = l;
@@ -207,6 +313,8 @@ out_unlink:
 out:
     if (l->fd >= 0 && !l->activated)
         close(l->fd);
+    if (l->reserve_fd >= 0)
+        close(l->reserve_fd);
     free(l->path);
     free(l);
 fail:
@@ -221,6 +329,7 @@ void listener_stop(listener *l) {
     if (l == NULL || !l->polling)
         return;
     uv_poll_stop(&l->poll);
+    uv_timer_stop(&l->backoff);
     l->polling = 0;
     /* New connections are refused from now on, not left in the backlog. */
     close(l->fd);
@@ -229,10 +338,21 @@ void listener_stop(listener *l) {
 
 static void on_closed(uv_handle_t *h) {
     listener *l = h->data;
+    if (--l->handles_open > 0)
+        return;
     if (l->fd >= 0)
         close(l->fd);
+    if (l->reserve_fd >= 0)
+        close(l->reserve_fd);
     free(l->path);
     free(l);
+}
+
+/* See listener.h. */
+void listener_get_stats(const listener *l, struct listener_stats *ret) {
+    memset(ret, 0, sizeof(*ret));
+    if (l != NULL)
+        *ret = l->stats;
 }
 
 void listener_close(listener *l) {
@@ -246,4 +366,5 @@ void listener_close(listener *l) {
         st.st_ino == l->ino)
         unlink(l->path);
     uv_close((uv_handle_t *)&l->poll, on_closed);
+    uv_close((uv_handle_t *)&l->backoff, on_closed);
 }

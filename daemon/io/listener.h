@@ -5,6 +5,13 @@
  * reads the credentials and hands the connected fd to the rpc server
  * (rpc_server_add_fd()).
  *
+ * Out of descriptors (EMFILE/ENFILE on accept), the listener does not
+ * spin on the still readable socket: it keeps one spare descriptor open,
+ * gives it up to accept and close the pending connections (taking it again
+ * after each)
+ * and pauses accepting for 100 ms; each episode is noted once and
+ * counted.
+ *
  * The socket file is created with its final mode from the start (bind
  * under a umask), then given its group; at close it is removed only if
  * it is still the file this listener created.
@@ -12,6 +19,7 @@
 #ifndef DETD_LISTENER_H
 #define DETD_LISTENER_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #include <uv.h>
@@ -28,6 +36,10 @@ typedef struct listener listener;
 typedef void (*listener_conn_cb)(void *ctx, int fd,
                                  const struct access_cred *cred);
 
+/* A line for the daemon's log (loop thread); msg is borrowed for the
+ * call. */
+typedef void (*listener_note_cb)(void *ctx, const char *msg);
+
 struct listener_options {
     const char *path; /* socket file path */
     unsigned mode;    /* e.g. 0660 */
@@ -37,7 +49,20 @@ struct listener_options {
      * and the listener owns fd once listener_open() succeeded. -1: create
      * the socket at path. */
     int fd;
+    /* Optional: told once per episode of descriptor exhaustion (EMFILE,
+     * ENFILE: accepting pauses, pending connections are closed). */
+    listener_note_cb note;
+    void *note_ctx;
 };
+
+/* Counted since the start (loop thread). */
+struct listener_stats {
+    uint64_t fd_exhausted; /* episodes of EMFILE/ENFILE on accept */
+    uint64_t dropped;      /* connections closed for want of descriptors */
+};
+
+/* Copy l's counters into *ret (zeros for NULL). Loop thread. */
+void listener_get_stats(const listener *l, struct listener_stats *ret);
 
 /*
  * Create the socket file and start accepting on loop. A stale socket file

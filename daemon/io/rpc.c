@@ -13,6 +13,7 @@
 #include "clock.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -43,6 +44,7 @@
 #include "strfmt.h"
 #include "health.pb-c.h"
 #include "core/metrics.h"
+#include "core/wirecheck.h"
 
 #define RPC_MAX_STREAM_QUEUE 8
 #define RPC_MAX_PEER_GROUPS 64
@@ -136,7 +138,27 @@ struct rpc_server {
     int peer_groups;
     pthread_mutex_t lat_mu; /* guards lat */
     struct metrics_hist lat[RPC_METHOD_COUNT];
+
+    conns *conns; /* the local connections (conns.h) */
 };
+
+/* The descriptor of a local call's peer ("fd:N"), -1 if none. */
+static int peer_fd(const char *peer) {
+    char *end = NULL;
+    if (peer == NULL || strncmp(peer, "fd:", 3) != 0)
+        return -1;
+    long fd = strtol(peer + 3, &end, 10);
+    if (end == peer + 3 || *end != '\0' || fd < 0 || fd > 1 << 30)
+        return -1;
+    return (int)fd;
+}
+
+/* See rpc.h. */
+void rpc_server_conn_stats(rpc_server *srv, struct conns_stats *ret) {
+    memset(ret, 0, sizeof(*ret));
+    if (srv != NULL)
+        conns_stats(srv->conns, ret);
+}
 
 static void call_free(rpc_call *c) {
     if (c->call != NULL)
@@ -201,15 +223,32 @@ static grpc_byte_buffer *encode(const ProtobufCMessage *msg) {
     return bb;
 }
 
+/*
+ * Decode a request: its strings are checked on the wire first
+ * (wirecheck.h), so that no field is cut at a NUL byte or stored as
+ * invalid UTF-8. NULL on failure, with why (why_len bytes) naming the
+ * field or saying that the bytes do not decode.
+ */
 static ProtobufCMessage *decode(const ProtobufCMessageDescriptor *desc,
-                                grpc_byte_buffer *bb) {
+                                grpc_byte_buffer *bb, char *why,
+                                size_t why_len) {
     grpc_byte_buffer_reader r;
+    snprintf(why, why_len, "cannot decode %s", desc->short_name);
     if (!grpc_byte_buffer_reader_init(&r, bb))
         return NULL;
     grpc_slice s = grpc_byte_buffer_reader_readall(&r);
     grpc_byte_buffer_reader_destroy(&r);
-    ProtobufCMessage *m = protobuf_c_message_unpack(
-        desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    ProtobufCMessage *m = NULL;
+    char bad[256];
+    int rc = wirecheck_message(desc, GRPC_SLICE_START_PTR(s),
+                               GRPC_SLICE_LENGTH(s), bad, sizeof(bad));
+    if (rc == DETD_EINVAL)
+        snprintf(why, why_len, "%s", bad);
+    else if (rc != 0)
+        snprintf(why, why_len, "cannot decode %s: %s", desc->short_name, bad);
+    else
+        m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s),
+                                      GRPC_SLICE_START_PTR(s));
     grpc_slice_unref(s);
     return m;
 }
@@ -454,21 +493,19 @@ static void start_recv(rpc_call *c) {
  * nowhere, and the window is one completion-queue hop.)
  */
 static void read_cred(rpc_server *srv, rpc_call *c) {
-    char *end = NULL;
-    long fd = strtol(c->peer + 3, &end, 10);
-    if (end == c->peer + 3 || *end != '\0' || fd < 0 || fd > 1 << 30)
+    int fd = peer_fd(c->peer);
+    if (fd < 0)
         return;
     struct ucred uc;
     socklen_t len = sizeof(uc);
-    if (getsockopt((int)fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) != 0)
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) != 0)
         return;
     c->cred.pid = uc.pid;
     c->cred.uid = uc.uid;
     c->cred.gid = uc.gid;
     if (srv->peer_groups) {
         socklen_t glen = sizeof(c->groups);
-        if (getsockopt((int)fd, SOL_SOCKET, SO_PEERGROUPS, c->groups, &glen) ==
-            0) {
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, c->groups, &glen) == 0) {
             c->cred.groups = c->groups;
             c->cred.n_groups = glen / sizeof(gid_t);
         }
@@ -487,6 +524,7 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     c->started_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     c->peer = grpc_call_get_peer(c->call);
+    conns_used(srv->conns, peer_fd(c->peer));
     c->deadline_ms = c->method == METHOD_UNKNOWN
                          ? deadline_to_ms(c->details.deadline)
                          : deadline_to_ms(c->deadline);
@@ -536,12 +574,12 @@ static void on_new(rpc_server *srv, rpc_call *c, int ok) {
         rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: no request message", mi->path);
         return;
     }
-    ProtobufCMessage *m = decode(mi->req, c->payload);
+    char why[320];
+    ProtobufCMessage *m = decode(mi->req, c->payload, why, sizeof(why));
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
     if (m == NULL) {
-        rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: cannot decode %s", mi->path,
-                 mi->req->short_name);
+        rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: %s", mi->path, why);
         return;
     }
     emit(srv, RPC_EV_REQUEST, c, m); /* transfers the new-call reference */
@@ -552,12 +590,12 @@ static void on_recv(rpc_server *srv, rpc_call *c, int ok) {
     c->recv_bb = NULL;
     if (ok && bb != NULL && !c->closed) {
         const struct method_info *mi = &methods[c->method];
-        ProtobufCMessage *m = decode(mi->req, bb);
+        char why[320];
+        ProtobufCMessage *m = decode(mi->req, bb, why, sizeof(why));
         grpc_byte_buffer_destroy(bb);
         if (m == NULL) {
             rpc_call_ref(c);
-            rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: cannot decode %s", mi->path,
-                     mi->req->short_name);
+            rpc_fail(c, RPC_INVALID_ARGUMENT, "%s: %s", mi->path, why);
         } else {
             rpc_call_ref(c);
             emit(srv, c->got_first ? RPC_EV_STREAM : RPC_EV_REQUEST, c, m);
@@ -611,10 +649,16 @@ static void on_close(rpc_server *srv, rpc_call *c) {
 static void *rpc_thread(void *arg) {
     rpc_server *srv = arg;
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(
-            srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        /* With connections to sweep, wake up for it (conns.h). */
+        int64_t every = conns_sweep_every_ms(srv->conns);
+        gpr_timespec until =
+            every > 0 ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                     gpr_time_from_millis(every, GPR_TIMESPAN))
+                      : gpr_inf_future(GPR_CLOCK_REALTIME);
+        grpc_event ev = grpc_completion_queue_next(srv->cq, until, NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
+        conns_sweep(srv->conns);
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
         struct rpc_tag *t = ev.tag;
@@ -715,6 +759,7 @@ static void server_free(rpc_server *srv) {
         grpc_server_destroy(srv->server);
     if (srv->cq != NULL)
         grpc_completion_queue_destroy(srv->cq);
+    conns_free(srv->conns);
     pthread_mutex_destroy(&srv->mu);
     pthread_mutex_destroy(&srv->lat_mu);
     pthread_cond_destroy(&srv->cond);
@@ -734,7 +779,6 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
         return DETD_ENOMEM;
     pthread_mutex_init(&srv->mu, NULL);
     pthread_mutex_init(&srv->lat_mu, NULL);
-    pthread_cond_init(&srv->cond, NULL);
     srv->cb = cb;
     srv->cb_ctx = cb_ctx;
     srv->authorize = opts->authorize;
@@ -743,6 +787,13 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
     srv->pending_per_method =
         opts->pending_per_method > 0 ? opts->pending_per_method : 4;
     srv->t_shutdown = (struct rpc_tag){TAG_SHUTDOWN, NULL};
+    struct conns_options co = {opts->max_connections, opts->idle_timeout_ms,
+                               opts->note, opts->note_ctx};
+    rc = conns_new(&co, &srv->conns);
+    if (rc != 0) {
+        err = strfmt("out of memory");
+        goto out;
+    }
 
     grpc_arg args[2];
     args[0].type = GRPC_ARG_INTEGER;
@@ -831,6 +882,9 @@ int rpc_server_add_fd(rpc_server *srv, int fd) {
         close(fd);
         return DETD_EUNAVAILABLE;
     }
+    int rc = conns_track(srv->conns, fd);
+    if (rc != 0)
+        return rc;
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     grpc_server_add_channel_from_fd(srv->server, fd, creds);
     grpc_server_credentials_release(creds);

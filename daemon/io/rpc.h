@@ -18,6 +18,7 @@
 #ifndef DETD_RPC_H
 #define DETD_RPC_H
 
+#include "io/conns.h"
 #include "io/rpc_methods.h"
 #include <stddef.h>
 #include <stdint.h>
@@ -89,6 +90,9 @@ typedef int (*rpc_authorize_cb)(void *ctx, rpc_method method,
                                 const struct rpc_peer_cred *cred, char *why,
                                 size_t why_len);
 
+/* A line for the daemon's log, from the server (see rpc_options). */
+typedef conns_note_cb rpc_note_cb;
+
 struct rpc_options {
     size_t max_message_bytes;    /* request cap, enforced by gRPC */
     unsigned pending_per_method; /* calls kept requested per method */
@@ -106,6 +110,17 @@ struct rpc_options {
     rpc_authorize_cb authorize;
     void *authorize_ctx;
     int peer_groups;
+    /* Local connections (rpc_server_add_fd()): at most max_connections
+     * open at once (0: no cap); one that has made no call idle_timeout_ms
+     * after it was accepted is closed (0: never). */
+    uint32_t max_connections;
+    uint32_t idle_timeout_ms;
+    /* Optional: told, once per burst, that connections are being refused
+     * (over max_connections, or no descriptor left to track one); msg is
+     * one line naming the cause, borrowed for the call. Runs on the
+     * thread that called rpc_server_add_fd(). */
+    rpc_note_cb note;
+    void *note_ctx;
 };
 
 /*
@@ -120,11 +135,15 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
 
 /*
  * Serve gRPC on an accepted local connection (a connected unix socket).
- * Takes fd in every case (closed here when the server is shutting
- * down: DETD_EUNAVAILABLE). Calls on it carry the peer's credentials
- * (rpc_call_cred()) and pass opts->authorize. Any thread.
+ * Takes fd in every case: closed here when the server is shutting down
+ * (DETD_EUNAVAILABLE), when max_connections are open (DETD_EBUSY) or
+ * when no descriptor is left to track it (-errno). Calls on it carry the peer's
+ * credentials (rpc_call_cred()) and pass opts->authorize. Any thread.
  */
 int rpc_server_add_fd(rpc_server *srv, int fd);
+
+/* Copy the connection counters into *ret. Any thread. */
+void rpc_server_conn_stats(rpc_server *srv, struct conns_stats *ret);
 
 struct metrics_hist;
 

@@ -20,6 +20,7 @@
 #include "health.pb-c.h"
 #include "core/keyid.h"
 #include "core/verify.h"
+#include "io/listener.h"
 #include "app/imports.h"
 #include "ops/tableadmin.h"
 #include "ops/votes.h"
@@ -49,6 +50,11 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
     resp.pid = (uint32_t)getpid();
     resp.tables = (char **)d->cfg->tables;
     resp.n_tables = d->cfg->n_tables;
+
+    struct conns_stats conn_st;
+    struct listener_stats ls;
+    rpc_server_conn_stats(d->rpc, &conn_st);
+    listener_get_stats(d->listener, &ls);
 
     size_t nc = d->nsessions;
     Detd__V1__ClientInfo *ci = calloc(nc ? nc : 1, sizeof(*ci));
@@ -87,6 +93,11 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"refused_no_credentials",
          atomic_load(&d->refused[ACCESS_DENIED_NOCRED])},
         {"refused_connections", d->refused_connections},
+        {"connections_open", conn_st.open},
+        {"connections_refused_max", conn_st.refused_max},
+        {"connections_refused_no_fd", conn_st.refused_no_fd + ls.dropped},
+        {"connections_idle_closed", conn_st.idle_closed},
+        {"accept_fd_exhausted", ls.fd_exhausted},
         {"table_hits", d->counters.table_hits},
         {"table_misses", d->counters.table_misses},
         {"table_stale", d->counters.table_stale},

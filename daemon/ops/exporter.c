@@ -17,6 +17,7 @@
 #include "detd/client.h"
 #include "detd/error.h"
 #include "core/metrics.h"
+#include "io/listener.h"
 #include "io/metrics_http.h"
 
 struct exporter {
@@ -134,6 +135,30 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
     counter(&b, "detd_refused_connections_total",
             "Connections from callers outside --allow-uid/--allow-gid.",
             d->refused_connections);
+
+    struct conns_stats conn_st;
+    struct listener_stats ls;
+    rpc_server_conn_stats(d->rpc, &conn_st);
+    listener_get_stats(d->listener, &ls);
+    gauge(&b, "detd_connections", "Open connections on the unix socket.",
+          (double)conn_st.open);
+    metrics_family(&b, "detd_connections_refused_total", "counter",
+                   "Connections on the unix socket closed at once, by "
+                   "reason.");
+    {
+        const char *max[] = {"reason", "max_connections", NULL};
+        const char *nofd[] = {"reason", "no_descriptors", NULL};
+        metrics_sample(&b, "detd_connections_refused_total", max,
+                       (double)conn_st.refused_max);
+        metrics_sample(&b, "detd_connections_refused_total", nofd,
+                       (double)(conn_st.refused_no_fd + ls.dropped));
+    }
+    counter(&b, "detd_connections_idle_closed_total",
+            "Connections closed for making no call within --idle-timeout-ms.",
+            conn_st.idle_closed);
+    counter(&b, "detd_accept_fd_exhausted_total",
+            "Episodes of accept failing for want of file descriptors.",
+            ls.fd_exhausted);
 
     metrics_family(&b, "detd_request_duration_seconds", "histogram",
                    "Latency of unary calls, arrival to status, by method, in "

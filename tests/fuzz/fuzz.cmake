@@ -1,4 +1,5 @@
-# Fuzzing of the decoders of untrusted bytes: the table parser (files) and
+# Fuzzing of the decoders of untrusted bytes: the table parser (files), the
+# check of received strings (wirecheck: request bytes from the socket) and
 # the etcd backend's decision decoder (values read from etcd). Requests on
 # the socket are fuzzed over the wire by tests/integration/test_fuzz_requests.py.
 #
@@ -83,3 +84,11 @@ detd_fuzz_target(NAME decision
                                ${CMAKE_SOURCE_DIR}/daemon/data/store_import.c
                  CLANG_FLAGS ${JANSSON_CFLAGS} ${LIBUV_CFLAGS} ${SQLITE_CFLAGS}
                              ${JANSSON_LDFLAGS} ${SQLITE_LDFLAGS} ${LIBCRYPTO_LDFLAGS})
+
+detd_fuzz_target(NAME wirecheck LIBS detd_core detd_proto
+                 CLANG_SOURCES ${CMAKE_SOURCE_DIR}/daemon/core/wirecheck.c
+                               ${PROTO_SRCS}
+                 CLANG_FLAGS -I${PROTO_OUT} ${PROTOBUFC_LDFLAGS})
+if(TARGET fuzz_wirecheck_libfuzzer)
+  add_dependencies(fuzz_wirecheck_libfuzzer detd_proto) # generated sources
+endif()

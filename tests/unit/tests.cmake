@@ -6,6 +6,7 @@ detd_unit_test(test_keyid detd_core)
 detd_unit_test(test_verify detd_core)
 detd_unit_test(test_access detd_core)
 detd_unit_test(test_metrics detd_core m)
+detd_unit_test(test_wirecheck detd_core detd_proto)
 # Allocation-failure tests: the pure modules' allocations go through the
 # test's __wrap_* functions, which fail the n-th one on request.
 foreach(t test_engine test_keyid test_verify)
