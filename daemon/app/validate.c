@@ -46,6 +46,38 @@ int validate_identity(rpc_call *call, const Detd__V1__ClientIdentity *c) {
 }
 
 /* See validate.h. */
+int validate_candidates(rpc_call *call, const char *what,
+                        const char *const *cands, size_t n) {
+    if (n > DETD_MAX_CANDIDATES) {
+        VFAIL(call, RPC_INVALID_ARGUMENT,
+              "%s has %zu configs, over the limit of %d", what, n,
+              DETD_MAX_CANDIDATES);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(cands[i]);
+        if (len == 0 || len > DAEMON_MAX_CONFIG) {
+            VFAIL(call, RPC_INVALID_ARGUMENT,
+                  "%s[%zu] is %zu bytes: must be 1 to %d", what, i, len,
+                  DAEMON_MAX_CONFIG);
+            return -1;
+        }
+        /* The fingerprint ends each candidate with '\n' (keyid.h): one
+         * holding it could make two candidate sets hash alike. The other
+         * fields of the id are joined with NUL, which no string from the
+         * socket holds (rpc.c checks them on the wire). */
+        if (memchr(cands[i], '\n', len) != NULL) {
+            VFAIL(call, RPC_INVALID_ARGUMENT,
+                  "%s[%zu] holds a newline (\\n), which separates "
+                  "candidates in the key's fingerprint",
+                  what, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* See validate.h. */
 int validate_key(const char *default_ns, rpc_call *call,
                  const Detd__V1__DecisionKey *k, struct vkey *ret) {
     if (k == NULL) {
@@ -65,32 +97,10 @@ int validate_key(const char *default_ns, rpc_call *call,
               "key.candidates is empty: at least one config is required");
         return -1;
     }
-    if (k->n_candidates > DETD_MAX_CANDIDATES) {
-        VFAIL(call, RPC_INVALID_ARGUMENT,
-              "key.candidates has %zu configs, over the limit of %d",
-              k->n_candidates, DETD_MAX_CANDIDATES);
+    if (validate_candidates(call, "key.candidates",
+                            (const char *const *)k->candidates,
+                            k->n_candidates) != 0)
         return -1;
-    }
-    for (size_t i = 0; i < k->n_candidates; i++) {
-        size_t n = strlen(k->candidates[i]);
-        if (n == 0 || n > DAEMON_MAX_CONFIG) {
-            VFAIL(call, RPC_INVALID_ARGUMENT,
-                  "key.candidates[%zu] is %zu bytes: must be 1 to %d", i, n,
-                  DAEMON_MAX_CONFIG);
-            return -1;
-        }
-        /* The fingerprint ends each candidate with '\n' (keyid.h): one
-         * holding it could make two candidate sets hash alike. The other
-         * fields of the id are joined with NUL, which no string from the
-         * socket holds (rpc.c checks them on the wire). */
-        if (memchr(k->candidates[i], '\n', n) != NULL) {
-            VFAIL(call, RPC_INVALID_ARGUMENT,
-                  "key.candidates[%zu] holds a newline (\\n), which "
-                  "separates candidates in the key's fingerprint",
-                  i);
-            return -1;
-        }
-    }
     ret->k = k;
     ret->ns = k->namespace_ != NULL && k->namespace_[0] != '\0' ? k->namespace_
                                                                 : default_ns;

@@ -35,6 +35,15 @@ int validate_str(rpc_call *call, const char *what, const char *s, size_t max,
 int validate_identity(rpc_call *call, const Detd__V1__ClientIdentity *c);
 
 /*
+ * The candidate configs cands[0..n): at most DETD_MAX_CANDIDATES, each 1 to
+ * DAEMON_MAX_CONFIG bytes and free of the newline that separates them in
+ * the key's fingerprint; what names the list in the error ("key.candidates").
+ * An empty list passes (validate_key() requires one).
+ */
+int validate_candidates(rpc_call *call, const char *what,
+                        const char *const *cands, size_t n);
+
+/*
  * Check key k (arch, kernel, key, candidates and their caps; no candidate
  * may hold a newline, the fingerprint's separator) and compute
  * its candidate fingerprint and decision id into *ret. default_ns is the

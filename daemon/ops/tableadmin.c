@@ -21,6 +21,7 @@
 
 #include "app/convert.h"
 #include "app/imports.h"
+#include "app/validate.h"
 #include "detd/client.h"
 #include "detd/error.h"
 #include "core/keyid.h"
@@ -325,21 +326,10 @@ void tableadmin_explain(struct daemon *d, struct rpc_event *ev) {
         explain_check(ev->call, "table_key", req->table_key, DETD_MAX_KEY_BYTES,
                       0))
         goto out;
-    if (req->n_candidates > DETD_MAX_CANDIDATES) {
-        rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
-                 "candidates has %zu configs, over the limit of %d",
-                 req->n_candidates, DETD_MAX_CANDIDATES);
+    if (validate_candidates(ev->call, "candidates",
+                            (const char *const *)req->candidates,
+                            req->n_candidates) != 0)
         goto out;
-    }
-    for (size_t i = 0; i < req->n_candidates; i++) {
-        size_t n = strlen(req->candidates[i]);
-        if (n == 0 || n > DAEMON_MAX_CONFIG) {
-            rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
-                     "candidates[%zu] is %zu bytes: must be 1 to %d", i, n,
-                     DAEMON_MAX_CONFIG);
-            goto out;
-        }
-    }
     const char *ns = req->namespace_ != NULL && req->namespace_[0] != '\0'
                          ? req->namespace_
                          : d->cfg->ns;
