@@ -173,7 +173,7 @@ static void on_io_note(void *ctx, const char *msg) {
 }
 
 /* loop thread: a connection on the unix socket. */
-static void on_connection(void *ctx, int fd, const struct access_cred *cred) {
+static int on_connection(void *ctx, int fd, const struct access_cred *cred) {
     struct daemon *d = ctx;
     char why[256];
     if (access_check(d->cfg->access, cred, 0, why, sizeof(why)) != ACCESS_OK) {
@@ -186,7 +186,7 @@ static void on_connection(void *ctx, int fd, const struct access_cred *cred) {
                      "calls: %s",
                      why);
     }
-    rpc_server_add_fd(d->rpc, fd);
+    return rpc_server_add_fd(d->rpc, fd);
 }
 
 static void close_cb(uv_handle_t *h) {

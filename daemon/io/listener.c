@@ -184,7 +184,13 @@ static void on_readable(uv_poll_t *h, int status, int events) {
         size_t ng = 0;
         int ok =
             listener_peer_cred(fd, &cred, groups, ACCESS_MAX_GROUPS, &ng) == 0;
-        l->cb(l->cb_ctx, fd, ok ? &cred : NULL);
+        int rc = l->cb(l->cb_ctx, fd, ok ? &cred : NULL);
+        if (rc == -EMFILE || rc == -ENFILE) {
+            /* Accepted, but no descriptor left to serve it with (each
+             * connection needs more than one): the same episode. */
+            out_of_descriptors(l, -rc);
+            return;
+        }
     }
 }
 

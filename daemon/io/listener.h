@@ -31,10 +31,13 @@ typedef struct listener listener;
 /*
  * A connection was accepted (loop thread). fd is the caller's from now
  * on (nonblocking, close-on-exec). cred is NULL when SO_PEERCRED failed;
- * else it and its groups are borrowed for the call.
+ * else it and its groups are borrowed for the call. Returns 0, or -EMFILE
+ * / -ENFILE when fd could not be served for want of descriptors (fd is
+ * closed then): the listener treats that as accept's own EMFILE (logs the
+ * episode once, closes what is queued, pauses accepting).
  */
-typedef void (*listener_conn_cb)(void *ctx, int fd,
-                                 const struct access_cred *cred);
+typedef int (*listener_conn_cb)(void *ctx, int fd,
+                                const struct access_cred *cred);
 
 /* A line for the daemon's log (loop thread); msg is borrowed for the
  * call. */
