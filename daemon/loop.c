@@ -131,6 +131,10 @@ static void arm_tick(struct daemon *d) {
         if (cn < next)
             next = cn;
         coord_sweep(d->coord);
+        /* etcd commits whose caller's deadline comes first. */
+        int64_t mn = commit_tick(d, now);
+        if (mn < next)
+            next = mn;
     }
     /* Leases of attached sessions are renewed on ticks: tick at least
      * four times per lease. */
@@ -504,6 +508,8 @@ int daemon_run(const struct daemon_config *cfg) {
         goto out_store;
     }
     rc = engine_new(&lim, decide_engine_event, d, &d->engine);
+    if (rc == 0)
+        rc = decide_engine_setup(d);
     if (rc != 0) {
         log_error("create engine: %s", detd_strerror(rc));
         goto out_store;

@@ -400,8 +400,8 @@ static int detctl_verify(const struct detctl_opts *o, struct wire_channel *ch) {
             const Detd__V1__VerifyUse *u = d->uses[j];
             printf("  %s%s used by:\n", u->config, u->chaos ? " (chaos)" : "");
             for (size_t k = 0; k < u->n_clients; k++) {
-                char who[160];
-                detctl_print_who(u->clients[k], who, sizeof(who));
+                char who[320];
+                detctl_print_use_client(u, k, who, sizeof(who));
                 printf("    %s\n", who);
             }
         }

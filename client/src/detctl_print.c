@@ -124,6 +124,25 @@ void detctl_print_who(const Detd__V1__ClientIdentity *id, char *buf,
              id->host[0] != '\0' ? id->host : "?", id->pid);
 }
 
+void detctl_print_use_client(const Detd__V1__VerifyUse *u, size_t k, char *buf,
+                             size_t len) {
+    char who[160];
+    detctl_print_who(u->clients[k], who, sizeof(who));
+    const Detd__V1__PeerIdentity *p = k < u->n_peers ? u->peers[k] : NULL;
+    if (p == NULL) {
+        snprintf(buf, len, "%s", who);
+        return;
+    }
+    char uid[32] = "?";
+    if (p->uid >= 0)
+        snprintf(uid, sizeof(uid), "%lld", (long long)p->uid);
+    snprintf(buf, len, "%s (seen: pid %d uid %s on %s)%s", who, p->pid, uid,
+             p->node[0] != '\0' ? p->node : "?",
+             p->claimed_pid != 0 && p->claimed_pid != p->pid
+                 ? " claimed pid differs"
+                 : "");
+}
+
 const char *detctl_print_source(Detd__V1__Source s) {
     switch (s) {
     case DETD__V1__SOURCE__SOURCE_TIMED:
@@ -242,13 +261,22 @@ json_t *detctl_print_json_verify(const Detd__V1__VerifyResponse *v) {
         const Detd__V1__Divergence *d = v->divergences[i];
         json_t *uses = json_array();
         for (size_t j = 0; j < d->n_uses; j++) {
-            json_t *who = json_array();
+            json_t *who = json_array(), *peers = json_array();
             for (size_t k = 0; k < d->uses[j]->n_clients; k++)
                 json_array_append_new(
                     who, detctl_print_json_identity(d->uses[j]->clients[k]));
+            /* Who the daemon saw (SO_PEERCRED), one per client. */
+            for (size_t k = 0; k < d->uses[j]->n_peers; k++) {
+                const Detd__V1__PeerIdentity *p = d->uses[j]->peers[k];
+                json_array_append_new(
+                    peers, json_pack("{s:i, s:I, s:s, s:i}", "pid", (int)p->pid,
+                                     "uid", (json_int_t)p->uid, "node", p->node,
+                                     "claimed_pid", (int)p->claimed_pid));
+            }
             json_array_append_new(
-                uses, json_pack("{s:s, s:o, s:b}", "config", d->uses[j]->config,
-                                "clients", who, "chaos", d->uses[j]->chaos));
+                uses, json_pack("{s:s, s:o, s:b, s:o}", "config",
+                                d->uses[j]->config, "clients", who, "chaos",
+                                d->uses[j]->chaos, "peers", peers));
         }
         json_array_append_new(
             divs, json_pack("{s:s, s:s, s:s, s:s, s:s, s:o, s:s}", "id", d->id,

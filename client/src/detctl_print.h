@@ -43,6 +43,11 @@ void detctl_print_duration(int64_t ms, char *buf, size_t len);
 void detctl_print_time(int64_t unix_ms, char *buf, size_t len);
 
 /* "rank 3 host1 pid 4242" style label of a client identity. */
+/* One client of a verify use, as claimed, with the pid, uid and node the
+ * daemon saw beside it (when the daemon sent them): written to buf. */
+void detctl_print_use_client(const Detd__V1__VerifyUse *u, size_t k, char *buf,
+                             size_t len);
+
 void detctl_print_who(const Detd__V1__ClientIdentity *id, char *buf,
                       size_t len);
 

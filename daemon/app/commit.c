@@ -23,8 +23,10 @@ static const char *const source_names[8] = {
 /* A commit waiting for etcd's answer. */
 struct commit_op {
     uint64_t cookie;
-    rpc_call *call;
+    rpc_call *call; /* NULL once answered at its deadline (commit_tick) */
     commit_answer how;
+    int64_t deadline_ms;
+    char id[KEYID_HEX_LEN + 1];
     struct commit_op *next;
 };
 
@@ -144,6 +146,8 @@ void commit_decision(struct daemon *d, rpc_call *call, commit_answer how,
             op->cookie = ++d->commits->next_cookie;
             op->call = call;
             op->how = how;
+            op->deadline_ms = deadline_ms;
+            snprintf(op->id, sizeof(op->id), "%s", row->id);
             const struct coord_cluster *cc = coord_cluster_ops(d->coord);
             rc = cc->commit(cc->ctx, row, row->claim_id, deadline_ms,
                             op->cookie);
@@ -212,7 +216,7 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
     if (ev->err != 0) {
         log_warn("commit %.12s to etcd failed: %s", ev->id,
                  detd_strerror(ev->err));
-        if (op != NULL)
+        if (op != NULL && op->call != NULL)
             rpc_fail(op->call, RPC_UNAVAILABLE,
                      "etcd unreachable (%s): the decision for key %.12s was "
                      "not committed and nothing was decided; %s",
@@ -228,7 +232,7 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
     if (rc != 0) {
         log_error("decision %.12s in etcd is malformed: %s", ev->id,
                   detd_strerror(rc));
-        if (op != NULL)
+        if (op != NULL && op->call != NULL)
             rpc_fail(op->call, RPC_INTERNAL,
                      "the decision stored in etcd for %.12s is malformed",
                      ev->id);
@@ -238,7 +242,7 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
     apply_from_etcd(d, &row, writer,
                     ev->won ? "committed here" : "another node won", 1);
     free(writer);
-    if (op != NULL) {
+    if (op != NULL && op->call != NULL) {
         /* Answer with what this node serves from now on. */
         struct decision cur;
         int have = store_get_decision(d->store, row.id, &cur) == 0;
@@ -279,13 +283,42 @@ void commit_cluster_event(struct daemon *d, const struct cluster_event *ev) {
 }
 
 /* See commit.h. */
+int64_t commit_tick(struct daemon *d, int64_t now) {
+    int64_t next = INT64_MAX;
+    if (d->commits == NULL)
+        return next;
+    for (struct commit_op *op = d->commits->ops; op != NULL; op = op->next) {
+        if (op->call == NULL)
+            continue;
+        if (op->deadline_ms > now) {
+            if (op->deadline_ms < next)
+                next = op->deadline_ms;
+            continue;
+        }
+        d->counters.commit_deadlines++;
+        log_warn("commit %.12s: etcd has not answered by the caller's "
+                 "deadline (%s)",
+                 op->id, coord_etcd_error(d->coord));
+        rpc_fail(op->call, RPC_UNAVAILABLE,
+                 "etcd did not answer in time (%s): the decision for key "
+                 "%.12s is not known to be committed; %s",
+                 coord_etcd_error(d->coord), op->id,
+                 op->how == COMMIT_ANSWER_DECIDE ? "ask again"
+                                                 : "report again");
+        op->call = NULL;
+    }
+    return next;
+}
+
+/* See commit.h. */
 void commit_drain(struct daemon *d) {
     if (d->commits == NULL)
         return;
     while (d->commits->ops != NULL) {
         struct commit_op *op = d->commits->ops;
         d->commits->ops = op->next;
-        rpc_fail(op->call, RPC_UNAVAILABLE, "daemon is shutting down");
+        if (op->call != NULL)
+            rpc_fail(op->call, RPC_UNAVAILABLE, "daemon is shutting down");
         free(op);
     }
 }

@@ -54,6 +54,15 @@ void commit_decision(struct daemon *d, rpc_call *call, commit_answer how,
  * store the decision, release its waiters, answer the committer. */
 void commit_cluster_event(struct daemon *d, const struct cluster_event *ev);
 
+/*
+ * Answer UNAVAILABLE, naming etcd, every committer whose deadline (the
+ * deadline_ms given to commit_decision(), which leaves a margin before
+ * the call's own) passed while etcd had not answered; the commit goes
+ * on, and its result still reaches the store and the waiters. Returns
+ * the next deadline of an unanswered commit, or INT64_MAX.
+ */
+int64_t commit_tick(struct daemon *d, int64_t now);
+
 /* Fail every commit in flight UNAVAILABLE (drain). */
 void commit_drain(struct daemon *d);
 

@@ -47,6 +47,16 @@ struct daemon_counters {
     uint64_t reports;
     uint64_t reports_stale;
     uint64_t reports_repeated;
+    uint64_t reports_refused;       /* for another session's claim, or from a
+                                       process that is not the session's */
+    uint64_t reports_rejected;      /* the holder's report was unusable: its
+                                       claim ended and its waiters were told */
+    uint64_t calls_refused_session; /* Decide/Observe naming a session or
+                                       rank that is not the caller's */
+    uint64_t unattached_refused;    /* session-0 Decide never designated */
+    uint64_t commit_deadlines;      /* Report/Decide answered UNAVAILABLE
+                                       at its deadline while etcd had not
+                                       answered the commit */
     uint64_t observes;
     uint64_t rejected;     /* invalid or over a limit */
     uint64_t busy;         /* refused for capacity */
@@ -71,6 +81,12 @@ struct session {
     rpc_call *call;               /* the Attach stream (holds a reference) */
     Detd__V1__AttachRequest *req; /* identity storage */
     int64_t attached_at_ms;       /* unix time */
+    /* Who attached, as the kernel says (SO_PEERCRED; pid 0 and uid -1
+     * when unknown), and the rank it claimed then (bound for the
+     * session's life). */
+    int32_t peer_pid;
+    uint32_t peer_uid;
+    int32_t rank;
 };
 
 struct listener;
@@ -115,6 +131,7 @@ struct daemon {
     uint64_t next_session;
 
     struct waiters *waiters; /* held Decide calls (waiters.c) */
+    char node[256]; /* --node-id, else the hostname (decide.c sets it) */
     uint64_t next_token;
 
     struct daemon_counters counters;

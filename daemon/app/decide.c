@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/random.h>
+#include <unistd.h>
+
 #include <jansson.h>
 
 #include "app/commit.h"
@@ -25,17 +28,75 @@
 
 /* ---- deadlines -------------------------------------------------------- */
 
-static int64_t wait_deadline(const rpc_call *call, uint32_t wait_ms,
-                             int64_t now) {
-    int64_t dl = rpc_call_deadline_ms(call);
-    /* Answer TIMEOUT a little before gRPC would cut the call off. */
-    if (dl != INT64_MAX)
-        dl -= 20;
+#define ANSWER_MARGIN_MIN_MS 50
+#define ANSWER_MARGIN_MAX_MS 2000
+
+/* See decide.h. */
+int64_t decide_answer_by(int64_t deadline, uint32_t wait_ms, int64_t now) {
+    int64_t dl = deadline;
+    /* Answer before the caller's deadline, with room for the answer to
+     * travel: a fixed few ms lost the race about once in 19 calls. */
+    if (dl != INT64_MAX) {
+        int64_t margin = (dl - now) / 20;
+        if (margin < ANSWER_MARGIN_MIN_MS)
+            margin = ANSWER_MARGIN_MIN_MS;
+        if (margin > ANSWER_MARGIN_MAX_MS)
+            margin = ANSWER_MARGIN_MAX_MS;
+        dl -= margin;
+    }
     if (wait_ms > 0 && now + wait_ms < dl)
         dl = now + wait_ms;
     if (now + DAEMON_MAX_WAIT_MS < dl)
         dl = now + DAEMON_MAX_WAIT_MS;
     return dl;
+}
+
+static int64_t wait_deadline(const rpc_call *call, uint32_t wait_ms,
+                             int64_t now) {
+    return decide_answer_by(rpc_call_deadline_ms(call), wait_ms, now);
+}
+
+/* ---- claim policy ------------------------------------------------------ */
+
+/* 64 random bits; 0 (the engine draws again, then counts) if the kernel
+ * has none to give, which getrandom() only does before Linux 3.17. */
+static uint64_t claim_id_random(void *ctx) {
+    (void)ctx;
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+        return 0;
+    return v;
+}
+
+/* See decide.h. */
+int decide_engine_setup(struct daemon *d) {
+    if (d->cfg->node_id != NULL && d->cfg->node_id[0] != '\0')
+        snprintf(d->node, sizeof(d->node), "%s", d->cfg->node_id);
+    else if (gethostname(d->node, sizeof(d->node) - 1) != 0)
+        snprintf(d->node, sizeof(d->node), "unknown");
+    d->node[sizeof(d->node) - 1] = '\0';
+    struct engine_options o = {
+        .pass_timeout_ms = d->cfg->pass_timeout_ms,
+        .named_only = 1,
+        .claim_id = claim_id_random,
+        .claim_id_ctx = NULL,
+    };
+    return engine_set_options(d->engine, &o);
+}
+
+/* The caller's peer credentials (pid 0, uid -1 when unknown). */
+static void peer_of(const rpc_call *call, int32_t *ret_pid, uint32_t *ret_uid) {
+    const struct rpc_peer_cred *pc = rpc_call_cred(call);
+    *ret_pid = pc != NULL ? (int32_t)pc->pid : 0;
+    *ret_uid = pc != NULL ? (uint32_t)pc->uid : UINT32_MAX;
+}
+
+/* Whether call comes from the process that attached s. */
+static int peer_is(const struct session *s, const rpc_call *call) {
+    int32_t pid;
+    uint32_t uid;
+    peer_of(call, &pid, &uid);
+    return pid == s->peer_pid && uid == s->peer_uid;
 }
 
 /* ---- sessions -------------------------------------------------------- */
@@ -90,11 +151,15 @@ void decide_attach(struct daemon *d, struct rpc_event *ev) {
     s->call = ev->call; /* keeps the REQUEST reference until the end */
     s->req = req;
     s->attached_at_ms = clock_unix_ms();
+    peer_of(ev->call, &s->peer_pid, &s->peer_uid);
+    s->rank = req->client != NULL ? req->client->rank : -1;
     d->sessions[d->nsessions++] = s;
     engine_session_attach(d->engine, s->id, clock_mono_ms());
     const Detd__V1__ClientIdentity *c = req->client;
-    log_debug("attach session %" PRIu64 ": host %s pid %d rank %d", s->id,
-              c ? c->host : "?", c ? c->pid : -1, c ? c->rank : -1);
+    log_debug("attach session %" PRIu64 ": host %s pid %d rank %d (peer pid "
+              "%d uid %u on %s)",
+              s->id, c ? c->host : "?", c ? c->pid : -1, c ? c->rank : -1,
+              (int)s->peer_pid, (unsigned)s->peer_uid, d->node);
     Detd__V1__AttachEvent ae = DETD__V1__ATTACH_EVENT__INIT;
     ae.api_version = DETD_API_VERSION;
     ae.session_id = s->id;
@@ -157,6 +222,16 @@ void decide_engine_event(void *ctx, const struct engine_event *ev) {
         reply_timeout(p->call, pending_waited(p));
         break;
     }
+    case ENGINE_EV_ABORT:
+        /* Rejections go to decide_report's callback: this is the claim
+         * of a pass that ended with only unattached callers waiting. */
+        d->counters.unattached_refused++;
+        rpc_fail(p->call, RPC_FAILED_PRECONDITION,
+                 "the timing pass for key %.12s ended without a decision "
+                 "and a caller that is not attached (no Attach stream) is "
+                 "never designated to time it: attach, or apply on_miss",
+                 p->id);
+        break;
     case ENGINE_EV_RELEASE:
         /* Releases go to commit.c's callback (engine_decided_each), which
          * holds the row: one here means the engine was told "decided"
@@ -308,8 +383,25 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         rpc_fail(ev->call, RPC_UNAVAILABLE, "daemon is shutting down");
         goto free_msg;
     }
-    uint64_t session =
-        session_find(d, req->session_id) != NULL ? req->session_id : 0;
+    uint64_t session = 0;
+    if (req->session_id != 0) {
+        struct session *s = session_find(d, req->session_id);
+        if (s != NULL && !peer_is(s, ev->call)) {
+            int32_t pid;
+            uint32_t uid;
+            peer_of(ev->call, &pid, &uid);
+            d->counters.calls_refused_session++;
+            rpc_fail(ev->call, RPC_PERMISSION_DENIED,
+                     "session %" PRIu64 " belongs to the process that "
+                     "attached it (pid %d uid %u), not to this caller (pid %d "
+                     "uid %u)",
+                     s->id, (int)s->peer_pid, (unsigned)s->peer_uid, (int)pid,
+                     (unsigned)uid);
+            goto free_msg;
+        }
+        if (s != NULL)
+            session = s->id;
+    }
     int64_t now = clock_mono_ms();
     uint64_t token = ++d->next_token;
     uint64_t claim = 0;
@@ -345,6 +437,23 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         d->counters.waits++;
         return; /* the call and the request stay with the waiter */
     }
+    if (rc == ENGINE_ASK_UNATTACHED) {
+        d->counters.unattached_refused++;
+        if (req->session_id != 0)
+            rpc_fail(ev->call, RPC_FAILED_PRECONDITION,
+                     "session %" PRIu64 " is not attached (it ended, or the "
+                     "daemon restarted): attach again; only an attached "
+                     "process is designated to time key %.12s",
+                     req->session_id, vk.id);
+        else
+            rpc_fail(ev->call, RPC_FAILED_PRECONDITION,
+                     "not attached (session_id 0): a caller without an "
+                     "Attach stream is never designated to time a key, and "
+                     "key %.12s has no timing pass in progress to wait for "
+                     "(attach, or apply on_miss)",
+                     vk.id);
+        goto free_msg;
+    }
     if (rc == DETD_EBUSY) {
         d->counters.busy++;
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED,
@@ -376,6 +485,44 @@ static char *timings_json(const Detd__V1__ReportRequest *req) {
     return s;
 }
 
+/* What a rejected report tells the waiters of its key. */
+struct rejection {
+    struct daemon *d;
+    const char *why;
+};
+
+static void on_rejected(void *ctx, const struct engine_event *ev) {
+    const struct rejection *r = ctx;
+    struct pending *p = waiters_take(r->d->waiters, ev->token);
+    if (p == NULL)
+        return;
+    rpc_fail(p->call, RPC_FAILED_PRECONDITION,
+             "the timing pass for key %.12s was rejected by the daemon: %s; "
+             "nothing was decided (apply on_miss)",
+             ev->id, r->why);
+    pending_free(p);
+}
+
+/*
+ * The holder of claim on vk sent a report the daemon cannot use (why):
+ * answer it INVALID_ARGUMENT, end its claim at once and fail every waiter
+ * of the key with why, so that nobody times it again in turn.
+ */
+static void report_rejected(struct daemon *d, rpc_call *call,
+                            const struct vkey *vk, uint64_t claim,
+                            const char *why) {
+    d->counters.rejected++;
+    d->counters.reports_rejected++;
+    struct rejection r = {d, why};
+    int n = engine_reject(d->engine, vk->id, claim, on_rejected, &r);
+    if (d->coord != NULL)
+        coord_sweep(d->coord); /* the cluster claim goes too */
+    log_warn("rejected the report for claim %" PRIu64 " on key %.12s: %s; "
+             "claim ended, %d waiters told",
+             claim, vk->id, why, n < 0 ? 0 : n);
+    rpc_fail(call, RPC_INVALID_ARGUMENT, "%s", why);
+}
+
 /* See decide.h. */
 void decide_report(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__ReportRequest *req = (Detd__V1__ReportRequest *)ev->msg;
@@ -388,35 +535,43 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         d->counters.rejected++;
         goto free_msg;
     }
-    if (req->n_timings == 0 || req->n_timings > DETD_MAX_CANDIDATES) {
-        d->counters.rejected++;
-        rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
-                 "timings has %zu entries: must be 1 to %d", req->n_timings,
-                 DETD_MAX_CANDIDATES);
+    /* The claim belongs to the session that got it: the report must come
+     * from that session, and from the process that attached it. */
+    struct session *sess = session_find(d, req->session_id);
+    int32_t ppid;
+    uint32_t puid;
+    peer_of(ev->call, &ppid, &puid);
+    int er =
+        engine_report_from(d->engine, vk.id, req->claim_id, req->session_id);
+    if (er == ENGINE_REPORT_FOREIGN ||
+        (er == ENGINE_REPORT_ACCEPT &&
+         (sess == NULL || !peer_is(sess, ev->call)))) {
+        d->counters.reports_refused++;
+        log_warn("refused a report for claim %" PRIu64 " on key %.12s from pid "
+                 "%d uid %u (session %" PRIu64 "): %s",
+                 req->claim_id, vk.id, (int)ppid, (unsigned)puid,
+                 req->session_id,
+                 er == ENGINE_REPORT_FOREIGN ? "another session holds it"
+                                             : "not the session's process");
+        if (er == ENGINE_REPORT_FOREIGN)
+            rpc_fail(ev->call, RPC_PERMISSION_DENIED,
+                     "claim %" PRIu64 " on key %.12s belongs to another "
+                     "session, not to session %" PRIu64 " (pid %d uid %u): "
+                     "only the session that got a claim commits it",
+                     req->claim_id, vk.id, req->session_id, (int)ppid,
+                     (unsigned)puid);
+        else
+            rpc_fail(ev->call, RPC_PERMISSION_DENIED,
+                     "session %" PRIu64 " was attached by pid %d uid %u, not "
+                     "by this caller (pid %d uid %u): only the session that "
+                     "got claim %" PRIu64 " commits it",
+                     req->session_id, sess != NULL ? (int)sess->peer_pid : 0,
+                     sess != NULL ? (unsigned)sess->peer_uid : 0u, (int)ppid,
+                     (unsigned)puid, req->claim_id);
         goto free_msg;
     }
-    for (size_t i = 0; i < req->n_timings; i++) {
-        const Detd__V1__CandidateTiming *t = req->timings[i];
-        if (t->n_ms > DAEMON_MAX_TIMING_SAMPLES) {
-            d->counters.rejected++;
-            rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
-                     "timings[%zu].ms has %zu samples, over the limit of %d", i,
-                     t->n_ms, DAEMON_MAX_TIMING_SAMPLES);
-            goto free_msg;
-        }
-        if (!validate_has_candidate(vk.k, t->config)) {
-            d->counters.rejected++;
-            rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
-                     "timings[%zu].config '%.200s' is not one of the "
-                     "key's candidates",
-                     i, t->config);
-            goto free_msg;
-        }
-    }
-
     struct decision existing;
-    if (engine_report(d->engine, vk.id, req->claim_id) !=
-        ENGINE_REPORT_ACCEPT) {
+    if (er != ENGINE_REPORT_ACCEPT) {
         /* Stale or repeated: the decision, if any, stands as it is. */
         int rc = store_get_decision(d->store, vk.id, &existing);
         if (rc == 0) {
@@ -437,6 +592,33 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         goto free_msg;
     }
 
+    /* The holder's own report: an unusable one ends its claim at once. */
+    char why[512];
+    if (req->n_timings == 0 || req->n_timings > DETD_MAX_CANDIDATES) {
+        snprintf(why, sizeof why, "timings has %zu entries: must be 1 to %d",
+                 req->n_timings, DETD_MAX_CANDIDATES);
+        report_rejected(d, ev->call, &vk, req->claim_id, why);
+        goto free_msg;
+    }
+    for (size_t i = 0; i < req->n_timings; i++) {
+        const Detd__V1__CandidateTiming *t = req->timings[i];
+        if (t->n_ms > DAEMON_MAX_TIMING_SAMPLES) {
+            snprintf(why, sizeof why,
+                     "timings[%zu].ms has %zu samples, over the limit of %d", i,
+                     t->n_ms, DAEMON_MAX_TIMING_SAMPLES);
+            report_rejected(d, ev->call, &vk, req->claim_id, why);
+            goto free_msg;
+        }
+        if (!validate_has_candidate(vk.k, t->config)) {
+            snprintf(why, sizeof why,
+                     "timings[%zu].config '%.200s' is not one of the key's "
+                     "candidates",
+                     i, t->config);
+            report_rejected(d, ev->call, &vk, req->claim_id, why);
+            goto free_msg;
+        }
+    }
+
     struct engine_timing *et = calloc(req->n_timings, sizeof(*et));
     if (et == NULL) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -453,10 +635,9 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
                                vk.k->n_candidates);
     free(et);
     if (w < 0) {
-        d->counters.rejected++;
-        rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
-                 "timings: no candidate has a valid timing (all failed, "
-                 "empty or not finite)");
+        report_rejected(d, ev->call, &vk, req->claim_id,
+                        "timings: no candidate has a valid timing (all "
+                        "failed, empty or not finite)");
         goto free_msg;
     }
     const Detd__V1__ClientIdentity *c = req->client;
@@ -473,8 +654,9 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         .source = DETD_SOURCE_TIMED,
         .claim_id = req->claim_id,
         .by_host = c ? c->host : "",
-        .by_pid = c ? c->pid : 0,
-        .by_rank = c ? c->rank : -1,
+        /* What the kernel saw, not what the caller wrote. */
+        .by_pid = ppid != 0 ? ppid : (c ? c->pid : 0),
+        .by_rank = sess->rank,
         .by_local_rank = c ? c->local_rank : -1,
         .by_device = c ? c->device_name : "",
         .by_arch = c ? c->arch : "",
@@ -483,6 +665,10 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         .table_file = "",
         .decided_at_ms = clock_unix_ms(),
     };
+    log_info("report for claim %" PRIu64 " on key %.12s from session %" PRIu64
+             " (pid %d uid %u on %s, rank %d)",
+             req->claim_id, vk.id, sess->id, (int)ppid, (unsigned)puid, d->node,
+             (int)sess->rank);
     commit_decision(d, ev->call, COMMIT_ANSWER_REPORT, &row, NULL,
                     wait_deadline(ev->call, 0, clock_mono_ms()));
     free(tj);
@@ -505,6 +691,30 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
         goto free_msg;
     }
     const Detd__V1__ClientIdentity *c = req->client;
+    int32_t ppid;
+    uint32_t puid;
+    peer_of(ev->call, &ppid, &puid);
+    /* The rank is the one the process attached with: a process attached
+     * as rank 1 cannot observe as rank 0. */
+    int32_t claimed_rank = c ? c->rank : -1;
+    const struct session *bound = NULL;
+    size_t n_own = 0;
+    for (size_t i = 0; i < d->nsessions; i++) {
+        const struct session *s = d->sessions[i];
+        if (!peer_is(s, ev->call))
+            continue;
+        n_own++;
+        if (s->rank == claimed_rank)
+            bound = s;
+    }
+    if (n_own > 0 && bound == NULL) {
+        d->counters.calls_refused_session++;
+        rpc_fail(ev->call, RPC_PERMISSION_DENIED,
+                 "rank %d is not the rank this process (pid %d uid %u) "
+                 "attached with: an observation carries its session's rank",
+                 (int)claimed_rank, (int)ppid, (unsigned)puid);
+        goto free_msg;
+    }
     struct store_observation o = {
         .id = vk.id,
         .ns = vk.ns,
@@ -516,11 +726,16 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
         .governed = req->governed,
         .chaos = req->chaos,
         .host = c ? c->host : "",
-        .pid = c ? c->pid : 0,
-        .rank = c ? c->rank : -1,
+        /* Keyed by the pid the kernel saw: one process cannot overwrite
+         * another's row, whatever identity it writes. */
+        .pid = ppid != 0 ? ppid : (c ? c->pid : 0),
+        .rank = claimed_rank,
         .local_rank = c ? c->local_rank : -1,
         .device = c ? c->device_name : "",
         .at_ms = clock_unix_ms(),
+        .claimed_pid = c ? c->pid : 0,
+        .peer_uid = (int64_t)(puid == UINT32_MAX ? -1 : (int64_t)puid),
+        .node = d->node,
     };
     if (store_put_observations(d->store, &o, 1) != 0) {
         rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));

@@ -38,6 +38,23 @@ int decide_fast(struct daemon *d, struct rpc_event *ev);
  * waiter (Decide). Releases the event's call reference. */
 void decide_closed(struct daemon *d, struct rpc_event *ev);
 
+/*
+ * Give d's engine (just created) the daemon's claim policy: claim ids of
+ * 64 random bits (getrandom), session 0 never designated, and the timing
+ * pass deadline --pass-timeout-ms. Also sets d->node (--node-id, else the
+ * hostname). Returns 0 or a negative DETD_E*.
+ */
+int decide_engine_setup(struct daemon *d);
+
+/*
+ * The time by which the daemon answers a call with deadline (monotonic
+ * ms; INT64_MAX: none), asked at now: a margin before it of 5% of the
+ * time left, at least 50 ms and at most 2 s, so that the answer reaches
+ * the caller before its deadline does; no later than now + wait_ms
+ * (0: no such bound) and now + DAEMON_MAX_WAIT_MS.
+ */
+int64_t decide_answer_by(int64_t deadline, uint32_t wait_ms, int64_t now);
+
 /* The engine's event callback (ctx: the daemon). */
 void decide_engine_event(void *ctx, const struct engine_event *ev);
 

@@ -138,6 +138,10 @@ static const struct option_row rows[] = {
      NULL, "decision namespace (default 'default')"},
     {"lease-ms", "N", KIND_U32, CFG(lease_ms), 0, 100, 3600000, NULL, NULL, 0,
      NULL, "claim lease in milliseconds (default 30000)"},
+    {"pass-timeout-ms", "N", KIND_U32, CFG(pass_timeout_ms), 0, 100, 86400000,
+     NULL, NULL, 0, NULL,
+     "deadline of one timing pass: after it the claim passes\n"
+     "to the next waiter, attached or not (default 600000)"},
     {"max-clients", "N", KIND_U32, CFG(max_clients), 0, 1, 1000000, NULL, NULL,
      0, NULL, "attached client processes (default 4096)"},
     {"max-connections", "N", KIND_U32, CFG(max_connections), 0, 1, 1000000,
@@ -269,6 +273,7 @@ void options_init(struct options *o) {
         .state_dir = "/var/lib/detd",
         .ns = "default",
         .lease_ms = 30000,
+        .pass_timeout_ms = 600000,
         .level = LOG_INFO,
         .log_format = LOG_FORMAT_HUMAN,
         .max_clients = 4096,

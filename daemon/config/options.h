@@ -33,6 +33,7 @@ struct daemon_config {
     size_t n_tables;
     const char *ns;
     uint32_t lease_ms;
+    uint32_t pass_timeout_ms; /* a timing pass's own deadline */
     log_level level;
     log_format log_format; /* --log-format */
     uint32_t max_clients;

@@ -2,10 +2,12 @@
  * engine: claims, waiters and leases of the decide engine. Pure logic.
  *
  * Layout. A keyent exists while its id has a claim or waiters; it holds
- * the claim inline and the waiters in a FIFO list. Three chained hash
- * tables find keys (by id), waiters (by token) and sessions (by id); two
- * binary min-heaps order waiter deadlines and claim lease expiries, so
- * every operation is O(1) or O(log n) whatever the number of keys.
+ * the claim inline and the waiters in a FIFO list. Four chained hash
+ * tables find keys (by id), waiters (by token), sessions (by id) and
+ * live claims (by claim id: ids stay unique); three binary min-heaps
+ * order waiter deadlines, claim lease expiries and timing-pass
+ * deadlines, so every operation is O(1) or O(log n) whatever the number
+ * of keys.
  *
  * Leases. A claim is in the lease heap only while its session is not
  * attached. Renewing an attached session's leases on every tick would
@@ -228,12 +230,15 @@ struct waiter {
 };
 
 struct keyent {
-    struct hlink link; /* by id */
+    struct hlink link;  /* by id */
+    struct hlink clink; /* by claim id, while it has a claim */
     char id[ID_MAX + 1];
     int has_claim;
     uint64_t claim_id;
+    uint64_t last_claim_id; /* the one before: never drawn again at once */
     struct session *owner;
     struct hnode lease;
+    struct hnode pass; /* the timing pass's deadline (pass_timeout_ms) */
     struct keyent *sprev, *snext; /* owner's claims */
     struct waiter *whead, *wtail;
 };
@@ -242,8 +247,9 @@ struct engine {
     struct engine_limits lim;
     engine_event_cb cb;
     void *cb_ctx;
-    struct htab keys, tokens, sessions;
-    struct heap deadlines, leases;
+    struct engine_options opt;
+    struct htab keys, tokens, sessions, claims;
+    struct heap deadlines, leases, passes;
     uint64_t next_claim_id;
     uint64_t seq;
     uint32_t n_claims;
@@ -306,6 +312,26 @@ static void key_maybe_free(engine *e, struct keyent *k) {
     free(k);
 }
 
+static int claim_id_live(const engine *e, uint64_t cid) {
+    uint64_t h = hash_u64(cid);
+    for (struct hlink *l = htab_first(&e->claims, h); l != NULL; l = l->next)
+        if (container_of(l, struct keyent, clink)->claim_id == cid)
+            return 1;
+    return 0;
+}
+
+/* A claim id for k: nonzero, held by no live claim, not k's last one.
+ * A source that keeps failing (64 draws) gives way to counting. */
+static uint64_t claim_id_draw(engine *e, const struct keyent *k) {
+    for (int i = 0;; i++) {
+        uint64_t cid = e->opt.claim_id != NULL && i < 64
+                           ? e->opt.claim_id(e->opt.claim_id_ctx)
+                           : e->next_claim_id++;
+        if (cid != 0 && cid != k->last_claim_id && !claim_id_live(e, cid))
+            return cid;
+    }
+}
+
 static void emit(engine *e, engine_event_kind kind, uint64_t token,
                  const struct keyent *k, int takeover) {
     struct engine_event ev = {
@@ -318,12 +344,15 @@ static void emit(engine *e, engine_event_kind kind, uint64_t token,
     e->cb(e->cb_ctx, &ev);
 }
 
-/* Give k a fresh claim owned by s. The lease heap has room (reserved). */
+/* Give k a fresh claim owned by s. The lease and pass heaps and the
+ * claims table have room (reserved). */
 static void claim_grant(engine *e, struct keyent *k, struct session *s,
                         int64_t now_ms) {
     assert(!k->has_claim);
     k->has_claim = 1;
-    k->claim_id = e->next_claim_id++;
+    k->claim_id = claim_id_draw(e, k);
+    k->clink.hash = hash_u64(k->claim_id);
+    htab_insert(&e->claims, &k->clink);
     k->owner = s;
     k->sprev = NULL;
     k->snext = s->claims;
@@ -338,6 +367,12 @@ static void claim_grant(engine *e, struct keyent *k, struct session *s,
     k->lease.idx = NOT_IN_HEAP;
     if (!s->attached)
         heap_push(&e->leases, &k->lease);
+    k->pass.idx = NOT_IN_HEAP;
+    if (e->opt.pass_timeout_ms > 0) {
+        k->pass.at = add_sat(now_ms, e->opt.pass_timeout_ms);
+        k->pass.seq = e->seq++;
+        heap_push(&e->passes, &k->pass);
+    }
 }
 
 /* End k's claim; the caller frees the session and key records if idle. */
@@ -346,6 +381,10 @@ static void claim_end(engine *e, struct keyent *k) {
     assert(k->has_claim);
     if (k->lease.idx != NOT_IN_HEAP)
         heap_remove(&e->leases, &k->lease);
+    if (k->pass.idx != NOT_IN_HEAP)
+        heap_remove(&e->passes, &k->pass);
+    htab_remove(&e->claims, &k->clink);
+    k->last_claim_id = k->claim_id;
     if (k->sprev != NULL)
         k->sprev->snext = k->snext;
     else
@@ -382,17 +421,38 @@ static void waiter_unlink(engine *e, struct waiter *w) {
  * preferring attached-or-named sessions over session 0 (an unattached
  * caller is designated only when nobody else could be).
  */
-static struct waiter *next_waiter(const struct keyent *k) {
+static struct waiter *next_waiter(const engine *e, const struct keyent *k) {
     struct waiter *zero = NULL;
     for (struct waiter *w = k->whead; w != NULL; w = w->next) {
         if (w->sess->ended)
             continue;
         if (w->sess->id != 0)
             return w;
-        if (zero == NULL)
+        if (zero == NULL && !e->opt.named_only)
             zero = w;
     }
     return zero;
+}
+
+/* Abort k's session-0 waiters (named_only, k has no claim and nobody
+ * else can be designated). Frees their records, not k. */
+static void abort_unattached(engine *e, struct keyent *k) {
+    struct waiter *w = k->whead;
+    while (w != NULL) {
+        struct waiter *next = w->next;
+        if (w->sess->id == 0) {
+            struct session *s = w->sess;
+            waiter_unlink(e, w);
+            struct engine_event ev = {.kind = ENGINE_EV_ABORT,
+                                      .token = w->token,
+                                      .id = k->id,
+                                      .abort = ENGINE_ABORT_UNATTACHED};
+            e->cb(e->cb_ctx, &ev);
+            free(w);
+            session_maybe_free(e, s);
+        }
+        w = next;
+    }
 }
 
 /*
@@ -404,7 +464,7 @@ static int claim_pass(engine *e, struct keyent *k, int64_t now_ms,
                       int takeover) {
     struct session *old = k->owner;
     claim_end(e, k);
-    struct waiter *w = next_waiter(k);
+    struct waiter *w = next_waiter(e, k);
     if (w != NULL) {
         struct session *s = w->sess;
         waiter_unlink(e, w);
@@ -415,6 +475,8 @@ static int claim_pass(engine *e, struct keyent *k, int64_t now_ms,
         free(w);
     }
     int passed = w != NULL;
+    if (!passed && e->opt.named_only)
+        abort_unattached(e, k);
     if (old != k->owner)
         session_maybe_free(e, old);
     key_maybe_free(e, k);
@@ -436,11 +498,19 @@ int engine_new(const struct engine_limits *limits, engine_event_cb cb,
     e->cb_ctx = cb_ctx;
     e->next_claim_id = 1;
     if (htab_init(&e->keys) < 0 || htab_init(&e->tokens) < 0 ||
-        htab_init(&e->sessions) < 0) {
+        htab_init(&e->sessions) < 0 || htab_init(&e->claims) < 0) {
         engine_free(e);
         return DETD_ENOMEM;
     }
     *ret = e;
+    return 0;
+}
+
+/* See engine.h. */
+int engine_set_options(engine *e, const struct engine_options *opts) {
+    if (e == NULL || opts == NULL)
+        return DETD_EINVAL;
+    e->opt = *opts;
     return 0;
 }
 
@@ -465,8 +535,10 @@ void engine_free(engine *e) {
     htab_free_all(&e->tokens, offsetof(struct waiter, link));
     htab_free_all(&e->keys, offsetof(struct keyent, link));
     htab_free_all(&e->sessions, offsetof(struct session, link));
+    free(e->claims.b); /* its entries are the keys' */
     free(e->deadlines.v);
     free(e->leases.v);
+    free(e->passes.v);
     free(e);
 }
 
@@ -487,6 +559,8 @@ int engine_ask(engine *e, const char *id, uint64_t session, uint64_t token,
         }
         if (e->n_waiters >= e->lim.max_waiters)
             return DETD_EBUSY;
+    } else if (session == 0 && e->opt.named_only) {
+        return ENGINE_ASK_UNATTACHED;
     } else if (e->n_claims >= e->lim.max_claims) {
         return DETD_EBUSY;
     }
@@ -514,6 +588,7 @@ int engine_ask(engine *e, const char *id, uint64_t session, uint64_t token,
         memcpy(k->id, id, strlen(id) + 1);
         k->link.hash = h;
         k->lease.idx = NOT_IN_HEAP;
+        k->pass.idx = NOT_IN_HEAP;
     }
     if (wait) {
         if (heap_reserve(&e->deadlines, (size_t)e->n_waiters + 1) < 0 ||
@@ -522,7 +597,9 @@ int engine_ask(engine *e, const char *id, uint64_t session, uint64_t token,
         w = calloc(1, sizeof(*w));
         if (w == NULL)
             goto nomem;
-    } else if (heap_reserve(&e->leases, (size_t)e->n_claims + 1) < 0) {
+    } else if (heap_reserve(&e->leases, (size_t)e->n_claims + 1) < 0 ||
+               heap_reserve(&e->passes, (size_t)e->n_claims + 1) < 0 ||
+               htab_reserve(&e->claims) < 0) {
         goto nomem;
     }
 
@@ -569,6 +646,52 @@ int engine_report(engine *e, const char *id, uint64_t claim_id) {
         return ENGINE_REPORT_ACCEPT;
     e->st.stale_reports++;
     return ENGINE_REPORT_STALE;
+}
+
+/* See engine.h. */
+int engine_report_from(engine *e, const char *id, uint64_t claim_id,
+                       uint64_t session) {
+    if (e == NULL || !id_valid(id))
+        return DETD_EINVAL;
+    struct keyent *k = key_find(e, id, hash_str(id));
+    if (k != NULL && k->has_claim && claim_id != 0 && k->claim_id == claim_id) {
+        if (k->owner->id == session)
+            return ENGINE_REPORT_ACCEPT;
+        e->st.foreign_reports++;
+        return ENGINE_REPORT_FOREIGN;
+    }
+    e->st.stale_reports++;
+    return ENGINE_REPORT_STALE;
+}
+
+/* See engine.h. Waiters are aborted in FIFO order. */
+int engine_reject(engine *e, const char *id, uint64_t claim_id,
+                  engine_event_cb cb, void *ctx) {
+    if (e == NULL || !id_valid(id) || claim_id == 0 || cb == NULL)
+        return DETD_EINVAL;
+    struct keyent *k = key_find(e, id, hash_str(id));
+    if (k == NULL || !k->has_claim || k->claim_id != claim_id)
+        return DETD_ENOTFOUND;
+    struct session *owner = k->owner;
+    claim_end(e, k);
+    session_maybe_free(e, owner);
+    e->st.rejected_reports++;
+    int n = 0;
+    while (k->whead != NULL) {
+        struct waiter *w = k->whead;
+        struct session *s = w->sess;
+        waiter_unlink(e, w);
+        struct engine_event ev = {.kind = ENGINE_EV_ABORT,
+                                  .token = w->token,
+                                  .id = k->id,
+                                  .abort = ENGINE_ABORT_REJECTED};
+        cb(ctx, &ev);
+        free(w);
+        session_maybe_free(e, s);
+        n++;
+    }
+    key_maybe_free(e, k);
+    return n;
 }
 
 /* See engine.h. Waiters are released in FIFO order. */
@@ -711,10 +834,17 @@ int64_t engine_tick(engine *e, int64_t now_ms) {
         assert(!k->owner->attached);
         claim_pass(e, k, now_ms, 1);
     }
+    while ((n = heap_top(&e->passes)) != NULL && n->at <= now_ms) {
+        struct keyent *k = container_of(n, struct keyent, pass);
+        e->st.pass_timeouts++;
+        claim_pass(e, k, now_ms, 1);
+    }
     int64_t next = INT64_MAX;
     if ((n = heap_top(&e->deadlines)) != NULL)
         next = n->at;
     if ((n = heap_top(&e->leases)) != NULL && n->at < next)
+        next = n->at;
+    if ((n = heap_top(&e->passes)) != NULL && n->at < next)
         next = n->at;
     return next;
 }

@@ -12,11 +12,17 @@
  * (one attached client process). It passes to the oldest waiter (FIFO)
  * when its session ends or when its lease expires; a session that stays
  * attached keeps its claims' leases renewed (engine_tick renews them).
- * Passing a claim always makes a new claim id (ids start at 1, increase
- * and are never reused), so a report for the old one is stale. The
- * waiter designated is the oldest one whose session has not ended,
- * preferring named sessions over session 0; if there is none the claim
- * is dropped and the next asker gets a new one.
+ * Passing a claim always makes a new claim id, so a report for the old
+ * one is stale. By default ids count from 1; engine_set_options() may
+ * give a source of ids (the daemon draws 64 random bits), and the engine
+ * then keeps every live claim id nonzero and unique. The waiter
+ * designated is the oldest one whose session has not ended, preferring
+ * named sessions over session 0 (never session 0 with the named_only
+ * option); if there is none the claim is dropped and the next asker gets
+ * a new one. A timing pass may have a deadline of its own
+ * (pass_timeout_ms): past it the claim passes on as if its session had
+ * ended, whatever the session does. A claim whose report is rejected
+ * (engine_reject) ends, and every waiter of its key is told at once.
  *
  * Ids are NUL-terminated strings of 1..64 chars (a decision id is 64).
  * Waiters are identified by caller-chosen tokens (uint64, nonzero, unique
@@ -43,14 +49,24 @@ typedef enum engine_event_kind {
     ENGINE_EV_DESIGNATE = 1, /* token now holds claim_id: reply DESIGNATED */
     ENGINE_EV_TIMEOUT = 2,   /* token's deadline passed: reply TIMEOUT */
     ENGINE_EV_RELEASE = 3,   /* key decided: reply with the decision */
+    ENGINE_EV_ABORT = 4,     /* nothing will be decided for token: fail it
+                                with the reason (see abort) */
 } engine_event_kind;
+
+/* Why a waiter was aborted (ENGINE_EV_ABORT). */
+typedef enum engine_abort_reason {
+    ENGINE_ABORT_REJECTED = 1,   /* the holder's report was rejected */
+    ENGINE_ABORT_UNATTACHED = 2, /* named_only: the claim ended and only
+                                    session-0 waiters were left */
+} engine_abort_reason;
 
 struct engine_event {
     engine_event_kind kind;
     uint64_t token;
-    const char *id;    /* decision id; borrowed for the callback only */
-    uint64_t claim_id; /* DESIGNATE */
-    int takeover;      /* DESIGNATE: the claim passed from another */
+    const char *id;            /* decision id; borrowed for the callback only */
+    uint64_t claim_id;         /* DESIGNATE */
+    int takeover;              /* DESIGNATE: the claim passed from another */
+    engine_abort_reason abort; /* ABORT */
 };
 
 typedef void (*engine_event_cb)(void *ctx, const struct engine_event *ev);
@@ -65,6 +81,33 @@ typedef void (*engine_event_cb)(void *ctx, const struct engine_event *ev);
 int engine_new(const struct engine_limits *limits, engine_event_cb cb,
                void *cb_ctx, engine **ret);
 
+/* A source of claim ids (the daemon's draws random bits). */
+typedef uint64_t (*engine_claim_id_cb)(void *ctx);
+
+/* Optional behaviour, set once after engine_new() and before any ask;
+ * zero fields keep the defaults (the engine_new() behaviour). */
+struct engine_options {
+    /* A claim's timing pass ends this long after it was handed out (a
+     * takeover starts a new one): the claim passes on (ENGINE_EV_DESIGNATE
+     * with takeover=1, counted in pass_timeouts) even while its session
+     * is attached. 0: no deadline of its own. */
+    uint32_t pass_timeout_ms;
+    /* Session 0 (unattached callers) is never designated: engine_ask()
+     * answers ENGINE_ASK_UNATTACHED when it would be, and when a claim
+     * ends with only session-0 waiters left they get ENGINE_EV_ABORT
+     * (ENGINE_ABORT_UNATTACHED). */
+    int named_only;
+    /* Claim ids come from claim_id(claim_id_ctx); the engine draws again
+     * on 0, on an id a live claim holds and on the key's previous id.
+     * NULL: ids count from 1. */
+    engine_claim_id_cb claim_id;
+    void *claim_id_ctx;
+};
+
+/* Use opts (copied; claim_id_ctx borrowed for the engine's lifetime).
+ * Returns 0 or DETD_EINVAL (NULL arguments). */
+int engine_set_options(engine *e, const struct engine_options *opts);
+
 /* Free the engine and all its state. Emits nothing. NULL is a no-op. */
 void engine_free(engine *e);
 
@@ -72,6 +115,8 @@ void engine_free(engine *e);
 typedef enum engine_ask_result {
     ENGINE_ASK_DESIGNATED = 1, /* *ret_claim_id is the caller's claim */
     ENGINE_ASK_WAIT = 2,       /* token queued; an event will follow */
+    ENGINE_ASK_UNATTACHED = 3, /* named_only: session 0 would have been
+                                  designated; nothing changed */
 } engine_ask_result;
 
 /*
@@ -96,8 +141,10 @@ int engine_ask(engine *e, const char *id, uint64_t session, uint64_t token,
 
 /* Result of engine_report(). */
 typedef enum engine_report_result {
-    ENGINE_REPORT_ACCEPT = 1, /* commit the winner, then engine_decided() */
-    ENGINE_REPORT_STALE = 2,  /* claim_id is not the live claim for id */
+    ENGINE_REPORT_ACCEPT = 1,  /* commit the winner, then engine_decided() */
+    ENGINE_REPORT_STALE = 2,   /* claim_id is not the live claim for id */
+    ENGINE_REPORT_FOREIGN = 3, /* engine_report_from(): claim_id is live
+                                  but another session holds it */
 } engine_report_result;
 
 /*
@@ -108,6 +155,28 @@ typedef enum engine_report_result {
  * claim: the caller commits the decision and calls engine_decided().
  */
 int engine_report(engine *e, const char *id, uint64_t claim_id);
+
+/*
+ * As engine_report(), but the claim belongs to the session that got it:
+ * ENGINE_REPORT_ACCEPT only when session holds claim_id, and
+ * ENGINE_REPORT_FOREIGN (counted in foreign_reports; the claim stays as
+ * it is) when claim_id is live but held by another session.
+ */
+int engine_report_from(engine *e, const char *id, uint64_t claim_id,
+                       uint64_t session);
+
+/*
+ * The report for the live claim claim_id on id was rejected (no usable
+ * timing, a config outside the key's candidates, ...): the claim ends at
+ * once, and every waiter of id gets an ENGINE_EV_ABORT
+ * (ENGINE_ABORT_REJECTED), oldest first, through cb(ctx, ev) so that the
+ * caller can give them its reason. Counted in rejected_reports. cb may
+ * not call back into the engine for id. Returns the number of waiters
+ * aborted, DETD_ENOTFOUND (claim_id is not the live claim for id) or
+ * DETD_EINVAL.
+ */
+int engine_reject(engine *e, const char *id, uint64_t claim_id,
+                  engine_event_cb cb, void *ctx);
 
 /*
  * The key id is decided and committed (by a report, a table, another
@@ -169,11 +238,13 @@ int engine_cancel(engine *e, uint64_t token);
 /*
  * Advance time: renew the leases of attached sessions' claims (to
  * now_ms + lease_ms), expire waiters whose deadline is at or before
- * now_ms (ENGINE_EV_TIMEOUT), then pass claims whose lease expired to the
- * next waiter (ENGINE_EV_DESIGNATE, takeover=1) or drop them when nobody
- * waits (a later report for a dropped claim is stale).
+ * now_ms (ENGINE_EV_TIMEOUT), then pass claims whose lease expired or
+ * whose timing pass ran past pass_timeout_ms to the next waiter
+ * (ENGINE_EV_DESIGNATE, takeover=1) or drop them when nobody waits (a
+ * later report for a dropped claim is stale).
  * Returns the next absolute time engine_tick() should run (the earliest
- * waiter deadline or unrenewed lease expiry), or INT64_MAX.
+ * waiter deadline, unrenewed lease expiry or pass deadline), or
+ * INT64_MAX.
  */
 int64_t engine_tick(engine *e, int64_t now_ms);
 
@@ -186,6 +257,9 @@ struct engine_stats {
     uint64_t takeovers;
     uint64_t timeouts;
     uint64_t stale_reports;
+    uint64_t pass_timeouts;    /* claims passed on at pass_timeout_ms */
+    uint64_t foreign_reports;  /* reports for another session's claim */
+    uint64_t rejected_reports; /* claims ended by engine_reject() */
 };
 void engine_get_stats(const engine *e, struct engine_stats *ret);
 

@@ -97,6 +97,15 @@ static const struct store_migration store_migrations[] = {
         " key TEXT NOT NULL, table_key TEXT NOT NULL, config TEXT NOT NULL,"
         " file TEXT NOT NULL, imported_at_ms INTEGER NOT NULL,"
         " PRIMARY KEY (ns, arch, kernel, key));"},
+    /* Who the daemon saw write an observation (SO_PEERCRED): pid holds
+     * the peer's pid since version 4; the pid the caller wrote, the
+     * peer's uid (-1: unknown) and the daemon's node are kept beside it.
+     * Rows of older versions read as claimed_pid 0, uid -1, node "". */
+    {4, "ALTER TABLE observations ADD COLUMN claimed_pid INTEGER NOT NULL"
+        " DEFAULT 0;"
+        "ALTER TABLE observations ADD COLUMN peer_uid INTEGER NOT NULL"
+        " DEFAULT -1;"
+        "ALTER TABLE observations ADD COLUMN node TEXT NOT NULL DEFAULT '';"},
 };
 
 #define STORE_SCHEMA_VERSION                                                   \
@@ -162,7 +171,10 @@ enum {
     OC_RANK,
     OC_LOCAL_RANK,
     OC_DEVICE,
-    OC_AT_MS
+    OC_AT_MS,
+    OC_CLAIMED_PID,
+    OC_PEER_UID,
+    OC_NODE
 };
 
 static const char sql_get_decision[] =
@@ -173,7 +185,8 @@ static const char sql_put_decision[] =
     "ON CONFLICT (id) DO NOTHING";
 static const char sql_put_observation[] =
     "INSERT OR REPLACE INTO observations (" OBSERVATION_COLS ") VALUES (?1, "
-    "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+    "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+    "?18)";
 
 /* See store_int.h. */
 int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
@@ -223,7 +236,7 @@ int store_read_observation(store *s, sqlite3_stmt *st, const char *op,
     } strs[] = {
         {OC_ID, &o.id},         {OC_HOST, &o.host},     {OC_NS, &o.ns},
         {OC_ARCH, &o.arch},     {OC_KERNEL, &o.kernel}, {OC_KEY, &o.key},
-        {OC_CONFIG, &o.config}, {OC_DEVICE, &o.device},
+        {OC_CONFIG, &o.config}, {OC_DEVICE, &o.device}, {OC_NODE, &o.node},
     };
     int err;
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
@@ -244,7 +257,11 @@ int store_read_observation(store *s, sqlite3_stmt *st, const char *op,
         (err = store_col_int32(s, st, OC_LOCAL_RANK, INT32_MIN, INT32_MAX, op,
                                &o.local_rank)) < 0 ||
         (err = store_col_int(s, st, OC_AT_MS, INT64_MIN, INT64_MAX, op,
-                             &o.at_ms)) < 0)
+                             &o.at_ms)) < 0 ||
+        (err = store_col_int32(s, st, OC_CLAIMED_PID, INT32_MIN, INT32_MAX, op,
+                               &o.claimed_pid)) < 0 ||
+        (err = store_col_int(s, st, OC_PEER_UID, -1, UINT32_MAX, op,
+                             &o.peer_uid)) < 0)
         return err;
     o.governed = governed;
     o.chaos = chaos;
@@ -783,7 +800,12 @@ static int store_insert_observation(store *s, const struct store_observation *o,
         (err = store_bind_int(s, st, OC_LOCAL_RANK + 1, o->local_rank, op)) <
             0 ||
         (err = store_bind_text(s, st, OC_DEVICE + 1, o->device, op)) < 0 ||
-        (err = store_bind_int(s, st, OC_AT_MS + 1, o->at_ms, op)) < 0)
+        (err = store_bind_int(s, st, OC_AT_MS + 1, o->at_ms, op)) < 0 ||
+        (err = store_bind_int(s, st, OC_CLAIMED_PID + 1, o->claimed_pid, op)) <
+            0 ||
+        (err = store_bind_int(s, st, OC_PEER_UID + 1, o->peer_uid, op)) < 0 ||
+        (err = store_bind_text(s, st, OC_NODE + 1,
+                               o->node != NULL ? o->node : "", op)) < 0)
         goto out;
     int rc = sqlite3_step(st);
     if (rc != SQLITE_DONE)

@@ -50,6 +50,13 @@ struct store_observation {
     int32_t local_rank;
     const char *device;
     int64_t at_ms;
+    /* Since schema 4. pid is the pid the daemon saw (SO_PEERCRED);
+     * claimed_pid the one the caller wrote; peer_uid the caller's uid
+     * (-1: unknown); node the daemon's node ("" in older rows; NULL is
+     * stored as ""). */
+    int32_t claimed_pid;
+    int64_t peer_uid;
+    const char *node;
 };
 
 /*

@@ -40,7 +40,7 @@ struct store {
     "by_arch, triton_version, timings_json, table_file, decided_at_ms"
 #define OBSERVATION_COLS                                                       \
     "id, host, pid, ns, arch, kernel, key, config, source, governed, "         \
-    "chaos, rank, local_rank, device, at_ms"
+    "chaos, rank, local_rank, device, at_ms, claimed_pid, peer_uid, node"
 
 /* Read and check the current row of a DECISION_COLS statement into *ret
  * (heap strings: decision_clear()). DETD_ECORRUPT for a bad value. */

@@ -23,6 +23,7 @@
 #include "io/listener.h"
 #include "app/imports.h"
 #include "ops/tableadmin.h"
+#include "ops/peertab.h"
 #include "ops/votes.h"
 
 #define SVC_API_VERSION DETD_API_VERSION
@@ -81,6 +82,12 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"reports", d->counters.reports},
         {"reports_stale", d->counters.reports_stale},
         {"reports_repeated", d->counters.reports_repeated},
+        {"reports_refused", d->counters.reports_refused},
+        {"reports_rejected", d->counters.reports_rejected},
+        {"calls_refused_session", d->counters.calls_refused_session},
+        {"unattached_refused", d->counters.unattached_refused},
+        {"pass_timeouts", es.pass_timeouts},
+        {"commit_deadlines", d->counters.commit_deadlines},
         {"observes", d->counters.observes},
         {"votes", votes},
         {"votes_max", d->cfg->max_votes},
@@ -307,6 +314,7 @@ out:
 
 struct verify_ctx {
     struct daemon *d;
+    struct peer_tab peers;
     verifier *v;
     char last_id[KEYID_HEX_LEN + 1];
     char *decided;
@@ -329,13 +337,17 @@ static int verify_cb(void *ctx, const struct store_observation *o) {
                             o->config,     o->host,     o->pid,  o->rank,
                             o->local_rank, o->governed, o->chaos};
     vc->rc = verify_add(vc->v, &vo, vc->decided);
+    if (vc->rc == 0 && o->governed &&
+        peer_tab_add(&vc->peers, o->id, o->host, o->pid, o->claimed_pid,
+                     o->peer_uid, o->node[0] ? o->node : vc->d->node) != 0)
+        vc->rc = DETD_ENOMEM;
     return vc->rc != 0;
 }
 
 /* Answer a Verify call from a finished verifier's result. */
 static void reply_verify(rpc_call *call, const struct verify_result *r,
-                         char **checked, size_t n_checked, char **unreachable,
-                         size_t n_unreachable) {
+                         struct peer_tab *pt, char **checked, size_t n_checked,
+                         char **unreachable, size_t n_unreachable) {
     size_t nd = r->n_divergences, nu = 0, ncl = 0;
     for (size_t i = 0; i < nd; i++) {
         nu += r->divergences[i].n_uses;
@@ -348,7 +360,9 @@ static void reply_verify(rpc_call *call, const struct verify_result *r,
     Detd__V1__VerifyUse **usp = calloc(nu + 1, sizeof(*usp));
     Detd__V1__ClientIdentity *cl = calloc(ncl + 1, sizeof(*cl));
     Detd__V1__ClientIdentity **clp = calloc(ncl + 1, sizeof(*clp));
-    if (dv && dvp && us && usp && cl && clp) {
+    Detd__V1__PeerIdentity *pe = calloc(ncl + 1, sizeof(*pe));
+    Detd__V1__PeerIdentity **pep = calloc(ncl + 1, sizeof(*pep));
+    if (dv && dvp && us && usp && cl && clp && pe && pep) {
         size_t ui = 0, ki = 0;
         for (size_t i = 0; i < nd; i++) {
             const struct verify_divergence *x = &r->divergences[i];
@@ -368,6 +382,8 @@ static void reply_verify(rpc_call *call, const struct verify_result *r,
                 us[ui].chaos = u->chaos;
                 us[ui].clients = &clp[ki];
                 us[ui].n_clients = u->n_clients;
+                us[ui].peers = &pep[ki];
+                us[ui].n_peers = u->n_clients;
                 for (size_t k = 0; k < u->n_clients; k++, ki++) {
                     detd__v1__client_identity__init(&cl[ki]);
                     cl[ki].host = u->clients[k].host;
@@ -375,6 +391,21 @@ static void reply_verify(rpc_call *call, const struct verify_result *r,
                     cl[ki].rank = u->clients[k].rank;
                     cl[ki].local_rank = u->clients[k].local_rank;
                     clp[ki] = &cl[ki];
+                    /* Who the daemon saw, beside what was claimed. */
+                    detd__v1__peer_identity__init(&pe[ki]);
+                    pe[ki].pid = u->clients[k].pid;
+                    pe[ki].uid = -1;
+                    pe[ki].node = "";
+                    const struct peer_row *pr = peer_tab_find(
+                        pt, x->id, u->clients[k].host, u->clients[k].pid);
+                    if (pr != NULL) {
+                        pe[ki].uid = pr->uid;
+                        pe[ki].node = pr->node;
+                        pe[ki].claimed_pid = pr->claimed_pid;
+                        if (pr->claimed_pid != 0)
+                            cl[ki].pid = pr->claimed_pid;
+                    }
+                    pep[ki] = &pe[ki];
                 }
                 usp[ui] = &us[ui];
             }
@@ -402,6 +433,8 @@ static void reply_verify(rpc_call *call, const struct verify_result *r,
     free(usp);
     free(cl);
     free(clp);
+    free(pe);
+    free(pep);
 }
 
 /* verify --cluster in flight: peers' observations being gathered. */
@@ -516,8 +549,9 @@ void admin_verify(struct daemon *d, struct rpc_event *ev) {
         goto out;
     }
     d->counters.verify_divergences += r.n_divergences;
-    reply_verify(ev->call, &r, NULL, 0, NULL, 0);
+    reply_verify(ev->call, &r, &vc.peers, NULL, 0, NULL, 0);
 out:
+    peer_tab_clear(&vc.peers);
     verify_result_clear(&r);
     verify_free(vc.v);
     free(vc.decided);
@@ -534,6 +568,8 @@ struct collect_ctx {
     struct mobs *v;
     size_t n, cap;
     int oom;
+    struct daemon *d;
+    struct peer_tab peers;
 };
 
 static char *dupz(const char *s) {
@@ -568,6 +604,10 @@ static int collect_cb(void *ctx, const struct store_observation *o) {
                                m->own[4],     m->own[5],   o->pid,    o->rank,
                                o->local_rank, o->governed, o->chaos};
     c->n++;
+    if (o->governed &&
+        peer_tab_add(&c->peers, o->id, o->host, o->pid, o->claimed_pid,
+                     o->peer_uid, o->node[0] ? o->node : c->d->node) != 0)
+        return 1;
     return 0;
 }
 
@@ -594,6 +634,10 @@ static int add_remote(struct collect_ctx *c, const Detd__V1__Observation *o) {
                                ci ? ci->local_rank : -1,
                                o->governed,
                                o->chaos};
+    if (o->governed && o->peer != NULL &&
+        peer_tab_add(&c->peers, o->id, ci ? ci->host : "", ci ? ci->pid : 0,
+                     o->peer->claimed_pid, o->peer->uid, o->peer->node) != 0)
+        return -1;
     return 0;
 }
 
@@ -604,6 +648,7 @@ static int mobs_cmp(const void *a, const void *b) {
 
 static void verify_cluster_finish(struct daemon *d, struct verify_op *op) {
     struct collect_ctx c = {0};
+    c.d = d;
     struct verify_result r = {0};
     verifier *v = NULL;
     char *decided = NULL;
@@ -652,8 +697,8 @@ static void verify_cluster_finish(struct daemon *d, struct verify_op *op) {
         goto out;
     }
     d->counters.verify_divergences += r.n_divergences;
-    reply_verify(op->call, &r, op->checked, op->n_checked, op->unreachable,
-                 op->n_unreachable);
+    reply_verify(op->call, &r, &c.peers, op->checked, op->n_checked,
+                 op->unreachable, op->n_unreachable);
 out:
     verify_result_clear(&r);
     verify_free(v);
@@ -662,6 +707,7 @@ out:
         for (int j = 0; j < 6; j++)
             free(c.v[i].own[j]);
     free(c.v);
+    peer_tab_clear(&c.peers);
 }
 
 /* See admin.h. */
@@ -724,7 +770,9 @@ void admin_verify_drain(struct daemon *d) {
 struct obs_list_ctx {
     Detd__V1__Observation *v;
     Detd__V1__ClientIdentity *ci;
-    char **strs; /* 8 per row */
+    Detd__V1__PeerIdentity *pi;
+    const char *node; /* rows older than schema 4 */
+    char **strs;      /* 9 per row */
     size_t n, cap, max;
     int oom;
 };
@@ -740,10 +788,14 @@ static int obs_list_grow(struct obs_list_ctx *l) {
     if (ci == NULL)
         return -1;
     l->ci = ci;
-    char **strs = realloc(l->strs, cap * 8 * sizeof(*strs));
+    Detd__V1__PeerIdentity *pi = realloc(l->pi, cap * sizeof(*pi));
+    if (pi == NULL)
+        return -1;
+    l->pi = pi;
+    char **strs = realloc(l->strs, cap * 9 * sizeof(*strs));
     if (strs == NULL)
         return -1;
-    memset(strs + l->cap * 8, 0, (cap - l->cap) * 8 * sizeof(*strs));
+    memset(strs + l->cap * 9, 0, (cap - l->cap) * 9 * sizeof(*strs));
     l->strs = strs;
     l->cap = cap;
     return 0;
@@ -757,10 +809,11 @@ static int obs_list_cb(void *ctx, const struct store_observation *o) {
         l->oom = 1;
         return 1;
     }
-    char **s = &l->strs[l->n * 8];
-    const char *src[8] = {o->id,  o->ns,     o->arch, o->kernel,
-                          o->key, o->config, o->host, o->device};
-    for (int i = 0; i < 8; i++)
+    char **s = &l->strs[l->n * 9];
+    const char *src[9] = {o->id,     o->ns,     o->arch,
+                          o->kernel, o->key,    o->config,
+                          o->host,   o->device, o->node[0] ? o->node : l->node};
+    for (int i = 0; i < 9; i++)
         if ((s[i] = dupz(src[i])) == NULL) {
             l->oom = 1;
             return 1;
@@ -772,6 +825,12 @@ static int obs_list_cb(void *ctx, const struct store_observation *o) {
     c->rank = o->rank;
     c->local_rank = o->local_rank;
     c->device_name = s[7];
+    Detd__V1__PeerIdentity *pi = &l->pi[l->n];
+    detd__v1__peer_identity__init(pi);
+    pi->pid = o->pid;
+    pi->uid = o->peer_uid;
+    pi->node = s[8];
+    pi->claimed_pid = o->claimed_pid;
     Detd__V1__Observation *x = &l->v[l->n];
     detd__v1__observation__init(x);
     x->id = s[0];
@@ -794,6 +853,7 @@ void admin_list_observations(struct daemon *d, struct rpc_event *ev) {
     const char *ns =
         req->namespace_ && req->namespace_[0] ? req->namespace_ : d->cfg->ns;
     struct obs_list_ctx l = {0};
+    l.node = d->node;
     Detd__V1__Observation **pp = NULL;
     l.max = DAEMON_MAX_LIST * 10;
     if (store_each_observation(d->store, ns, obs_list_cb, &l) != 0 || l.oom) {
@@ -808,6 +868,7 @@ void admin_list_observations(struct daemon *d, struct rpc_event *ev) {
     }
     for (size_t i = 0; i < l.n; i++) {
         l.v[i].client = &l.ci[i];
+        l.v[i].peer = &l.pi[i];
         pp[i] = &l.v[i];
     }
     Detd__V1__ListObservationsResponse resp =
@@ -819,11 +880,12 @@ void admin_list_observations(struct daemon *d, struct rpc_event *ev) {
     rpc_reply(ev->call, &resp.base);
 out:
     if (l.strs != NULL)
-        for (size_t i = 0; i < l.cap * 8; i++)
+        for (size_t i = 0; i < l.cap * 9; i++)
             free(l.strs[i]);
     free(l.strs);
     free(l.v);
     free(l.ci);
+    free(l.pi);
     free(pp);
     protobuf_c_message_free_unpacked(ev->msg, NULL);
 }

@@ -174,6 +174,8 @@ def main():
         if outcome == DESIGNATED:
             claim = ans.contents.claim_id
             if a.hold:
+                if os.environ.get("DETD_CLIENT_CLAIM_FILE"):  # for a late report by hand
+                    Path(os.environ["DETD_CLIENT_CLAIM_FILE"]).write_text(str(claim))
                 print("HOLD", flush=True)
                 time.sleep(3600)
             time.sleep(a.sleep_ms / 1000.0)

@@ -96,8 +96,12 @@ int main(int argc, char **argv) {
     grpc_channel_credentials_release(creds);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_slice method = grpc_slice_from_static_string(argv[2]);
+    /* DETD_PROBE_DEADLINE_MS: the call's deadline (default 10 s). */
+    const char *dl_env = getenv("DETD_PROBE_DEADLINE_MS");
+    long dl_ms = dl_env != NULL ? strtol(dl_env, NULL, 10) : 10000;
     gpr_timespec deadline = gpr_time_add(
-        gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_seconds(10, GPR_TIMESPAN));
+        gpr_now(GPR_CLOCK_REALTIME),
+        gpr_time_from_millis(dl_ms > 0 ? dl_ms : 10000, GPR_TIMESPAN));
     grpc_call *call = grpc_channel_create_call(
         ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method, NULL, deadline, NULL);
     grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, n);

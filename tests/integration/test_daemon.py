@@ -169,8 +169,11 @@ def test_bad_input_clear_errors_and_still_serving(daemon, tmpdir_short):
         s.sendall(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4096))))
         s.close()
     # Nothing stored, and everyone else is still served.
-    code, _ = daemon.probe("/detd.v1.Decider/Decide", decide_request().hex())
-    assert code == 0
+    # A valid raw Decide is answered (an unattached caller is never
+    # designated: FAILED_PRECONDITION saying so) ...
+    code, msg = daemon.probe("/detd.v1.Decider/Decide", decide_request().hex())
+    assert code == 9 and "not attached" in msg, msg
+    # ... and attached clients are served.
     res = run_clients(daemon, tmpdir_short, 2, 3)
     assert all(r["errors"] == [] for r in res)
     st = daemon.status()

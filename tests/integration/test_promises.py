@@ -1,12 +1,11 @@
-"""What the README promises, through the real daemon: claim leases
-(--lease-ms) and takeover, a superseded report and `detctl verify` naming
+"""What the README promises, through the real daemon: the timing pass
+deadline (--pass-timeout-ms) and takeover, a superseded report and `detctl verify` naming
 the rank that used another config, `detctl reset --kernel`,
 `--max-waiters`, and /healthz answering 503 while the daemon drains.
 
 Callers are libdetd client processes (detd_client.py), detctl, and raw
-gRPC calls (detd_probe): a raw Decide carries no session, so a claim it
-gets is held on a lease only, which is how a timing rank that stopped
-being attached looks to the daemon.
+gRPC calls (detd_probe): a raw call carries no session (it is never
+designated) and its peer is the probe process.
 """
 import json
 import os
@@ -138,33 +137,42 @@ def result(path):
     return json.loads(path.read_text())
 
 
-# ---- --lease-ms: a claim that is no longer attached expires ------------------
+# ---- --pass-timeout-ms: a timing rank that went silent loses its claim --------
 
-def test_lease_expiry_designates_the_next_waiter_and_the_late_report_is_superseded(tmpdir_short):
-    lease_ms = 1500
-    d = Daemon(tmpdir_short, ["--lease-ms", str(lease_ms)]).start()
+def test_silent_timing_rank_loses_its_claim_to_the_next_waiter_and_its_late_report_is_superseded(
+        tmpdir_short):
+    """The timing rank is attached and then stopped (SIGSTOP: its heartbeats
+    stop, its Attach stream stays open). Its claim ends at --pass-timeout-ms,
+    the waiting rank is designated (takeover) and commits; the stopped rank's
+    report, arriving late, is superseded by the committed config."""
+    pass_ms = 1500
+    d = Daemon(tmpdir_short, ["--pass-timeout-ms", str(pass_ms)]).start()
+    holder = None
     try:
-        code, msg, r = raw_decide(d)
+        claim_file = tmpdir_short / "claim"
+        holder = d.client("--keys", 1, "--hold", stdout=subprocess.PIPE, text=True,
+                          env=dict(os.environ, DETD_CLIENT_CLAIM_FILE=str(claim_file)))
+        assert holder.stdout.readline().strip() == "HOLD"
         t_claim = time.monotonic()
-        assert code == 0, msg
-        assert r[2] == [DESIGNATED], r
-        claim = r[4][0]
-        assert r[5] == [lease_ms] and claim > 0, r
+        claim = int(claim_file.read_text())
+        assert claim > 0
+        os.kill(holder.pid, signal.SIGSTOP)
         # Another rank asks while the claim is held: it waits ...
         w = d.client("--keys", 1, "--rank", 1, "--observe", out=tmpdir_short / "w.json")
-        poll("the rank to wait on the leased claim",
+        poll("the rank to wait on the silent rank's claim",
              lambda: (lambda st: st["waiters"] == 1 and st["open_claims"] == 1)(d.status()))
-        # ... until the lease runs out, then it is designated (takeover),
+        # ... until the pass deadline, then it is designated (takeover),
         # times, and commits its own winner.
         assert w.wait(DEADLINE) == 0
         waited = time.monotonic() - t_claim
-        assert waited >= lease_ms / 1000 * 0.9, waited  # not before the lease ended
+        assert waited >= pass_ms / 1000 * 0.9, waited  # not before the pass deadline
         e = result(tmpdir_short / "w.json")["keys"]["i:0"]
         assert e["timed"] is True and e["takeover"] is True and e["superseded"] is False, e
         winner = e["config"]
         st = d.status()
-        assert counter(st, "takeovers") == 1 and st["decisions"] == 1 and st["open_claims"] == 0, st
-        # The first claimant's report arrives late, favouring another config:
+        assert counter(st, "takeovers") == 1 and counter(st, "pass_timeouts") == 1, st
+        assert st["decisions"] == 1 and st["open_claims"] == 0, st
+        # The silent rank's report arrives late, favouring another config:
         # it is superseded and answered with the committed config.
         other = next(c for c in CANDS if c != winner)
         code, msg, rep = raw_report(d, claim, other)
@@ -176,6 +184,10 @@ def test_lease_expiry_designates_the_next_waiter_and_the_late_report_is_supersed
         rows = json.loads(d.detctl("decisions", "--json", check=True).stdout)["decisions"]
         assert [r["config"] for r in rows] == [winner]
     finally:
+        if holder is not None:
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.kill()
+            holder.wait()
         d.stop()
 
 

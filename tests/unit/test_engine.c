@@ -1203,6 +1203,117 @@ TEST(release_skips_waiters_of_ended_sessions) {
     engine_free(e);
 }
 
+/* ---- options: claim ids, session 0, pass deadline, rejection ---- */
+
+static uint64_t g_draws[8];
+static size_t g_ndraws, g_drawn;
+
+static uint64_t scripted_id(void *ctx) {
+    (void)ctx;
+    return g_drawn < g_ndraws ? g_draws[g_drawn++] : 0;
+}
+
+TEST(claim_ids_come_from_the_source_nonzero_and_unique) {
+    engine *e = mk();
+    uint64_t script[] = {0, 77, 77, 77, 99, 77};
+    memcpy(g_draws, script, sizeof(script));
+    g_ndraws = sizeof(script) / sizeof(script[0]);
+    g_drawn = 0;
+    struct engine_options o = {.claim_id = scripted_id};
+    CHECK_EQ_INT(engine_set_options(e, &o), 0);
+    CHECK_EQ_INT(engine_set_options(e, NULL), DETD_EINVAL);
+    /* 0 is skipped; 77 is live, so the second key gets 99. */
+    CHECK_EQ_INT(ask_claim(e, kid(1), 1, 10, 0), 77);
+    CHECK_EQ_INT(ask_claim(e, kid(2), 2, 20, 0), 99);
+    /* Passing kid(1)'s claim never reuses its last id (77). */
+    ask_wait(e, kid(1), 3, 30, FAR, 0);
+    engine_session_end(e, 1, 5);
+    CHECK_EQ_INT(g_log.n, 1);
+    CHECK(g_log.v[0].claim_id != 77 && g_log.v[0].claim_id != 99);
+    CHECK(g_log.v[0].claim_id != 0);
+    engine_free(e);
+}
+
+TEST(named_only_never_designates_session_zero) {
+    engine *e = mk();
+    struct engine_options o = {.named_only = 1};
+    CHECK_EQ_INT(engine_set_options(e, &o), 0);
+    uint64_t claim = 5;
+    CHECK_EQ_INT(engine_ask(e, kid(1), 0, 10, FAR, 0, &claim),
+                 ENGINE_ASK_UNATTACHED);
+    CHECK_EQ_INT(claim, 5);
+    CHECK_EQ_INT(stats(e).claims, 0);
+    /* With a pass in progress it waits; when the pass ends with only
+     * session 0 waiting, it is aborted, not designated. */
+    claim = ask_claim(e, kid(1), 1, 20, 0);
+    ask_wait(e, kid(1), 0, 30, FAR, 0);
+    CHECK_EQ_INT(engine_release(e, kid(1), claim, 1), 0);
+    CHECK_EQ_INT(g_log.n, 1);
+    CHECK_EQ_INT(g_log.v[0].kind, ENGINE_EV_ABORT);
+    CHECK_EQ_INT(g_log.v[0].token, 30);
+    CHECK_EQ_INT(stats(e).waiters, 0);
+    CHECK_EQ_INT(stats(e).claims, 0);
+    engine_free(e);
+}
+
+TEST(pass_deadline_passes_an_attached_sessions_claim) {
+    engine *e = mk();
+    struct engine_options o = {.pass_timeout_ms = 500};
+    CHECK_EQ_INT(engine_set_options(e, &o), 0);
+    CHECK_EQ_INT(engine_session_attach(e, 1, 0), 0);
+    CHECK_EQ_INT(engine_session_attach(e, 2, 0), 0);
+    uint64_t claim = ask_claim(e, kid(1), 1, 10, 100);
+    ask_wait(e, kid(1), 2, 20, FAR, 100);
+    CHECK_EQ_INT(engine_tick(e, 599), 600);
+    CHECK_EQ_INT(g_log.n, 0);
+    engine_tick(e, 600);
+    check_event(0, ENGINE_EV_DESIGNATE, 20, kid(1), claim + 1, 1);
+    CHECK_EQ_INT(stats(e).pass_timeouts, 1);
+    CHECK_EQ_INT(stats(e).takeovers, 1);
+    /* The old holder's report is stale; the new pass has its own clock. */
+    CHECK_EQ_INT(engine_report(e, kid(1), claim), ENGINE_REPORT_STALE);
+    CHECK_EQ_INT(engine_tick(e, 700), 1100);
+    engine_free(e);
+}
+
+TEST(report_from_another_session_is_foreign_and_leaves_the_claim) {
+    engine *e = mk();
+    uint64_t claim = ask_claim(e, kid(1), 1, 10, 0);
+    CHECK_EQ_INT(engine_report_from(e, kid(1), claim, 2),
+                 ENGINE_REPORT_FOREIGN);
+    CHECK_EQ_INT(engine_report_from(e, kid(1), claim, 0),
+                 ENGINE_REPORT_FOREIGN);
+    CHECK_EQ_INT(engine_report_from(e, kid(1), claim + 1, 1),
+                 ENGINE_REPORT_STALE);
+    CHECK_EQ_INT(engine_report_from(e, kid(1), claim, 1), ENGINE_REPORT_ACCEPT);
+    CHECK_EQ_INT(stats(e).foreign_reports, 2);
+    uint64_t held = 0;
+    CHECK_EQ_INT(engine_claim_of(e, kid(1), &held), 1);
+    CHECK_EQ_INT(held, claim);
+    engine_free(e);
+}
+
+TEST(rejected_report_ends_the_claim_and_aborts_every_waiter) {
+    engine *e = mk();
+    uint64_t claim = ask_claim(e, kid(1), 1, 10, 0);
+    ask_wait(e, kid(1), 2, 20, FAR, 0);
+    ask_wait(e, kid(1), 3, 30, FAR, 0);
+    CHECK_EQ_INT(engine_reject(e, kid(1), claim + 1, record, &g_log),
+                 DETD_ENOTFOUND);
+    CHECK_EQ_INT(engine_reject(e, kid(1), claim, record, &g_log), 2);
+    CHECK_EQ_INT(g_log.n, 2);
+    CHECK_EQ_INT(g_log.v[0].kind, ENGINE_EV_ABORT);
+    CHECK_EQ_INT(g_log.v[0].token, 20);
+    CHECK_EQ_INT(g_log.v[1].token, 30);
+    struct engine_stats st = stats(e);
+    CHECK_EQ_INT(st.claims, 0);
+    CHECK_EQ_INT(st.waiters, 0);
+    CHECK_EQ_INT(st.rejected_reports, 1);
+    CHECK_EQ_INT(st.takeovers, 0);
+    CHECK_EQ_INT(engine_claim_of(e, kid(1), NULL), 0);
+    engine_free(e);
+}
+
 int main(int argc, char **argv) {
     return runner_main(argc, argv);
 }

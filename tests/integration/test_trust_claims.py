@@ -1,0 +1,312 @@
+"""A claim belongs to the session that got it, observations carry who the
+daemon saw, and nothing waits without a bound: through the real socket and
+the real daemon.
+
+Callers: detd_client.py processes (libdetd through ctypes, attached),
+small inline libdetd scripts, and raw gRPC calls (detd_probe), some of them
+run as uid 65534 through setpriv (root only, as in test_access.py).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import CLIENT, IS_ROOT, PROBE, Daemon, counter, requires
+from test_promises import (CANDS, DEADLINE, KERNEL, _decode, _f, dkey, identity, poll, raw_call,
+                           raw_decide, result)
+
+NOBODY = 65534
+PERMISSION_DENIED, FAILED_PRECONDITION = 7, 9
+TIMEOUT = 4  # Outcome OUTCOME_TIMEOUT
+
+
+def as_nobody():
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+def probe(d, method, body, prefix=(), deadline_ms=None):
+    """A raw call, optionally as another user: (code, message, fields)."""
+    env = dict(os.environ, DETD_PROBE_RESPONSE="1")
+    if deadline_ms is not None:
+        env["DETD_PROBE_DEADLINE_MS"] = str(deadline_ms)
+    r = subprocess.run([*prefix, str(PROBE), d.socket, method, "--hex", body.hex()],
+                       capture_output=True, text=True, timeout=30, env=env)
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("status="), r
+    code, _, msg = lines[0].partition(" message=")
+    return int(code[len("status="):]), msg, _decode(bytes.fromhex(lines[1][len("response="):]))
+
+
+def report_body(claim, fastest, session=0, key="i:0", rank=0, kernel=KERNEL):
+    body = _f(1, 1) + _f(2, identity(rank)) + (_f(3, session) if session else b"") + _f(4, claim)
+    body += _f(5, dkey(key, kernel=kernel))
+    import struct
+    for c in CANDS:
+        ms = 1.0 if c == fastest else 5.0
+        body += _f(6, _f(1, c) + _f(2, struct.pack("<3d", ms, ms, ms)))
+    return body + _f(7, "3.6.0")
+
+
+def observe_body(config, rank, host="node-a", pid=0, key="i:0"):
+    ident = _f(1, host) + (_f(2, pid) if pid else b"") + _f(3, rank)
+    return _f(1, 1) + _f(2, ident) + _f(3, dkey(key)) + _f(4, config) + _f(5, 1) + _f(6, 1)
+
+
+def holder(d, tmp, name, *args):
+    """An attached client designated for key i:0 that stops before timing;
+    returns (process, claim id)."""
+    f = tmp / f"{name}.claim"
+    p = d.client("--keys", 1, "--hold", *args, stdout=subprocess.PIPE, text=True,
+                 env=dict(os.environ, DETD_CLIENT_CLAIM_FILE=str(f)))
+    assert p.stdout.readline().strip() == "HOLD"
+    return p, int(f.read_text())
+
+
+def stop(p):
+    try:
+        os.kill(p.pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+    p.kill()
+    p.wait()
+
+
+def session_of(d, pid):
+    st = d.status()
+    ids = [c["session_id"] for c in st["clients"] if c["client"]["pid"] == pid]
+    assert len(ids) == 1, st["clients"]
+    return ids[0]
+
+
+# ---- claims ---------------------------------------------------------------------
+
+@requires(IS_ROOT, "needs root to switch users")
+def test_claim_ids_are_not_guessable_and_another_user_cannot_commit_a_claim(tmpdir_short):
+    os.chmod(tmpdir_short, 0o755)
+    d = Daemon(tmpdir_short, ["--socket-mode", "0666"]).start()
+    hs = []
+    try:
+        h1, c1 = holder(d, tmpdir_short, "a", "--kernel", "m.a:k@aaaaaaaaaaaaaaaa")
+        h2, c2 = holder(d, tmpdir_short, "b", "--kernel", "m.b:k@bbbbbbbbbbbbbbbb")
+        hs = [h1, h2]
+        # 64 random bits: neither small nor consecutive.
+        assert c1 > 1 << 32 and c2 > 1 << 32 and abs(c1 - c2) > 1000, (c1, c2)
+        # uid 65534 tries the ids a counter would have given, then the real
+        # one (learned some other way) without the session, then with it.
+        codes = set()
+        for guess in (1, 2, 3, c1):
+            code, msg, _ = probe(d, "/detd.v1.Decider/Report",
+                                 report_body(guess, CANDS[0], kernel="m.a:k@aaaaaaaaaaaaaaaa"),
+                                 prefix=as_nobody())
+            codes.add(code)
+            assert code != 0, (guess, msg)
+        code, msg, _ = probe(d, "/detd.v1.Decider/Report",
+                             report_body(c1, CANDS[0], session=session_of(d, h1.pid),
+                                         kernel="m.a:k@aaaaaaaaaaaaaaaa"),
+                             prefix=as_nobody())
+        assert code == PERMISSION_DENIED, (code, msg)
+        assert "attached by pid %d" % h1.pid in msg and "uid 65534" in msg, msg
+        st = d.status()
+        assert st["decisions"] == 0 and st["open_claims"] == 2, st
+        assert counter(st, "reports_refused") == 2, st  # the real id, twice
+        assert PERMISSION_DENIED in codes and FAILED_PRECONDITION in codes, codes
+    finally:
+        for h in hs:
+            stop(h)
+        d.stop()
+
+
+def test_report_from_another_session_is_refused_and_the_claim_stays(tmpdir_short):
+    d = Daemon(tmpdir_short).start()
+    h = None
+    try:
+        h, claim = holder(d, tmpdir_short, "h")
+        # Another process (the probe) names the holder's claim: not its session.
+        code, msg, _ = raw_call(d, "/detd.v1.Decider/Report", report_body(claim, CANDS[1]))
+        assert code == PERMISSION_DENIED, (code, msg)
+        assert "belongs to another session" in msg, msg
+        # ... nor may it borrow the holder's session id.
+        code, msg, _ = raw_call(d, "/detd.v1.Decider/Report",
+                                report_body(claim, CANDS[1], session=session_of(d, h.pid)))
+        assert code == PERMISSION_DENIED and "not by this caller" in msg, (code, msg)
+        st = d.status()
+        assert st["open_claims"] == 1 and st["decisions"] == 0, st
+        assert counter(st, "reports_refused") == 2, st
+        # The claim is intact: a waiter still waits on it, and takes it over
+        # only when the holder goes away.
+        w = d.client("--keys", 1, "--rank", 1, out=tmpdir_short / "w.json")
+        poll("a waiter", lambda: d.status()["waiters"] == 1)
+        stop(h)
+        h = None
+        assert w.wait(DEADLINE) == 0
+        e = result(tmpdir_short / "w.json")["keys"]["i:0"]
+        assert e["timed"] and e["takeover"], e
+    finally:
+        if h is not None:
+            stop(h)
+        d.stop()
+
+
+def test_unattached_decide_is_never_designated(daemon, tmpdir_short):
+    code, msg, _ = raw_decide(daemon)
+    assert code == FAILED_PRECONDITION, (code, msg)
+    assert "not attached" in msg, msg
+    st = daemon.status()
+    assert st["open_claims"] == 0 and counter(st, "timing_passes") == 0, st
+    assert counter(st, "unattached_refused") == 1, st
+    # An attached rank is designated as usual.
+    p = daemon.client("--keys", 1, out=tmpdir_short / "a.json")
+    assert p.wait(DEADLINE) == 0
+    assert result(tmpdir_short / "a.json")["keys"]["i:0"]["timed"] is True
+
+
+# ---- observations ---------------------------------------------------------------
+
+@requires(IS_ROOT, "needs root to switch users")
+def test_observation_cannot_be_overwritten_and_verify_shows_who_the_daemon_saw(tmpdir_short):
+    os.chmod(tmpdir_short, 0o755)
+    d = Daemon(tmpdir_short, ["--socket-mode", "0666"]).start()
+    try:
+        # Rank 1 decides and launches another config: a real divergence.
+        p = d.client("--keys", 1, "--rank", 1, "--observe", "--use", "other",
+                     out=tmpdir_short / "r1.json")
+        assert p.wait(DEADLINE) == 0
+        r1 = result(tmpdir_short / "r1.json")
+        winner = r1["keys"]["i:0"]["config"]
+        assert d.detctl("verify").returncode == 1
+        # uid 65534 writes rank 1's identity (host, pid, rank) with the
+        # decided config, to turn the divergence into "ok".
+        code, msg, _ = probe(d, "/detd.v1.Decider/Observe",
+                             observe_body(winner, rank=1, pid=r1["pid"]), prefix=as_nobody())
+        assert code == 0, msg
+        v = d.detctl("verify")
+        assert v.returncode == 1, v.stdout
+        vj = json.loads(d.detctl("verify", "--json").stdout)
+        assert vj["ok"] is False and len(vj["divergences"]) == 1, vj
+        uses = {u["config"]: u for u in vj["divergences"][0]["uses"]}
+        assert len(uses) == 2 and winner in uses, uses
+        real = next(u for c, u in uses.items() if c != winner)
+        forged = uses[winner]
+        # Both rows claim pid r1["pid"]; the daemon saw two processes.
+        assert [c["pid"] for c in real["clients"]] == [r1["pid"]], real
+        assert [c["pid"] for c in forged["clients"]] == [r1["pid"]], forged
+        assert real["peers"][0]["pid"] == r1["pid"] and real["peers"][0]["uid"] == os.getuid(), real
+        assert forged["peers"][0]["pid"] != r1["pid"] and forged["peers"][0]["uid"] == NOBODY, forged
+        assert forged["peers"][0]["node"] != "" and forged["peers"][0]["node"] == real["peers"][0]["node"]
+        assert "uid 65534" in v.stdout and "claimed pid differs" in v.stdout, v.stdout
+    finally:
+        d.stop()
+
+
+# ---- nothing waits without a bound ----------------------------------------------
+
+REJECTING_RANK = r"""
+import ctypes, os, sys, time
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import detd_client as dc
+sock, go, kernel = sys.argv[2], sys.argv[3], sys.argv[4]
+lib = dc.load()
+ident = dc.Identity(b"node-a", 0, 0, 16, b"Test GPU", b"sm90", 132, b"it")
+cl = ctypes.c_void_p()
+assert lib.detd_client_open(sock.encode(), ctypes.byref(ident), ctypes.byref(cl)) == 0
+cands = [f"BLOCK={16 << i},num_warps=4".encode() for i in range(4)]
+arr = (ctypes.c_char_p * 4)(*cands)
+key = dc.Key(None, b"sm90", kernel.encode(), b"i:0", arr, 4, None)
+ans = ctypes.POINTER(dc.Answer)()
+assert lib.detd_decide(cl, ctypes.byref(key), 0, 60000, ctypes.byref(ans)) == 0
+assert ans.contents.outcome == dc.DESIGNATED
+print("DESIGNATED", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.005)
+# Every candidate failed: the daemon cannot pick a winner.
+tms = [dc.Timing(c, None, 0, 1) for c in cands]
+tarr = (dc.Timing * 4)(*tms)
+rep = ctypes.POINTER(dc.Answer)()
+t = time.monotonic()
+rc = lib.detd_report(cl, ans.contents.claim_id, ctypes.byref(key), tarr, 4, b"3.6.0", 60000, ctypes.byref(rep))
+print("REPORTED", rc, repr(time.time()), flush=True)
+lib.detd_client_close(cl)
+"""
+
+
+def test_rejected_report_ends_the_claim_and_every_waiter_gets_the_reason_at_once(tmpdir_short):
+    d = Daemon(tmpdir_short).start()
+    n = 5
+    try:
+        go = tmpdir_short / "go"
+        h = subprocess.Popen([sys.executable, "-c", REJECTING_RANK, str(CLIENT), d.socket, str(go), KERNEL],
+                             stdout=subprocess.PIPE, text=True)
+        assert h.stdout.readline().strip() == "DESIGNATED"
+        ws = [d.client("--keys", 1, "--rank", r, "--timeout-ms", 30000, out=tmpdir_short / f"w{r}.json")
+              for r in range(1, n + 1)]
+        poll(f"{n} waiters", lambda: d.status()["waiters"] == n)
+        go.write_text("")
+        line = h.stdout.readline().split()
+        assert line[0] == "REPORTED" and int(line[1]) != 0, line  # the report itself is refused
+        t_reject = float(line[2])
+        assert h.wait(DEADLINE) == 0
+        for w in ws:
+            assert w.wait(DEADLINE) == 0
+        done = time.time()
+        for r in range(1, n + 1):
+            res = result(tmpdir_short / f"w{r}.json")
+            assert res["keys"] == {} and len(res["errors"]) == 1, res
+            assert "was rejected by the daemon" in res["errors"][0][3], res
+            assert "no candidate has a valid timing" in res["errors"][0][3], res
+        # All answered right after the rejection, far from their 30 s bound
+        # (the slack covers starting 5 Python processes' exits on 2 cores).
+        assert done - t_reject < 5.0, done - t_reject
+        st = d.status()
+        assert counter(st, "timing_passes") == 1, st  # nobody timed it again
+        assert counter(st, "reports_rejected") == 1 and counter(st, "takeovers") == 0, st
+        assert st["open_claims"] == 0 and st["waiters"] == 0 and st["decisions"] == 0, st
+    finally:
+        d.stop()
+
+
+def test_hung_timing_rank_loses_its_claim_at_the_pass_deadline(tmpdir_short):
+    d = Daemon(tmpdir_short, ["--pass-timeout-ms", "1000"]).start()
+    h = None
+    try:
+        h, _ = holder(d, tmpdir_short, "h")
+        os.kill(h.pid, signal.SIGSTOP)  # hung: stream open, nothing sent
+        t0 = time.monotonic()
+        w = d.client("--keys", 1, "--rank", 1, out=tmpdir_short / "w.json")
+        assert w.wait(DEADLINE) == 0
+        e = result(tmpdir_short / "w.json")["keys"]["i:0"]
+        assert e["timed"] and e["takeover"], e
+        assert time.monotonic() - t0 >= 0.9, "designated before the pass deadline"
+        st = d.status()
+        assert counter(st, "pass_timeouts") == 1 and st["decisions"] == 1, st
+        assert any(c["client"]["pid"] == h.pid for c in st["clients"]), "the hung rank stays attached"
+    finally:
+        if h is not None:
+            stop(h)
+        d.stop()
+
+
+def test_answers_leave_before_the_callers_deadline(tmpdir_short):
+    """Raw Decides with short deadlines and no wait_ms, waiting on a held
+    claim: each one is answered OUTCOME_TIMEOUT, never cut off by its
+    deadline."""
+    d = Daemon(tmpdir_short).start()
+    h = None
+    try:
+        h, _ = holder(d, tmpdir_short, "h")
+        body = _f(1, 1) + _f(2, identity(9)) + _f(4, dkey())
+        late = []
+        for i in range(200):
+            deadline = 60 + (i % 5) * 30
+            code, msg, r = probe(d, "/detd.v1.Decider/Decide", body, deadline_ms=deadline)
+            if code != 0 or r.get(2) != [TIMEOUT]:
+                late.append((deadline, code, msg))
+        assert late == [], late[:5]
+        assert counter(d.status(), "wait_timeouts") == 200
+    finally:
+        if h is not None:
+            stop(h)
+        d.stop()
