@@ -127,3 +127,7 @@ Detd__V1__DecideRequest *fake_decide_request(uint32_t wait_ms) {
         abort();
     return u;
 }
+
+const struct rpc_peer_cred *rpc_call_cred(const rpc_call *call) {
+    return call->has_cred ? &call->cred : NULL;
+}

@@ -41,6 +41,9 @@ struct rpc_call {
     const ProtobufCMessageDescriptor *desc; /* FAKE_REPLY: its type */
     uint8_t *buf; /* FAKE_REPLY / FAKE_REPLY_PACKED: the bytes (owned) */
     size_t len;
+    /* What rpc_call_cred() returns: cred when has_cred, else NULL. */
+    struct rpc_peer_cred cred;
+    int has_cred;
 };
 
 /* A new call with deadline deadline_ms (INT64_MAX: none); free it with
