@@ -42,7 +42,7 @@ TOLERANCE_MS = 250
 # A timing pass may hold a key this long past the daemon's pass bound
 # (--pass-timeout-ms, else the claim lease) before its waiters must be
 # served: etcd leases are whole seconds and expire on the leader's clock.
-TAKEOVER_SLACK_MS = 1500
+TAKEOVER_SLACK_MS = 1000
 
 
 def _detd_flags():
