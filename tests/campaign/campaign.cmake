@@ -1,0 +1,13 @@
+# Fault campaign (tests/campaign/README section "Fault campaign" in the
+# top-level README): randomized, seeded schedules of faults while client
+# processes decide keys, and a history checker over every answer.
+
+# campaign_client: one training process (libdetd), recording every answer.
+add_executable(campaign_client ${CMAKE_CURRENT_LIST_DIR}/campaign_client.c)
+target_link_libraries(campaign_client PRIVATE detd)
+
+# The checker's own tests (crafted histories) and the CI campaign. The
+# campaign runs DETD_CAMPAIGN_SCHEDULES schedules (default 50, about 5 min
+# on 2 cores); set it lower for a quick run.
+detd_pytest(campaign_checker tests/campaign/test_checker.py 120)
+detd_pytest(campaign tests/campaign/test_campaign.py 900)

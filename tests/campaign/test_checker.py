@@ -1,0 +1,159 @@
+"""The history checker must catch what it claims to: crafted histories
+with one violation each fail, a clean one passes. No daemon needed."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import checker  # noqa: E402
+
+CANDS = ["BLOCK=16,num_warps=4", "BLOCK=32,num_warps=8", "BLOCK=64,num_warps=4"]
+K = "campaign:k@1"
+
+
+def ans(key, outcome, config=None, op="decide", pid=100, daemon="d0", start=10.0, end=10.1,
+        deadline_ms=3000, cands=CANDS, errname=None):
+    r = {"ev": "answer", "op": op, "kernel": K, "key": key, "cands": list(cands),
+         "outcome": outcome, "config": config, "start": start, "end": end,
+         "deadline_ms": deadline_ms, "pid": pid, "daemon": daemon, "rank": 0}
+    if errname:
+        r["errname"] = errname
+        r["config"] = None
+    return r
+
+
+def clean():
+    recs = [
+        ans("r0:0", "designated", pid=100, start=1.0, end=1.01),
+        ans("r0:0", None, CANDS[1], op="report", pid=100, start=1.2, end=1.21),
+        ans("r0:0", "decided", CANDS[1], pid=101, start=1.02, end=1.22),
+        ans("r0:0", "decided", CANDS[1], pid=102, daemon="d1", start=2.0, end=2.001),
+        ans("r0:1", "designated", pid=101, start=1.3, end=1.31),
+        ans("r0:1", "error", op="report", pid=101, start=1.4, end=1.41, errname="DETD_ECONNECT"),
+        ans("r0:1", "decided", CANDS[0], pid=102, daemon="d1", start=1.5, end=2.9, deadline_ms=1500),
+        {"ev": "exit", "pid": 100}, {"ev": "exit", "pid": 102},
+    ]
+    stores = {"d0": {f"{K}\nr0:0": CANDS[1], f"{K}\nr0:1": CANDS[0]},
+              "d1": {f"{K}\nr0:0": CANDS[1], f"{K}\nr0:1": CANDS[0]}}
+    procs = [{"pid": 100, "daemon": "d0", "exit_code": 0},
+             {"pid": 101, "daemon": "d0", "exit_code": -9, "killed": True},
+             {"pid": 102, "daemon": "d1", "exit_code": 0}]
+    return {"seed": 7, "kind": "etcd", "tolerance_ms": 250, "pass_bound_ms": 2500,
+            "records": recs, "stores": stores, "procs": procs, "faults": []}
+
+
+def props(run):
+    return sorted({v["property"] for v in checker.check(run)["violations"]})
+
+
+def test_clean_history_passes():
+    res = checker.check(clean())
+    assert res["violations"] == [], [checker.format_violation(v) for v in res["violations"]]
+    assert res["answers"] == 7
+
+
+def test_two_configs_for_one_key():
+    run = clean()
+    run["records"].append(ans("r0:0", "decided", CANDS[2], pid=103, daemon="d1", start=3, end=3.1))
+    res = checker.check(run)
+    v = [v for v in res["violations"] if v["property"] == "one-config"]
+    assert len(v) == 1 and v[0]["key"] == f"{K}\nr0:0"
+    configs = {e["config"] for e in v[0]["evidence"]}
+    assert configs == {CANDS[1], CANDS[2]}
+    assert "seed 7: one-config" in checker.format_violation(v[0])
+
+
+def test_report_answer_conflicting_with_decided():
+    run = clean()
+    run["records"].append(ans("r0:1", None, CANDS[2], op="report", pid=104, start=3, end=3.1))
+    assert "one-config" in props(run)
+
+
+def test_acknowledged_decision_missing_afterwards():
+    run = clean()
+    del run["stores"]["d1"][f"{K}\nr0:1"]
+    res = checker.check(run)
+    v = [v for v in res["violations"] if v["property"] == "durable"]
+    assert len(v) == 1 and "d1" in v[0]["message"] and "missing" in v[0]["message"]
+
+
+def test_acknowledged_decision_changed_afterwards():
+    run = clean()
+    run["stores"]["d0"][f"{K}\nr0:0"] = CANDS[2]
+    assert props(run) == ["durable"]
+
+
+def test_store_unreadable():
+    run = clean()
+    run["stores"]["d1"] = None
+    assert props(run) == ["durable"]
+
+
+def test_answer_not_among_candidates():
+    run = clean()
+    run["records"].append(ans("r0:2", "decided", "BLOCK=32,num_warps=8\nBLOCK=16,num_warps=4",
+                              pid=100, start=4, end=4.1))
+    run["stores"]["d0"][f"{K}\nr0:2"] = run["stores"]["d1"][f"{K}\nr0:2"] = \
+        "BLOCK=32,num_warps=8\nBLOCK=16,num_warps=4"
+    assert props(run) == ["candidate"]
+
+
+def test_late_answer():
+    run = clean()
+    run["records"].append(ans("r0:0", "decided", CANDS[1], pid=100, start=5.0, end=8.4,
+                              deadline_ms=3000))
+    res = checker.check(run)
+    v = [v for v in res["violations"] if v["property"] == "wait-bound"]
+    assert len(v) == 1 and "3.400 s" in v[0]["message"]
+
+
+def test_answer_lost_at_the_deadline():
+    run = clean()
+    run["records"].append(ans("r0:0", "error", pid=100, start=5.0, end=8.0005,
+                              errname="DETD_ETIMEDOUT"))
+    assert props(run) == ["wait-bound"]
+
+
+def test_timeout_past_the_pass_bound():
+    run = clean()
+    run["records"].append(ans("r0:3", "timeout", pid=100, start=5.0, end=7.95))
+    run["faults"] = [{"fault": "hang", "pid": 555, "start": 4.9, "end": 9.0}]
+    res = checker.check(run)
+    v = [v for v in res["violations"] if v["property"] == "wait-bound"]
+    assert len(v) == 1 and "hung rank" in v[0]["message"]
+
+
+def test_timeout_within_the_pass_bound_is_fine():
+    run = clean()
+    run["records"].append(ans("r0:3", "timeout", pid=100, start=5.0, end=6.0, deadline_ms=1000))
+    assert props(run) == []
+
+
+def test_stopped_process_not_judged_while_stopped():
+    run = clean()
+    run["records"].append(ans("r0:0", "decided", CANDS[1], pid=100, start=5.0, end=9.0))
+    run["faults"] = [{"fault": "hang", "pid": 100, "start": 5.5, "end": 8.5}]
+    res = checker.check(run)
+    assert res["violations"] == [] and res["excused"] == 1
+
+
+def test_client_died():
+    run = clean()
+    run["records"].append({"ev": "died", "pid": 100, "key": "r0:4", "reason": "decide: DETD_ECONNECT"})
+    run["procs"][0]["exit_code"] = 3
+    res = checker.check(run)
+    v = [v for v in res["violations"] if v["property"] == "client-died"]
+    assert len(v) == 1 and "DETD_ECONNECT" in v[0]["message"]
+
+
+def test_client_hung():
+    run = clean()
+    run["procs"][2]["hung"] = True
+    assert props(run) == ["client-died"]
+
+
+def test_scheduled_kill_is_not_a_death():
+    run = clean()
+    run["procs"].append({"pid": 200, "daemon": "d0", "exit_code": -9, "killed": True})
+    assert props(run) == []
