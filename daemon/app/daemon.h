@@ -66,8 +66,9 @@ struct daemon_counters {
     uint64_t table_stale;  /* ... and met an entry that named no live
                               candidate (also counted as a miss) */
     uint64_t table_reloads;
-    uint64_t import_hits;        /* Decide answered from an imported entry */
-    uint64_t import_misses;      /* the import step found no usable entry */
+    uint64_t table_reload_failures; /* reloads that kept the old set */
+    uint64_t import_hits;           /* Decide answered from an imported entry */
+    uint64_t import_misses;         /* the import step found no usable entry */
     uint64_t import_stale;       /* ... and met an imported entry that named no
                                     live candidate (also counted as a miss) */
     uint64_t import_calls;       /* ImportTable batches stored */

@@ -16,6 +16,10 @@
 #include "app/waiters.h"
 #include "detd/client.h"
 #include "detd/error.h"
+
+/* DETD_API_VERSION as a label value. */
+#define DETD_STRINGIFY_(x) #x
+#define DETD_STRINGIFY(x) DETD_STRINGIFY_(x)
 #include "core/metrics.h"
 #include "io/listener.h"
 #include "io/metrics_http.h"
@@ -49,6 +53,13 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
     metrics_buf_init(&b);
     const struct daemon_counters *c = &d->counters;
 
+    metrics_family(&b, "detd_build_info", "gauge",
+                   "Always 1; the labels name the build serving.");
+    {
+        const char *l[] = {"version", DETD_VERSION, "api_version",
+                           DETD_STRINGIFY(DETD_API_VERSION), NULL};
+        metrics_sample(&b, "detd_build_info", l, 1);
+    }
     gauge(&b, "detd_start_time_seconds",
           "Start time of the daemon since the Unix epoch, in seconds.",
           (double)d->started_unix_ms / 1000.0);
@@ -98,6 +109,14 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
         metrics_sample(&b, "detd_table_lookups_total", stale,
                        (double)c->table_stale);
     }
+    gauge(&b, "detd_table_files_skipped",
+          "Table files of the set in use that failed to load (listed by "
+          "detctl status and detctl reload).",
+          (double)tables_n_errors(d->tables));
+    counter(&b, "detd_table_reload_failures_total",
+            "Table reloads that failed as a whole (the previous set stayed "
+            "in use).",
+            c->table_reload_failures);
     counter(&b, "detd_timing_passes_total",
             "Designations: a rank was told to time the candidates of a key.",
             c->designations);

@@ -144,6 +144,7 @@ static void reload_done(uv_work_t *w, int status) {
     int64_t took = clock_mono_ms() - r->started_ms;
     d->reload = NULL;
     if (status != 0 || r->rc != 0 || r->result == NULL) {
+        d->counters.table_reload_failures++;
         log_error("reload tables: %s; the previous tables stay in use",
                   status != 0 ? "cancelled" : detd_strerror(r->rc));
         for (size_t i = 0; i < r->calls.n; i++)

@@ -221,9 +221,12 @@ static void cc_sleep_ms(int ms) {
 static int cc_key(const struct cc_opts *o, detd_client *c, int round, int i) {
     char keyname[64], reason[700] = "no attempt";
     snprintf(keyname, sizeof(keyname), "r%d:%d", round, i);
-    struct detd_key k = {NULL,     "sm90",
-                         o->kernel, keyname,
-                         (const char *const *)cc_cands, (size_t)cc_ncands,
+    struct detd_key k = {NULL,
+                         "sm90",
+                         o->kernel,
+                         keyname,
+                         (const char *const *)cc_cands,
+                         (size_t)cc_ncands,
                          NULL};
     double budget_end = cc_now() + (double)o->deadline_ms / 1000.0;
     int backoff = 50;
@@ -295,8 +298,7 @@ static int cc_int(const char *s, long long lo, long long hi, long long *ret) {
     char *end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (s == NULL || errno != 0 || end == s || *end != '\0' || v < lo ||
-        v > hi)
+    if (s == NULL || errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
         return -1;
     *ret = v;
     return 0;
@@ -401,8 +403,8 @@ int main(int argc, char **argv) {
     }
     char host[64];
     snprintf(host, sizeof(host), "node-%s", o.daemon);
-    struct detd_identity id = {host, o.rank, o.rank, 64, "Campaign GPU",
-                               "sm90", 132, "campaign"};
+    struct detd_identity id = {host,           o.rank, o.rank, 64,
+                               "Campaign GPU", "sm90", 132,    "campaign"};
     detd_client *c = NULL;
     if (detd_client_open(o.socket, &id, &c) < 0) {
         cc_note(&o, "died", "", "detd_client_open failed");

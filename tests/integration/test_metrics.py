@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import CLIENT, DETD, IS_ROOT, Daemon, requires
+from conftest import CLIENT, DETCTL, DETD, IS_ROOT, Daemon, requires
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\["\\n])*)"')
@@ -244,3 +244,29 @@ def test_metrics_port_in_use(tmpdir_short):
         assert f"cannot listen on '127.0.0.1:{port}'" in r.stdout + r.stderr
     finally:
         s.close()
+
+
+def test_build_info_and_table_load_failures(tmpdir_short):
+    tables = os.path.join(tmpdir_short, "tables")
+    os.makedirs(tables)
+    with open(os.path.join(tables, "sm90.json"), "w") as f:
+        f.write('{"format": "detd-table-1", "arch": ')  # cut short: cannot load
+    port = free_port()
+    d = Daemon(tmpdir_short, ["--metrics", f"127.0.0.1:{port}", "--tables", tables]).start()
+    try:
+        s, _ = scrape(port)
+        st = json.loads(subprocess.run([str(DETCTL), "--socket", d.socket, "status", "--json"],
+                                       capture_output=True, text=True, timeout=30, check=True).stdout)
+        version = st.get("version") or st.get("daemon", {}).get("version")
+        assert val(s, "detd_build_info", version=version, api_version="1") == 1
+        assert val(s, "detd_table_files_skipped") == 1
+        assert val(s, "detd_table_reload_failures_total") == 0
+        # Fixed, reloaded: nothing skipped any more.
+        with open(os.path.join(tables, "sm90.json"), "w") as f:
+            json.dump({"format": "detd-table-1", "arch": "sm90", "kernels": {}}, f)
+        subprocess.run([str(DETCTL), "--socket", d.socket, "reload"], capture_output=True, text=True,
+                       timeout=30, check=True)
+        s, _ = scrape(port)
+        assert val(s, "detd_table_files_skipped") == 0
+    finally:
+        d.stop()
