@@ -57,9 +57,9 @@ def install_counters(detd_mode):
         _triton._original_bench = _bench  # detd's patched _bench calls this
         timing_pass = _hook._timing_pass
 
-        def counted_pass(ctx):  # a designated pass prunes with Triton's own
+        def counted_pass(ctx, *a):  # a designated pass times the pruned candidates
             _pending[ctx.tuner] = True
-            return timing_pass(ctx)
+            return timing_pass(ctx, *a)
 
         _hook._timing_pass = counted_pass
     else:

@@ -29,7 +29,7 @@ import threading
 from typing import List, Optional
 
 from . import _policy
-from ._hook import MissError
+from ._hook import MissError, PassFailedError
 from ._native import DetdError, LibraryNotFound
 from ._policy import Settings
 
@@ -38,9 +38,11 @@ __all__ = [
     "installed",
     "settings",
     "autotuners",
+    "audit",
     "verify",
     "DivergenceError",
     "MissError",
+    "PassFailedError",
     "DetdError",
     "LibraryNotFound",
     "Settings",
@@ -105,13 +107,42 @@ def autotuners() -> List[dict]:
     ``kernel`` (identity), ``name``, ``governed``, ``why``, ``candidates``
     and ``keys``: one dict per key with ``key``, ``config`` (the one
     launched), ``source`` (timed, table, override, fallback, local, ...),
-    ``governed``, ``chaos``, ``timed_here`` and, when timed here,
-    ``timings`` (ms per candidate).  Kernels that bypass ``Autotuner.run``
-    (``torch.compile``'s Inductor autotuner, subclasses overriding ``run``,
-    direct ``fn.run`` calls) are not seen."""
+    ``governed``, ``chaos``, ``timed_here``, ``candidates`` (the canonical
+    strings of the configs Triton would benchmark for that key: after the
+    tuner's own pruning) and, when timed here, ``timings`` (ms per
+    candidate) and ``failed`` (candidate -> why, for those that failed);
+    with the audit on, ``audit`` (see :func:`audit`), and per kernel
+    ``nondeterministic``: the arguments that differed under a fixed config.
+    ``Autotuner`` subclasses whose own ``run`` never calls
+    ``Autotuner.run`` are listed with ``governed`` False and the reason in
+    ``why``.  Kernels that never reach an ``Autotuner`` (``torch.compile``'s
+    Inductor autotuner, direct ``fn.run`` calls) are not seen."""
     from . import _hook
 
     return _hook.records()
+
+
+def audit(enable: bool = True, replays: Optional[int] = None, contention: Optional[bool] = None) -> List[dict]:
+    """The determinism audit (also ``DETD_AUDIT=1``; see :mod:`detd._audit`).
+
+    With ``enable`` (the default), from now on the first launch of every
+    governed kernel and key (keys already resolved: their next launch) is
+    replayed ``replays`` times (default 3, ``DETD_AUDIT_REPLAYS``) on clones
+    of its tensor arguments with the config the key resolved to, and every
+    tensor argument's bytes are compared; ``contention`` (GPU,
+    ``DETD_AUDIT_CONTENTION``) runs each replay beside a busy side stream.
+    ``enable=False`` stops auditing. Returns the results so far, one dict
+    per audited key: ``kernel``, ``name``, ``key``, ``config``, ``replays``,
+    ``status`` (``deterministic``, ``nondeterministic`` or ``error``),
+    ``differing`` (the tensor arguments whose bytes changed) and ``error``.
+    Costs: see :mod:`detd._audit`."""
+    from . import _audit, _hook
+
+    _audit.enable(enable, replays, contention)
+    if enable:
+        for tuner in list(_hook._direct_tuners):  # known keys: audited at their next launch
+            _hook._leave_direct(tuner)
+    return [r for keys in _audit.results().values() for r in keys.values() if r.get("status") != "running"]
 
 
 def _detctl() -> str:

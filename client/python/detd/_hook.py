@@ -109,13 +109,14 @@ opaque handles.  :mod:`detd._canon` makes the strings from plain values.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _canon, _native, _triton
+from . import _audit, _canon, _native, _triton
 from ._policy import Settings
 
 
@@ -125,6 +126,30 @@ class MissError(RuntimeError):
     def __init__(self, kernel: str, key: str, reason: str):
         self.kernel, self.key, self.reason = kernel, key, reason
         super().__init__(f"detd: no decision for kernel {kernel} key {key}: {reason} (on_miss=error)")
+
+
+class PassFailedError(RuntimeError):
+    """Every candidate of a governed key failed in the one timing pass (the
+    designated rank compiled or ran none of them). The designated rank
+    raises the candidates' own error; every other rank, told by the daemon,
+    raises this, whatever ``on_miss`` says: no config would launch."""
+
+    def __init__(self, kernel: str, key: str, reason: str):
+        self.kernel, self.key, self.reason = kernel, key, reason
+        super().__init__(f"detd: every candidate of kernel {kernel} key {key} failed in the timing pass: {reason}")
+
+
+# libdetd's DETD_ENOCAND (detd/error.h): no candidate has a valid timing.
+_ENOCAND = -1017
+# The daemon's reason for a report in which every candidate failed.
+_NOCAND_TEXT = "no candidate has a valid timing"
+
+
+def _pass_failed(e) -> bool:
+    """Whether a libdetd error says the key's timing pass failed for every
+    candidate (the reporter's own report, or the reason the daemon sends
+    every waiter of that claim)."""
+    return getattr(e, "code", None) == _ENOCAND or _NOCAND_TEXT in str(e)
 
 
 # ---------------------------------------------------------------- state
@@ -312,13 +337,46 @@ def _info(tuner) -> _TunerInfo:
     return info
 
 
-def _dkey(info: _TunerInfo, key_str: str, table_key: Optional[str] = None) -> _native.Key:
-    return _native.Key(_state.settings.namespace, _identity()["arch"], info.kernel, key_str, info.candidates,
-                       table_key)
+def _dkey(info: _TunerInfo, key_str: str, table_key: Optional[str] = None, candidates=None) -> _native.Key:
+    return _native.Key(_state.settings.namespace, _identity()["arch"], info.kernel, key_str,
+                       tuple(candidates) if candidates is not None else info.candidates, table_key)
+
+
+class _Cands:
+    """The candidates of one key: the configs Triton would benchmark for
+    the call (its ``prune_configs``: ``early_config_prune``, ``perf_model``
+    with ``top_k``), as live objects and canonical strings. A pruner may
+    build new ``Config`` objects; those are what is timed and launched."""
+
+    __slots__ = ("objs", "live", "candidates")
+
+    def __init__(self, configs):
+        self.live: Dict[str, Any] = {}
+        for c in configs:
+            self.live.setdefault(_triton.config_string(c), c)
+        self.objs = list(self.live.values())  # one live object per string, in Triton's order
+        self.candidates = tuple(self.live)
+
+
+def _pruned(ctx: "_Call", info: _TunerInfo) -> _Cands:
+    """The key's candidates after the tuner's own pruning (none: its list)."""
+    if not _triton.has_pruner(ctx.tuner):
+        return _Cands(_triton.configs(ctx.tuner))
+    return _Cands(_triton.prune(ctx.tuner, ctx.args, ctx.kw))
+
+
+# Pruning observations: a companion key per pruned key, so that ranks
+# whose pruners kept different sets for the same key disagree in verify.
+_PRUNING_SUFFIX = "#pruning"
+
+
+def _pruning_string(cands: _Cands) -> str:
+    fp = hashlib.sha256("\n".join(sorted(cands.candidates)).encode("utf-8")).hexdigest()[:16]
+    return f"kept {len(cands.candidates)}: {fp}"
 
 
 def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: bool, chaos=False,
-            timed_here=False, timings=None, note=None):
+            timed_here=False, timings=None, note=None, candidates=None, failed=None):
     with _state.records_lock:
         rec = _state.records.get(info.kernel)
         if rec is None:
@@ -332,11 +390,15 @@ def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: 
             entry["timings"] = timings
         if note:
             entry["note"] = note
+        if candidates is not None:
+            entry["candidates"] = list(candidates)
+        if failed:
+            entry["failed"] = dict(failed)
         rec["keys"][key_str] = entry
 
 
 def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: int, governed: bool,
-             chaos: bool = False):
+             chaos: bool = False, candidates=None, pruning: Optional[str] = None):
     seen = _observed.get(tuner)
     if seen is None:
         seen = set()
@@ -346,7 +408,14 @@ def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: in
     if type(cache) is DetdCache and cache._gen == _gen[0]:
         cache._fast.add(key)
     try:
-        client().observe(_dkey(info, key_str), config, source, governed, chaos)
+        client().observe(_dkey(info, key_str, candidates=candidates), config, source, governed, chaos)
+        if pruning is not None:
+            # The companion key: the unpruned list as candidates, what the
+            # pruner kept as the "config". Same key, different pruning:
+            # verify reports the ranks disagreeing on kernel K#pruning.
+            pk = _native.Key(_state.settings.namespace, _identity()["arch"], info.kernel + _PRUNING_SUFFIX,
+                             key_str, info.candidates)
+            client().observe(pk, pruning, _native.SOURCE_LOCAL, governed, False)
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
         _warn_once("observe", f"detd: cannot record observations: {e}")
 
@@ -473,11 +542,18 @@ def _normalize_timing(t) -> Tuple[List[float], bool]:
     return ms, failed
 
 
-def _timing_pass(ctx: _Call):
-    """Time every pruned candidate with the tuner's own ``_bench`` (Triton's
-    benchmarker or the kernel's ``do_bench=``), as Triton's ``benchmark()``
-    does. Returns (timings dict Config -> value, report rows)."""
-    timings = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw)
+def _error_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
+
+
+def _timing_pass(ctx: _Call, cands: _Cands):
+    """Time every candidate of the key (the pruned live configs) with the
+    tuner's own ``_bench`` (Triton's benchmarker or the kernel's
+    ``do_bench=``), as Triton's ``benchmark()`` does. A candidate that
+    raises counts as failed. Returns (report rows, errors: canonical
+    string -> exception, for the candidates that raised)."""
+    timings, errors = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs)
     rows, seen = [], set()
     for config, t in timings.items():
         s = _triton.config_string(config)
@@ -485,16 +561,17 @@ def _timing_pass(ctx: _Call):
             continue
         seen.add(s)
         ms, failed = _normalize_timing(t)
-        rows.append((s, ms, failed))
-    return timings, rows
+        rows.append((s, ms, failed or config in errors))
+    return rows, {_triton.config_string(c): e for c, e in errors.items()}
 
 
-def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str):
+def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str, cands: Optional[_Cands] = None):
     policy = _state.settings.on_miss
     if policy == "error":
-        _record(info, key_str, None, "miss", True, note=reason)
+        _record(info, key_str, None, "miss", True, note=reason,
+                candidates=cands.candidates if cands is not None else None)
         raise MissError(info.kernel, key_str, reason)
-    configs = list(_triton.configs(ctx.tuner))
+    configs = cands.objs if cands is not None else list(_triton.configs(ctx.tuner))
     chosen = configs[0] if policy == "first" else _cheapest(configs)
     return chosen, _native.SOURCE_FALLBACK, f"{reason}; on_miss={policy}"
 
@@ -512,17 +589,24 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         table_key = _triton.megatron_key(tuner, ctx.args, ctx.kw)
     except Exception:  # an argument whose str() fails: no table alias
         table_key = None
-    dkey = _dkey(info, key_str, table_key)
+    # The key's candidates are what Triton would benchmark: its pruning's.
+    cands = _pruned(ctx, info)
+    dkey = _dkey(info, key_str, table_key, cands.candidates)
     note, timed_here, timings_out = None, False, None
     chosen, source = None, None
+    failed = None
 
     override = settings.override_for(info.name, info.kernel)
     if override is not None:
-        chosen = info.live.get(override)
+        # An explicit choice may name a config the pruner dropped.
+        chosen = cands.live.get(override) or info.live.get(override)
         source = _native.SOURCE_OVERRIDE
         if chosen is None:
             chosen, source, note = _miss(ctx, info, key_str,
-                                         f"override {override!r} matches no live candidate")
+                                         f"override {override!r} matches no live candidate", cands)
+    elif len(cands.objs) == 1:
+        # Pruned to one: nothing to decide (Triton 3.9+ times nothing either).
+        chosen, source, note = cands.objs[0], _native.SOURCE_LOCAL, "one candidate after pruning"
     else:
         answer, reason = None, None
         report_rows = None
@@ -535,7 +619,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             if answer.outcome != _native.OUTCOME_DESIGNATED:
                 break
             if report_rows is None:
-                timings, report_rows = _timing_pass(ctx)
+                report_rows, errors = _timing_pass(ctx, cands)
                 timed_here = True
                 timings_out = {s: ms for s, ms, _ in report_rows}
             try:
@@ -548,8 +632,22 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
                     continue  # the claim moved on: ask again (a decision may exist now)
                 answer, reason = None, f"report failed: {e}"
                 break
+        if report_rows is not None:
+            failed = {s: _error_line(errors[s]) if s in errors else "inf" for s, _, f in report_rows if f}
+        if report_rows is not None and len(failed) == len(report_rows):
+            # Every candidate failed here: reported as such (the daemon
+            # releases the claim and tells every waiter); this process
+            # raises the candidates' own error, as plain Triton would.
+            _record(info, key_str, None, "failed", True, timed_here=True, timings=timings_out,
+                    note=reason, candidates=cands.candidates, failed=failed)
+            raise _all_failed(info, key_str, cands, errors)
+        if reason is not None and _NOCAND_TEXT in reason:
+            # Another rank's pass failed for every candidate: the daemon's
+            # reason, at once (no config would launch, whatever on_miss).
+            _record(info, key_str, None, "failed", True, note=reason, candidates=cands.candidates)
+            raise PassFailedError(info.kernel, key_str, reason)
         if answer is not None and answer.outcome == _native.OUTCOME_DECIDED:
-            chosen = info.live.get(answer.config or "")
+            chosen = cands.live.get(answer.config or "")
             source = answer.source or _native.SOURCE_TIMED
             if chosen is None:
                 reason = f"the daemon's config {answer.config!r} matches no live candidate"
@@ -558,25 +656,44 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
                       _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
                           answer.outcome, f"unexpected outcome {answer.outcome}")
         if chosen is None:
-            chosen, source, note = _miss(ctx, info, key_str, reason or "no answer")
+            chosen, source, note = _miss(ctx, info, key_str, reason or "no answer", cands)
         if timed_here:
             _triton.finish_pass(tuner, key, ctx.kw, chosen)
 
     chaos = settings.chaos
     if chaos:
-        cands = sorted(info.candidates)
-        if len(cands) > 1:
-            base = cands.index(_triton.config_string(chosen))
+        order = sorted(cands.candidates)
+        cfg = _triton.config_string(chosen)
+        if len(order) > 1 and cfg in cands.live:
+            base = order.index(cfg)
             rank = max(_identity()["rank"], 0)
-            chosen = info.live[cands[(base + 1 + rank) % len(cands)]]
+            chosen = cands.live[order[(base + 1 + rank) % len(order)]]
             note = "chaos: deliberately not the decided config"
 
     dict.__setitem__(cache, key, chosen)
     cfg = _triton.config_string(chosen)
     _record(info, key_str, cfg, _native.SOURCE_NAMES.get(source, str(source)), True, chaos=chaos,
-            timed_here=timed_here, timings=timings_out, note=note)
-    _observe(tuner, info, key, key_str, cfg, source, True, chaos)
+            timed_here=timed_here, timings=timings_out, note=note, candidates=cands.candidates, failed=failed)
+    _observe(tuner, info, key, key_str, cfg, source, True, chaos, candidates=cands.candidates,
+             pruning=_pruning_string(cands) if _triton.has_pruner(tuner) else None)
+    if _audit.enabled():
+        _audit.check(tuner, info.kernel, info.name, key, key_str, chosen, ctx.args, ctx.kw)
     return True
+
+
+def _all_failed(info: _TunerInfo, key_str: str, cands: _Cands, errors: dict) -> BaseException:
+    """The error the designated rank raises when every candidate failed:
+    the first candidate's own exception (annotated), or, when Triton's
+    benchmarker turned every failure into inf itself, a PassFailedError."""
+    for s in cands.candidates:
+        e = errors.get(s)
+        if e is not None:
+            if hasattr(e, "add_note"):
+                e.add_note(f"detd: every candidate of {info.kernel} key {key_str} failed in this timing pass "
+                           f"({len(cands.candidates)} tried); reported so no other rank times it")
+            return e
+    return PassFailedError(info.kernel, key_str, f"all {len(cands.candidates)} candidates failed "
+                           "(out of resources or compile-time assertion: inf timings)")
 
 
 def _after_run(tuner, ctx: _Call):
@@ -627,7 +744,7 @@ def _after_run(tuner, ctx: _Call):
         inv = {v: k for k, v in _native.SOURCE_NAMES.items()}
         governed = bool(rec and rec["governed"])
         _observe(tuner, info, key, key_str, cfg, inv.get(src, _native.SOURCE_LOCAL), governed,
-                 bool(rec and rec.get("chaos")))
+                 bool(rec and rec.get("chaos")), candidates=rec.get("candidates") if rec and governed else None)
 
 
 def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_timings) -> bool:
@@ -635,9 +752,9 @@ def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_t
     from Triton's own pass as a vote. Best effort: a daemon that is down
     costs one warning, never the training run."""
     rows, seen = [], set()
-    for c, t in configs_timings.items():
+    for c, t in configs_timings.items():  # the pruned configs Triton timed
         s = _triton.config_string(c)
-        if s in seen or s not in info.live:
+        if s in seen:
             continue
         seen.add(s)
         ms, failed = _normalize_timing(t)
@@ -647,7 +764,8 @@ def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_t
     except Exception:  # an argument whose str() fails: vote without it
         table_key = None
     try:
-        client().vote(_dkey(info, key_str), cfg, rows, _triton.version(), table_key,
+        client().vote(_dkey(info, key_str, candidates=[r[0] for r in rows] if _triton.has_pruner(tuner) else None),
+                      cfg, rows, _triton.version(), table_key,
                       min(_state.settings.timeout_ms, 10_000))
         return True
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
@@ -672,6 +790,8 @@ def _full_run(tuner, cache, args, kwargs):
     if stack is None:
         stack = _tls.stack = []
     with cache._lock:
+        if _audit.enabled():
+            _audit_known(tuner, cache, args, kwargs)
         stack.append((tuner, args, kwargs))
         try:
             ret = _triton._original_run(tuner, *args, **kwargs)
@@ -682,9 +802,47 @@ def _full_run(tuner, cache, args, kwargs):
             _after_run(tuner, top)
         elif not many:
             _after_run(tuner, _Call(tuner, args, kwargs))
-        if many and _triton.cache_of(tuner) is cache and _info(tuner).governed:
+        if many and _triton.cache_of(tuner) is cache and _info(tuner).governed and _triton.run_is_triton(tuner) \
+                and not _audit.pending(tuner):
             _go_direct(tuner, cache)
     return ret
+
+
+def _audit_known(tuner, cache, args, kwargs):
+    """Audit on: a governed key resolved before the audit was turned on is
+    audited at its next launch (new keys are audited where they resolve)."""
+    if len(_triton.configs(tuner)) <= 1:
+        return
+    info = _info(tuner)
+    if not info.governed:
+        return
+    key = _triton.triton_key(tuner, args, kwargs)
+    if not dict.__contains__(cache, key):
+        return
+    key_str = _canon.key_string(key)
+    if not _audit.audited(info.kernel, key_str):
+        _audit.check(tuner, info.kernel, info.name, key, key_str, dict.__getitem__(cache, key), args, kwargs)
+
+
+def _bypassed(tuner, cls: str, args, kwargs):
+    """A call of an ``Autotuner`` subclass whose own ``run`` never reached
+    ``Autotuner.run``: nothing of it can be governed. Listed and observed
+    (once per key) as ungoverned, with the config it reports as its
+    ``best_config`` when it keeps one."""
+    try:
+        key = _triton.triton_key(tuner, args, kwargs)
+        seen = _observed.get(tuner)
+        if seen is not None and key in seen:
+            return
+        info = _info(tuner)
+        info.why = f"{cls} overrides run without calling Autotuner.run: not governed"
+        key_str = _canon.key_string(key)
+        best = _triton.best_config(tuner)
+        cfg = _triton.config_string(best) if _triton.is_config(best) else "unknown (bypasses Autotuner.run)"
+        _record(info, key_str, cfg, "local", False, note="bypasses Autotuner.run")
+        _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
+    except Exception as e:  # noqa: BLE001 - listing never breaks the caller's launch
+        _warn_once("bypassed", f"detd: cannot list an ungoverned autotuner ({cls}): {e}")
 
 
 def _resolve_direct(tuner, st, cache, key, args, kwargs):
@@ -710,7 +868,7 @@ def _check_version():
 def patch():
     """Patch Triton's ``Autotuner`` once (idempotent; see
     :func:`detd._triton.patch`)."""
-    if _triton.patch(_state, _full_run, _resolve_direct):
+    if _triton.patch(_state, _full_run, _resolve_direct, _bypassed):
         _check_version()
 
 
@@ -731,10 +889,17 @@ def configure(settings: Settings):
 
 
 def records() -> List[dict]:
+    audits = _audit.results()
     with _state.records_lock:
         out = []
         for rec in _state.records.values():
             r = dict(rec)
             r["keys"] = [dict(v) for v in rec["keys"].values()]
+            found = audits.get(rec["kernel"], {})
+            for k in r["keys"]:
+                if k["key"] in found:
+                    k["audit"] = found[k["key"]]
+            if found:
+                r["nondeterministic"] = sorted({a for v in found.values() for a in v.get("differing") or []})
             out.append(r)
         return out

@@ -57,9 +57,16 @@ __all__ = [
     "use_original_run",
     "use_patched_run",
     "run_frame_call",
+    "prune",
+    "has_pruner",
     "time_candidates",
     "finish_pass",
     "direct_tuners",
+    "run_is_triton",
+    "best_config",
+    "named_args",
+    "replay",
+    "ungoverned_classes",
 ]
 
 SUPPORTED = ((3, 3), (3, 9))  # oldest and newest minor release checked
@@ -267,19 +274,53 @@ def run_frame_call(depth: int):
 
 # ---------------------------------------------------------------- timing
 
-def time_candidates(tuner, args, kwargs) -> dict:
-    """Time every pruned candidate with the tuner's own ``_bench`` (Triton's
-    benchmarker or the kernel's ``do_bench=``), as Triton's ``benchmark()``
-    does, and set ``configs_timings`` and ``bench_time``. Returns
-    ``Config -> timing`` (a float or a list of them)."""
+def has_pruner(tuner) -> bool:
+    """Whether the autotuner prunes its configs per call
+    (``early_config_prune`` or ``perf_model``, the two halves of
+    ``prune_configs_by``)."""
+    return bool(getattr(tuner, "early_config_prune", None) or getattr(tuner, "perf_model", None))
+
+
+def prune(tuner, args, kwargs) -> List[Any]:
+    """The configs Triton would benchmark for this call: the tuner's own
+    ``prune_configs`` (``early_config_prune``, then ``perf_model`` with its
+    ``top_k``), run as Triton's ``run`` runs it (``nargs`` set first). The
+    list may hold objects that are not in ``tuner.configs`` (pruners that
+    build new ``Config`` objects): those are the live candidates. Raises
+    whatever the pruner raises."""
     tuner.nargs = dict(zip(tuner.arg_names, args))
     _tls.skip = None
-    pruned = _original_prune(tuner, kwargs)
+    return list(_original_prune(tuner, kwargs))
+
+
+def time_candidates(tuner, args, kwargs, pruned) -> tuple:
+    """Time each config of ``pruned`` (the list :func:`prune` returned) with
+    the tuner's own ``_bench`` (Triton's benchmarker or the kernel's
+    ``do_bench=``), as Triton's ``benchmark()`` does, and set
+    ``configs_timings`` and ``bench_time``.
+
+    Triton's ``_bench`` turns out-of-resources and compile-time assertion
+    failures into ``inf`` itself; any other exception a candidate raises
+    while compiling or running (a compile error, an API the installed
+    Triton lacks) is caught here, the candidate counts as failed (``inf``,
+    as Triton's benchmarker treats the ones it knows), and the exception is
+    returned so the caller can raise it when every candidate failed.
+    Returns ``(timings, errors)``: ``Config -> timing`` (a float or a list
+    of them) and ``Config -> exception``."""
+    tuner.nargs = dict(zip(tuner.arg_names, args))
+    _tls.skip = None
     start = time.time()
-    timings = {config: tuner._bench(*args, config=config, **kwargs) for config in pruned}
+    timings, errors = {}, {}
+    for config in pruned:
+        try:
+            timings[config] = tuner._bench(*args, config=config, **kwargs)
+        except Exception as e:  # noqa: BLE001 - every failure counts, as inf
+            errors[config] = e
+            timings[config] = [float("inf"), float("inf"), float("inf")]
+        tuner.nargs = dict(zip(tuner.arg_names, args))  # a hook may have cleared it
     tuner.bench_time = time.time() - start
     tuner.configs_timings = timings
-    return timings
+    return timings, errors
 
 
 def finish_pass(tuner, key, kwargs, chosen):
@@ -301,6 +342,90 @@ def finish_pass(tuner, key, kwargs, chosen):
              cache_hit=False)
 
 
+def best_config(tuner):
+    """``tuner.best_config`` (the config of its last launch), or None."""
+    return getattr(tuner, "best_config", None)
+
+
+def named_args(tuner, args, kwargs) -> dict:
+    """The call's arguments by name (positional ones by ``arg_names``),
+    the way Triton's ``run`` builds ``nargs``, plus the keyword ones."""
+    return {**dict(zip(tuner.arg_names, args)), **kwargs}
+
+
+def replay(tuner, config, args, kwargs):
+    """Launch the kernel once with ``config`` the way Triton's ``run``
+    launches a resolved key: the config's ``pre_hook`` on the call's named
+    arguments, then the function under the autotuner (heuristics and all)
+    with the config's meta-parameters. No timing, no cache, no autotuner
+    hooks (Triton runs those only while benchmarking)."""
+    nargs = dict(zip(tuner.arg_names, args))
+    if config.pre_hook is not None:
+        config.pre_hook({**nargs, **kwargs, **config.all_kwargs()})
+    return tuner.fn.run(*args, **kwargs, **config.all_kwargs())
+
+
+# ---------------------------------------------------------------- coverage
+
+def run_is_triton(tuner) -> bool:
+    """Whether the tuner's class uses ``Autotuner.run`` itself (no subclass
+    override): only such tuners may launch through Triton's own run bound
+    to the instance (an instance-level ``run`` would skip the override)."""
+    return getattr(type(tuner), "run", None) is _patched_run
+
+
+def _subclasses(cls):
+    out, todo = [], list(cls.__subclasses__())
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(c.__subclasses__())
+    return out
+
+
+def ungoverned_classes() -> List[str]:
+    """``module.qualname`` of every ``Autotuner`` subclass that overrides
+    ``run`` (watched: a call of theirs that never reaches ``Autotuner.run``
+    is reported as ungoverned)."""
+    from triton.runtime import autotuner as at
+
+    return sorted(f"{c.__module__}.{c.__qualname__}" for c in _subclasses(at.Autotuner) if "run" in c.__dict__)
+
+
+def _watch_subclass(cls):
+    """Wrap the ``run`` a subclass defines: a call that returns without
+    having reached the patched ``Autotuner.run`` (the subclass does its own
+    thing) is handed to the hook's ``bypassed`` callback, so the tuner is
+    listed and observed as ungoverned instead of being missed silently."""
+    orig = cls.__dict__.get("run")
+    if orig is None or getattr(orig, "__detd_original__", None) is not None or not callable(orig):
+        return
+
+    def run(self, *args, **kwargs):
+        prev = _tls.__dict__.get("reached")
+        _tls.reached = False
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            reached = _tls.__dict__.get("reached")
+            _tls.reached = bool(prev) or bool(reached)  # an enclosing watched run reached it too
+            if not reached and _state is not None and _state.active and _bypassed is not None:
+                _bypassed(self, cls.__module__ + "." + cls.__qualname__, args, kwargs)
+
+    run.__detd_original__ = orig
+    run.__name__, run.__qualname__, run.__doc__ = orig.__name__, orig.__qualname__, orig.__doc__
+    run.__wrapped__ = orig
+    setattr(cls, "run", run)
+
+
+def _on_subclass(cls, **kw):
+    super(_autotuner_class, cls).__init_subclass__(**kw)
+    _watch_subclass(cls)
+
+
+_autotuner_class = None
+
+
 # ---------------------------------------------------------------- the patches
 
 _original_run = None
@@ -315,13 +440,16 @@ _tls = threading.local()
 _state = None
 _full_run = None
 _resolve_direct = None
+_bypassed = None
 
 
 def _patched_run(self, *args, **kwargs):
     """``Autotuner.run`` once patched (installed as is: no extra frame).
 
     Inactive, or a tuner on the direct path called through the class:
-    Triton's run. Otherwise the hook's full path, given the tuner's cache."""
+    Triton's run. Otherwise the hook's full path, given the tuner's cache.
+    Marks the call as reached for a watched subclass's ``run``."""
+    _tls.reached = True
     if not _state.active or self in direct_tuners:
         return _original_run(self, *args, **kwargs)
     return _full_run(self, self.__dict__.get("cache"), args, kwargs)
@@ -374,7 +502,7 @@ def _patched_bench(self, *args, config, **meta):
     return _original_bench(self, *args, config=config, **meta)
 
 
-def patch(state, full_run, resolve_direct) -> bool:
+def patch(state, full_run, resolve_direct, bypassed=None) -> bool:
     """Patch ``Autotuner.run``, ``prune_configs`` and ``_bench`` of
     ``triton.runtime.autotuner`` once (idempotent).
 
@@ -383,13 +511,19 @@ def patch(state, full_run, resolve_direct) -> bool:
     what Triton's run returns; ``resolve_direct(tuner, st, cache, key,
     args, kwargs)`` (``st``: the tuner's value in :data:`direct_tuners`)
     resolves a new key of a direct tuner and returns the live config to
-    launch, or None to leave it to Triton. Returns True when this
-    call patched the class, False when it was patched already."""
+    launch, or None to leave it to Triton; ``bypassed(tuner, cls, args,
+    kwargs)`` is told of a call of an ``Autotuner`` subclass whose own
+    ``run`` never reached ``Autotuner.run`` (subclasses defined before and
+    after this call are watched). Returns True when this call patched the
+    class, False when it was patched already."""
     global _original_run, _original_prune, _original_bench, _single_config_benched
-    global _state, _full_run, _resolve_direct
+    global _state, _full_run, _resolve_direct, _bypassed, _autotuner_class
     from triton.runtime import autotuner as at
 
-    _state, _full_run, _resolve_direct = state, full_run, resolve_direct
+    _state, _full_run, _resolve_direct, _bypassed = state, full_run, resolve_direct, bypassed
+    _autotuner_class = at.Autotuner
+    for c in _subclasses(at.Autotuner):
+        _watch_subclass(c)
     current = at.Autotuner.run
     if getattr(current, "__detd_original__", None) is not None:
         _original_run = current.__detd_original__
@@ -408,4 +542,6 @@ def patch(state, full_run, resolve_direct) -> bool:
     at.Autotuner.prune_configs = _patched_prune
     at.Autotuner._bench = _patched_bench
     at.Autotuner.run = _patched_run
+    if "__init_subclass__" not in at.Autotuner.__dict__:
+        at.Autotuner.__init_subclass__ = classmethod(_on_subclass)
     return True

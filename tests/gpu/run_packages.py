@@ -1,0 +1,175 @@
+"""The package run: autotuners as packages write them, on one GPU.
+
+    python3 tests/gpu/run_packages.py [--procs 8] [--packages gemlite,liger,mamba,fla] [--quick] [--out DIR]
+
+Per package: N processes at once with default Triton, then N under detd
+(run 1, coordinated), then N again against the same store (the rerun, with
+the determinism audit on in rank 0), then one fresh default process that
+times detd's configs against its own fresh autotune. Prints one table:
+keys disagreeing (default / detd), outputs with more than one digest
+(default / detd, over run 1 and the rerun together), timing passes (run 1 /
+rerun), kernel time of detd's configs over a fresh timed autotune, the
+audit's list, and the errors of ops that failed.
+
+Packages: wheels installed with
+``pip install --no-index --no-deps --target /tmp/site .whl/*.whl``
+(liger-kernel, fla-core; $DETD_PKG_SITE names another directory), and
+unpacked source in .pkgsrc/ (mamba_ssm, gemlite-0.6.0.post2/gemlite).
+Each package runs in its own try block: one that fails prints its error
+line and the others go on. Binaries: .gpu/ from tests/gpu/bundle.sh (as
+run_gpu.py). --quick: 4 processes, fewer ops and shapes, no kernel-time
+comparison. The whole run is sized for about 8 minutes (Triton's compile
+cache is shared by every process of a package, so only the first run
+compiles).
+"""
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from run_gpu import Daemon, counter, env_for  # noqa: E402
+
+PACKAGES = ("gemlite", "liger", "mamba", "fla")
+
+
+def procs(n, package, mode, work, tag, quick, extra=None, per_rank=None, args=(), timeout=480):
+    ps = []
+    for r in range(n):
+        out = os.path.join(work, f"{tag}_r{r}.json")
+        e = env_for({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n),
+                     "TRITON_CACHE_DIR": os.path.join(work, "triton-cache"), **(extra or {}),
+                     **((per_rank or (lambda i: {}))(r))})
+        log = open(os.path.join(work, f"{tag}_r{r}.log"), "w")
+        cmd = [sys.executable, os.path.join(HERE, "pkg_worker.py"), "--package", package, "--mode", mode,
+               "--out", out, *(["--quick"] if quick else []), *args]
+        ps.append((subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT), out, log))
+    res = []
+    deadline = time.time() + timeout
+    for p, out, log in ps:
+        try:
+            rc = p.wait(max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+        log.close()
+        if rc != 0 or not os.path.exists(out):
+            tail = open(log.name).read()[-1500:]
+            raise RuntimeError(f"{tag}: a worker exited {rc}; last output:\n{tail}")
+        res.append(json.load(open(out)))
+    return res
+
+
+def spread(results, field):
+    vals = collections.defaultdict(set)
+    for r in results:
+        for k, v in r[field].items():
+            vals[k].add(v)
+    return vals
+
+
+def run_package(pkg, a, root):
+    work = tempfile.mkdtemp(prefix=f"{pkg}-", dir=root)
+    row = dict(package=pkg)
+    t0 = time.time()
+    default = procs(a.procs, pkg, "default", work, "default", a.quick)
+    row["errors"] = sorted({f"{op}: {err}" for r in default for op, err in r["errors"].items()})
+    cd, dd = spread(default, "configs"), spread(default, "digests")
+    row["keys"] = len(cd)
+    row["default_disagree"] = sum(1 for v in cd.values() if len(v) > 1)
+    row["default_multi_digest"] = sum(1 for v in dd.values() if len(v) > 1)
+    row["default_passes"] = sum(r["passes"] for r in default)
+
+    d = Daemon(os.path.join(work, "detd"))
+    try:
+        run1 = procs(a.procs, pkg, "detd", work, "detd1", a.quick, extra={"DETD_MODE": "coordinated"})
+        st1 = d.status()
+        rerun = procs(a.procs, pkg, "detd", work, "detd2", a.quick, extra={"DETD_MODE": "coordinated"},
+                      per_rank=lambda r: {"DETD_AUDIT": "1"} if r == 0 else {})
+        st2 = d.status()
+        v = d.detctl("verify", "--json")
+        verify = json.loads(v.stdout) if v.stdout.strip() else {}
+    finally:
+        d.stop()
+    both = run1 + rerun
+    c2, d2 = spread(both, "configs"), spread(both, "digests")
+    row["detd_keys"] = len(c2)
+    row["detd_disagree"] = sum(1 for v in c2.values() if len(v) > 1)
+    multi = sorted(k for k, v in d2.items() if len(v) > 1)
+    row["detd_multi_digest"] = multi
+    row["passes_run1"] = counter(st1, "timing_passes")
+    row["passes_rerun"] = counter(st2, "timing_passes") - counter(st1, "timing_passes")
+    row["client_passes"] = (sum(r["passes"] for r in run1), sum(r["passes"] for r in rerun))
+    row["verify_ok"] = bool(verify.get("ok"))
+    row["verify_divergences"] = [f"{x.get('kernel')}: {x.get('reason')}" for x in verify.get("divergences", [])][:5]
+    row["audit"] = sorted({f"{x['name']} ({', '.join(x['differing']) or x['status']})"
+                           for x in (rerun[0].get("audit") or [])})
+    row["ungoverned"] = sorted({u for r in both for u in r.get("ungoverned", [])})
+    row["errors"] += sorted({f"detd {op}: {err}" for r in both for op, err in r["errors"].items()})
+
+    if not a.quick:
+        cfg = os.path.join(work, "detd-configs.json")
+        json.dump({k: next(iter(v)) for k, v in c2.items() if len(v) == 1}, open(cfg, "w"))
+        (fresh,) = procs(1, pkg, "default", work, "fresh", a.quick, args=["--compare", cfg])
+        f_ms = sum(x["fresh_ms"] for x in fresh["compare"])
+        d_ms = sum(x["detd_ms"] for x in fresh["compare"])
+        row["time_ratio"] = d_ms / f_ms if f_ms > 0 else None
+        row["time_entries"] = len(fresh["compare"])
+    row["seconds"] = round(time.time() - t0, 1)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--procs", type=int, default=None)
+    ap.add_argument("--packages", default=",".join(PACKAGES))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    if a.procs is None:
+        a.procs = 4 if a.quick else 8
+    wanted = [p.strip() for p in a.packages.split(",") if p.strip()]
+    bad = [p for p in wanted if p not in PACKAGES]
+    if bad:
+        raise SystemExit(f"unknown package(s) {bad}: choose from {','.join(PACKAGES)}")
+    root = a.out or tempfile.mkdtemp(prefix="detd-pkgs-")
+    os.makedirs(root, exist_ok=True)
+    rows = []
+    for pkg in wanted:
+        try:
+            rows.append(run_package(pkg, a, root))
+        except Exception as e:  # noqa: BLE001 - one package failing leaves the others
+            print(f"{pkg}: ERROR: {type(e).__name__}: {e}", flush=True)
+            rows.append(dict(package=pkg, failed=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"))
+    json.dump(rows, open(os.path.join(root, "packages.json"), "w"), indent=1)
+
+    print(f"\n{a.procs} processes per run, Triton default vs detd (run 1 + rerun){' [quick]' if a.quick else ''}")
+    hdr = ("package", "keys", "disagree def/detd", "multi-digest def/detd", "passes run1/rerun", "time detd/fresh",
+           "verify", "audit: nondeterministic")
+    print(" | ".join(hdr))
+    print(" | ".join("---" for _ in hdr))
+    for r in rows:
+        if "failed" in r:
+            print(f"{r['package']} | FAILED: {r['failed']}")
+            continue
+        ratio = f"{r['time_ratio']:.3f}x ({r['time_entries']} keys)" if r.get("time_ratio") else "-"
+        print(" | ".join(str(x) for x in (
+            r["package"], r["detd_keys"], f"{r['default_disagree']}/{r['detd_disagree']}",
+            f"{r['default_multi_digest']}/{len(r['detd_multi_digest'])}", f"{r['passes_run1']}/{r['passes_rerun']}",
+            ratio, "ok" if r["verify_ok"] else "FAIL", "; ".join(r["audit"]) or "none")))
+    for r in rows:
+        for k in ("detd_multi_digest", "verify_divergences", "ungoverned", "errors"):
+            if r.get(k):
+                print(f"{r['package']} {k}: {r[k]}")
+    print(f"\nresults: {root}/packages.json")
+
+
+if __name__ == "__main__":
+    main()
