@@ -326,6 +326,33 @@ int decide_fast(struct daemon *d, struct rpc_event *ev) {
     return 1;
 }
 
+/*
+ * A key whose timing pass failed on every candidate: answer call
+ * FAILED_PRECONDITION with the recorded failure (the same words every
+ * waiter got), so that a rerun of the same code fails at once instead of
+ * timing again; a new code guard is a new id and `detctl reset` clears
+ * it. Returns 1 when it answered, 0 when id has no failure recorded.
+ */
+static int answer_failed_pass(struct daemon *d, rpc_call *call,
+                              const char *id) {
+    struct store_failure f;
+    int rc = store_get_failure(d->store, id, &f);
+    if (rc == DETD_ENOTFOUND)
+        return 0;
+    if (rc != 0) {
+        rpc_fail(call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        return 1;
+    }
+    d->counters.failed_pass_answers++;
+    rpc_fail(call, RPC_FAILED_PRECONDITION,
+             "%s (the timing pass of key %.12s by rank %d pid %d on %s); "
+             "not timed again until the kernel's code changes or detctl "
+             "reset clears it",
+             f.reason, id, (int)f.by_rank, (int)f.by_pid, f.by_host);
+    store_failure_clear(&f);
+    return 1;
+}
+
 /* See decide.h. */
 void decide_decide(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__DecideRequest *req = (Detd__V1__DecideRequest *)ev->msg;
@@ -349,6 +376,8 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
         goto free_msg;
     }
+    if (answer_failed_pass(d, ev->call, vk.id))
+        goto free_msg;
     char what[512];
     struct imports_result ir;
     rc = imports_find(d, ev->call, vk.ns, vk.k, &ir);
@@ -523,6 +552,35 @@ static void report_rejected(struct daemon *d, rpc_call *call,
     rpc_fail(call, RPC_INVALID_ARGUMENT, "%s", why);
 }
 
+/* Keep the failure of the pass on vk (every candidate failed) for the
+ * askers that come after (answer_failed_pass()). A store that cannot keep
+ * it only costs a rerun its timing pass: logged, not answered. */
+static void record_failed_pass(struct daemon *d, const struct vkey *vk,
+                               const Detd__V1__ClientIdentity *c,
+                               const char *why) {
+    struct store_failure f = {
+        .id = (char *)vk->id,
+        .ns = (char *)vk->ns,
+        .arch = vk->k->arch,
+        .kernel = vk->k->kernel,
+        .key = vk->k->key ? vk->k->key : "",
+        .reason = (char *)why,
+        .by_host = c != NULL && c->host != NULL ? c->host : "",
+        .by_pid = c != NULL ? c->pid : 0,
+        .by_rank = c != NULL ? c->rank : -1,
+        .at_ms = clock_unix_ms(),
+    };
+    if (store_put_failure(d->store, &f) != 0) {
+        log_error("record the failed timing pass of key %.12s: %s", vk->id,
+                  store_errmsg(d->store));
+        return;
+    }
+    d->counters.failed_passes++;
+    log_warn("timing pass of %s key %s failed on every candidate: %s; "
+             "recorded, not timed again until its code changes or a reset",
+             vk->k->kernel, vk->k->key ? vk->k->key : "", why);
+}
+
 /* See decide.h. */
 void decide_report(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__ReportRequest *req = (Detd__V1__ReportRequest *)ev->msg;
@@ -635,9 +693,11 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
                                vk.k->n_candidates);
     free(et);
     if (w < 0) {
-        report_rejected(d, ev->call, &vk, req->claim_id,
-                        "timings: no candidate has a valid timing (all "
-                        "failed, empty or not finite)");
+        static const char all_failed[] =
+            "timings: no candidate has a valid timing "
+            "(all failed, empty or not finite)";
+        record_failed_pass(d, &vk, req->client, all_failed);
+        report_rejected(d, ev->call, &vk, req->claim_id, all_failed);
         goto free_msg;
     }
     const Detd__V1__ClientIdentity *c = req->client;

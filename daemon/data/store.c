@@ -106,6 +106,13 @@ static const struct store_migration store_migrations[] = {
         "ALTER TABLE observations ADD COLUMN peer_uid INTEGER NOT NULL"
         " DEFAULT -1;"
         "ALTER TABLE observations ADD COLUMN node TEXT NOT NULL DEFAULT '';"},
+    /* Timing passes in which every candidate failed (store_failure.c): a
+     * rerun of the same code gets the failure instead of timing again. */
+    {5, "CREATE TABLE failures ("
+        " id TEXT PRIMARY KEY, ns TEXT NOT NULL, arch TEXT NOT NULL,"
+        " kernel TEXT NOT NULL, key TEXT NOT NULL, reason TEXT NOT NULL,"
+        " by_host TEXT NOT NULL, by_pid INTEGER NOT NULL,"
+        " by_rank INTEGER NOT NULL, at_ms INTEGER NOT NULL);"},
 };
 
 #define STORE_SCHEMA_VERSION                                                   \
@@ -736,10 +743,14 @@ int store_reset(store *s, const char *ns, const char *kernel,
     static const char op[] = "reset decisions";
     if (s == NULL || ns == NULL)
         return store_einval(s, op, "ns is NULL");
-    sqlite3_stmt *del_obs = NULL, *del_dec = NULL;
+    sqlite3_stmt *del_fail = NULL, *del_obs = NULL, *del_dec = NULL;
     uint64_t removed = 0;
     int err;
     if ((err = store_prepare(s,
+                             "DELETE FROM failures WHERE ns = ?1"
+                             " AND (?2 IS NULL OR kernel = ?2)",
+                             0, &del_fail, op)) < 0 ||
+        (err = store_prepare(s,
                              "DELETE FROM observations WHERE id IN"
                              " (SELECT id FROM decisions WHERE ns = ?1"
                              "  AND (?2 IS NULL OR kernel = ?2))",
@@ -749,16 +760,18 @@ int store_reset(store *s, const char *ns, const char *kernel,
                              " AND (?2 IS NULL OR kernel = ?2)",
                              0, &del_dec, op)) < 0)
         goto out;
-    sqlite3_stmt *sts[] = {del_obs, del_dec};
-    for (int i = 0; i < 2; i++)
+    /* Failed passes go with the decisions: a reset times the key again. */
+    sqlite3_stmt *sts[] = {del_fail, del_obs, del_dec};
+    for (int i = 0; i < 3; i++)
         if ((err = store_bind_text(s, sts[i], 1, ns, op)) < 0 ||
             (kernel != NULL &&
              (err = store_bind_text(s, sts[i], 2, kernel, op)) < 0))
             goto out;
     if ((err = store_begin(s, op)) < 0)
         goto out;
-    /* Observations first: the subquery needs the decisions still there. */
-    for (int i = 0; i < 2; i++) {
+    /* Observations before decisions: the subquery needs the decisions
+     * still there. The decisions go last: removed counts them. */
+    for (int i = 0; i < 3; i++) {
         int rc = sqlite3_step(sts[i]);
         if (rc != SQLITE_DONE) {
             err = store_fail(s, rc, op);
@@ -773,6 +786,7 @@ int store_reset(store *s, const char *ns, const char *kernel,
 out:
     if (err < 0)
         store_rollback(s);
+    sqlite3_finalize(del_fail);
     sqlite3_finalize(del_obs);
     sqlite3_finalize(del_dec);
     return err;

@@ -304,8 +304,36 @@ int store_set_meta(store *s, const char *name, const char *value);
  */
 int store_check(store *s);
 
+/* A timing pass in which every candidate failed, kept so that a rerun of
+ * the same code (the same decision id) gets the failure at once instead of
+ * timing again. Strings borrowed from the caller (put) or owned by the
+ * row (get: store_failure_clear()). */
+struct store_failure {
+    char *id;
+    char *ns;
+    char *arch;
+    char *kernel;
+    char *key;
+    char *reason; /* why the pass failed, as the daemon answered it */
+    char *by_host;
+    int32_t by_pid;
+    int32_t by_rank;
+    int64_t at_ms; /* unix time */
+};
+
+/* Record f (replacing an older record of its id). Returns 0 or an error
+ * (-ENOSPC when the disk is full). */
+int store_put_failure(store *s, const struct store_failure *f);
+
+/* The failure recorded for decision id into *ret (clear with
+ * store_failure_clear()). Returns 0, DETD_ENOTFOUND, or an error. */
+int store_get_failure(store *s, const char *id, struct store_failure *ret);
+
+/* Free the strings of a row filled by store_get_failure(). NULL: no-op. */
+void store_failure_clear(struct store_failure *f);
+
 /* Tables store_repair() salvages, in this order. */
-#define STORE_REPAIR_TABLES 4
+#define STORE_REPAIR_TABLES 5
 
 /* What store_repair() kept of each table. */
 struct store_repair_report {
@@ -323,10 +351,10 @@ struct store_repair_report {
  * The damaged file (and its -wal, if any) stays readable under aside (a
  * hard link made first, so path never disappears); the fresh file is
  * built as path + ".repair" and renamed over path only once it is
- * complete and durable. Every row of decisions, votes, imports and
- * observations that reads back and passes the checks store_open()'s
- * readers apply is kept; the meta table is not copied (the etcd backend
- * then resyncs in full, which brings back decisions lost here). No
+ * complete and durable. Every row of decisions, votes, imports,
+ * observations and failures that reads back and passes the checks
+ * store_open()'s readers apply is kept; the meta table is not copied (the etcd
+ * backend then resyncs in full, which brings back decisions lost here). No
  * handle may be open on path. Returns 0 with *ret filled, or an error
  * with *ret_errmsg (if not NULL) a heap string naming the file and the
  * cause (the caller free()s it; NULL on success): -errno for a file

@@ -100,6 +100,7 @@ static const struct salvage_table {
     {"imports", NULL, NULL, "sqlite_autoindex_imports_1"},
     {"observations", OBSERVATION_COLS, check_observation,
      "sqlite_autoindex_observations_1"},
+    {"failures", NULL, NULL, "sqlite_autoindex_failures_1"},
 };
 
 struct salvage {

@@ -117,6 +117,13 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
             "Table reloads that failed as a whole (the previous set stayed "
             "in use).",
             c->table_reload_failures);
+    counter(&b, "detd_failed_passes_total",
+            "Timing passes in which every candidate failed (recorded: the key "
+            "is not timed again until its code changes or a reset).",
+            c->failed_passes);
+    counter(&b, "detd_failed_pass_answers_total",
+            "Decide calls answered with a recorded failed pass.",
+            c->failed_pass_answers);
     counter(&b, "detd_timing_passes_total",
             "Designations: a rank was told to time the candidates of a key.",
             c->designations);

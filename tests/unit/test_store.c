@@ -248,10 +248,10 @@ TEST(open_close_reopen_keeps_data) {
     /* The schema and its bookkeeping, seen from outside. */
     char v[64];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "4");
+    CHECK_STR(v, "5");
     sql_on_side(path, "SELECT value FROM meta WHERE name = 'schema_version'", v,
                 sizeof v);
-    CHECK_STR(v, "4");
+    CHECK_STR(v, "5");
     sql_on_side(path,
                 "SELECT CAST(value AS INTEGER) > 1600000000000 FROM meta"
                 " WHERE name = 'created_at_ms'",
@@ -626,22 +626,22 @@ TEST(count_by_source) {
 TEST(newer_schema_version_is_refused_naming_both_versions) {
     const char *path = tmp_path("s.db");
     store_close(open_ok(path));
-    sql_on_side(path, "PRAGMA user_version = 5", NULL, 0);
+    sql_on_side(path, "PRAGMA user_version = 6", NULL, 0);
 
     store *s = (store *)0x1;
     char *msg = NULL;
     CHECK_EQ_INT(store_open(path, &s, &msg), DETD_ECORRUPT);
     CHECK(s == (store *)0x1);
     CHECK(msg != NULL);
+    CHECK(strstr(msg, "version 6") != NULL);
     CHECK(strstr(msg, "version 5") != NULL);
-    CHECK(strstr(msg, "version 4") != NULL);
     CHECK(strstr(msg, path) != NULL);
     free(msg);
 
-    /* Nothing was changed: a build that knows version 5 still finds it. */
+    /* Nothing was changed: a build that knows version 6 still finds it. */
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "5");
+    CHECK_STR(v, "6");
     /* ret_errmsg is optional. */
     CHECK_EQ_INT(store_open(path, &s, NULL), DETD_ECORRUPT);
     tmp_cleanup();
@@ -908,6 +908,67 @@ TEST(meta_set_get_replace_and_survive_reopen) {
     CHECK_EQ_INT(store_get_meta(s, "created_by", &v), 0);
     CHECK(strncmp(v, "detd ", 5) == 0);
     free(v);
+    store_close(s);
+    tmp_cleanup();
+}
+
+TEST(failed_passes_are_kept_and_reset_with_their_kernel) {
+    store *s = open_ok(tmp_path("s.db"));
+    const char *ids[] = {"fa", "fb", "fc"};
+    const char *kernels[] = {"k:a", "k:b", "k:a"};
+    const char *nss[] = {"ns1", "ns1", "ns2"};
+    for (int i = 0; i < 3; i++) {
+        struct store_failure f = {.id = (char *)ids[i],
+                                  .ns = (char *)nss[i],
+                                  .arch = "sm90",
+                                  .kernel = (char *)kernels[i],
+                                  .key = "[i:1]",
+                                  .reason = "every candidate failed",
+                                  .by_host = "h1",
+                                  .by_pid = 40 + i,
+                                  .by_rank = i,
+                                  .at_ms = 1000 + i};
+        CHECK_EQ_INT(store_put_failure(s, &f), 0);
+    }
+    struct store_failure got;
+    CHECK_EQ_INT(store_get_failure(s, "fb", &got), 0);
+    CHECK_STR(got.kernel, "k:b");
+    CHECK_STR(got.reason, "every candidate failed");
+    CHECK_STR(got.by_host, "h1");
+    CHECK_EQ_INT(got.by_pid, 41);
+    CHECK_EQ_INT(got.by_rank, 1);
+    CHECK_EQ_INT(got.at_ms, 1001);
+    store_failure_clear(&got);
+    CHECK_EQ_INT(store_get_failure(s, "nope", &got), DETD_ENOTFOUND);
+    /* A second failure of the same key replaces the first. */
+    struct store_failure again = {.id = "fb",
+                                  .ns = "ns1",
+                                  .arch = "sm90",
+                                  .kernel = "k:b",
+                                  .key = "[i:1]",
+                                  .reason = "again",
+                                  .by_host = "h2",
+                                  .by_pid = 9,
+                                  .by_rank = 5,
+                                  .at_ms = 2000};
+    CHECK_EQ_INT(store_put_failure(s, &again), 0);
+    CHECK_EQ_INT(store_get_failure(s, "fb", &got), 0);
+    CHECK_STR(got.reason, "again");
+    store_failure_clear(&got);
+    /* A reset of a kernel forgets its failures (and only its, in its
+     * namespace): the key is timed again. */
+    uint64_t removed = 99;
+    CHECK_EQ_INT(store_reset(s, "ns1", "k:a", &removed), 0);
+    CHECK_EQ_INT(removed, 0); /* decisions: none */
+    CHECK_EQ_INT(store_get_failure(s, "fa", &got), DETD_ENOTFOUND);
+    CHECK_EQ_INT(store_get_failure(s, "fb", &got), 0);
+    store_failure_clear(&got);
+    CHECK_EQ_INT(store_get_failure(s, "fc", &got), 0);
+    store_failure_clear(&got);
+    CHECK_EQ_INT(store_reset(s, "ns1", NULL, &removed), 0);
+    CHECK_EQ_INT(store_get_failure(s, "fb", &got), DETD_ENOTFOUND);
+    CHECK_EQ_INT(store_get_failure(s, "fc", &got), 0);
+    store_failure_clear(&got);
     store_close(s);
     tmp_cleanup();
 }

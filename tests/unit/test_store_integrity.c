@@ -90,6 +90,21 @@ static void fill_store(const char *path) {
                                           .governed = 1};
     }
     CHECK_EQ_INT(store_put_observations(s, o, 5), 0);
+    for (int i = 0; i < 2; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "failed%d", i);
+        struct store_failure f = {.id = id,
+                                  .ns = "default",
+                                  .arch = "sm90",
+                                  .kernel = "m:k@0123456789abcdef",
+                                  .key = "[i:1]",
+                                  .reason = "no candidate has a valid timing",
+                                  .by_host = "h",
+                                  .by_pid = 7,
+                                  .by_rank = 1,
+                                  .at_ms = 1000 + i};
+        CHECK_EQ_INT(store_put_failure(s, &f), 0);
+    }
     CHECK_EQ_INT(store_set_meta(s, "etcd_revision", "42"), 0);
     store_close(s);
 }
@@ -154,8 +169,9 @@ TEST(repair_of_a_sound_store_keeps_every_row_of_every_table) {
     char *msg = NULL;
     CHECK_EQ_INT(store_repair(path, aside, &rep, &msg), 0);
     CHECK(msg == NULL);
-    const char *names[] = {"decisions", "votes", "imports", "observations"};
-    const uint64_t want[] = {N_DEC, 3, 2, 5};
+    const char *names[] = {"decisions", "votes", "imports", "observations",
+                           "failures"};
+    const uint64_t want[] = {N_DEC, 3, 2, 5, 2};
     for (int i = 0; i < STORE_REPAIR_TABLES; i++) {
         CHECK_STR(rep.t[i].table, names[i]);
         CHECK_EQ_INT(rep.t[i].kept, want[i]);
