@@ -175,6 +175,20 @@ def read_symbols(nm, obj):
 
 # ------------------------------------------------------------------- includes
 
+def git_ignored(root, paths):
+    """The paths git ignores under root (build trees a tool left in the
+    source tree, e.g. pip's client/python/build/); none outside a repo."""
+    if not paths or not os.path.isdir(os.path.join(root, ".git")) and \
+            not os.path.isfile(os.path.join(root, ".git")):
+        return set()
+    try:
+        p = subprocess.run(["git", "-C", root, "check-ignore", "--stdin"], input="\n".join(paths),
+                           capture_output=True, text=True)
+    except OSError:
+        return set()
+    return set(p.stdout.split("\n")) - {""}
+
+
 def scan_files(tree, dirs, exts):
     found = []
     for top in dirs:
@@ -184,7 +198,8 @@ def scan_files(tree, dirs, exts):
             for name in sorted(filenames):
                 if name.endswith(exts):
                     found.append(os.path.join(dirpath, name))
-    return found
+    ignored = git_ignored(tree.root, [os.path.relpath(f, tree.root) for f in found])
+    return [f for f in found if os.path.relpath(f, tree.root) not in ignored]
 
 
 def resolve_include(name, includer, own_dirs, all_dirs):
