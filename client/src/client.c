@@ -496,9 +496,9 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
             req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0;
             /* Let the daemon answer OUTCOME_TIMEOUT before our deadline. */
             int64_t margin = left / 10 < 1000 ? left / 10 : 1000;
-            req.wait_ms = (uint32_t)(left - margin > UINT32_MAX
-                                         ? UINT32_MAX
-                                         : left - margin);
+            req.wait_ms =
+                (uint32_t)(left - margin > UINT32_MAX ? UINT32_MAX
+                                                      : left - margin);
             rc = wire_unary(ch, WIRE_METHOD_DECIDE, &req.base,
                             &detd__v1__decide_response__descriptor, left,
                             (ProtobufCMessage **)&resp);

@@ -310,10 +310,9 @@ static void *session_thread_(void *arg) {
             pthread_mutex_unlock(&s->mu);
             uint64_t sid = 0;
             uint32_t lease = 0;
-            int rc = session_attach_(s, ch,
-                                     clock_mono_ms() +
-                                         2 * SESSION_BACKOFF_MAX_MS,
-                                     &st, &sid, &lease);
+            int rc = session_attach_(
+                s, ch, clock_mono_ms() + 2 * SESSION_BACKOFF_MAX_MS, &st, &sid,
+                &lease);
             pthread_mutex_lock(&s->mu);
             if (rc == 0 && s->stopping) {
                 s->state = SESSION_IDLE;
@@ -329,8 +328,7 @@ static void *session_thread_(void *arg) {
             s->state = SESSION_IDLE;
             s->attach_failures++;
             s->last_err = rc;
-            snprintf(s->last_msg, sizeof(s->last_msg), "%s",
-                     wire_last_error());
+            snprintf(s->last_msg, sizeof(s->last_msg), "%s", wire_last_error());
             if (s->down_since == 0)
                 s->down_since = clock_mono_ms();
             pthread_cond_broadcast(&s->cond);

@@ -75,12 +75,12 @@ struct session {
     int stopping;
     /* Reconnect bookkeeping (guarded by mu). reached survives fork: a
      * child of a process that reached the daemon waits for it too. */
-    int reached;            /* a daemon answered this handle at least once */
-    int64_t down_since;     /* clock_mono_ms() of the first failure of the
-                               current outage; 0: none */
-    uint32_t reconnect_ms;  /* the reconnect window */
-    int keeper_running;     /* the keeper is alive (streaming or
-                               reconnecting) */
+    int reached;           /* a daemon answered this handle at least once */
+    int64_t down_since;    /* clock_mono_ms() of the first failure of the
+                              current outage; 0: none */
+    uint32_t reconnect_ms; /* the reconnect window */
+    int keeper_running;    /* the keeper is alive (streaming or
+                              reconnecting) */
     struct wire_stream *attaching; /* the keeper's attach in progress */
     uint64_t attach_failures;      /* failed re-attach attempts */
     int last_err;                  /* the last re-attach failure */
@@ -125,8 +125,8 @@ void session_destroy(struct session *s);
  * DETD_EPROTO, DETD_ENOMEM or another DETD_E* code from the daemon.
  */
 int session_acquire(struct session *s, int attach, int64_t deadline_ms,
-                    struct wire_channel **ret_channel,
-                    uint64_t *ret_session_id, uint64_t *ret_generation);
+                    struct wire_channel **ret_channel, uint64_t *ret_session_id,
+                    uint64_t *ret_generation);
 
 /*
  * The session now, without connecting: *ret_session_id and
