@@ -321,6 +321,11 @@ static enum client_failure client_classify_(int rc) {
         return CLIENT_GONE; /* shutting down, or the transport broke */
     case DETD_ESTALE:
         return strstr(m, "session") != NULL ? CLIENT_SESSION : CLIENT_FINAL;
+    case DETD_ECANCELLED:
+        /* libdetd never cancels its own unary calls: a cancelled call was
+         * cut by a daemon going away (a draining server cancels what is
+         * still open), unless the daemon says a newer call replaced it. */
+        return strstr(m, "replaced") != NULL ? CLIENT_FINAL : CLIENT_GONE;
     default:
         return CLIENT_FINAL;
     }

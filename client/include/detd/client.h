@@ -18,12 +18,12 @@
  * Daemon restarts (added in 0.3): a handle that has reached its daemon
  * outlives it. When the daemon goes away (connection refused, socket
  * gone, the connection lost, the Attach stream ended, a draining daemon
- * answering UNAVAILABLE), the handle attaches again by itself, with
- * exponential backoff and jitter: at once, then after 50 ms doubling to
- * at most 1 s, each wait drawn uniformly from [d/2, d], until the daemon
- * answers or the handle is closed. Every re-attach is a new session (a new
- * session id); heartbeats resume on it. Meanwhile the calls behave as
- * follows:
+ * answering UNAVAILABLE or cancelling the calls still open), the handle
+ * attaches again by itself, with exponential backoff and jitter: at once, then
+ * after 50 ms doubling to at most 1 s, each wait drawn uniformly from [d/2, d],
+ * until the daemon answers or the handle is closed. Every re-attach is a new
+ * session (a new session id); heartbeats resume on it. Meanwhile the calls
+ * behave as follows:
  *
  *  - detd_decide(), detd_observe() and detd_vote() are idempotent: one that
  *    fails because the daemon is gone (also one in flight, or one held
