@@ -3,12 +3,14 @@
 #include "detd/client.h"
 #include "clock.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "detd.pb-c.h"
@@ -20,6 +22,8 @@
 #define CLIENT_CONNECT_TIMEOUT_MS 5000
 #define CLIENT_DECIDE_TIMEOUT_MS (10 * 60 * 1000)
 #define CLIENT_CALL_TIMEOUT_MS 30000
+/* Retries of a call the daemon asked to make again (no outage). */
+#define CLIENT_MAX_AGAIN 16
 
 struct detd_client {
     char *socket_path;
@@ -66,6 +70,25 @@ static int client_identity_init_(Detd__V1__ClientIdentity *id,
     return 0;
 }
 
+/* The reconnect window from $DETD_RECONNECT_MS, when set. */
+static int client_reconnect_ms_(uint32_t *ms) {
+    const char *env = getenv("DETD_RECONNECT_MS");
+    if (env == NULL || env[0] == '\0')
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long v = strtoul(env, &end, 10);
+    if (errno != 0 || *end != '\0' || env[0] == '-' ||
+        v > DETD_RECONNECT_MAX_MS) {
+        wire_set_error("DETD_RECONNECT_MS='%.40s' is not a number of "
+                       "milliseconds from 0 to %d",
+                       env, DETD_RECONNECT_MAX_MS);
+        return DETD_EINVAL;
+    }
+    *ms = (uint32_t)v;
+    return 0;
+}
+
 DETD_EXPORT const char *detd_client_default_socket(void) {
     const char *env = getenv("DETD_SOCKET");
     if (env != NULL && env[0] != '\0')
@@ -109,7 +132,11 @@ DETD_EXPORT int detd_client_open(const char *socket_path,
     rc = client_identity_init_(&c->identity, identity);
     if (rc < 0)
         goto fail_path;
-    rc = session_init(&c->session, target, &c->identity);
+    uint32_t reconnect_ms = DETD_RECONNECT_DEFAULT_MS;
+    rc = client_reconnect_ms_(&reconnect_ms);
+    if (rc < 0)
+        goto fail_identity;
+    rc = session_init(&c->session, target, &c->identity, reconnect_ms);
     if (rc < 0)
         goto fail_identity;
     free(target);
@@ -163,7 +190,7 @@ DETD_EXPORT int detd_client_connect(detd_client *client, int64_t timeout_ms) {
     struct wire_channel *ch;
     uint64_t sid;
     int rc = session_acquire(&client->session, 1, clock_mono_ms() + timeout_ms,
-                             &ch, &sid);
+                             &ch, &sid, NULL);
     return client_conn_err_(client, rc);
 }
 
@@ -260,14 +287,126 @@ static int64_t client_timeout_(int64_t timeout_ms, int64_t dflt) {
     return timeout_ms > 0 ? timeout_ms : dflt;
 }
 
-/* Get the channel and session for a call that ends at deadline. */
+/* Get the channel and session for a call that ends at deadline. The
+ * error, if any, is left for the caller to name (client_conn_err_()). */
 static int client_acquire_(detd_client *c, int attach, int64_t deadline,
-                           struct wire_channel **ch, uint64_t *sid) {
+                           struct wire_channel **ch, uint64_t *sid,
+                           uint64_t *gen) {
     int64_t attach_deadline = deadline;
     if (attach_deadline - clock_mono_ms() > CLIENT_CONNECT_TIMEOUT_MS * 2)
         attach_deadline = clock_mono_ms() + CLIENT_CONNECT_TIMEOUT_MS * 2;
-    int rc = session_acquire(&c->session, attach, attach_deadline, ch, sid);
-    return client_conn_err_(c, rc);
+    return session_acquire(&c->session, attach, attach_deadline, ch, sid, gen);
+}
+
+/* What a failed attempt of a call means for the next one. */
+enum client_failure {
+    CLIENT_FINAL,   /* an answer: return it */
+    CLIENT_AGAIN,   /* the daemon asks to ask again (no outage) */
+    CLIENT_SESSION, /* the daemon does not know our session: re-attach */
+    CLIENT_GONE,    /* no daemon (refused, socket gone, connection lost,
+                       draining): wait for it within the window */
+};
+
+static enum client_failure client_classify_(int rc) {
+    const char *m = wire_last_error();
+    switch (rc) {
+    case DETD_ECONNECT:
+        return CLIENT_GONE;
+    case DETD_EUNAVAILABLE:
+        /* The daemon's own verdict on etcd ("apply on_miss") is final. */
+        if (strcasestr(m, "etcd") != NULL)
+            return CLIENT_FINAL;
+        if (strstr(m, "passed to another rank") != NULL)
+            return CLIENT_AGAIN;
+        return CLIENT_GONE; /* shutting down, or the transport broke */
+    case DETD_ESTALE:
+        return strstr(m, "session") != NULL ? CLIENT_SESSION : CLIENT_FINAL;
+    case DETD_ECANCELLED:
+        /* libdetd never cancels its own unary calls: a cancelled call was
+         * cut by a daemon going away (a draining server cancels what is
+         * still open), unless the daemon says a newer call replaced it. */
+        return strstr(m, "replaced") != NULL ? CLIENT_FINAL : CLIENT_GONE;
+    default:
+        return CLIENT_FINAL;
+    }
+}
+
+/* Sleep a jittered *delay_ms (never past until), then double it up to
+ * SESSION_BACKOFF_MAX_MS. */
+static void client_backoff_(int64_t *delay_ms, int64_t until) {
+    int64_t d = session_jitter_ms(*delay_ms);
+    int64_t left = until - clock_mono_ms();
+    if (d > left)
+        d = left;
+    if (d > 0) {
+        struct timespec ts = {(time_t)(d / 1000), (long)(d % 1000) * 1000000};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+    *delay_ms = *delay_ms * 2 > SESSION_BACKOFF_MAX_MS ? SESSION_BACKOFF_MAX_MS
+                                                       : *delay_ms * 2;
+}
+
+/* Retry bookkeeping of one call. */
+struct client_retry {
+    int64_t deadline;
+    int64_t delay_ms;
+    int again; /* CLIENT_AGAIN / CLIENT_SESSION retries made */
+};
+
+static void client_retry_init_(struct client_retry *r, int64_t deadline) {
+    r->deadline = deadline;
+    r->delay_ms = SESSION_BACKOFF_FIRST_MS;
+    r->again = 0;
+}
+
+/*
+ * After a failed attempt (rc) of an idempotent call made under session
+ * sid (0: none): whether to make another attempt, after the wait this
+ * function makes. A daemon that went away is waited for within the
+ * call's deadline and the handle's reconnect window; one that was never
+ * reached is not.
+ */
+static int client_retry_(detd_client *c, struct client_retry *r, int rc,
+                         uint64_t sid) {
+    switch (client_classify_(rc)) {
+    case CLIENT_FINAL:
+        return 0;
+    case CLIENT_SESSION:
+        if (sid != 0)
+            session_invalidate(&c->session, sid);
+        /* The keeper attaches again meanwhile. */
+        __attribute__((fallthrough));
+    case CLIENT_AGAIN:
+        if (r->again++ >= CLIENT_MAX_AGAIN || clock_mono_ms() >= r->deadline)
+            return 0;
+        if (r->again > 1)
+            client_backoff_(&r->delay_ms, r->deadline);
+        return clock_mono_ms() < r->deadline;
+    case CLIENT_GONE:
+    default: {
+        session_note(&c->session, 0);
+        int64_t until = 0, down = 0;
+        char detail[400];
+        snprintf(detail, sizeof(detail), "%s", wire_last_error());
+        if (session_may_wait(&c->session, &until, &down) &&
+            clock_mono_ms() < r->deadline) {
+            client_backoff_(&r->delay_ms,
+                            until < r->deadline ? until : r->deadline);
+            session_may_wait(&c->session, &until, &down);
+        }
+        wire_set_error("%s", detail);
+        int64_t now = clock_mono_ms();
+        if (until != 0 && now >= until) {
+            /* reached before, gone for longer than the window */
+            wire_set_error("%s (no daemon for %lld ms, over the reconnect "
+                           "window of %u ms)",
+                           detail, (long long)down, c->session.reconnect_ms);
+            return 0;
+        }
+        return until != 0 && now < r->deadline;
+    }
+    }
 }
 
 /*
@@ -317,12 +456,6 @@ static int client_pack_timings_(const struct detd_timing *timings, size_t n,
     return 0;
 }
 
-/* The daemon may not know our session (it restarted before the keeper
- * noticed): attach again once. */
-static int client_session_refused_(int rc) {
-    return rc == DETD_ESTALE && strstr(wire_last_error(), "session") != NULL;
-}
-
 DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
                             int flags, int64_t timeout_ms,
                             struct detd_answer **ret_answer) {
@@ -344,38 +477,44 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
     int64_t timeout = client_timeout_(timeout_ms, CLIENT_DECIDE_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
 
-    for (int attempt = 0;; attempt++) {
+    struct client_retry retry;
+    client_retry_init_(&retry, deadline);
+    uint64_t gen = 0;
+    for (;;) {
         struct wire_channel *ch;
         uint64_t sid = 0;
-        rc = client_acquire_(client, 1, deadline, &ch, &sid);
-        if (rc < 0)
-            return rc;
-        int64_t left = deadline - clock_mono_ms();
-        if (left <= 0) {
-            wire_set_error("decide: the deadline passed while attaching");
-            return DETD_ETIMEDOUT;
+        rc = client_acquire_(client, 1, deadline, &ch, &sid, &gen);
+        if (rc == 0) {
+            int64_t left = deadline - clock_mono_ms();
+            if (left <= 0) {
+                wire_set_error("decide: the deadline passed while attaching");
+                return DETD_ETIMEDOUT;
+            }
+            Detd__V1__ClientIdentity id = client->identity;
+            id.pid = (int32_t)getpid();
+            Detd__V1__DecisionKey km = client_key_msg_(key);
+            Detd__V1__DecideRequest req = DETD__V1__DECIDE_REQUEST__INIT;
+            req.api_version = DETD_API_VERSION;
+            req.client = &id;
+            req.session_id = sid;
+            req.key = &km;
+            req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0;
+            /* Let the daemon answer OUTCOME_TIMEOUT before our deadline. */
+            int64_t margin = left / 10 < 1000 ? left / 10 : 1000;
+            req.wait_ms =
+                (uint32_t)(left - margin > UINT32_MAX ? UINT32_MAX
+                                                      : left - margin);
+            rc = wire_unary(ch, WIRE_METHOD_DECIDE, &req.base,
+                            &detd__v1__decide_response__descriptor, left,
+                            (ProtobufCMessage **)&resp);
+            if (rc == 0) {
+                session_note(&client->session, 1);
+                break;
+            }
         }
-        Detd__V1__ClientIdentity id = client->identity;
-        id.pid = (int32_t)getpid();
-        Detd__V1__DecisionKey km = client_key_msg_(key);
-        Detd__V1__DecideRequest req = DETD__V1__DECIDE_REQUEST__INIT;
-        req.api_version = DETD_API_VERSION;
-        req.client = &id;
-        req.session_id = sid;
-        req.key = &km;
-        req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0;
-        /* Let the daemon answer OUTCOME_TIMEOUT before our deadline. */
-        int64_t margin = left / 10 < 1000 ? left / 10 : 1000;
-        req.wait_ms =
-            (uint32_t)(left - margin > UINT32_MAX ? UINT32_MAX : left - margin);
-        rc = wire_unary(ch, WIRE_METHOD_DECIDE, &req.base,
-                        &detd__v1__decide_response__descriptor, left,
-                        (ProtobufCMessage **)&resp);
-        if (rc < 0 && attempt == 0 && client_session_refused_(rc)) {
-            session_invalidate(&client->session, sid);
-            continue;
-        }
-        break;
+        /* Decide is idempotent: ask again across a restart. */
+        if (!client_retry_(client, &retry, rc, sid))
+            break;
     }
     if (rc < 0)
         return client_conn_err_(client, rc);
@@ -408,6 +547,8 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
     if (rc < 0)
         goto out;
     a->claim_id = resp->claim_id;
+    if (a->outcome == DETD_OUTCOME_DESIGNATED)
+        session_claim_note(&client->session, a->claim_id, gen);
     a->lease_ms = resp->lease_ms;
     a->takeover = resp->takeover != 0;
     a->waited_ms = resp->waited_ms;
@@ -446,32 +587,75 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
         return rc;
     int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
-    struct wire_channel *ch;
-    uint64_t sid = 0;
-    rc = client_acquire_(client, 1, deadline, &ch, &sid);
-    if (rc < 0)
-        goto out;
-    Detd__V1__ClientIdentity id = client->identity;
-    id.pid = (int32_t)getpid();
-    Detd__V1__DecisionKey km = client_key_msg_(key);
-    Detd__V1__ReportRequest req = DETD__V1__REPORT_REQUEST__INIT;
-    req.api_version = DETD_API_VERSION;
-    req.client = &id;
-    req.session_id = sid;
-    req.claim_id = claim_id;
-    req.key = &km;
-    req.n_timings = n_timings;
-    req.timings = tmp;
-    if (triton_version != NULL)
-        req.triton_version = (char *)triton_version;
-    int64_t left = deadline - clock_mono_ms();
-    rc = wire_unary(ch, WIRE_METHOD_REPORT, &req.base,
-                    &detd__v1__report_response__descriptor, left > 0 ? left : 1,
-                    (ProtobufCMessage **)&resp);
-    if (rc < 0) {
-        client_conn_err_(client, rc);
-        goto out;
+    /* The claim belongs to the session (generation) that received it. A
+     * report is sent again only to that same session: after the daemon
+     * restarted (or the stream was lost) the claim is void and the report
+     * is not replayed to a daemon that never gave it. */
+    uint64_t claim_gen = 0;
+    int known = session_claim_find(&client->session, claim_id, 0, &claim_gen);
+    struct client_retry retry;
+    client_retry_init_(&retry, deadline);
+    for (;;) {
+        struct wire_channel *ch;
+        uint64_t sid = 0, gen = 0;
+        if (known) {
+            session_peek(&client->session, &sid, &gen);
+            if (gen != claim_gen) {
+                session_claim_find(&client->session, claim_id, 1, &claim_gen);
+                wire_set_error("report: claim %llu was given to a session "
+                               "that has ended (the daemon restarted or the "
+                               "connection to it was lost); it is void and "
+                               "nothing was sent: ask again with "
+                               "detd_decide()",
+                               (unsigned long long)claim_id);
+                rc = DETD_ESTALE;
+                goto out;
+            }
+        }
+        rc = client_acquire_(client, 1, deadline, &ch, &sid, &gen);
+        if (rc == 0 && !known) {
+            /* Not remembered (an old or foreign claim): from now on it
+             * belongs to the session it is first sent with. */
+            known = 1;
+            claim_gen = gen;
+        } else if (rc == 0 && gen != claim_gen) {
+            continue; /* attached anew meanwhile: the claim is void */
+        }
+        if (rc == 0) {
+            Detd__V1__ClientIdentity id = client->identity;
+            id.pid = (int32_t)getpid();
+            Detd__V1__DecisionKey km = client_key_msg_(key);
+            Detd__V1__ReportRequest req = DETD__V1__REPORT_REQUEST__INIT;
+            req.api_version = DETD_API_VERSION;
+            req.client = &id;
+            req.session_id = sid;
+            req.claim_id = claim_id;
+            req.key = &km;
+            req.n_timings = n_timings;
+            req.timings = tmp;
+            if (triton_version != NULL)
+                req.triton_version = (char *)triton_version;
+            int64_t left = deadline - clock_mono_ms();
+            rc = wire_unary(ch, WIRE_METHOD_REPORT, &req.base,
+                            &detd__v1__report_response__descriptor,
+                            left > 0 ? left : 1, (ProtobufCMessage **)&resp);
+            if (rc == 0) {
+                session_note(&client->session, 1);
+                break;
+            }
+        }
+        /* Only an outage is retried (the same session, if it survives,
+         * gets the same report again: harmless). A session the daemon
+         * does not know is final here: the claim went with it. */
+        if (client_classify_(rc) != CLIENT_GONE ||
+            !client_retry_(client, &retry, rc, sid)) {
+            if (rc == DETD_ESTALE || rc == DETD_ENOTFOUND)
+                session_claim_find(&client->session, claim_id, 1, &claim_gen);
+            client_conn_err_(client, rc);
+            goto out;
+        }
     }
+    session_claim_find(&client->session, claim_id, 1, &claim_gen);
     if (resp->decision == NULL || resp->decision->config[0] == '\0') {
         wire_set_error("report: the daemon committed no config");
         rc = DETD_EPROTO;
@@ -515,28 +699,37 @@ DETD_EXPORT int detd_observe(detd_client *client, const struct detd_key *key,
         return rc;
     int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
-    struct wire_channel *ch;
-    uint64_t sid = 0;
-    rc = client_acquire_(client, 0, deadline, &ch, &sid);
-    if (rc < 0)
-        return rc;
-    Detd__V1__ClientIdentity id = client->identity;
-    id.pid = (int32_t)getpid();
-    Detd__V1__DecisionKey km = client_key_msg_(key);
-    Detd__V1__ObserveRequest req = DETD__V1__OBSERVE_REQUEST__INIT;
-    req.api_version = DETD_API_VERSION;
-    req.client = &id;
-    req.key = &km;
-    req.config = (char *)config;
-    req.source = (Detd__V1__Source)source;
-    req.governed = (flags & DETD_OBSERVE_GOVERNED) != 0;
-    req.chaos = (flags & DETD_OBSERVE_CHAOS) != 0;
-    int64_t left = deadline - clock_mono_ms();
-    rc = wire_unary(ch, WIRE_METHOD_OBSERVE, &req.base,
-                    &detd__v1__observe_response__descriptor,
-                    left > 0 ? left : 1, &resp);
-    if (rc < 0)
-        return client_conn_err_(client, rc);
+    struct client_retry retry;
+    client_retry_init_(&retry, deadline);
+    for (;;) {
+        struct wire_channel *ch;
+        uint64_t sid = 0;
+        rc = client_acquire_(client, 0, deadline, &ch, &sid, NULL);
+        if (rc == 0) {
+            Detd__V1__ClientIdentity id = client->identity;
+            id.pid = (int32_t)getpid();
+            Detd__V1__DecisionKey km = client_key_msg_(key);
+            Detd__V1__ObserveRequest req = DETD__V1__OBSERVE_REQUEST__INIT;
+            req.api_version = DETD_API_VERSION;
+            req.client = &id;
+            req.key = &km;
+            req.config = (char *)config;
+            req.source = (Detd__V1__Source)source;
+            req.governed = (flags & DETD_OBSERVE_GOVERNED) != 0;
+            req.chaos = (flags & DETD_OBSERVE_CHAOS) != 0;
+            int64_t left = deadline - clock_mono_ms();
+            rc = wire_unary(ch, WIRE_METHOD_OBSERVE, &req.base,
+                            &detd__v1__observe_response__descriptor,
+                            left > 0 ? left : 1, &resp);
+            if (rc == 0) {
+                session_note(&client->session, 1);
+                break;
+            }
+        }
+        /* An observation is idempotent: send it again after a restart. */
+        if (!client_retry_(client, &retry, rc, 0))
+            return client_conn_err_(client, rc);
+    }
     protobuf_c_message_free_unpacked(resp, NULL);
     return 0;
 }
@@ -568,32 +761,41 @@ DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
         return rc;
     int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
-    struct wire_channel *ch;
-    uint64_t sid = 0;
-    rc = client_acquire_(client, 0, deadline, &ch, &sid);
-    if (rc < 0)
-        goto out;
-    Detd__V1__ClientIdentity id = client->identity;
-    id.pid = (int32_t)getpid();
-    Detd__V1__DecisionKey km = client_key_msg_(key);
-    Detd__V1__VoteRequest req = DETD__V1__VOTE_REQUEST__INIT;
-    req.api_version = DETD_API_VERSION;
-    req.client = &id;
-    req.key = &km;
-    req.config = (char *)config;
-    req.n_timings = n_timings;
-    req.timings = tmp;
-    if (triton_version != NULL)
-        req.triton_version = (char *)triton_version;
-    if (table_key != NULL)
-        req.table_key = (char *)table_key;
-    int64_t left = deadline - clock_mono_ms();
-    rc = wire_unary(ch, WIRE_METHOD_VOTE, &req.base,
-                    &detd__v1__vote_response__descriptor, left > 0 ? left : 1,
-                    &resp);
-    if (rc < 0) {
-        client_conn_err_(client, rc);
-        goto out;
+    struct client_retry retry;
+    client_retry_init_(&retry, deadline);
+    for (;;) {
+        struct wire_channel *ch;
+        uint64_t sid = 0;
+        rc = client_acquire_(client, 0, deadline, &ch, &sid, NULL);
+        if (rc == 0) {
+            Detd__V1__ClientIdentity id = client->identity;
+            id.pid = (int32_t)getpid();
+            Detd__V1__DecisionKey km = client_key_msg_(key);
+            Detd__V1__VoteRequest req = DETD__V1__VOTE_REQUEST__INIT;
+            req.api_version = DETD_API_VERSION;
+            req.client = &id;
+            req.key = &km;
+            req.config = (char *)config;
+            req.n_timings = n_timings;
+            req.timings = tmp;
+            if (triton_version != NULL)
+                req.triton_version = (char *)triton_version;
+            if (table_key != NULL)
+                req.table_key = (char *)table_key;
+            int64_t left = deadline - clock_mono_ms();
+            rc = wire_unary(ch, WIRE_METHOD_VOTE, &req.base,
+                            &detd__v1__vote_response__descriptor,
+                            left > 0 ? left : 1, &resp);
+            if (rc == 0) {
+                session_note(&client->session, 1);
+                break;
+            }
+        }
+        /* A vote replaces this process's earlier one: send it again. */
+        if (!client_retry_(client, &retry, rc, 0)) {
+            client_conn_err_(client, rc);
+            goto out;
+        }
     }
     protobuf_c_message_free_unpacked(resp, NULL);
 out:

@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -31,6 +33,12 @@ static void session_forget_(struct session *s) {
     s->attaches = 0;
     s->heartbeats = 0;
     s->stopping = 0;
+    s->keeper_running = 0;
+    s->attaching = NULL;
+    s->down_since = 0;
+    s->attach_failures = 0;
+    s->last_err = 0;
+    s->last_msg[0] = '\0';
 }
 
 static int session_cond_init_(pthread_cond_t *cond) {
@@ -76,7 +84,8 @@ static void session_reg_once_fn_(void) {
 }
 
 int session_init(struct session *s, const char *target,
-                 const Detd__V1__ClientIdentity *identity) {
+                 const Detd__V1__ClientIdentity *identity,
+                 uint32_t reconnect_ms) {
     int rc = wire_init();
     if (rc < 0)
         return rc;
@@ -98,6 +107,7 @@ int session_init(struct session *s, const char *target,
         return rc;
     }
     s->identity = identity;
+    s->reconnect_ms = reconnect_ms;
     s->pid = getpid();
     pthread_mutex_lock(&session_reg_mu_);
     s->reg_next = session_reg_head_;
@@ -124,6 +134,9 @@ void session_destroy(struct session *s) {
     s->stopping = 1;
     if (s->stream != NULL)
         wire_stream_cancel(s->stream);
+    if (s->attaching != NULL)
+        wire_stream_cancel(s->attaching);
+    pthread_cond_broadcast(&s->cond);
     int joinable = s->thread_joinable;
     s->thread_joinable = 0;
     pthread_mutex_unlock(&s->mu);
@@ -143,25 +156,61 @@ static Detd__V1__ClientIdentity session_identity_(const struct session *s) {
     return id;
 }
 
-/* The keeper: a receive always pending, heartbeats, loss detection. */
-static void *session_thread_(void *arg) {
-    struct session *s = arg;
-    pthread_mutex_lock(&s->mu);
-    struct wire_stream *st = s->stream;
-    uint64_t gen = s->generation;
-    int64_t period = s->lease_ms / 3;
-    pthread_mutex_unlock(&s->mu);
-    if (period <= 0)
-        period = 1000;
-    if (period < 20)
-        period = 20;
+int64_t session_jitter_ms(int64_t delay_ms) {
+    static _Thread_local uint64_t x;
+    if (x == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        x = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^
+            ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)&x;
+        if (x == 0)
+            x = 0x9e3779b97f4a7c15ull;
+    }
+    /* xorshift64 */
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    if (delay_ms <= 1)
+        return delay_ms;
+    int64_t half = delay_ms / 2;
+    return half + (int64_t)(x % (uint64_t)(delay_ms - half + 1));
+}
 
+/* Wait on the session's condition until abs_ms at most (mu held). */
+static void session_wait_until_(struct session *s, int64_t abs_ms) {
+    int64_t left = abs_ms - clock_mono_ms();
+    if (left <= 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += left / 1000;
+    ts.tv_nsec += (left % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&s->cond, &s->mu, &ts);
+}
+
+static int session_attach_(struct session *s, struct wire_channel *ch,
+                           int64_t deadline_ms, struct wire_stream **ret_st,
+                           uint64_t *ret_session_id, uint32_t *ret_lease_ms);
+
+/* Keep one stream: a receive always pending, heartbeats every lease / 3.
+ * Returns when the stream closed (lost, ended by the daemon, or cancelled
+ * by session_destroy() or session_invalidate()). */
+static void session_run_stream_(struct session *s, struct wire_stream *st,
+                                uint64_t gen, int64_t period) {
     Detd__V1__ClientIdentity id = session_identity_(s);
     Detd__V1__AttachRequest hb = DETD__V1__ATTACH_REQUEST__INIT;
     hb.api_version = DETD_API_VERSION;
     hb.client = &id;
     hb.heartbeat = 1;
 
+    if (period <= 0)
+        period = 1000;
+    if (period < 20)
+        period = 20;
     int64_t next_hb = clock_mono_ms() + period;
     if (wire_stream_recv(st) < 0)
         wire_stream_cancel(st);
@@ -203,21 +252,103 @@ static void *session_thread_(void *arg) {
             break; /* WIRE_EV_END: the status follows */
         }
     }
+}
 
-    /* Lost (or cancelled by session_destroy): the next call re-attaches. */
+/* Install a new stream as the attached session (mu held). */
+static void session_install_(struct session *s, struct wire_stream *st,
+                             uint64_t sid, uint32_t lease) {
+    s->stream = st;
+    s->session_id = sid;
+    s->lease_ms = lease;
+    s->generation++;
+    s->attaches++;
+    s->state = SESSION_ATTACHED;
+    s->reached = 1;
+    s->down_since = 0;
+    s->last_err = 0;
+    s->last_msg[0] = '\0';
+    pthread_cond_broadcast(&s->cond);
+}
+
+/*
+ * The keeper: runs the stream of the current session; when it is lost,
+ * attaches again with backoff and runs the new one, until the session is
+ * destroyed.
+ */
+static void *session_thread_(void *arg) {
+    struct session *s = arg;
     pthread_mutex_lock(&s->mu);
-    if (s->generation == gen) {
-        s->stream = NULL;
-        s->state = SESSION_IDLE;
-        s->session_id = 0;
-        pthread_cond_broadcast(&s->cond);
+    struct wire_stream *st = s->stream;
+    for (;;) {
+        uint64_t gen = s->generation;
+        int64_t period = s->lease_ms / 3;
+        pthread_mutex_unlock(&s->mu);
+        session_run_stream_(s, st, gen, period);
+
+        /* Lost (or cancelled): the session and its claims are over. */
+        pthread_mutex_lock(&s->mu);
+        if (s->generation == gen) {
+            s->stream = NULL;
+            s->state = SESSION_IDLE;
+            s->session_id = 0;
+            if (!s->stopping && s->down_since == 0)
+                s->down_since = clock_mono_ms();
+            pthread_cond_broadcast(&s->cond);
+        }
+        pthread_mutex_unlock(&s->mu);
+        wire_stream_free(st);
+        st = NULL;
+
+        /* Attach again: at once, then with exponential backoff. */
+        int64_t delay = SESSION_BACKOFF_FIRST_MS;
+        pthread_mutex_lock(&s->mu);
+        for (;;) {
+            if (s->stopping)
+                goto out;
+            s->state = SESSION_ATTACHING;
+            struct wire_channel *ch = s->attach_channel;
+            pthread_mutex_unlock(&s->mu);
+            uint64_t sid = 0;
+            uint32_t lease = 0;
+            int rc = session_attach_(
+                s, ch, clock_mono_ms() + 2 * SESSION_BACKOFF_MAX_MS, &st, &sid,
+                &lease);
+            pthread_mutex_lock(&s->mu);
+            if (rc == 0 && s->stopping) {
+                s->state = SESSION_IDLE;
+                pthread_mutex_unlock(&s->mu);
+                wire_stream_free(st);
+                pthread_mutex_lock(&s->mu);
+                goto out;
+            }
+            if (rc == 0) {
+                session_install_(s, st, sid, lease);
+                break; /* run the new stream (mu held) */
+            }
+            s->state = SESSION_IDLE;
+            s->attach_failures++;
+            s->last_err = rc;
+            snprintf(s->last_msg, sizeof(s->last_msg), "%s", wire_last_error());
+            if (s->down_since == 0)
+                s->down_since = clock_mono_ms();
+            pthread_cond_broadcast(&s->cond);
+            if (s->stopping)
+                goto out;
+            session_wait_until_(s, clock_mono_ms() + session_jitter_ms(delay));
+            delay = delay * 2 > SESSION_BACKOFF_MAX_MS ? SESSION_BACKOFF_MAX_MS
+                                                       : delay * 2;
+        }
     }
+out:
+    s->keeper_running = 0;
+    pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->mu);
-    wire_stream_free(st);
     return NULL;
 }
 
-/* Open the Attach stream and wait for the AttachEvent. No lock held. */
+/* Open the Attach stream and wait for the AttachEvent. No lock held.
+ * The stream is published in s->attaching while it is set up, so that
+ * session_destroy() can cancel it. */
 static int session_attach_(struct session *s, struct wire_channel *ch,
                            int64_t deadline_ms, struct wire_stream **ret_st,
                            uint64_t *ret_session_id, uint32_t *ret_lease_ms) {
@@ -227,6 +358,11 @@ static int session_attach_(struct session *s, struct wire_channel *ch,
                               &detd__v1__attach_event__descriptor, &st);
     if (rc < 0)
         return rc;
+    pthread_mutex_lock(&s->mu);
+    s->attaching = st;
+    if (s->stopping)
+        wire_stream_cancel(st);
+    pthread_mutex_unlock(&s->mu);
     Detd__V1__ClientIdentity id = session_identity_(s);
     Detd__V1__AttachRequest req = DETD__V1__ATTACH_REQUEST__INIT;
     req.api_version = DETD_API_VERSION;
@@ -272,6 +408,9 @@ static int session_attach_(struct session *s, struct wire_channel *ch,
     st = NULL;
     rc = 0;
 out:
+    pthread_mutex_lock(&s->mu);
+    s->attaching = NULL;
+    pthread_mutex_unlock(&s->mu);
     if (ae != NULL)
         protobuf_c_message_free_unpacked(&ae->base, NULL);
     wire_stream_free(st);
@@ -289,9 +428,19 @@ static int session_start_thread_(struct session *s) {
     return rc == 0 ? 0 : -rc;
 }
 
+/* The end of the reconnect window, or 0 when calls must not wait (mu
+ * held). */
+static int64_t session_window_end_(const struct session *s) {
+    if (!s->reached || s->reconnect_ms == 0)
+        return 0;
+    if (s->down_since == 0)
+        return clock_mono_ms() + s->reconnect_ms;
+    return s->down_since + s->reconnect_ms;
+}
+
 int session_acquire(struct session *s, int attach, int64_t deadline_ms,
-                    struct wire_channel **ret_channel,
-                    uint64_t *ret_session_id) {
+                    struct wire_channel **ret_channel, uint64_t *ret_session_id,
+                    uint64_t *ret_generation) {
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     if (s->pid != getpid())
@@ -308,27 +457,36 @@ int session_acquire(struct session *s, int attach, int64_t deadline_ms,
     }
     while (attach && s->state != SESSION_ATTACHED) {
         if (s->state == SESSION_ATTACHING) {
-            int64_t left = deadline_ms - clock_mono_ms();
-            if (left <= 0) {
+            if (clock_mono_ms() >= deadline_ms) {
                 wire_set_error("attach to detd at '%s': no answer before "
                                "the deadline",
                                s->target);
                 rc = DETD_ETIMEDOUT;
                 goto out;
             }
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += left / 1000;
-            ts.tv_nsec += (left % 1000) * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&s->cond, &s->mu, &ts);
+            session_wait_until_(s, deadline_ms);
             continue;
         }
-        /* Idle: this thread attaches; the previous keeper (if any) has
-         * let go of the session and only finishes freeing its stream. */
+        if (s->keeper_running) {
+            /* The keeper is reconnecting: wait for its next attempt,
+             * within the caller's deadline and the reconnect window. */
+            int64_t until = session_window_end_(s);
+            if (until > deadline_ms)
+                until = deadline_ms;
+            uint64_t seen = s->attach_failures;
+            while (s->state == SESSION_IDLE && s->keeper_running &&
+                   s->attach_failures == seen && clock_mono_ms() < until)
+                session_wait_until_(s, until);
+            if (s->state != SESSION_IDLE || !s->keeper_running)
+                continue; /* attached, or attaching: look again */
+            rc = s->last_err != 0 ? s->last_err : DETD_ECONNECT;
+            wire_set_error("%s", s->last_msg[0] != '\0'
+                                     ? s->last_msg
+                                     : "the attach stream was lost");
+            goto out;
+        }
+        /* Idle without a keeper (first use, after fork, or the keeper
+         * ended): this thread attaches and starts the keeper. */
         s->state = SESSION_ATTACHING;
         int joinable = s->thread_joinable;
         s->thread_joinable = 0;
@@ -346,15 +504,12 @@ int session_acquire(struct session *s, int attach, int64_t deadline_ms,
             pthread_cond_broadcast(&s->cond);
             goto out;
         }
-        s->stream = st;
-        s->session_id = sid;
-        s->lease_ms = lease;
-        s->generation++;
-        s->attaches++;
-        s->state = SESSION_ATTACHED;
+        session_install_(s, st, sid, lease);
+        s->keeper_running = 1;
         rc = session_start_thread_(s);
         if (rc < 0) {
             /* No keeper: give up this stream, report the failure. */
+            s->keeper_running = 0;
             s->stream = NULL;
             s->state = SESSION_IDLE;
             s->session_id = 0;
@@ -365,13 +520,82 @@ int session_acquire(struct session *s, int attach, int64_t deadline_ms,
             return rc;
         }
         s->thread_joinable = 1;
-        pthread_cond_broadcast(&s->cond);
     }
     *ret_channel = s->channel;
     *ret_session_id = s->state == SESSION_ATTACHED ? s->session_id : 0;
+    if (ret_generation != NULL)
+        *ret_generation = s->state == SESSION_ATTACHED ? s->generation : 0;
 out:
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+void session_peek(struct session *s, uint64_t *ret_session_id,
+                  uint64_t *ret_generation) {
+    pthread_mutex_lock(&s->mu);
+    int mine = s->pid == getpid() && s->state == SESSION_ATTACHED;
+    *ret_session_id = mine ? s->session_id : 0;
+    *ret_generation = mine ? s->generation : 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void session_note(struct session *s, int ok) {
+    pthread_mutex_lock(&s->mu);
+    if (ok) {
+        s->reached = 1;
+        s->down_since = 0;
+    } else if (s->down_since == 0) {
+        s->down_since = clock_mono_ms();
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+int session_may_wait(struct session *s, int64_t *ret_until,
+                     int64_t *ret_down_ms) {
+    pthread_mutex_lock(&s->mu);
+    int64_t until = session_window_end_(s);
+    int64_t now = clock_mono_ms();
+    int64_t down = s->down_since != 0 ? now - s->down_since : 0;
+    pthread_mutex_unlock(&s->mu);
+    if (ret_until != NULL)
+        *ret_until = until;
+    if (ret_down_ms != NULL)
+        *ret_down_ms = down;
+    return until != 0 && now < until;
+}
+
+void session_claim_note(struct session *s, uint64_t claim_id,
+                        uint64_t generation) {
+    pthread_mutex_lock(&s->mu);
+    unsigned slot = SESSION_CLAIMS;
+    for (unsigned i = 0; i < SESSION_CLAIMS; i++)
+        if (s->claims[i].claim_id == claim_id) {
+            slot = i;
+            break;
+        }
+    if (slot == SESSION_CLAIMS) {
+        slot = s->claims_next;
+        s->claims_next = (s->claims_next + 1) % SESSION_CLAIMS;
+    }
+    s->claims[slot].claim_id = claim_id;
+    s->claims[slot].generation = generation;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int session_claim_find(struct session *s, uint64_t claim_id, int forget,
+                       uint64_t *ret_generation) {
+    int found = 0;
+    pthread_mutex_lock(&s->mu);
+    for (unsigned i = 0; i < SESSION_CLAIMS && claim_id != 0; i++)
+        if (s->claims[i].claim_id == claim_id) {
+            *ret_generation = s->claims[i].generation;
+            if (forget)
+                s->claims[i].claim_id = 0;
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return found;
 }
 
 void session_invalidate(struct session *s, uint64_t session_id) {

@@ -6,8 +6,21 @@
  * The stream has a channel (a connection) of its own: a keeper thread
  * waiting on a connection that also carries the unary calls would pick up
  * their replies and hand them over, costing a thread switch per call.
- * Everything is created on first use. When the stream is lost the session
- * id is cleared and the next session_acquire() attaches again.
+ * Everything is created on first use.
+ *
+ * Reconnect: when the stream is lost (the daemon exited, was killed or
+ * restarted, or ended the stream), the session id is cleared and the
+ * keeper thread attaches again on its own, with exponential backoff and
+ * jitter (SESSION_BACKOFF_FIRST_MS doubling to SESSION_BACKOFF_MAX_MS,
+ * each wait drawn uniformly from [d/2, d]), until it succeeds or the
+ * session is destroyed. A successful re-attach is a new session: a new
+ * session id and a new generation; heartbeats resume on the new stream.
+ * Claims handed out under an earlier generation are void (the daemon that
+ * knew them is gone, or it ended their session). While the keeper
+ * reconnects, session_acquire() waits for it, but only for the reconnect
+ * window (reconnect_ms from the first failure seen); after that it fails
+ * at once until the daemon is back. A handle that never reached a daemon
+ * is not waited for: its first failure is returned at once.
  *
  * Fork: every session is registered for pthread_atfork. Fork waits for
  * no network I/O: the mutex is only held for bookkeeping. In the child,
@@ -26,6 +39,14 @@
 
 #include "detd.pb-c.h"
 #include "wire.h"
+
+/* Claims remembered with the generation that received them. */
+#define SESSION_CLAIMS 64
+
+struct session_claim {
+    uint64_t claim_id; /* 0: free slot */
+    uint64_t generation;
+};
 
 enum session_state {
     SESSION_IDLE = 0,  /* no stream (never attached, failed or lost) */
@@ -52,15 +73,38 @@ struct session {
     uint64_t attaches;   /* successful attaches in this process */
     uint64_t heartbeats; /* heartbeats acknowledged as sent */
     int stopping;
+    /* Reconnect bookkeeping (guarded by mu). reached survives fork: a
+     * child of a process that reached the daemon waits for it too. */
+    int reached;           /* a daemon answered this handle at least once */
+    int64_t down_since;    /* clock_mono_ms() of the first failure of the
+                              current outage; 0: none */
+    uint32_t reconnect_ms; /* the reconnect window */
+    int keeper_running;    /* the keeper is alive (streaming or
+                              reconnecting) */
+    struct wire_stream *attaching; /* the keeper's attach in progress */
+    uint64_t attach_failures;      /* failed re-attach attempts */
+    int last_err;                  /* the last re-attach failure */
+    char last_msg[256];            /* ... and its detail */
+    /* Designations handed out, with their generation (a ring; kept
+     * across fork, where every generation of the parent is void). */
+    struct session_claim claims[SESSION_CLAIMS];
+    unsigned claims_next;
     struct session *reg_prev, *reg_next; /* fork registry */
 };
 
+/* Backoff between reconnect attempts (see above). */
+#define SESSION_BACKOFF_FIRST_MS 50
+#define SESSION_BACKOFF_MAX_MS 1000
+
 /*
  * Prepare s (caller-owned memory) for target. identity is borrowed and
- * must outlive the session. Returns 0, DETD_ENOMEM or DETD_EINTERNAL.
+ * must outlive the session. reconnect_ms: how long calls wait for a
+ * daemon that went away (0: not at all). Returns 0, DETD_ENOMEM or
+ * DETD_EINTERNAL.
  */
 int session_init(struct session *s, const char *target,
-                 const Detd__V1__ClientIdentity *identity);
+                 const Detd__V1__ClientIdentity *identity,
+                 uint32_t reconnect_ms);
 
 /*
  * Detach and release everything s holds: cancel the stream, join the
@@ -71,15 +115,64 @@ void session_destroy(struct session *s);
 
 /*
  * Get the channel, connecting and (when attach is nonzero) attaching
- * first, waiting until deadline_ms (clock_mono_ms() clock) at most.
+ * first, waiting until deadline_ms (clock_mono_ms() clock) at most. While
+ * the keeper reconnects, waits for its next attempt (within deadline_ms
+ * and the reconnect window) and returns its error if that attempt fails.
  * *ret_channel is borrowed until session_destroy(); *ret_session_id is 0
- * when attach is zero and no session is up.
+ * and *ret_generation 0 when attach is zero and no session is up
+ * (ret_generation may be NULL).
  * Returns 0, DETD_ECONNECT, DETD_EUNAVAILABLE, DETD_ETIMEDOUT,
  * DETD_EPROTO, DETD_ENOMEM or another DETD_E* code from the daemon.
  */
 int session_acquire(struct session *s, int attach, int64_t deadline_ms,
-                    struct wire_channel **ret_channel,
-                    uint64_t *ret_session_id);
+                    struct wire_channel **ret_channel, uint64_t *ret_session_id,
+                    uint64_t *ret_generation);
+
+/*
+ * The session now, without connecting: *ret_session_id and
+ * *ret_generation of the attached session, or 0 and 0 when none is up
+ * (in this process). Never blocks on the network.
+ */
+void session_peek(struct session *s, uint64_t *ret_session_id,
+                  uint64_t *ret_generation);
+
+/*
+ * Record the outcome of a call: ok nonzero when the daemon answered
+ * (the outage, if any, is over), zero when it could not be reached (an
+ * outage starts now unless one is already counted).
+ */
+void session_note(struct session *s, int ok);
+
+/*
+ * Whether a call that could not reach the daemon may keep trying: the
+ * handle reached a daemon before and the outage is younger than the
+ * reconnect window. *ret_until (may be NULL) is the window's end
+ * (clock_mono_ms() clock); *ret_down_ms how long the outage has lasted.
+ */
+int session_may_wait(struct session *s, int64_t *ret_until,
+                     int64_t *ret_down_ms);
+
+/*
+ * Remember that claim_id was handed out under generation (the oldest
+ * remembered claim is forgotten when the ring is full).
+ */
+void session_claim_note(struct session *s, uint64_t claim_id,
+                        uint64_t generation);
+
+/*
+ * The generation claim_id was handed out under: returns 1 and sets
+ * *ret_generation, or 0 when the claim is not remembered. With forget
+ * nonzero the claim is forgotten.
+ */
+int session_claim_find(struct session *s, uint64_t claim_id, int forget,
+                       uint64_t *ret_generation);
+
+/*
+ * A wait drawn uniformly from [delay_ms / 2, delay_ms] (thread-safe
+ * jitter, so that many clients of a restarted daemon do not reconnect in
+ * lockstep).
+ */
+int64_t session_jitter_ms(int64_t delay_ms);
 
 /*
  * Forget the session id after the daemon said it does not know it

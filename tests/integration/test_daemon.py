@@ -211,13 +211,17 @@ def test_socket_mode_and_sigterm_drains_waiters(daemon, tmpdir_short):
     assert stat.S_IMODE(os.stat(daemon.socket).st_mode) == 0o660
     holder = daemon.client("--keys", 1, "--hold", stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "HOLD"
-    waiter = daemon.client("--keys", 1, "--rank", 1, out=tmpdir_short / "w.json")
+    # libdetd waits for a restarted daemon within its reconnect window
+    # (test_restart.py); none comes here, so a short window ends the wait.
+    waiter = daemon.client("--keys", 1, "--rank", 1, out=tmpdir_short / "w.json",
+                           env=dict(os.environ, DETD_RECONNECT_MS="500"))
     wait_for("the waiter", lambda: daemon.status()["waiters"] == 1)
     assert daemon.status()["waiters"] == 1
     assert daemon.stop() == 0
     assert waiter.wait(30) == 0
     res = json.loads((tmpdir_short / "w.json").read_text())
     assert res["keys"] == {} and len(res["errors"]) == 1
+    assert "reconnect window of 500 ms" in res["errors"][0][3], res
     holder.kill()
     holder.wait()
     assert not os.path.exists(daemon.socket)

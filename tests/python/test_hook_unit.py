@@ -309,3 +309,76 @@ def test_autotuning_listener_sees_the_pass(hooked, monkeypatch):
     run_once()
     assert len(seen) == 1 and seen[0]["key"] == KEY and seen[0]["cache_hit"] is False
     assert seen[0]["best_config"].kwargs["BLOCK"] == 32 and len(seen[0]["configs_timings"]) == 4
+
+
+def _stale():
+    return _native.DetdError("detd_report", _native.ESTALE, "DETD_ESTALE", "claim no longer held",
+                             "report: claim 7 was given to a session that has ended")
+
+
+def test_claim_lost_to_a_restart_is_asked_again_and_timings_reused(hooked, monkeypatch):
+    """The daemon restarts during this rank's timing pass: the report is
+    refused as stale (libdetd sends nothing to the new daemon). The hook
+    asks again; designated again, it reports the timings it measured (one
+    pass, not two) and launches the committed config; a decision made
+    meanwhile by another rank is taken as it is."""
+    monkeypatch.setenv("RANK", "0")
+    committed = "BLOCK=32,num_warps=4,num_stages=1,num_ctas=1"
+    claims = iter([7, 8])
+    reports = []
+
+    def report(k, rows):
+        reports.append(rows)
+        if len(reports) == 1:
+            raise _stale()
+        return answer(_native.OUTCOME_DECIDED, committed)
+
+    s = hooked(Scripted(lambda k: answer(_native.OUTCOME_DESIGNATED, claim=next(claims)), report))
+    sha, calls = run_once()
+    assert calls == 4  # one timing pass
+    assert sha == sha_for_block(32)
+    assert len(s.decides) == 2 and len(reports) == 2 and reports[0] == reports[1]
+    rec = detd.autotuners()[0]["keys"][0]
+    assert rec["config"] == committed and rec["source"] == "timed" and "claim lost 1x" in rec["note"]
+    assert _hook._state.claims_lost >= 1
+
+    # Asked again, another rank's decision is there: no second report.
+    rk.row_sum_kernel.cache.clear()
+    _hook.configure(_policy.parse(environ={}))
+    answers = iter([answer(_native.OUTCOME_DESIGNATED, claim=9),
+                    answer(_native.OUTCOME_DECIDED, committed)])
+    reports.clear()
+    s2 = Scripted(lambda k: next(answers), lambda k, rows: (_ for _ in ()).throw(_stale()))
+    monkeypatch.setattr(_hook, "client", lambda: s2)
+    sha, calls = run_once()
+    assert calls == 4 and sha == sha_for_block(32)
+    assert len(s2.decides) == 2 and len(s2.reports) == 1
+
+
+def test_asks_share_one_timeout(hooked):
+    """Every Decide after a lost claim gets what is left of timeout_ms, not
+    a fresh timeout_ms (the budget is the setting, across a restart)."""
+    timeouts = []
+
+    class Timed(Scripted):
+        def decide(self, key, no_claim, timeout_ms):
+            timeouts.append(timeout_ms)
+            return super().decide(key, no_claim, timeout_ms)
+
+    s = hooked(Timed(lambda k: answer(_native.OUTCOME_DESIGNATED, claim=len(timeouts)),
+                     lambda k, rows: (_ for _ in ()).throw(_stale())), timeout_ms=5000)
+    with pytest.raises(detd.MissError) as e:
+        run_once()
+    assert "report failed" in str(e.value)
+    assert len(timeouts) == _hook._MAX_ASKS
+    assert all(0 < t <= 5000 for t in timeouts) and timeouts == sorted(timeouts, reverse=True)
+
+
+def test_fallback_is_warned_and_counted(hooked):
+    s = hooked(Scripted(lambda k: answer(_native.OUTCOME_MISS)), on_miss="cheapest")
+    n = _hook._state.fallbacks
+    _hook._state.warned.clear()  # warned once per kernel and key, per process
+    with pytest.warns(RuntimeWarning, match="on_miss=cheapest"):
+        run_once()
+    assert _hook._state.fallbacks == n + 1
+    assert s.observed[0][1] == _native.SOURCE_FALLBACK

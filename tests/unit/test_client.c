@@ -214,6 +214,44 @@ TEST(connection_refused_within_deadline) {
     detd_client_close(c);
 }
 
+TEST(reconnect_window_setting) {
+    detd_client *c = NULL;
+    const char *bad[] = {"abc", "-1", "3600001", "10ms"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("DETD_RECONNECT_MS", bad[i], 1);
+        CHECK_EQ_INT(detd_client_open("/nonexistent/detd.sock", NULL, &c),
+                     DETD_EINVAL);
+        CHECK(c == NULL);
+        CHECK(strstr(detd_client_last_error(), "DETD_RECONNECT_MS") != NULL);
+    }
+    const char *good[] = {"0", "1500", "3600000", ""};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        setenv("DETD_RECONNECT_MS", good[i], 1);
+        CHECK_EQ_INT(detd_client_open("/nonexistent/detd.sock", NULL, &c), 0);
+        detd_client_close(c);
+        c = NULL;
+    }
+    unsetenv("DETD_RECONNECT_MS");
+}
+
+/* A daemon this handle never reached is not waited for, even with a
+ * long reconnect window and deadline. */
+TEST(never_reached_is_not_waited_for) {
+    setenv("DETD_RECONNECT_MS", "3600000", 1);
+    detd_client *c = open_missing_();
+    unsetenv("DETD_RECONNECT_MS");
+    struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2, NULL};
+    struct detd_answer *a = NULL;
+    int64_t t0 = now_ms();
+    for (int i = 0; i < 3; i++) {
+        int rc = detd_decide(c, &k, 0, 120000, &a);
+        CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
+    }
+    CHECK(now_ms() - t0 < 30000);
+    CHECK(a == NULL);
+    detd_client_close(c);
+}
+
 TEST(connect_null) {
     CHECK_EQ_INT(detd_client_connect(NULL, 100), DETD_EINVAL);
 }

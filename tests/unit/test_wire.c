@@ -777,6 +777,175 @@ TEST(daemon_restart) {
     fake_stop_(&p);
 }
 
+/* ---- daemon restarts: reconnect, retry, no replayed report -------- */
+
+struct decide_arg {
+    detd_client *c;
+    const char *key;
+    int64_t timeout_ms;
+    int rc;
+    struct detd_answer *a;
+    char err[512];
+};
+
+static void *decide_bg_(void *arg) {
+    struct decide_arg *d = arg;
+    struct detd_key k = key_(d->key);
+    d->rc = detd_decide(d->c, &k, 0, d->timeout_ms, &d->a);
+    snprintf(d->err, sizeof(d->err), "%s", detd_client_last_error());
+    return NULL;
+}
+
+/* Wait until the stand-in counts at least n of a counter (30 s). */
+static uint64_t await_counter_(const struct fake_proc *p, const char *name,
+                               uint64_t n) {
+    uint64_t v = 0;
+    int64_t t0 = clock_mono_ms();
+    while ((v = fake_counter_(p, name)) < n && clock_mono_ms() - t0 < 30000)
+        usleep(10000);
+    return v;
+}
+
+/* A Decide made while the daemon is down waits for the new daemon within
+ * its deadline (a handle that reached the daemon before), then succeeds on
+ * a new session. */
+TEST(decide_waits_across_restart) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 0);
+    struct detd_key k = key_("designate-r");
+    struct detd_answer *a = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    CHECK_EQ_INT(a->claim_id, 100 * 1000 + 1);
+    detd_answer_free(a);
+    fake_kill_(&p);
+    unlink(p.path);
+    /* The stand-in is started from this thread (its parent-death signal
+     * follows the thread that forked it). */
+    pthread_t th;
+    struct decide_arg da = {c, "designate-r", 20000, -1, NULL, ""};
+    int64_t t0 = clock_mono_ms();
+    CHECK(pthread_create(&th, NULL, decide_bg_, &da) == 0);
+    usleep(700 * 1000);
+    fake_start_at_(&p, 300);
+    pthread_join(th, NULL);
+    int64_t took = clock_mono_ms() - t0;
+    int rc = da.rc;
+    a = da.a;
+    if (rc != 0)
+        fprintf(stderr, "decide across restart: %s: %s\n", detd_err_name(rc),
+                da.err);
+    CHECK_EQ_INT(rc, 0);
+    /* Answered by the new daemon (it was down for 700 ms), under its
+     * first session. */
+    CHECK(took >= 600);
+    CHECK_EQ_INT(a->outcome, DETD_OUTCOME_DESIGNATED);
+    CHECK_EQ_INT(a->claim_id, 100 * 1000 + 1);
+    detd_answer_free(a);
+    CHECK_EQ_INT(fake_counter_(&p, "attaches"), 1);
+    CHECK_EQ_INT(fake_counter_(&p, "sessions_sent"), 1);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+/* After a restart the handle attaches again by itself and heartbeats go
+ * on, with no call made. */
+TEST(keeper_reattaches_and_heartbeats_after_restart) {
+    struct fake_proc p;
+    fake_start_(&p, 150);
+    detd_client *c = open_(&p, 0);
+    CHECK_EQ_INT(detd_client_connect(c, 5000), 0);
+    fake_kill_(&p);
+    usleep(300 * 1000);
+    fake_start_at_(&p, 150);
+    CHECK(await_counter_(&p, "heartbeats", 3) >= 3);
+    CHECK_EQ_INT(fake_counter_(&p, "attaches"), 1);
+    CHECK_EQ_INT(fake_counter_(&p, "streams_open"), 1);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+/* A claim of a session that ended is never reported to the new daemon
+ * (its claim ids start again: the old id would name another claim).
+ * Asked again, the key is designated anew and that claim reports. */
+TEST(report_of_a_claim_from_before_a_restart_is_not_sent) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 0);
+    struct detd_key k = key_("designate-x");
+    struct detd_answer *a = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    uint64_t claim = a->claim_id;
+    CHECK_EQ_INT(claim, 100 * 1000 + 1);
+    detd_answer_free(a);
+    fake_kill_(&p);
+    fake_start_at_(&p, 300);
+    CHECK_EQ_INT(await_counter_(&p, "attaches", 1), 1); /* re-attached */
+    double t0[] = {2.0}, t1[] = {1.0};
+    struct detd_timing tm[] = {{cands_[0], t0, 1, 0}, {cands_[1], t1, 1, 0}};
+    a = NULL;
+    CHECK_EQ_INT(detd_report(c, claim, &k, tm, 2, "3.6.0", 5000, &a),
+                 DETD_ESTALE);
+    CHECK(a == NULL);
+    CHECK(strstr(detd_client_last_error(), "detd_decide") != NULL);
+    CHECK_EQ_INT(fake_counter_(&p, "reports"), 0);
+    /* The rule: ask again; designated again (the same id, by the new
+     * daemon), report the timings already measured. */
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    CHECK_EQ_INT(a->outcome, DETD_OUTCOME_DESIGNATED);
+    claim = a->claim_id;
+    detd_answer_free(a);
+    CHECK_EQ_INT(detd_report(c, claim, &k, tm, 2, "3.6.0", 5000, &a), 0);
+    CHECK_STR(a->config, cands_[1]);
+    detd_answer_free(a);
+    CHECK_EQ_INT(fake_counter_(&p, "reports"), 1);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+/* Past the reconnect window calls fail at once, saying how long the
+ * daemon has been gone; when it is back, they work again. */
+TEST(reconnect_window_bounds_the_wait) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    setenv("DETD_RECONNECT_MS", "400", 1);
+    detd_client *c = open_(&p, 0);
+    unsetenv("DETD_RECONNECT_MS");
+    struct detd_key k = key_("K");
+    struct detd_answer *a = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    detd_answer_free(a);
+    fake_kill_(&p);
+    unlink(p.path);
+    a = NULL;
+    int64_t t0 = clock_mono_ms();
+    int rc = detd_decide(c, &k, 0, 20000, &a);
+    int64_t took = clock_mono_ms() - t0;
+    CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
+    CHECK(a == NULL);
+    /* waited for the window (400 ms), not for the 20 s deadline */
+    CHECK(took >= 300 && took < 15000);
+    CHECK(strstr(detd_client_last_error(), "reconnect window of 400 ms") !=
+          NULL);
+    CHECK(strstr(detd_client_last_error(), p.path) != NULL);
+    /* the window has passed: the next call does not wait for it again */
+    t0 = clock_mono_ms();
+    rc = detd_observe(c, &k, cands_[0], DETD_SOURCE_TABLE, 0, 20000);
+    CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
+    CHECK(clock_mono_ms() - t0 < 300);
+    fake_start_at_(&p, 300);
+    rc = -1;
+    for (int i = 0; i < 300 && rc != 0; i++) {
+        rc = detd_decide(c, &k, 0, 2000, &a);
+        if (rc != 0)
+            usleep(20 * 1000);
+    }
+    CHECK_EQ_INT(rc, 0);
+    detd_answer_free(a);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
 struct thread_arg {
     detd_client *c;
     int id;

@@ -15,6 +15,51 @@
  * the parent's connection; it opens its own on first use and attaches as
  * a new client (with its own pid).
  *
+ * Daemon restarts (added in 0.3): a handle that has reached its daemon
+ * outlives it. When the daemon goes away (connection refused, socket
+ * gone, the connection lost, the Attach stream ended, a draining daemon
+ * answering UNAVAILABLE or cancelling the calls still open), the handle
+ * attaches again by itself, with exponential backoff and jitter: at once, then
+ * after 50 ms doubling to at most 1 s, each wait drawn uniformly from [d/2, d],
+ * until the daemon answers or the handle is closed. Every re-attach is a new
+ * session (a new session id); heartbeats resume on it. Meanwhile the calls
+ * behave as follows:
+ *
+ *  - detd_decide(), detd_observe() and detd_vote() are idempotent: one that
+ *    fails because the daemon is gone (also one in flight, or one held
+ *    server-side, when it died) is made again, with the same backoff, until
+ *    it is answered, its deadline passes, or the daemon has been gone for
+ *    longer than the reconnect window. Then the call returns the connection
+ *    error (DETD_ECONNECT or DETD_EUNAVAILABLE) and detd_client_last_error()
+ *    says for how long the daemon was missing.
+ *  - detd_report() is not replayed across sessions. A claim belongs to the
+ *    session that received it; when that session ends (the daemon
+ *    restarted: the new daemon never gave this claim) the claim is void.
+ *    detd_report() then returns DETD_ESTALE without sending anything. It is
+ *    sent again only while the session that received the claim is still
+ *    up (a repeated report is harmless).
+ *
+ * The rule for a designated caller whose report returns DETD_ESTALE: call
+ * detd_decide() again for the same key (it waits for the daemon as above).
+ * DECIDED: use that config (another rank committed it, or this process's
+ * report was committed before the answer was lost: a committed decision is
+ * stored before it is acknowledged and survives the restart). DESIGNATED:
+ * report again with the new claim. Timings this process measured for
+ * exactly this key and candidate list remain valid (they are measurements,
+ * not state of the daemon) and may be reported again without timing anew;
+ * time again only if the key or the candidates changed. Thus a restart
+ * costs at most one extra timing pass per key whose pass was in flight,
+ * and never a second decision: the store's first writer wins.
+ *
+ * The reconnect window is DETD_RECONNECT_DEFAULT_MS (60 s), or
+ * $DETD_RECONNECT_MS read by detd_client_open() (0 to DETD_RECONNECT_MAX_MS;
+ * 0: never wait). It counts from the first failure of an outage; once it
+ * has passed, calls fail at once until the handle reaches a daemon again
+ * (the handle keeps attaching in the background). A handle that never
+ * reached a daemon does not wait: its calls fail at once, as a missing
+ * daemon is a configuration error. A forked child of a process that
+ * reached the daemon waits like its parent.
+ *
  * The library never logs, never aborts and never writes to stdout/stderr.
  */
 #ifndef DETD_CLIENT_H
@@ -33,6 +78,10 @@ extern "C" {
 
 /* Default socket when neither the argument nor DETD_SOCKET names one. */
 #define DETD_DEFAULT_SOCKET "/run/detd/detd.sock"
+
+/* The reconnect window (see the top of this file; added in 0.3). */
+#define DETD_RECONNECT_DEFAULT_MS 60000
+#define DETD_RECONNECT_MAX_MS 3600000
 
 /* Limits enforced by the daemon and checked early by the library. */
 #define DETD_MAX_KEY_BYTES 4096
@@ -151,7 +200,9 @@ int detd_client_connect(detd_client *client, int64_t timeout_ms);
 
 /*
  * Ask which config to use for key. Waits server-side while another rank
- * times the key, for at most timeout_ms (<= 0: 10 minutes).
+ * times the key, for at most timeout_ms (<= 0: 10 minutes); across a
+ * daemon restart it asks again within the same timeout (see the top of
+ * this file).
  * On success *ret_answer holds the outcome (free it with
  * detd_answer_free()). Errors: DETD_EINVAL, DETD_ELIMIT (key or candidate
  * limits), DETD_ECONNECT, DETD_ETIMEDOUT, DETD_EBUSY, DETD_EPROTO, ...
@@ -165,7 +216,10 @@ int detd_decide(detd_client *client, const struct detd_key *key, int flags,
  * commits it and answers with the committed decision, which the caller
  * must use: answer->config. Repeating a report is harmless. A report
  * for a claim that moved on returns DETD_ESTALE, or the decision with
- * answer->superseded set if one was made meanwhile.
+ * answer->superseded set if one was made meanwhile. A report for a claim
+ * whose session ended (a daemon restart) returns DETD_ESTALE at once and
+ * sends nothing: ask again with detd_decide() (the rule is at the top of
+ * this file). Waits at most timeout_ms (<= 0: 30 s).
  */
 int detd_report(detd_client *client, uint64_t claim_id,
                 const struct detd_key *key, const struct detd_timing *timings,

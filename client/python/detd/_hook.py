@@ -112,12 +112,18 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _audit, _canon, _native, _triton
 from ._policy import Settings
+
+
+# Decide/Report rounds for one key: a claim can be lost to a daemon restart
+# or passed on; each loss costs one more round (bounded by timeout_ms too).
+_MAX_ASKS = 8
 
 
 class MissError(RuntimeError):
@@ -165,6 +171,8 @@ class _State:
         self.records: Dict[str, dict] = {}
         self.records_lock = threading.Lock()
         self.warned = set()
+        self.claims_lost = 0   # reports refused as stale: asked again
+        self.fallbacks = 0     # on_miss applied (first or cheapest)
 
 
 _state = _State()
@@ -573,6 +581,13 @@ def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str, cands: Option
         raise MissError(info.kernel, key_str, reason)
     configs = cands.objs if cands is not None else list(_triton.configs(ctx.tuner))
     chosen = configs[0] if policy == "first" else _cheapest(configs)
+    # Never silent: counted, warned once per kernel and key, recorded
+    # (source fallback) and observed, so that verify fails.
+    with _state.records_lock:
+        _state.fallbacks += 1
+    _warn_once(f"miss:{info.kernel}:{key_str}",
+               f"detd: no decision for kernel {info.kernel} key {key_str}: {reason}; "
+               f"using on_miss={policy}")
     return chosen, _native.SOURCE_FALLBACK, f"{reason}; on_miss={policy}"
 
 
@@ -610,28 +625,50 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
     else:
         answer, reason = None, None
         report_rows = None
-        for _attempt in range(4):
+        # One budget of settings.timeout_ms for the whole resolution (the
+        # timing pass itself not counted): libdetd waits for a restarted
+        # daemon within what is left of it, and a claim lost to a restart
+        # is asked for again (see detd/client.h, "Daemon restarts").
+        deadline = time.monotonic() + settings.timeout_ms / 1000.0
+        lost = 0
+        for _attempt in range(_MAX_ASKS):
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
+                break
             try:
-                answer = client().decide(dkey, settings.mode == "pinned", settings.timeout_ms)
+                answer = client().decide(dkey, settings.mode == "pinned", left_ms)
             except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
                 answer, reason = None, f"daemon request failed: {e}"
                 break
             if answer.outcome != _native.OUTCOME_DESIGNATED:
                 break
             if report_rows is None:
+                t0 = time.monotonic()
                 report_rows, errors = _timing_pass(ctx, cands)
+                deadline += time.monotonic() - t0
                 timed_here = True
                 timings_out = {s: ms for s, ms, _ in report_rows}
+            # Designated again after a lost claim: the timings measured
+            # here for this very key and candidate list are still valid.
             try:
                 answer = client().report(answer.claim_id, dkey, report_rows, _triton.version(),
-                                         settings.timeout_ms)
+                                         max(1, int((deadline - time.monotonic()) * 1000)))
                 answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
                 break
             except _native.DetdError as e:
                 if e.code == _native.ESTALE:
-                    continue  # the claim moved on: ask again (a decision may exist now)
+                    # The claim moved on or its session ended (a daemon
+                    # restart): ask again; a decision may exist now.
+                    lost += 1
+                    answer, reason = None, f"report failed: {e}"
+                    continue
                 answer, reason = None, f"report failed: {e}"
                 break
+        if lost:
+            note = f"claim lost {lost}x (passed on, or the daemon restarted): asked again"
+            with _state.records_lock:
+                _state.claims_lost += lost
         if report_rows is not None:
             failed = {s: _error_line(errors[s]) if s in errors else "inf" for s, _, f in report_rows if f}
         if report_rows is not None and len(failed) == len(report_rows):
