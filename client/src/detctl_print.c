@@ -106,8 +106,8 @@ void detctl_print_time(int64_t unix_ms, char *buf, size_t len) {
     }
     time_t t = (time_t)(unix_ms / 1000);
     struct tm tm;
-    if (localtime_r(&t, &tm) == NULL ||
-        strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+    if (gmtime_r(&t, &tm) == NULL ||
+        strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
         snprintf(buf, len, "%lld", (long long)unix_ms);
 }
 

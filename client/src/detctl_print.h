@@ -38,7 +38,7 @@ void detctl_print_table_free(struct detctl_print_table *t);
 /* A duration for humans: "850ms", "42s", "4m12s", "3h05m", "2d04h". */
 void detctl_print_duration(int64_t ms, char *buf, size_t len);
 
-/* A unix time in milliseconds as "2026-11-29 21:35:14" (local time), or
+/* A unix time in milliseconds as "2026-11-29T21:35:14Z" (UTC), or
  * "-" for 0. */
 void detctl_print_time(int64_t unix_ms, char *buf, size_t len);
 
