@@ -121,11 +121,9 @@ static void put_json_cp(struct kparse *k, uint32_t c) {
     default:
         break;
     }
-    if (c < 0x20 || (c >= 0x7f && c < 0x10000 && c != 0x7f)) {
+    if (c < 0x20 || (c >= 0x7f && c < 0x10000)) {
         snprintf(b, sizeof b, "\\u%04x", (unsigned)c);
         puts_(k, b);
-    } else if (c == 0x7f) {
-        puts_(k, "\x7f");
     } else if (c >= 0x10000) {
         c -= 0x10000;
         snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xd800u + (unsigned)(c >> 10),
