@@ -85,11 +85,10 @@ static json_t *status_doc(const struct detctl_opts *o,
         detctl_tables_json_errors(s->table_errors, s->n_table_errors));
     size_t i;
     json_t *c;
-    json_array_foreach(json_object_get(j, "clients"), i, c) add_iso(c,
-                                                                    "attached_at");
-    json_array_foreach(
-        json_object_get(json_object_get(j, "etcd"), "nodes"), i, c)
-        add_iso(c, "started_at");
+    json_array_foreach(json_object_get(j, "clients"), i, c)
+        add_iso(c, "attached_at");
+    json_array_foreach(json_object_get(json_object_get(j, "etcd"), "nodes"), i,
+                       c) add_iso(c, "started_at");
     return doc_merge(detctl_cli_doc("Status"), j);
 }
 
@@ -243,8 +242,8 @@ static int detctl_decisions(const struct detctl_opts *o,
     Detd__V1__ListDecisionsResponse *r = NULL;
     req.api_version = DETD_API_VERSION;
     req.namespace_ = ns;
-    int exact = o->kernel != NULL &&
-                detctl_kernel_form(o->kernel) == DETCTL_KERNEL_ID;
+    int exact =
+        o->kernel != NULL && detctl_kernel_form(o->kernel) == DETCTL_KERNEL_ID;
     if (exact)
         req.kernel = (char *)o->kernel;
     int ex = detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &req.base,
@@ -266,8 +265,7 @@ static int detctl_decisions(const struct detctl_opts *o,
                                 o->kernel ? json_string(o->kernel)
                                           : json_null());
             json_object_set_new(doc, "decisions", arr ? arr : json_array());
-            json_object_set_new(doc, "truncated",
-                                json_boolean(r->truncated));
+            json_object_set_new(doc, "truncated", json_boolean(r->truncated));
         } else {
             json_decref(arr);
         }
@@ -382,15 +380,14 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
         for (size_t i = 0; ks != NULL && i < n; i++)
             json_array_append_new(ks, json_string(ids[i]));
         if (doc != NULL)
-            json_object_set_new(
-                doc, "kernels",
-                o->all ? json_null() : (ks ? ks : json_array()));
+            json_object_set_new(doc, "kernels",
+                                o->all ? json_null()
+                                       : (ks ? ks : json_array()));
         if (o->all)
             json_decref(ks);
         if (doc != NULL) {
             json_object_set_new(doc, "what",
-                                json_string(o->votes ? "votes"
-                                                     : "decisions"));
+                                json_string(o->votes ? "votes" : "decisions"));
             json_object_set_new(doc, "removed",
                                 json_integer((json_int_t)removed));
             json_object_set_new(doc, "removed_imports",
@@ -490,8 +487,9 @@ static int resolve_one_kernel(const struct detctl_opts *o,
                 pattern, ns);
         ex = DETCTL_EXIT_USAGE;
     } else {
-        fprintf(stderr, "detctl: --kernel '%s' names %zu kernels in "
-                        "namespace '%s'; give one of:\n",
+        fprintf(stderr,
+                "detctl: --kernel '%s' names %zu kernels in "
+                "namespace '%s'; give one of:\n",
                 pattern, n, ns);
         for (size_t i = 0; i < n; i++)
             fprintf(stderr, "  %s\n", ids[i]);
@@ -613,17 +611,16 @@ static int detctl_votes(const struct detctl_opts *o, struct wire_channel *ch) {
                                       v->timings[j]->failed));
                 }
                 json_array_append_new(
-                    arr,
-                    json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, "
-                              "s:I, s:o}",
-                              "namespace", v->namespace_, "arch", v->arch,
-                              "kernel", v->kernel, "key", v->key, "table_key",
-                              v->table_key, "config", v->config, "client",
-                              detctl_print_json_identity(v->client), "timings",
-                              tm, "triton_version", v->triton_version,
-                              "voted_at_ms", (json_int_t)v->voted_at_ms,
-                              "voted_at",
-                              detctl_cli_json_time(v->voted_at_ms)));
+                    arr, json_pack(
+                             "{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, "
+                             "s:I, s:o}",
+                             "namespace", v->namespace_, "arch", v->arch,
+                             "kernel", v->kernel, "key", v->key, "table_key",
+                             v->table_key, "config", v->config, "client",
+                             detctl_print_json_identity(v->client), "timings",
+                             tm, "triton_version", v->triton_version,
+                             "voted_at_ms", (json_int_t)v->voted_at_ms,
+                             "voted_at", detctl_cli_json_time(v->voted_at_ms)));
             } else if (t != NULL) {
                 const char *row[] = {v->kernel, v->key, v->arch,
                                      v->config, rank,   who};
@@ -736,10 +733,10 @@ int main(int argc, char **argv) {
         const char *name;
         int (*fn)(const struct detctl_opts *, struct wire_channel *);
     } cmds[] = {
-        {"status", detctl_status},   {"decisions", detctl_decisions},
+        {"status", detctl_status},     {"decisions", detctl_decisions},
         {"verify", detctl_verify_run}, {"reset", detctl_reset},
-        {"health", detctl_health},   {"reload", detctl_reload},
-        {"explain", detctl_explain}, {"votes", detctl_votes},
+        {"health", detctl_health},     {"reload", detctl_reload},
+        {"explain", detctl_explain},   {"votes", detctl_votes},
         {"table", detctl_table},
     };
     int (*fn)(const struct detctl_opts *, struct wire_channel *) = NULL;

@@ -39,9 +39,8 @@ int detctl_call(const struct detctl_opts *o, struct wire_channel *ch,
 }
 
 /* See detctl_call.h. */
-void detctl_call_namespace(const struct detctl_opts *o,
-                           struct wire_channel *ch, char *buf, size_t len,
-                           const char **ret_src) {
+void detctl_call_namespace(const struct detctl_opts *o, struct wire_channel *ch,
+                           char *buf, size_t len, const char **ret_src) {
     if (o->namespace_ != NULL) {
         snprintf(buf, len, "%s", o->namespace_);
         if (ret_src != NULL)

@@ -33,9 +33,8 @@ int detctl_call(const struct detctl_opts *o, struct wire_channel *ch,
  * "" when that call fails). *ret_src (may be NULL) gets where it came from:
  * "--namespace", "DETD_NAMESPACE" or "daemon".
  */
-void detctl_call_namespace(const struct detctl_opts *o,
-                           struct wire_channel *ch, char *buf, size_t len,
-                           const char **ret_src);
+void detctl_call_namespace(const struct detctl_opts *o, struct wire_channel *ch,
+                           char *buf, size_t len, const char **ret_src);
 
 /* Print "namespace: NS (SRC)" to stdout. */
 void detctl_call_print_namespace(const char *ns, const char *src);

@@ -55,8 +55,7 @@ struct opt_def {
 
 static const struct opt_def opt_defs[] = {
     {O_HELP, "help", no_argument, 'h', NULL, "this help"},
-    {O_VERBOSE, "verbose", no_argument, 'v', NULL,
-     "list each disagreement"},
+    {O_VERBOSE, "verbose", no_argument, 'v', NULL, "list each disagreement"},
     {O_SOCKET, "socket", required_argument, 0, "PATH",
      "the daemon's socket (default $DETD_SOCKET, else " DETD_DEFAULT_SOCKET
      ")"},
@@ -87,8 +86,7 @@ static const struct opt_def opt_defs[] = {
     {O_CLUSTER, "cluster", no_argument, 0, NULL,
      "compare the observations of every registered node (etcd backend)"},
     {O_VOTES, "votes", no_argument, 0, NULL, "record-mode votes instead"},
-    {O_IMPORTS, "imports", no_argument, 0, NULL,
-     "imported table entries too"},
+    {O_IMPORTS, "imports", no_argument, 0, NULL, "imported table entries too"},
     {O_KEY, "key", required_argument, 0, "KEY",
      "the key: canonical ([i:1024,s:\"torch.float32\"]) or as Triton "
      "prints it ((1024, 'torch.float32'))"},
@@ -111,8 +109,9 @@ static const struct opt_def opt_defs[] = {
      "write JUnit XML, one testcase per key"},
 };
 
-#define GLOBAL_OPTS O_SOCKET, O_ADDRESS, O_SERVER, O_TLS_CA, O_TLS_CERT, \
-                    O_TLS_KEY, O_TIMEOUT, O_HELP
+#define GLOBAL_OPTS                                                            \
+    O_SOCKET, O_ADDRESS, O_SERVER, O_TLS_CA, O_TLS_CERT, O_TLS_KEY, O_TIMEOUT, \
+        O_HELP
 
 struct cmd_def {
     const char *name, *sub;
@@ -124,56 +123,104 @@ struct cmd_def {
 };
 
 static const struct cmd_def cmd_defs[] = {
-    {"status", NULL, "", 0, 0,
+    {"status",
+     NULL,
+     "",
+     0,
+     0,
      "The daemon: version, namespace, backend, uptime, decisions, attached "
      "clients,\nopen claims, waiters, counters, GPUs, table files.",
      {O_OUTPUT, O_JSON, GLOBAL_OPTS, 0}},
-    {"decisions", NULL, "", 0, 1,
+    {"decisions",
+     NULL,
+     "",
+     0,
+     1,
      "The stored decisions with provenance (who timed it, when, each "
      "candidate's timing).",
      {O_OUTPUT, O_JSON, O_KERNEL, O_NAMESPACE, GLOBAL_OPTS, 0}},
-    {"verify", NULL, "", 0, 1,
+    {"verify",
+     NULL,
+     "",
+     0,
+     1,
      "Compare the configs ranks launched (their Observe reports) with each "
      "other and\nwith the decisions. Fails (exit 1) on a divergence, a "
      "fallback launch (on_miss),\na decided config whose timing failed, "
      "fewer ranks than --expect-ranks, an\nunreachable node, or nothing "
      "checked at all (unless --allow-empty).",
-     {O_OUTPUT, O_JSON, O_NAMESPACE, O_CLUSTER, O_ALLOW_EMPTY,
-      O_EXPECT_RANKS, O_JOB, O_REPORT, O_JUNIT, GLOBAL_OPTS, 0}},
-    {"reset", NULL, "(--kernel K | --all)", 0, 1,
+     {O_OUTPUT, O_JSON, O_NAMESPACE, O_CLUSTER, O_ALLOW_EMPTY, O_EXPECT_RANKS,
+      O_JOB, O_REPORT, O_JUNIT, GLOBAL_OPTS, 0}},
+    {"reset",
+     NULL,
+     "(--kernel K | --all)",
+     0,
+     1,
      "Forget decisions (the next run times those keys again); --votes: the "
      "record-mode\nvotes instead; --imports: the imported table entries too.",
      {O_KERNEL, O_ALL, O_NAMESPACE, O_VOTES, O_IMPORTS, O_OUTPUT, O_JSON,
       GLOBAL_OPTS, 0}},
-    {"health", NULL, "", 0, 0,
+    {"health",
+     NULL,
+     "",
+     0,
+     0,
      "grpc.health.v1 check; exit 0 when SERVING, 1 otherwise.",
      {O_OUTPUT, O_JSON, GLOBAL_OPTS, 0}},
-    {"reload", NULL, "", 0, 0,
+    {"reload",
+     NULL,
+     "",
+     0,
+     0,
      "Re-read the table directories (as SIGHUP does); lists the files "
      "loaded and skipped.",
      {O_OUTPUT, O_JSON, GLOBAL_OPTS, 0}},
-    {"explain", NULL, "--kernel K --key KEY --arch A", 0, 1,
+    {"explain",
+     NULL,
+     "--kernel K --key KEY --arch A",
+     0,
+     1,
      "Where the answer for a key comes from: a decision, an imported or "
      "table entry, or\na timing pass, with each entry rejected and why.",
-     {O_KERNEL, O_KEY, O_ARCH, O_TABLE_KEY, O_CANDIDATE, O_NAMESPACE,
-      O_OUTPUT, O_JSON, GLOBAL_OPTS, 0}},
-    {"votes", NULL, "", 0, 1,
+     {O_KERNEL, O_KEY, O_ARCH, O_TABLE_KEY, O_CANDIDATE, O_NAMESPACE, O_OUTPUT,
+      O_JSON, GLOBAL_OPTS, 0}},
+    {"votes",
+     NULL,
+     "",
+     0,
+     1,
      "Record-mode votes: each process's own timing-pass winner per key.",
      {O_OUTPUT, O_JSON, O_ARCH, O_KERNEL, O_NAMESPACE, GLOBAL_OPTS, 0}},
-    {"table", "export", "--arch A -o FILE", 0, 1,
+    {"table",
+     "export",
+     "--arch A -o FILE",
+     0,
+     1,
      "Write the table of arch A from the decisions (--votes: from the "
      "majority of the\nvotes).",
-     {O_ARCH, O_OUTFILE, O_VOTES, O_KERNEL, O_NAMESPACE, O_SOURCE,
-      GLOBAL_OPTS, 0}},
-    {"table", "merge", "FILE... -o OUT", 2, 0,
+     {O_ARCH, O_OUTFILE, O_VOTES, O_KERNEL, O_NAMESPACE, O_SOURCE, GLOBAL_OPTS,
+      0}},
+    {"table",
+     "merge",
+     "FILE... -o OUT",
+     2,
+     0,
      "The majority of tables and per-rank recordings, one table per arch "
      "(OUT: a\ndirectory for several). No daemon involved.",
      {O_OUTFILE, O_SOURCE, O_VERBOSE, O_HELP, 0}},
-    {"table", "report", "FILE...", 2, 0,
+    {"table",
+     "report",
+     "FILE...",
+     2,
+     0,
      "Entries, votes and disagreements per kernel of those inputs. No "
      "daemon involved.",
      {O_OUTPUT, O_JSON, O_HELP, 0}},
-    {"table", "import", "FILE", 1, 1,
+    {"table",
+     "import",
+     "FILE",
+     1,
+     1,
      "The table's entries answer Decide in the namespace before the tables "
      "(admin call).",
      {O_NAMESPACE, GLOBAL_OPTS, 0}},
@@ -224,9 +271,9 @@ static void usage_global(FILE *out) {
                 nl ? " ..." : "");
     }
     fprintf(out, "\nglobal options (before or after the command):\n");
-    static const int g[] = {O_SOCKET,   O_ADDRESS, O_SERVER,  O_TLS_CA,
-                            O_TLS_CERT, O_TLS_KEY, O_TIMEOUT, O_HELP,
-                            O_VERSION};
+    static const int g[] = {O_SOCKET,  O_ADDRESS,  O_SERVER,
+                            O_TLS_CA,  O_TLS_CERT, O_TLS_KEY,
+                            O_TIMEOUT, O_HELP,     O_VERSION};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
         opt_line(out, opt_find(g[i]));
     fprintf(out,
@@ -315,8 +362,8 @@ usage_err(const char *cmd, const char *fmt, ...) {
 }
 
 static int push(const char ***arr, size_t *n, int argc, const char *v) {
-    if (*arr == NULL && (*arr = calloc((size_t)argc + 1, sizeof(**arr))) ==
-                            NULL)
+    if (*arr == NULL &&
+        (*arr = calloc((size_t)argc + 1, sizeof(**arr))) == NULL)
         return -1;
     (*arr)[(*n)++] = v;
     return 0;
@@ -324,8 +371,7 @@ static int push(const char ***arr, size_t *n, int argc, const char *v) {
 
 /* Apply one option. Returns -1 to go on, or an exit status. */
 static int apply(struct detctl_opts *o, int id, const char *arg, int argc,
-                 const char *cmd, const char **timeout,
-                 const char **expect) {
+                 const char *cmd, const char **timeout, const char **expect) {
     switch (id) {
     case O_SOCKET:
         o->socket = arg;
@@ -452,8 +498,7 @@ static int parse_with(struct detctl_opts *o, int argc, char **argv,
                                        cmd)
                            : usage_err(cmd, "unknown option '%s'", s);
             }
-            return cmd ? usage_err(cmd, "'%s': not an option of '%s'", bad,
-                                   cmd)
+            return cmd ? usage_err(cmd, "'%s': not an option of '%s'", bad, cmd)
                        : usage_err(cmd, "unknown option '%s'", bad);
         }
         if (ch == ':')

@@ -74,10 +74,12 @@ static void put(struct kparse *k, const char *s, size_t n) {
     k->out[k->n] = '\0';
 }
 
-static void puts_(struct kparse *k, const char *s) { put(k, s, strlen(s)); }
+static void puts_(struct kparse *k, const char *s) {
+    put(k, s, strlen(s));
+}
 
 __attribute__((format(printf, 2, 3))) static int fail(struct kparse *k,
-                                                       const char *fmt, ...) {
+                                                      const char *fmt, ...) {
     char msg[160];
     va_list ap;
     va_start(ap, fmt);
@@ -367,8 +369,7 @@ static int parse_value(struct kparse *k, int depth) {
 }
 
 /* See detctl_key.h. */
-int detctl_key_canonical(const char *in, char **ret, char *err,
-                         size_t errlen) {
+int detctl_key_canonical(const char *in, char **ret, char *err, size_t errlen) {
     struct kparse k = {.s = in, .p = in, .err = err, .errlen = errlen};
     if (in == NULL || ret == NULL) {
         snprintf(err, errlen, "no key");
@@ -376,21 +377,14 @@ int detctl_key_canonical(const char *in, char **ret, char *err,
     }
     while (*k.p == ' ')
         k.p++;
-    if (*k.p == '[') {
-        char *d = strdup(k.p);
+    if (*k.p != '(') { /* the canonical form, or a client's own string */
+        char *d = strdup(in);
         if (d == NULL) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
         *ret = d;
         return 0;
-    }
-    if (*k.p != '(') {
-        snprintf(err, errlen,
-                 "not a key: give the canonical form \"[i:1024,s:\\\"torch."
-                 "float32\\\"]\" or the tuple Triton prints, \"(1024, "
-                 "'torch.float32')\"");
-        return -1;
     }
     int n, tr;
     /* The outer tuple is the key's list. */

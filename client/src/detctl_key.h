@@ -31,14 +31,14 @@ enum detctl_kernel_form detctl_kernel_form(const char *pattern);
 int detctl_kernel_match(const char *pattern, const char *kernel_id);
 
 /*
- * The canonical key of in: a canonical key ("[...]") is returned as it
- * is; a Python tuple repr ("(1024, 'torch.float32')", "(7,)", "()") is
- * converted: int -> i:, float -> f: (the repr as printed), str -> s: (JSON,
- * ASCII-escaped), True/False -> b:, None -> n:null, tuple -> t[...],
- * list -> l[...]. Returns 0 with *ret a heap string (caller frees), or -1
- * with err naming the position and the problem (*ret untouched).
+ * The canonical key of in: a Python tuple repr ("(1024, 'torch.float32')",
+ * "(7,)", "()") is converted: int -> i:, float -> f: (the repr as printed), str
+ * -> s: (JSON, ASCII-escaped), True/False -> b:, None -> n:null, tuple ->
+ * t[...], list -> l[...]. Anything else (the canonical form "[...]", or a key a
+ * client sent in its own form) is returned as it is. Returns 0 with *ret a heap
+ * string (caller frees), or -1 with err naming the position and the problem
+ * (*ret untouched).
  */
-int detctl_key_canonical(const char *in, char **ret, char *err,
-                         size_t errlen);
+int detctl_key_canonical(const char *in, char **ret, char *err, size_t errlen);
 
 #endif /* DETD_DETCTL_KEY_H */

@@ -177,7 +177,8 @@ static void kernel_table(FILE *out, enum detctl_report_format f,
         json_array_foreach(json_object_get(k, "timings"), j, t)
             row(out, f, k, sget(t, "config"), t,
                 strcmp(sget(t, "config"), dec) == 0);
-        /* Configs launched or decided that have no timing (tables, fallbacks). */
+        /* Configs launched or decided that have no timing (tables, fallbacks).
+         */
         int dec_timed = 0;
         json_array_foreach(json_object_get(k, "timings"), j, t) dec_timed |=
             strcmp(sget(t, "config"), dec) == 0;
@@ -190,10 +191,10 @@ static void kernel_table(FILE *out, enum detctl_report_format f,
                 strcmp(sget(t, "config"), cfg) == 0;
             /* a config used twice (governed and not) is one row */
             for (size_t p = 0; p < j && !known; p++)
-                known = strcmp(sget(json_array_get(json_object_get(k, "uses"),
-                                                   p),
-                                    "config"),
-                               cfg) == 0;
+                known =
+                    strcmp(sget(json_array_get(json_object_get(k, "uses"), p),
+                                "config"),
+                           cfg) == 0;
             if (!known)
                 row(out, f, k, cfg, NULL, 0);
         }
@@ -293,8 +294,7 @@ static int write_doc(FILE *out, const json_t *doc,
     }
     if (json_array_size(fl) > 0 && f == DETCTL_REPORT_HTML)
         fputs("</ul>\n", out);
-    fputs(f == DETCTL_REPORT_HTML ? "<h2>Kernels</h2>\n"
-                                  : "\n## Kernels\n\n",
+    fputs(f == DETCTL_REPORT_HTML ? "<h2>Kernels</h2>\n" : "\n## Kernels\n\n",
           out);
     if (nk == 0)
         fputs(f == DETCTL_REPORT_HTML ? "<p>No key was observed.</p>\n"
@@ -364,9 +364,9 @@ static int write_junit(FILE *out, const json_t *doc) {
             fputs("\n", out);
         }
         fputs("decided: ", out);
-        esc(out, json_is_string(json_object_get(k, "decided"))
-                     ? sget(k, "decided")
-                     : "(none)",
+        esc(out,
+            json_is_string(json_object_get(k, "decided")) ? sget(k, "decided")
+                                                          : "(none)",
             f);
         fputs("</failure>\n  </testcase>\n", out);
     }
@@ -431,8 +431,7 @@ int detctl_report_write_file(const char *path, const json_t *doc,
     }
     free(tmp);
     if (err != 0) {
-        fprintf(stderr, "detctl: write report '%s': %s\n", path,
-                strerror(err));
+        fprintf(stderr, "detctl: write report '%s': %s\n", path, strerror(err));
         return DETCTL_EXIT_ERROR;
     }
     return DETCTL_EXIT_OK;

@@ -17,7 +17,9 @@
 /* Not in wire.h's list (no other caller). */
 #define DETCTL_METHOD_LIST_OBSERVATIONS "/detd.v1.Admin/ListObservations"
 
-static const char *str0(const char *s) { return s != NULL ? s : ""; }
+static const char *str0(const char *s) {
+    return s != NULL ? s : "";
+}
 
 static int obs_cmp(const void *pa, const void *pb) {
     const Detd__V1__Observation *a = *(Detd__V1__Observation *const *)pa;
@@ -76,11 +78,10 @@ static json_t *timings_json(const Detd__V1__Decision *d) {
 static json_t *client_json(const Detd__V1__ClientIdentity *c) {
     char who[160];
     detctl_print_who(c, who, sizeof who);
-    return json_pack("{s:i, s:s, s:i, s:i, s:s, s:s}", "rank",
-                     c ? (int)c->rank : -1, "host", c ? str0(c->host) : "",
-                     "pid", c ? (int)c->pid : 0, "local_rank",
-                     c ? (int)c->local_rank : -1, "job",
-                     c ? str0(c->job) : "", "who", who);
+    return json_pack(
+        "{s:i, s:s, s:i, s:i, s:s, s:s}", "rank", c ? (int)c->rank : -1, "host",
+        c ? str0(c->host) : "", "pid", c ? (int)c->pid : 0, "local_rank",
+        c ? (int)c->local_rank : -1, "job", c ? str0(c->job) : "", "who", who);
 }
 
 /* A failure of a key, added to the key and to the run's list. */
@@ -107,20 +108,19 @@ static json_t *divergence_json(json_t *key, const char *reason) {
     json_array_foreach(json_object_get(key, "uses"), i, u) {
         if (!json_is_true(json_object_get(u, "governed")))
             continue;
-        json_array_append_new(
-            uses, json_pack("{s:O, s:O, s:O}", "config",
-                            json_object_get(u, "config"), "clients",
-                            json_object_get(u, "clients"), "chaos",
-                            json_object_get(u, "chaos")));
+        json_array_append_new(uses,
+                              json_pack("{s:O, s:O, s:O}", "config",
+                                        json_object_get(u, "config"), "clients",
+                                        json_object_get(u, "clients"), "chaos",
+                                        json_object_get(u, "chaos")));
     }
     json_t *dec = json_object_get(key, "decided");
-    return json_pack("{s:O, s:O, s:O, s:O, s:s, s:o, s:s}", "id",
-                     json_object_get(key, "id"), "kernel",
-                     json_object_get(key, "kernel"), "key",
-                     json_object_get(key, "key"), "arch",
-                     json_object_get(key, "arch"), "decided",
-                     json_is_string(dec) ? json_string_value(dec) : "",
-                     "uses", uses, "reason", reason);
+    return json_pack(
+        "{s:O, s:O, s:O, s:O, s:s, s:o, s:s}", "id", json_object_get(key, "id"),
+        "kernel", json_object_get(key, "kernel"), "key",
+        json_object_get(key, "key"), "arch", json_object_get(key, "arch"),
+        "decided", json_is_string(dec) ? json_string_value(dec) : "", "uses",
+        uses, "reason", reason);
 }
 
 struct vctx {
@@ -164,8 +164,8 @@ static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
         return;
     json_t *uses = json_object_get(key, "uses");
     json_t *ranks = json_object_get(key, "ranks");
-    char *seen = c->o->expect_ranks > 0 ? calloc((size_t)c->o->expect_ranks, 1)
-                                        : NULL;
+    char *seen =
+        c->o->expect_ranks > 0 ? calloc((size_t)c->o->expect_ranks, 1) : NULL;
     size_t governed_configs = 0;
     const char *governed_one = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -186,8 +186,8 @@ static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
         }
         if (u == NULL) {
             u = json_pack("{s:s, s:b, s:b, s:[], s:[]}", "config", x->config,
-                          "governed", x->governed, "chaos", x->chaos,
-                          "sources", "clients");
+                          "governed", x->governed, "chaos", x->chaos, "sources",
+                          "clients");
             json_array_append_new(uses, u);
             if (x->governed &&
                 (governed_one == NULL || strcmp(governed_one, x->config))) {
@@ -313,8 +313,7 @@ static void add_remote(struct vctx *c, const Detd__V1__Divergence *dv) {
         "s:b}",
         "id", dv->id, "kernel", dv->kernel, "key", dv->key, "arch", dv->arch,
         "decided", dv->decided[0] ? json_string(dv->decided) : json_null(),
-        "source",
-        d ? json_string(detctl_print_source(d->source)) : json_null(),
+        "source", d ? json_string(detctl_print_source(d->source)) : json_null(),
         "decided_by", "decided_at", "timings", timings_json(d), "uses", uses,
         "ranks", "missing_ranks", "failures", "ok", 1);
     if (key == NULL)
@@ -488,8 +487,8 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     clock_gettime(CLOCK_REALTIME, &ts);
     detctl_cli_iso_time((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, now,
                         sizeof now);
-    struct vctx c = {.o = o, .v = v, .decs = ld->decisions,
-                     .n_decs = ld->n_decisions};
+    struct vctx c = {
+        .o = o, .v = v, .decs = ld->decisions, .n_decs = ld->n_decisions};
     c.doc = detctl_cli_doc("VerifyReport");
     c.keys = json_array();
     c.failures = json_array();
@@ -510,7 +509,8 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     }
     for (size_t i = 0; v != NULL && i < v->n_divergences; i++)
         add_remote(&c, v->divergences[i]);
-    uint64_t keys_checked = v != NULL ? v->keys_checked : json_array_size(c.keys);
+    uint64_t keys_checked =
+        v != NULL ? v->keys_checked : json_array_size(c.keys);
     uint64_t observations = v != NULL ? v->observations : c.observations;
     uint64_t ungoverned = v != NULL ? v->ungoverned : c.ungoverned;
     json_t *checked = json_array(), *unreachable = json_array();
@@ -567,8 +567,10 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
                         json_integer((json_int_t)keys_checked));
     json_object_set_new(doc, "observations",
                         json_integer((json_int_t)observations));
-    json_object_set_new(doc, "ungoverned", json_integer((json_int_t)ungoverned));
-    json_object_set_new(doc, "fallbacks", json_integer((json_int_t)c.fallbacks));
+    json_object_set_new(doc, "ungoverned",
+                        json_integer((json_int_t)ungoverned));
+    json_object_set_new(doc, "fallbacks",
+                        json_integer((json_int_t)c.fallbacks));
     json_object_set_new(doc, "divergences", divs);
     json_object_set_new(doc, "nodes_checked", checked);
     json_object_set_new(doc, "nodes_unreachable", unreachable);

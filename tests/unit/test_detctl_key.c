@@ -51,9 +51,8 @@ TEST(malformed_keys_name_the_problem) {
               "error: at offset 4: a parenthesized value is not a tuple "
               "(write '(x,)')");
     CHECK_KEY("(foo,)", "error: at offset 1: expected a value");
-    char *e = canon("1024");
-    CHECK(strncmp(e, "error: not a key", 16) == 0);
-    free(e);
+    /* not a tuple: sent as it is (a client's own key form) */
+    CHECK_KEY("i:0", "i:0");
 }
 
 TEST(kernel_patterns) {
@@ -76,4 +75,6 @@ TEST(kernel_patterns) {
     CHECK(!detctl_kernel_match("m", "m:f@1"));
 }
 
-int main(int argc, char **argv) { return runner_main(argc, argv); }
+int main(int argc, char **argv) {
+    return runner_main(argc, argv);
+}
