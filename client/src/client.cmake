@@ -30,7 +30,12 @@ add_executable(detctl ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_print.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_tables.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_table.c
-                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_merge.c)
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_merge.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_cli.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_call.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_key.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_verify.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_report.c)
 target_link_libraries(detctl PRIVATE detd_wire detd_common PkgConfig::JANSSON)
 
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/detd.pc.in

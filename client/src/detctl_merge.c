@@ -709,6 +709,9 @@ int detctl_merge_report_run(const struct detctl_merge_opts *o) {
         return 2;
     }
     if (o->json) {
+        /* The envelope of every detctl document (docs/detctl-json.md). */
+        json_object_set_new(r, "api_version", json_integer(1));
+        json_object_set_new(r, "kind", json_string("TableReport"));
         json_dumpf(r, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
         fputc('\n', stdout);
         goto out;

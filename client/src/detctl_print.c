@@ -106,8 +106,8 @@ void detctl_print_time(int64_t unix_ms, char *buf, size_t len) {
     }
     time_t t = (time_t)(unix_ms / 1000);
     struct tm tm;
-    if (localtime_r(&t, &tm) == NULL ||
-        strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+    if (gmtime_r(&t, &tm) == NULL ||
+        strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
         snprintf(buf, len, "%lld", (long long)unix_ms);
 }
 
@@ -126,9 +126,15 @@ void detctl_print_who(const Detd__V1__ClientIdentity *id, char *buf,
 
 void detctl_print_use_client(const Detd__V1__VerifyUse *u, size_t k, char *buf,
                              size_t len) {
+    detctl_print_who_seen(u->clients[k], k < u->n_peers ? u->peers[k] : NULL,
+                          buf, len);
+}
+
+void detctl_print_who_seen(const Detd__V1__ClientIdentity *c,
+                           const Detd__V1__PeerIdentity *p, char *buf,
+                           size_t len) {
     char who[160];
-    detctl_print_who(u->clients[k], who, sizeof(who));
-    const Detd__V1__PeerIdentity *p = k < u->n_peers ? u->peers[k] : NULL;
+    detctl_print_who(c, who, sizeof(who));
     if (p == NULL) {
         snprintf(buf, len, "%s", who);
         return;

@@ -38,7 +38,7 @@ void detctl_print_table_free(struct detctl_print_table *t);
 /* A duration for humans: "850ms", "42s", "4m12s", "3h05m", "2d04h". */
 void detctl_print_duration(int64_t ms, char *buf, size_t len);
 
-/* A unix time in milliseconds as "2026-11-29 21:35:14" (local time), or
+/* A unix time in milliseconds as "2026-11-29T21:35:14Z" (UTC), or
  * "-" for 0. */
 void detctl_print_time(int64_t unix_ms, char *buf, size_t len);
 
@@ -47,6 +47,13 @@ void detctl_print_time(int64_t unix_ms, char *buf, size_t len);
  * daemon saw beside it (when the daemon sent them): written to buf. */
 void detctl_print_use_client(const Detd__V1__VerifyUse *u, size_t k, char *buf,
                              size_t len);
+
+/* "rank R host pid P" of c, and when p is set what the daemon saw of the
+ * caller: "(seen: pid P uid U on NODE)", with " claimed pid differs" when
+ * the pid c claims is not the peer's. */
+void detctl_print_who_seen(const Detd__V1__ClientIdentity *c,
+                           const Detd__V1__PeerIdentity *p, char *buf,
+                           size_t len);
 
 void detctl_print_who(const Detd__V1__ClientIdentity *id, char *buf,
                       size_t len);

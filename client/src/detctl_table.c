@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "detctl_table.h"
 
+#include "detctl_exit.h"
+
 #include <errno.h>
 #include <math.h>
 #include <regex.h>
@@ -369,7 +371,7 @@ static int table_call_fail(const char *what, int rc) {
     const char *detail = wire_last_error();
     fprintf(stderr, "detctl: table export: %s: %s\n", what,
             detail[0] ? detail : detd_strerror(rc));
-    return 2;
+    return detctl_exit_for_rc(rc);
 }
 
 static int table_fetch_decisions(const struct detctl_table_opts *o,
@@ -592,7 +594,7 @@ static int table_import_send(const struct detctl_table_opts *o,
         fprintf(stderr, "detctl: table import: ImportTable: %s%s\n",
                 detail[0] ? detail : detd_strerror(rc),
                 sum->batches > 0 ? " (earlier batches were stored)" : "");
-        return 2;
+        return detctl_exit_for_rc(rc);
     }
     sum->batches++;
     sum->added += r->added;

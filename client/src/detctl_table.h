@@ -111,7 +111,8 @@ struct detctl_table_opts {
  * the table and write it to o->out atomically (a temporary file renamed
  * over it): sorted keys, indent 1, a trailing newline, so the same store
  * gives the same bytes. Prints a summary to stdout and problems to
- * stderr. Returns a detctl exit status (0 ok, 2 failure).
+ * stderr. Returns a detctl exit status (0 ok, 2 bad input, 3-5 a failed call:
+ * detctl_exit.h).
  */
 int detctl_table_export(const struct detctl_table_opts *o,
                         struct wire_channel *ch);
@@ -122,7 +123,8 @@ int detctl_table_export(const struct detctl_table_opts *o,
  * the daemon's namespace o->ns with Admin.ImportTable, in batches well
  * under the 1 MiB message cap (each batch is stored in one transaction).
  * Prints what was added, replaced (naming the old config) and left
- * unchanged. Returns a detctl exit status (0 ok, 2 failure).
+ * unchanged. Returns a detctl exit status (0 ok, 2 bad input, 3-5 a failed
+ * call: detctl_exit.h).
  */
 int detctl_table_import(const struct detctl_table_opts *o,
                         struct wire_channel *ch);

@@ -74,17 +74,17 @@ def test_listen_mtls(tmpdir_short, pki):
         # A client certificate from another CA: the handshake fails.
         r = detctl_tcp(addr, "--tls-ca", pki["ca"], "--tls-cert", pki["bad"][0],
                        "--tls-key", pki["bad"][1], "status")
-        assert r.returncode == 2 and "status" not in r.stdout
+        assert r.returncode == 3 and "status" not in r.stdout  # 3: unavailable (TLS)
         # No client certificate at all: refused too.
         r = detctl_tcp(addr, "--tls-ca", pki["ca"], "status")
-        assert r.returncode == 2
+        assert r.returncode == 3
         # Plaintext to a TLS listener: refused.
         r = detctl_tcp(addr, "status")
-        assert r.returncode == 2
+        assert r.returncode == 3
         # A server checked against the wrong CA: the client refuses it.
         r = detctl_tcp(addr, "--tls-ca", str(tmpdir_short / "pki" / "otherca.crt"),
                        "--tls-cert", pki["good"][0], "--tls-key", pki["good"][1], "status")
-        assert r.returncode == 2
+        assert r.returncode == 3
         # Only the good call reached the daemon's Status method.
         st = d.status()
         assert st["pid"] == d.proc.pid
@@ -100,7 +100,7 @@ def test_listen_server_tls_without_client_ca(tmpdir_short, pki):
     try:
         r = detctl_tcp(addr, "--tls-ca", pki["ca"], "health")
         assert r.returncode == 0, r.stderr
-        assert detctl_tcp(addr, "health").returncode == 2  # plaintext refused
+        assert detctl_tcp(addr, "health").returncode == 3  # plaintext refused
     finally:
         d.stop()
 

@@ -48,6 +48,12 @@ if(TARGET detctl)
   target_link_libraries(test_detctl_merge PRIVATE detd detd_wire detd_common
                         PkgConfig::JANSSON)
   add_test(NAME test_detctl_merge COMMAND test_detctl_merge)
+  add_executable(test_detctl_key unit/test_detctl_key.c
+                 ${CMAKE_SOURCE_DIR}/client/src/detctl_key.c)
+  target_include_directories(test_detctl_key PRIVATE
+                             ${CMAKE_CURRENT_SOURCE_DIR}/unit
+                             ${CMAKE_SOURCE_DIR}/client/src)
+  add_test(NAME test_detctl_key COMMAND test_detctl_key)
 endif()
 # app/: the held calls, the one commit path and the etcd coordination,
 # each against a link-time fake of the rpc adapter (fake_rpc.c defines

@@ -1,0 +1,621 @@
+/* detctl_verify: `detctl verify` (see detctl_verify.h). */
+#define _GNU_SOURCE
+#include "detctl_verify.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "detctl_call.h"
+#include "detctl_print.h"
+#include "detctl_report.h"
+#include "detd.pb-c.h"
+#include "detd/client.h"
+#include "wire.h"
+
+/* Not in wire.h's list (no other caller). */
+#define DETCTL_METHOD_LIST_OBSERVATIONS "/detd.v1.Admin/ListObservations"
+
+static const char *str0(const char *s) {
+    return s != NULL ? s : "";
+}
+
+static int obs_cmp(const void *pa, const void *pb) {
+    const Detd__V1__Observation *a = *(Detd__V1__Observation *const *)pa;
+    const Detd__V1__Observation *b = *(Detd__V1__Observation *const *)pb;
+    int c = strcmp(a->id, b->id);
+    if (c == 0)
+        c = strcmp(a->config, b->config);
+    int ra = a->client ? a->client->rank : -1,
+        rb = b->client ? b->client->rank : -1;
+    if (c == 0 && ra != rb)
+        c = ra < rb ? -1 : 1;
+    if (c == 0 && a->client && b->client)
+        c = strcmp(str0(a->client->host), str0(b->client->host));
+    if (c == 0 && a->client && b->client && a->client->pid != b->client->pid)
+        c = a->client->pid < b->client->pid ? -1 : 1;
+    return c;
+}
+
+static int dec_cmp(const void *pa, const void *pb) {
+    const Detd__V1__Decision *a = *(Detd__V1__Decision *const *)pa;
+    const Detd__V1__Decision *b = *(Detd__V1__Decision *const *)pb;
+    return strcmp(a->id, b->id);
+}
+
+static int dbl_cmp(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return a < b ? -1 : a > b;
+}
+
+static json_t *timings_json(const Detd__V1__Decision *d) {
+    json_t *a = json_array();
+    for (size_t i = 0; d != NULL && a != NULL && i < d->n_timings; i++) {
+        const Detd__V1__CandidateTiming *t = d->timings[i];
+        json_t *ms = json_array();
+        double *s = t->n_ms ? malloc(t->n_ms * sizeof(*s)) : NULL;
+        for (size_t j = 0; j < t->n_ms; j++) {
+            json_array_append_new(ms, json_real(t->ms[j]));
+            if (s != NULL)
+                s[j] = t->ms[j];
+        }
+        json_t *med = json_null();
+        if (s != NULL) {
+            qsort(s, t->n_ms, sizeof(*s), dbl_cmp);
+            size_t m = t->n_ms / 2;
+            med = json_real(t->n_ms % 2 ? s[m] : (s[m - 1] + s[m]) / 2);
+        }
+        free(s);
+        json_array_append_new(
+            a, json_pack("{s:s, s:o, s:o, s:b, s:b}", "config", t->config,
+                         "median_ms", med, "ms", ms, "failed", t->failed,
+                         "decided", strcmp(t->config, d->config) == 0));
+    }
+    return a;
+}
+
+/* A client as it claimed to be and (p set) as the daemon saw it. */
+static json_t *client_json(const Detd__V1__ClientIdentity *c,
+                           const Detd__V1__PeerIdentity *p) {
+    char who[320];
+    detctl_print_who_seen(c, p, who, sizeof who);
+    json_t *o = json_pack(
+        "{s:i, s:s, s:i, s:i, s:s, s:s}", "rank", c ? (int)c->rank : -1, "host",
+        c ? str0(c->host) : "", "pid", c ? (int)c->pid : 0, "local_rank",
+        c ? (int)c->local_rank : -1, "job", c ? str0(c->job) : "", "who", who);
+    if (o != NULL && p != NULL)
+        json_object_set_new(o, "seen",
+                            json_pack("{s:i, s:I, s:s, s:i}", "pid",
+                                      (int)p->pid, "uid", (json_int_t)p->uid,
+                                      "node", str0(p->node), "claimed_pid",
+                                      (int)p->claimed_pid));
+    return o;
+}
+
+/* A failure of a key, added to the key and to the run's list. */
+static void add_failure(json_t *all, json_t *key, const char *kind,
+                        const char *msg) {
+    json_t *f = json_pack("{s:s, s:s}", "kind", kind, "message", msg);
+    if (f == NULL)
+        return;
+    if (key != NULL) {
+        json_array_append(json_object_get(key, "failures"), f);
+        json_object_set_new(key, "ok", json_false());
+        static const char *const m[] = {"id", "kernel", "key", "arch"};
+        for (size_t i = 0; i < 4; i++)
+            json_object_set(f, m[i], json_object_get(key, m[i]));
+    }
+    json_array_append_new(all, f);
+}
+
+/* The divergence JSON (as the daemon's) of one key's governed uses. */
+static json_t *divergence_json(json_t *key, const char *reason) {
+    json_t *uses = json_array();
+    size_t i;
+    json_t *u;
+    json_array_foreach(json_object_get(key, "uses"), i, u) {
+        if (!json_is_true(json_object_get(u, "governed")))
+            continue;
+        json_array_append_new(uses,
+                              json_pack("{s:O, s:O, s:O}", "config",
+                                        json_object_get(u, "config"), "clients",
+                                        json_object_get(u, "clients"), "chaos",
+                                        json_object_get(u, "chaos")));
+    }
+    json_t *dec = json_object_get(key, "decided");
+    return json_pack(
+        "{s:O, s:O, s:O, s:O, s:s, s:o, s:s}", "id", json_object_get(key, "id"),
+        "kernel", json_object_get(key, "kernel"), "key",
+        json_object_get(key, "key"), "arch", json_object_get(key, "arch"),
+        "decided", json_is_string(dec) ? json_string_value(dec) : "", "uses",
+        uses, "reason", reason);
+}
+
+struct vctx {
+    const struct detctl_opts *o;
+    json_t *doc, *keys, *failures, *divs;
+    const Detd__V1__VerifyResponse *v; /* NULL with --job */
+    Detd__V1__Decision **decs;
+    size_t n_decs;
+    uint64_t observations, ungoverned, fallbacks;
+};
+
+static const Detd__V1__Decision *find_dec(const struct vctx *c,
+                                          const char *id) {
+    Detd__V1__Decision key = DETD__V1__DECISION__INIT, *kp = &key;
+    key.id = (char *)id;
+    Detd__V1__Decision **d =
+        bsearch(&kp, c->decs, c->n_decs, sizeof(*c->decs), dec_cmp);
+    return d != NULL ? *d : NULL;
+}
+
+/* The key of the observations g[0..n) (one id). */
+static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
+    const Detd__V1__Observation *o0 = g[0];
+    const Detd__V1__Decision *d = find_dec(c, o0->id);
+    char who[160] = "", at[48];
+    if (d != NULL && d->decided_by != NULL && d->decided_by->host[0])
+        detctl_print_who(d->decided_by, who, sizeof who);
+    else if (d != NULL)
+        snprintf(who, sizeof who, "%s", d->table_file);
+    detctl_cli_iso_time(d ? d->decided_at_ms : 0, at, sizeof at);
+    json_t *key = json_pack(
+        "{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:[], s:[], s:o, "
+        "s:[], s:b}",
+        "id", o0->id, "kernel", o0->kernel, "key", o0->key, "arch", o0->arch,
+        "decided", d ? json_string(d->config) : json_null(), "source",
+        d ? json_string(detctl_print_source(d->source)) : json_null(),
+        "decided_by", d ? json_string(who) : json_null(), "decided_at",
+        d ? json_string(at) : json_null(), "timings", timings_json(d), "uses",
+        "ranks", "missing_ranks", json_null(), "failures", "ok", 1);
+    if (key == NULL)
+        return;
+    json_t *uses = json_object_get(key, "uses");
+    json_t *ranks = json_object_get(key, "ranks");
+    char *seen =
+        c->o->expect_ranks > 0 ? calloc((size_t)c->o->expect_ranks, 1) : NULL;
+    size_t governed_configs = 0;
+    const char *governed_one = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const Detd__V1__Observation *x = g[i];
+        c->observations++;
+        if (!x->governed)
+            c->ungoverned++;
+        /* One use per (config, governed). */
+        json_t *u = NULL;
+        size_t ui;
+        json_t *e;
+        json_array_foreach(uses, ui, e) {
+            if (strcmp(json_string_value(json_object_get(e, "config")),
+                       x->config) == 0 &&
+                json_is_true(json_object_get(e, "governed")) ==
+                    (x->governed != 0))
+                u = e;
+        }
+        if (u == NULL) {
+            u = json_pack("{s:s, s:b, s:b, s:[], s:[]}", "config", x->config,
+                          "governed", x->governed, "chaos", x->chaos, "sources",
+                          "clients");
+            json_array_append_new(uses, u);
+            if (x->governed &&
+                (governed_one == NULL || strcmp(governed_one, x->config))) {
+                governed_configs++;
+                governed_one = x->config;
+            }
+        }
+        if (x->chaos)
+            json_object_set_new(u, "chaos", json_true());
+        const char *sname = detctl_print_source(x->source);
+        int have = 0;
+        json_array_foreach(json_object_get(u, "sources"), ui, e) have |=
+            strcmp(json_string_value(e), sname) == 0;
+        if (!have)
+            json_array_append_new(json_object_get(u, "sources"),
+                                  json_string(sname));
+        json_t *cj = client_json(x->client, x->peer);
+        if (cj != NULL)
+            json_object_set_new(cj, "source", json_string(sname));
+        json_array_append_new(json_object_get(u, "clients"), cj);
+        int rank = x->client ? x->client->rank : -1;
+        int dup = 0;
+        json_array_foreach(ranks, ui, e) dup |= json_integer_value(e) == rank;
+        if (rank >= 0 && !dup)
+            json_array_append_new(ranks, json_integer(rank));
+        if (seen != NULL && rank >= 0 && rank < c->o->expect_ranks)
+            seen[rank] = 1;
+        if (x->source == DETD__V1__SOURCE__SOURCE_FALLBACK) {
+            char msg[512];
+            char w[160];
+            detctl_print_who(x->client, w, sizeof w);
+            snprintf(msg, sizeof msg,
+                     "%s launched %s by its on_miss fallback, not a "
+                     "decision",
+                     w, x->config);
+            add_failure(c->failures, key, "fallback", msg);
+            c->fallbacks++;
+        }
+    }
+    /* Divergence: the daemon's, or (--job) computed the daemon's way. */
+    if (c->v != NULL) {
+        for (size_t i = 0; i < c->v->n_divergences; i++)
+            if (strcmp(c->v->divergences[i]->id, o0->id) == 0)
+                add_failure(c->failures, key, "divergence",
+                            c->v->divergences[i]->reason);
+    } else {
+        const char *reason = NULL;
+        if (governed_configs > 1)
+            reason = "ranks disagree";
+        else if (governed_configs == 1 && d != NULL &&
+                 strcmp(governed_one, d->config) != 0)
+            reason = "differs from decision";
+        if (reason != NULL) {
+            add_failure(c->failures, key, "divergence", reason);
+            json_array_append_new(c->divs, divergence_json(key, reason));
+        }
+    }
+    if (d != NULL) {
+        size_t failed = 0;
+        int decided_failed = 0;
+        for (size_t i = 0; i < d->n_timings; i++) {
+            failed += d->timings[i]->failed != 0;
+            if (d->timings[i]->failed &&
+                strcmp(d->timings[i]->config, d->config) == 0)
+                decided_failed = 1;
+        }
+        if (decided_failed || (d->n_timings > 0 && failed == d->n_timings)) {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "the decided config %s failed in the timing pass (%zu "
+                     "of %zu candidates failed)",
+                     d->config, failed, d->n_timings);
+            add_failure(c->failures, key, "failed_launch", msg);
+        }
+    }
+    if (seen != NULL) {
+        json_t *miss = json_array();
+        char list[512] = "";
+        size_t len = 0, nm = 0;
+        for (long r = 0; r < c->o->expect_ranks; r++)
+            if (!seen[r]) {
+                json_array_append_new(miss, json_integer(r));
+                if (len < sizeof list - 16)
+                    len += (size_t)snprintf(list + len, sizeof list - len,
+                                            "%s%ld", nm ? ", " : "", r);
+                nm++;
+            }
+        json_object_set_new(key, "missing_ranks", miss);
+        if (nm > 0) {
+            char msg[700];
+            snprintf(msg, sizeof msg,
+                     "observed by %ld of %ld ranks; missing rank%s %s",
+                     c->o->expect_ranks - (long)nm, c->o->expect_ranks,
+                     nm == 1 ? "" : "s", list);
+            add_failure(c->failures, key, "missing_ranks", msg);
+        }
+        free(seen);
+    }
+    json_array_append_new(c->keys, key);
+}
+
+/* A daemon divergence with no local observations (verify --cluster). */
+static void add_remote(struct vctx *c, const Detd__V1__Divergence *dv) {
+    size_t i;
+    json_t *k;
+    json_array_foreach(c->keys, i, k) {
+        if (strcmp(json_string_value(json_object_get(k, "id")), dv->id) == 0)
+            return;
+    }
+    const Detd__V1__Decision *d = find_dec(c, dv->id);
+    json_t *uses = json_array();
+    for (size_t j = 0; j < dv->n_uses; j++) {
+        json_t *cl = json_array();
+        for (size_t m = 0; m < dv->uses[j]->n_clients; m++)
+            json_array_append_new(cl, client_json(dv->uses[j]->clients[m],
+                                                  m < dv->uses[j]->n_peers
+                                                      ? dv->uses[j]->peers[m]
+                                                      : NULL));
+        json_array_append_new(
+            uses, json_pack("{s:s, s:b, s:b, s:[], s:o}", "config",
+                            dv->uses[j]->config, "governed", 1, "chaos",
+                            dv->uses[j]->chaos, "sources", "clients", cl));
+    }
+    json_t *key = json_pack(
+        "{s:s, s:s, s:s, s:s, s:o, s:o, s:n, s:n, s:o, s:o, s:[], s:n, s:[], "
+        "s:b}",
+        "id", dv->id, "kernel", dv->kernel, "key", dv->key, "arch", dv->arch,
+        "decided", dv->decided[0] ? json_string(dv->decided) : json_null(),
+        "source", d ? json_string(detctl_print_source(d->source)) : json_null(),
+        "decided_by", "decided_at", "timings", timings_json(d), "uses", uses,
+        "ranks", "missing_ranks", "failures", "ok", 1);
+    if (key == NULL)
+        return;
+    add_failure(c->failures, key, "divergence", dv->reason);
+    json_array_append_new(c->keys, key);
+}
+
+static void print_text(const json_t *doc) {
+    size_t i, j, k;
+    json_t *d, *u, *cl, *f;
+    printf("namespace: %s (%s)\n",
+           json_string_value(json_object_get(doc, "namespace")),
+           strcmp(json_string_value(json_object_get(doc, "namespace_source")),
+                  "daemon") == 0
+               ? "the daemon's"
+               : json_string_value(json_object_get(doc, "namespace_source")));
+    if (json_is_string(json_object_get(doc, "job")))
+        printf("job: %s\n", json_string_value(json_object_get(doc, "job")));
+    json_array_foreach(json_object_get(doc, "divergences"), i, d) {
+        printf("DIVERGED %s %s [%s]\n",
+               json_string_value(json_object_get(d, "kernel")),
+               json_string_value(json_object_get(d, "key")),
+               json_string_value(json_object_get(d, "arch")));
+        const char *dec = json_string_value(json_object_get(d, "decided"));
+        printf("  decided: %s\n", dec && dec[0] ? dec : "(none)");
+        const char *reason = json_string_value(json_object_get(d, "reason"));
+        if (reason && reason[0])
+            printf("  reason:  %s\n", reason);
+        json_array_foreach(json_object_get(d, "uses"), j, u) {
+            printf("  %s%s used by:\n",
+                   json_string_value(json_object_get(u, "config")),
+                   json_is_true(json_object_get(u, "chaos")) ? " (chaos)" : "");
+            json_array_foreach(json_object_get(u, "clients"), k, cl) {
+                const char *w = json_string_value(json_object_get(cl, "who"));
+                if (w == NULL) { /* the daemon's form */
+                    char buf[160];
+                    snprintf(buf, sizeof buf, "rank %lld %s pid %lld",
+                             (long long)json_integer_value(
+                                 json_object_get(cl, "rank")),
+                             json_string_value(json_object_get(cl, "host")),
+                             (long long)json_integer_value(
+                                 json_object_get(cl, "pid")));
+                    printf("    %s\n", buf);
+                } else {
+                    printf("    %s\n", w);
+                }
+            }
+        }
+    }
+    static const struct {
+        const char *kind, *label;
+    } labels[] = {{"fallback", "FALLBACK"},
+                  {"failed_launch", "FAILED"},
+                  {"missing_ranks", "MISSING"},
+                  {"empty", "EMPTY"},
+                  {"truncated", "INCOMPLETE"}};
+    json_array_foreach(json_object_get(doc, "failures"), i, f) {
+        const char *kind = json_string_value(json_object_get(f, "kind"));
+        const char *label = NULL;
+        for (size_t m = 0; m < sizeof labels / sizeof labels[0]; m++)
+            if (strcmp(kind, labels[m].kind) == 0)
+                label = labels[m].label;
+        if (label == NULL)
+            continue; /* divergences and unreachable nodes: printed apart */
+        if (json_object_get(f, "kernel") != NULL)
+            printf("%s %s %s [%s]: %s\n", label,
+                   json_string_value(json_object_get(f, "kernel")),
+                   json_string_value(json_object_get(f, "key")),
+                   json_string_value(json_object_get(f, "arch")),
+                   json_string_value(json_object_get(f, "message")));
+        else
+            printf("%s %s\n", label,
+                   json_string_value(json_object_get(f, "message")));
+    }
+    int ok = json_is_true(json_object_get(doc, "ok"));
+    long long kc = json_integer_value(json_object_get(doc, "keys_checked"));
+    long long ob = json_integer_value(json_object_get(doc, "observations"));
+    size_t nd = json_array_size(json_object_get(doc, "divergences"));
+    printf("%s: %lld key%s checked, %lld observation%s, %zu divergence%s",
+           ok ? "ok" : "FAIL", kc, kc == 1 ? "" : "s", ob, ob == 1 ? "" : "s",
+           nd, nd == 1 ? "" : "s");
+    long long ug = json_integer_value(json_object_get(doc, "ungoverned"));
+    if (ug > 0)
+        printf(", %lld ungoverned", ug);
+    size_t nn = json_array_size(json_object_get(doc, "nodes_checked"));
+    if (nn > 0)
+        printf(", %zu node%s", nn, nn == 1 ? "" : "s");
+    long long fb = json_integer_value(json_object_get(doc, "fallbacks"));
+    if (fb > 0)
+        printf(", %lld fallback%s", fb, fb == 1 ? "" : "s");
+    size_t nf = json_array_size(json_object_get(doc, "failures"));
+    if (nf > nd)
+        printf(", %zu failure%s in all", nf, nf == 1 ? "" : "s");
+    printf("\n");
+    json_array_foreach(json_object_get(doc, "nodes_unreachable"), i, d)
+        printf("UNREACHABLE %s\n", json_string_value(d));
+}
+
+/* See detctl_verify.h. */
+int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
+    if (o->cluster && (o->job != NULL || o->expect_ranks > 0)) {
+        fprintf(stderr, "detctl: verify --cluster takes neither --job nor "
+                        "--expect-ranks: the other nodes' observations are "
+                        "compared inside the daemon (see 'detctl verify "
+                        "--help')\n");
+        return DETCTL_EXIT_USAGE;
+    }
+    char ns[256];
+    const char *src = NULL;
+    detctl_call_namespace(o, ch, ns, sizeof ns, &src);
+    Detd__V1__VerifyResponse *v = NULL;
+    Detd__V1__ListObservationsResponse *lo = NULL;
+    Detd__V1__ListDecisionsResponse *ld = NULL;
+    Detd__V1__Observation **obs = NULL;
+    json_t *doc = NULL;
+    int ex;
+    if (o->job == NULL) {
+        Detd__V1__VerifyRequest req = DETD__V1__VERIFY_REQUEST__INIT;
+        req.api_version = DETD_API_VERSION;
+        req.namespace_ = ns;
+        req.cluster = o->cluster != 0;
+        ex = detctl_call(o, ch, WIRE_METHOD_VERIFY, &req.base,
+                         &detd__v1__verify_response__descriptor,
+                         (ProtobufCMessage **)&v);
+        if (ex != DETCTL_EXIT_OK)
+            goto out;
+    }
+    Detd__V1__ListObservationsRequest oq =
+        DETD__V1__LIST_OBSERVATIONS_REQUEST__INIT;
+    oq.api_version = DETD_API_VERSION;
+    oq.namespace_ = ns;
+    ex = detctl_call(o, ch, DETCTL_METHOD_LIST_OBSERVATIONS, &oq.base,
+                     &detd__v1__list_observations_response__descriptor,
+                     (ProtobufCMessage **)&lo);
+    if (ex != DETCTL_EXIT_OK)
+        goto out;
+    Detd__V1__ListDecisionsRequest dq = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
+    dq.api_version = DETD_API_VERSION;
+    dq.namespace_ = ns;
+    ex = detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &dq.base,
+                     &detd__v1__list_decisions_response__descriptor,
+                     (ProtobufCMessage **)&ld);
+    if (ex != DETCTL_EXIT_OK)
+        goto out;
+    ex = DETCTL_EXIT_ERROR;
+    size_t n = 0;
+    obs = calloc(lo->n_observations + 1, sizeof(*obs));
+    if (obs == NULL)
+        goto oom;
+    int job_labels = 0;
+    for (size_t i = 0; i < lo->n_observations; i++) {
+        const Detd__V1__ClientIdentity *c = lo->observations[i]->client;
+        job_labels |= c != NULL && c->job != NULL && c->job[0] != '\0';
+        if (o->job != NULL &&
+            (c == NULL || c->job == NULL || strcmp(c->job, o->job) != 0))
+            continue;
+        obs[n++] = lo->observations[i];
+    }
+    if (o->job != NULL && n == 0 && lo->n_observations > 0 && !job_labels) {
+        fprintf(stderr,
+                "detctl: verify --job: detd at '%s' does not record the job "
+                "label of observations, so none can be selected by job\n",
+                o->socket);
+        goto out;
+    }
+    qsort(obs, n, sizeof(*obs), obs_cmp);
+    qsort(ld->decisions, ld->n_decisions, sizeof(*ld->decisions), dec_cmp);
+    char now[48];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    detctl_cli_iso_time((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, now,
+                        sizeof now);
+    struct vctx c = {
+        .o = o, .v = v, .decs = ld->decisions, .n_decs = ld->n_decisions};
+    c.doc = detctl_cli_doc("VerifyReport");
+    c.keys = json_array();
+    c.failures = json_array();
+    c.divs = json_array();
+    doc = c.doc;
+    if (doc == NULL || c.keys == NULL || c.failures == NULL || c.divs == NULL) {
+        json_decref(c.keys);
+        json_decref(c.failures);
+        json_decref(c.divs);
+        goto oom;
+    }
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && strcmp(obs[j]->id, obs[i]->id) == 0)
+            j++;
+        check_group(&c, obs + i, j - i);
+        i = j;
+    }
+    for (size_t i = 0; v != NULL && i < v->n_divergences; i++)
+        add_remote(&c, v->divergences[i]);
+    uint64_t keys_checked =
+        v != NULL ? v->keys_checked : json_array_size(c.keys);
+    uint64_t observations = v != NULL ? v->observations : c.observations;
+    uint64_t ungoverned = v != NULL ? v->ungoverned : c.ungoverned;
+    json_t *checked = json_array(), *unreachable = json_array();
+    for (size_t i = 0; v != NULL && i < v->n_nodes_checked; i++)
+        json_array_append_new(checked, json_string(v->nodes_checked[i]));
+    for (size_t i = 0; v != NULL && i < v->n_nodes_unreachable; i++) {
+        json_array_append_new(unreachable,
+                              json_string(v->nodes_unreachable[i]));
+        char msg[600];
+        snprintf(msg, sizeof msg, "node unreachable: %s",
+                 v->nodes_unreachable[i]);
+        add_failure(c.failures, NULL, "unreachable", msg);
+    }
+    if (lo->truncated || ld->truncated)
+        add_failure(c.failures, NULL, "truncated",
+                    lo->truncated ? "the daemon's list of observations was "
+                                    "truncated at its cap: not every "
+                                    "observation was checked here"
+                                  : "the daemon's list of decisions was "
+                                    "truncated at its cap: timings and "
+                                    "failed-launch checks are incomplete");
+    if (keys_checked == 0 && !o->allow_empty) {
+        char msg[700];
+        snprintf(msg, sizeof msg,
+                 "nothing was checked: no observation in namespace '%s'%s%s"
+                 "%s (a mistyped namespace, DETD_NAMESPACE not set as the "
+                 "job's, or a run that launched nothing?); --allow-empty "
+                 "accepts it",
+                 ns, o->job ? " of job '" : "", o->job ? o->job : "",
+                 o->job ? "'" : "");
+        add_failure(c.failures, NULL, "empty", msg);
+    }
+    json_t *divs = c.divs;
+    if (v != NULL) {
+        json_t *dj = detctl_print_json_verify(v);
+        json_decref(c.divs);
+        divs = dj != NULL ? json_incref(json_object_get(dj, "divergences"))
+                          : json_array();
+        json_decref(dj);
+    }
+    int ok = json_array_size(c.failures) == 0;
+    json_object_set_new(doc, "namespace", json_string(ns));
+    json_object_set_new(doc, "namespace_source", json_string(src));
+    json_object_set_new(doc, "job", o->job ? json_string(o->job) : json_null());
+    json_object_set_new(doc, "cluster", json_boolean(o->cluster));
+    json_object_set_new(doc, "expect_ranks",
+                        o->expect_ranks > 0
+                            ? json_integer((json_int_t)o->expect_ranks)
+                            : json_null());
+    json_object_set_new(doc, "allow_empty", json_boolean(o->allow_empty));
+    json_object_set_new(doc, "generated_at", json_string(now));
+    json_object_set_new(doc, "ok", json_boolean(ok));
+    json_object_set_new(doc, "keys_checked",
+                        json_integer((json_int_t)keys_checked));
+    json_object_set_new(doc, "observations",
+                        json_integer((json_int_t)observations));
+    json_object_set_new(doc, "ungoverned",
+                        json_integer((json_int_t)ungoverned));
+    json_object_set_new(doc, "fallbacks",
+                        json_integer((json_int_t)c.fallbacks));
+    json_object_set_new(doc, "divergences", divs);
+    json_object_set_new(doc, "nodes_checked", checked);
+    json_object_set_new(doc, "nodes_unreachable", unreachable);
+    json_object_set_new(doc, "failures", c.failures);
+    json_object_set_new(doc, "keys", c.keys);
+    if (o->json)
+        json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER),
+            fputc('\n', stdout);
+    else
+        print_text(doc);
+    ex = ok ? DETCTL_EXIT_OK : DETCTL_EXIT_NO;
+    if (o->report != NULL) {
+        int rx = detctl_report_write_file(o->report, doc,
+                                          detctl_report_format_of(o->report));
+        if (rx != DETCTL_EXIT_OK)
+            ex = rx;
+    }
+    if (o->junit != NULL) {
+        int rx = detctl_report_write_file(o->junit, doc, DETCTL_REPORT_JUNIT);
+        if (rx != DETCTL_EXIT_OK)
+            ex = rx;
+    }
+    goto out;
+oom:
+    fprintf(stderr, "detctl: out of memory\n");
+out:
+    json_decref(doc);
+    free(obs);
+    if (v != NULL)
+        protobuf_c_message_free_unpacked(&v->base, NULL);
+    if (lo != NULL)
+        protobuf_c_message_free_unpacked(&lo->base, NULL);
+    if (ld != NULL)
+        protobuf_c_message_free_unpacked(&ld->base, NULL);
+    return ex;
+}
