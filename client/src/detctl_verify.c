@@ -362,13 +362,35 @@ static void print_text(const json_t *doc) {
             json_array_foreach(json_object_get(u, "clients"), k, cl) {
                 const char *w = json_string_value(json_object_get(cl, "who"));
                 if (w == NULL) { /* the daemon's form */
-                    char buf[160];
-                    snprintf(buf, sizeof buf, "rank %lld %s pid %lld",
-                             (long long)json_integer_value(
-                                 json_object_get(cl, "rank")),
-                             json_string_value(json_object_get(cl, "host")),
-                             (long long)json_integer_value(
-                                 json_object_get(cl, "pid")));
+                    char buf[320];
+                    int n =
+                        snprintf(buf, sizeof buf, "rank %lld %s pid %lld",
+                                 (long long)json_integer_value(
+                                     json_object_get(cl, "rank")),
+                                 json_string_value(json_object_get(cl, "host")),
+                                 (long long)json_integer_value(
+                                     json_object_get(cl, "pid")));
+                    /* And what the daemon saw of it (peers[k], same order). */
+                    json_t *p = json_array_get(json_object_get(u, "peers"), k);
+                    if (p != NULL && n > 0 && (size_t)n < sizeof buf) {
+                        long long pid =
+                            json_integer_value(json_object_get(p, "pid"));
+                        long long uid =
+                            json_integer_value(json_object_get(p, "uid"));
+                        long long claimed = json_integer_value(
+                            json_object_get(p, "claimed_pid"));
+                        const char *node =
+                            json_string_value(json_object_get(p, "node"));
+                        char uids[32] = "?";
+                        if (uid >= 0)
+                            snprintf(uids, sizeof uids, "%lld", uid);
+                        snprintf(buf + n, sizeof buf - (size_t)n,
+                                 " (seen: pid %lld uid %s on %s)%s", pid, uids,
+                                 node && node[0] ? node : "?",
+                                 claimed != 0 && claimed != pid
+                                     ? " claimed pid differs"
+                                     : "");
+                    }
                     printf("    %s\n", buf);
                 } else {
                     printf("    %s\n", w);
