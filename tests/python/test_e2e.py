@@ -204,6 +204,21 @@ def test_verify_passes_without_chaos(daemon, tmp_path):
     assert p.returncode == 0 and "ok" in p.stdout, p.stdout
 
 
+def test_verify_before_any_launch(daemon):
+    # Nothing observed yet (step 0 of a job): detd.verify() passes by
+    # default; asked to require keys, it fails as detctl verify does.
+    code = ("import detd\n"
+            "r = detd.verify(strict=True)\n"
+            "assert r['ok'] is True and r.get('keys_checked', 0) == 0, r\n"
+            "try:\n"
+            "    detd.verify(strict=True, allow_empty=False)\n"
+            "except detd.DivergenceError:\n"
+            "    print('empty refused')\n")
+    p = subprocess.run([sys.executable, "-c", code], env=daemon.env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 0 and "empty refused" in p.stdout, p.stdout
+
+
 def test_fork_child_gets_same_decisions(daemon, tmp_path):
     res = run_workers(daemon, 1, tmp_path, args=["--fork", "--shapes", "256,512"], tag="fk")
     assert_ok(res)

@@ -166,7 +166,7 @@ def _detctl() -> str:
 
 
 def verify(strict: Optional[bool] = None, step: Optional[int] = None, every: Optional[int] = None,
-           timeout: float = 60.0) -> Optional[dict]:
+           timeout: float = 60.0, allow_empty: bool = True) -> Optional[dict]:
     """Check through the daemon that every rank launched the same config
     for every governed key, and the decided one.
 
@@ -175,7 +175,9 @@ def verify(strict: Optional[bool] = None, step: Optional[int] = None, every: Opt
     (default: the ``strict`` setting / DETD_STRICT) a divergence raises
     :class:`DivergenceError`.  In a training loop pass ``step`` and
     ``every``: the check runs only when ``step % every == 0`` and returns
-    None otherwise.
+    None otherwise.  A check before any governed launch was observed
+    passes (``allow_empty``, the default, as at step 0 of a job); with
+    ``allow_empty=False`` it fails like ``detctl verify`` does on nothing.
 
     The check runs ``detctl verify --json`` (libdetd exposes no admin
     call); ``DETD_DETCTL`` names the binary when it is not on PATH."""
@@ -189,6 +191,8 @@ def verify(strict: Optional[bool] = None, step: Optional[int] = None, every: Opt
     if sock:
         cmd += ["--socket", sock]
     cmd += ["verify", "--json"]
+    if allow_empty:
+        cmd += ["--allow-empty"]
     if s.namespace:
         cmd += ["--namespace", s.namespace]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
