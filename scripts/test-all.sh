@@ -3,9 +3,10 @@
 #
 #  1. install the build and test dependencies (idempotent);
 #  2. check formatting;
-#  3. build with warnings as errors; run the unit tests (ctest), the
-#     integration tests (real daemons, real etcd) and the Python suite (real
-#     Triton in its CPU interpreter, several Triton releases);
+#  3. build with warnings as errors; run the Python suite (real Triton in
+#     its CPU interpreter, several Triton releases; it makes the venvs the
+#     integration suites use for real Triton processes), then the unit tests
+#     (ctest), the integration tests (real daemons, real etcd);
 #  4. build again with AddressSanitizer + UndefinedBehaviorSanitizer and run
 #     the C unit and integration suites once more against that build.
 set -euo pipefail
@@ -33,10 +34,13 @@ run_suites() { # build dir, label: unit tests and the integration suites
 
 echo "== build (warnings as errors)"
 build "$REPO/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-run_suites "$REPO/build" release
 
+# First: it also makes the per-release venvs with Triton and torch that the
+# integration suites driving real Triton processes use (test_restart.py).
 echo "== Python suite (real Triton, interpreter)"
 DETD_BUILD_DIR="$REPO/build" "$REPO/tests/python/run_matrix.sh"
+
+run_suites "$REPO/build" release
 
 echo "== build (ASan + UBSan)"
 build "$REPO/build-asan" -DCMAKE_BUILD_TYPE=Debug -DDETD_SANITIZE=ON
