@@ -384,7 +384,8 @@ def _pruning_string(cands: _Cands) -> str:
 
 
 def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: bool, chaos=False,
-            timed_here=False, timings=None, note=None, candidates=None, failed=None):
+            timed_here=False, timings=None, note=None, candidates=None, failed=None, waited_ms=None,
+            decided_by=None):
     with _state.records_lock:
         rec = _state.records.get(info.kernel)
         if rec is None:
@@ -402,6 +403,10 @@ def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: 
             entry["candidates"] = list(candidates)
         if failed:
             entry["failed"] = dict(failed)
+        if waited_ms:
+            entry["waited_ms"] = waited_ms  # held while another rank timed it
+        if decided_by is not None:
+            entry["decided_by"] = decided_by
         rec["keys"][key_str] = entry
 
 
@@ -610,6 +615,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
     note, timed_here, timings_out = None, False, None
     chosen, source = None, None
     failed = None
+    answer = None  # the daemon's last answer, if it was asked
 
     override = settings.override_for(info.name, info.kernel)
     if override is not None:
@@ -709,8 +715,12 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
 
     dict.__setitem__(cache, key, chosen)
     cfg = _triton.config_string(chosen)
+    by = None
+    if answer is not None and answer.decided_by_host:
+        by = dict(host=answer.decided_by_host, rank=answer.decided_by_rank, pid=answer.decided_by_pid)
     _record(info, key_str, cfg, _native.SOURCE_NAMES.get(source, str(source)), True, chaos=chaos,
-            timed_here=timed_here, timings=timings_out, note=note, candidates=cands.candidates, failed=failed)
+            timed_here=timed_here, timings=timings_out, note=note, candidates=cands.candidates, failed=failed,
+            waited_ms=answer.waited_ms if answer is not None else None, decided_by=by)
     _observe(tuner, info, key, key_str, cfg, source, True, chaos, candidates=cands.candidates,
              pruning=_pruning_string(cands) if _triton.has_pruner(tuner) else None)
     if _audit.enabled():
