@@ -382,3 +382,46 @@ def test_fallback_is_warned_and_counted(hooked):
         run_once()
     assert _hook._state.fallbacks == n + 1
     assert s.observed[0][1] == _native.SOURCE_FALLBACK
+
+
+LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS",
+                "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
+                "PMIX_LOCAL_RANK", "PMIX_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE")
+
+
+@pytest.mark.parametrize("env,want", [
+    ({}, (-1, -1, 0)),
+    ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}, (3, 1, 8)),
+    ({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "16"}, (5, 1, 16)),
+    ({"OMPI_COMM_WORLD_RANK": "7", "OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8"}, (7, 3, 8)),
+    ({"PMIX_RANK": "2", "PMIX_SIZE": "4"}, (2, -1, 4)),
+    ({"PMI_RANK": "1", "MPI_LOCALRANKID": "1", "PMI_SIZE": "2"}, (1, 1, 2)),
+    # torchrun under Slurm: torchrun's RANK is the process's, not the task's.
+    ({"RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "16", "SLURM_PROCID": "4", "SLURM_NTASKS": "8"}, (9, 1, 16)),
+])
+def test_rank_from_the_launcher(monkeypatch, env, want):
+    for v in LAUNCHER_ENV:
+        monkeypatch.delenv(v, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert _hook.rank_identity() == want
+
+
+def test_bad_launcher_rank_is_an_error(monkeypatch):
+    for v in LAUNCHER_ENV:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "x")
+    with pytest.raises(ValueError, match="SLURM_PROCID"):
+        _hook.rank_identity()
+
+
+@pytest.mark.parametrize("env,want", [
+    ({}, None),
+    ({"TORCHELASTIC_RUN_ID": "run-42"}, "run-42"),
+    ({"SLURM_JOB_ID": "1234"}, "1234"),
+    ({"PMIX_NAMESPACE": "prterun-x-1@1"}, "prterun-x-1@1"),
+    ({"DETD_JOB": "mine", "SLURM_JOB_ID": "1234"}, "mine"),
+    ({"TORCHELASTIC_RUN_ID": "run-42", "SLURM_JOB_ID": "1234"}, "run-42"),
+])
+def test_job_label_from_the_launcher(env, want):
+    assert _policy.parse(environ=env).job == want

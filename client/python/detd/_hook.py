@@ -110,6 +110,7 @@ opaque handles.  :mod:`detd._canon` makes the strings from plain values.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -238,9 +239,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+# The package's logger: fallbacks, lost claims and the audit say what
+# happened here (warnings.warn as well, once per tag, for scripts that
+# configure no logging).
+log = logging.getLogger("detd")
+
+
 def _warn_once(tag: str, msg: str):
     if tag not in _state.warned:
         _state.warned.add(tag)
+        log.warning(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=4)
 
 
@@ -256,9 +264,25 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"detd: invalid {name}={v!r}: expected an integer") from None
 
 
+# Where launchers put a process's place in the job, in the order read: the
+# first launcher whose rank variable is set names all three (torchrun and
+# anything setting RANK, then Slurm, Open MPI, PMIx, MPICH's Hydra).
+LAUNCHER_VARS = (
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMIX_RANK", "PMIX_LOCAL_RANK", "PMIX_SIZE"),
+    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
+)
+
+
 def rank_identity() -> Tuple[int, int, int]:
-    """(rank, local_rank, world_size) from RANK, LOCAL_RANK, WORLD_SIZE."""
-    return _env_int("RANK", -1), _env_int("LOCAL_RANK", -1), _env_int("WORLD_SIZE", 0)
+    """(rank, local_rank, world_size) from the first launcher in
+    :data:`LAUNCHER_VARS` that set a rank (-1, -1, 0 when none did)."""
+    for rank_var, local_var, size_var in LAUNCHER_VARS:
+        if os.environ.get(rank_var, "").strip() != "":
+            return _env_int(rank_var, -1), _env_int(local_var, -1), _env_int(size_var, 0)
+    return -1, -1, 0
 
 
 def detect_device(settings: Settings) -> Tuple[str, Optional[str], int]:

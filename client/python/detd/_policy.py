@@ -29,7 +29,9 @@ argument               variable                meaning
 ``strict``             ``DETD_STRICT``         1: ``verify()`` raises on
                                                divergence
 ``timeout_ms``         ``DETD_TIMEOUT_MS``     longest wait for a decision
-``job``                ``DETD_JOB``            free-form job label
+``job``                ``DETD_JOB``            free-form job label (default:
+                                               the launcher's run id,
+                                               :data:`JOB_VARS`)
 =====================  ======================  ==============================
 
 Explicit arguments win over variables.  Override keys are ``module:qualname``
@@ -184,6 +186,11 @@ def _overrides(arg, env, value) -> Tuple[Tuple[str, str], ...]:
     return tuple(sorted(out))
 
 
+# The launcher variables that name a run, read for the job label when
+# DETD_JOB is not set: torchrun, Slurm, Open MPI / PMIx.
+JOB_VARS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid")
+
+
 def parse(environ: Optional[Mapping[str, str]] = None, **kwargs) -> Settings:
     """Build Settings from keyword arguments (None: not given) over the
     environment. Raises ValueError naming the first invalid setting."""
@@ -237,6 +244,12 @@ def parse(environ: Optional[Mapping[str, str]] = None, **kwargs) -> Settings:
             if name == "arch" and not s:
                 raise _bad(name, var, v, "must not be empty")
             out[name] = s if s else None
+    if out.get("job") is None:
+        # The launcher's id of the run, when DETD_JOB names none.
+        for var in JOB_VARS:
+            if env.get(var, "").strip() != "":
+                out["job"] = env[var].strip()
+                break
 
     for name in ("chaos", "strict"):
         v, var = get(name)
