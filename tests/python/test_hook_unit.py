@@ -425,3 +425,26 @@ def test_bad_launcher_rank_is_an_error(monkeypatch):
 ])
 def test_job_label_from_the_launcher(env, want):
     assert _policy.parse(environ=env).job == want
+
+
+@pytest.mark.parametrize("env,field,want", [
+    ({"MCORE_AUTOTUNE_MODE": "pinned"}, "mode", "pinned"),
+    ({"MCORE_AUTOTUNE_MODE": "record"}, "mode", "record"),
+    ({"MCORE_AUTOTUNE_RECORD": "/tmp/rec"}, "mode", "record"),
+    ({"MCORE_DET_TUNE_RECORD": "/tmp/rec"}, "mode", "record"),
+    ({"DETD_MODE": "coordinated", "MCORE_AUTOTUNE_MODE": "pinned"}, "mode", "coordinated"),
+    ({"MCORE_AUTOTUNE_MODULES": "mamba_ssm,transformer_engine"}, "scope", ("mamba_ssm", "transformer_engine")),
+    ({"DET_AUTOTUNE_PIN_MODULES": "fla"}, "scope", ("fla",)),
+    ({"MCORE_AUTOTUNE_ON_MISS": "min_cost"}, "on_miss", "cheapest"),
+    ({"DET_AUTOTUNE_ON_MISS": "error"}, "on_miss", "error"),
+    ({"MCORE_AUTOTUNE_VERIFY_STRICT": "1"}, "strict", True),
+    ({"DET_AUTOTUNE_CHAOS": "1"}, "chaos", True),
+    ({}, "mode", "coordinated"),
+])
+def test_megatron_variables_drive_detd(env, field, want):
+    assert getattr(_policy.parse(environ=env), field) == want
+
+
+def test_bad_megatron_value_names_its_variable():
+    with pytest.raises(ValueError, match="MCORE_AUTOTUNE_ON_MISS"):
+        _policy.parse(environ={"MCORE_AUTOTUNE_ON_MISS": "fastest"})

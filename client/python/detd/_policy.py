@@ -34,6 +34,33 @@ argument               variable                meaning
                                                :data:`JOB_VARS`)
 =====================  ======================  ==============================
 
+Megatron-LM's variables (``megatron.core.tuning``) and their legacy
+``DET_AUTOTUNE_*`` names drive detd too, where they map (a ``DETD_*``
+variable wins over them):
+
+=================================================  =========================
+Megatron variable                                  detd setting
+=================================================  =========================
+``MCORE_AUTOTUNE_MODE`` (auto, pinned, record)     ``mode``, the same value
+``MCORE_AUTOTUNE_RECORD``, ``MCORE_DET_TUNE_RECORD``  ``mode=record`` (votes go
+                                                   to the daemon; export with
+                                                   ``detctl table export``)
+``MCORE_AUTOTUNE_MODULES``,                        ``scope``
+``DET_AUTOTUNE_PIN_MODULES``
+``MCORE_AUTOTUNE_ON_MISS`` (min_cost, error),      ``on_miss`` (``cheapest``,
+``DET_AUTOTUNE_ON_MISS``                           ``error``)
+``MCORE_AUTOTUNE_VERIFY_STRICT``,                  ``strict``
+``DET_AUTOTUNE_VERIFY_STRICT``
+``MCORE_AUTOTUNE_CHAOS``, ``DET_AUTOTUNE_CHAOS``   ``chaos``
+=================================================  =========================
+
+Not mapped: ``MCORE_AUTOTUNE_TABLE_PATH`` (tables are the daemon's:
+``detd --tables DIR`` or ``detctl table import``, which read Megatron's
+files), ``MCORE_AUTOTUNE_VERIFY`` (``detd.verify(step=, every=)``),
+``MCORE_AUTOTUNE_ENUMERATE`` (``detd.autotuners()`` always lists).
+Megatron's ``--deterministic-mode`` needs nothing: detd's default,
+``coordinated``, is deterministic.
+
 Explicit arguments win over variables.  Override keys are ``module:qualname``
 (any code version) or ``module:qualname@guard``; values are canonical config
 strings or dicts of config fields (``{"BLOCK": 64, "num_warps": 4}``).
@@ -186,6 +213,22 @@ def _overrides(arg, env, value) -> Tuple[Tuple[str, str], ...]:
     return tuple(sorted(out))
 
 
+def _mcore_on_miss(v: str) -> str:
+    return {"min_cost": "cheapest"}.get(v.strip(), v.strip())
+
+
+# Megatron-LM's tuning variables and their legacy names, per detd setting,
+# in the order read, each with how its value reads as detd's.
+MEGATRON_VARS = {
+    "mode": (("MCORE_AUTOTUNE_MODE", str.strip), ("MCORE_AUTOTUNE_RECORD", lambda v: "record"),
+             ("MCORE_DET_TUNE_RECORD", lambda v: "record")),
+    "scope": (("MCORE_AUTOTUNE_MODULES", str), ("DET_AUTOTUNE_PIN_MODULES", str)),
+    "on_miss": (("MCORE_AUTOTUNE_ON_MISS", _mcore_on_miss), ("DET_AUTOTUNE_ON_MISS", _mcore_on_miss)),
+    "strict": (("MCORE_AUTOTUNE_VERIFY_STRICT", str), ("DET_AUTOTUNE_VERIFY_STRICT", str)),
+    "chaos": (("MCORE_AUTOTUNE_CHAOS", str), ("DET_AUTOTUNE_CHAOS", str)),
+}
+
+
 # The launcher variables that name a run, read for the job label when
 # DETD_JOB is not set: torchrun, Slurm, Open MPI / PMIx.
 JOB_VARS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid")
@@ -204,6 +247,11 @@ def parse(environ: Optional[Mapping[str, str]] = None, **kwargs) -> Settings:
         var = "DETD_" + name.upper()
         if v is None and var in env:
             return env[var], var
+        if v is None:
+            # Megatron-LM's names for the same setting (MEGATRON_VARS).
+            for alias, conv in MEGATRON_VARS.get(name, ()):
+                if env.get(alias, "") != "":
+                    return conv(env[alias]), alias
         return v, var
 
     out = {}
