@@ -25,6 +25,7 @@ static void session_forget_(struct session *s) {
     s->pid = getpid();
     s->channel = NULL;
     s->attach_channel = NULL;
+    s->n_retired = 0; /* the parent's: never touched in a child */
     s->stream = NULL;
     s->thread_joinable = 0;
     s->state = SESSION_IDLE;
@@ -144,6 +145,8 @@ void session_destroy(struct session *s) {
         pthread_join(s->thread, NULL);
     wire_channel_free(s->channel);
     wire_channel_free(s->attach_channel);
+    for (unsigned i = 0; i < s->n_retired; i++)
+        wire_channel_free(s->retired[i]);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->mu);
     free(s->target);
@@ -271,6 +274,28 @@ static void session_install_(struct session *s, struct wire_stream *st,
 }
 
 /*
+ * A fresh channel for *slot (mu held), the old one retired when calls may
+ * hold it (retire) or freed. A channel whose connection broke keeps gRPC's
+ * reconnect backoff (and can keep an attempt pending on the old socket)
+ * for seconds after a new daemon serves, while a new channel connects at
+ * once. Retired channels are freed with the session; past
+ * SESSION_MAX_RETIRED the old channel is kept as it is.
+ */
+static void session_renew_(struct session *s, struct wire_channel **slot,
+                           int retire) {
+    if (*slot == NULL || (retire && s->n_retired >= SESSION_MAX_RETIRED))
+        return;
+    struct wire_channel *fresh = NULL;
+    if (wire_channel_new(s->target, &fresh) != 0)
+        return; /* keep the old one */
+    if (retire)
+        s->retired[s->n_retired++] = *slot;
+    else
+        wire_channel_free(*slot);
+    *slot = fresh;
+}
+
+/*
  * The keeper: runs the stream of the current session; when it is lost,
  * attaches again with backoff and runs the new one, until the session is
  * destroyed.
@@ -299,12 +324,15 @@ static void *session_thread_(void *arg) {
         wire_stream_free(st);
         st = NULL;
 
-        /* Attach again: at once, then with exponential backoff. */
+        /* Attach again: at once, then with exponential backoff, each
+         * attempt on a fresh channel (only this thread uses the attach
+         * channel while it runs). */
         int64_t delay = SESSION_BACKOFF_FIRST_MS;
         pthread_mutex_lock(&s->mu);
         for (;;) {
             if (s->stopping)
                 goto out;
+            session_renew_(s, &s->attach_channel, 0);
             s->state = SESSION_ATTACHING;
             struct wire_channel *ch = s->attach_channel;
             pthread_mutex_unlock(&s->mu);
@@ -322,6 +350,8 @@ static void *session_thread_(void *arg) {
                 goto out;
             }
             if (rc == 0) {
+                /* A daemon serves again: calls get a fresh channel too. */
+                session_renew_(s, &s->channel, 1);
                 session_install_(s, st, sid, lease);
                 break; /* run the new stream (mu held) */
             }

@@ -54,6 +54,10 @@ enum session_state {
     SESSION_ATTACHED,  /* stream up, session_id valid */
 };
 
+/* Channel pairs a handle keeps after daemon restarts before it stops
+ * replacing them (and reuses the last, whose own reconnect then applies). */
+#define SESSION_MAX_RETIRED 64
+
 struct session {
     pthread_mutex_t mu;
     pthread_cond_t cond; /* CLOCK_MONOTONIC; signals state changes */
@@ -63,7 +67,11 @@ struct session {
     pid_t pid;
     struct wire_channel *channel;        /* unary calls */
     struct wire_channel *attach_channel; /* the Attach stream only */
-    struct wire_stream *stream;          /* owned by the thread while it runs */
+    /* Channels replaced after the daemon went away: a call may still hold
+     * one, so they are freed with the session (a restart costs one pair). */
+    struct wire_channel *retired[SESSION_MAX_RETIRED];
+    unsigned n_retired;
+    struct wire_stream *stream; /* owned by the thread while it runs */
     pthread_t thread;
     int thread_joinable;
     enum session_state state;
