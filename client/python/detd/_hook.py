@@ -240,15 +240,17 @@ if hasattr(os, "register_at_fork"):
 
 
 # The package's logger: fallbacks, lost claims and the audit say what
-# happened here (warnings.warn as well, once per tag, for scripts that
-# configure no logging).
+# happened here. Once per tag: a warning always (a script without logging
+# still shows it), and a log record when the program configured logging
+# (not through logging's last-resort handler, which would print it twice).
 log = logging.getLogger("detd")
 
 
 def _warn_once(tag: str, msg: str):
     if tag not in _state.warned:
         _state.warned.add(tag)
-        log.warning(msg)
+        if log.hasHandlers():
+            log.warning(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=4)
 
 
