@@ -514,8 +514,11 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
                 o->socket);
         goto out;
     }
-    qsort(obs, n, sizeof(*obs), obs_cmp);
-    qsort(ld->decisions, ld->n_decisions, sizeof(*ld->decisions), dec_cmp);
+    /* qsort() needs a non-NULL array, even for 0 elements. */
+    if (n > 1)
+        qsort(obs, n, sizeof(*obs), obs_cmp);
+    if (ld->n_decisions > 1)
+        qsort(ld->decisions, ld->n_decisions, sizeof(*ld->decisions), dec_cmp);
     char now[48];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -75,7 +75,11 @@ def decisions(d):
 def run_restart(root, how):
     d = Daemon(root).start()
     stop = root / "stop"
-    lib_env = dict(os.environ, DETD_BUILD_DIR=str(BUILD))
+    # Python processes load the plain libdetd (DETD_CLIENT_BUILD_DIR) when
+    # the daemon under test is a sanitizer build: an ASan library cannot be
+    # loaded into an interpreter not started with the ASan runtime.
+    client_build = Path(os.environ.get("DETD_CLIENT_BUILD_DIR") or BUILD)
+    lib_env = dict(os.environ, DETD_BUILD_DIR=str(client_build))
     procs = []
     for r in range(N_LIBDETD):
         procs.append(subprocess.Popen(
@@ -83,7 +87,7 @@ def run_restart(root, how):
              "--until", str(stop), "--out", str(root / f"c{r}.json"), "--sleep-ms", "60",
              "--timeout-ms", "60000"], env=lib_env))
     hook_env = dict(os.environ, TRITON_INTERPRET="1", DETD_SOCKET=d.socket,
-                    DETD_LIBRARY=str(BUILD / "client" / "libdetd.so"), DETD_TIMEOUT_MS="60000",
+                    DETD_LIBRARY=str(client_build / "client" / "libdetd.so"), DETD_TIMEOUT_MS="60000",
                     DETD_ON_MISS="error", DETD_MODE="coordinated")
     hook_env.pop("DETD_ON_MISS_OVERRIDE", None)
     for h in range(N_HOOK):
