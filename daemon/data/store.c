@@ -629,6 +629,27 @@ out:
     return err;
 }
 
+/* Hand each row of the bound statement st to cb until it returns nonzero,
+ * then finalize st. Returns 0 or the first error. */
+static int store_each_row_(store *s, sqlite3_stmt *st, const char *op,
+                           store_decision_cb cb, void *ctx) {
+    int err;
+    while ((err = store_step(s, st, op)) > 0) {
+        struct decision d;
+        if ((err = store_read_decision(s, st, op, &d)) < 0)
+            goto out;
+        int stop = cb(ctx, &d);
+        decision_clear(&d);
+        if (stop)
+            break;
+    }
+    if (err > 0)
+        err = 0; /* stopped early by the callback */
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
 int store_each_decision(store *s, const char *ns, const char *kernel,
                         uint32_t limit, store_decision_cb cb, void *ctx) {
     static const char op[] = "list decisions";
@@ -648,17 +669,7 @@ int store_each_decision(store *s, const char *ns, const char *kernel,
         (err = store_bind_int(s, st, 3, limit == 0 ? -1 : (int64_t)limit, op)) <
             0)
         goto out;
-    while ((err = store_step(s, st, op)) > 0) {
-        struct decision d;
-        if ((err = store_read_decision(s, st, op, &d)) < 0)
-            goto out;
-        int stop = cb(ctx, &d);
-        decision_clear(&d);
-        if (stop)
-            break;
-    }
-    if (err > 0)
-        err = 0; /* stopped early by the callback */
+    return store_each_row_(s, st, op, cb, ctx);
 out:
     sqlite3_finalize(st);
     return err;
@@ -687,17 +698,7 @@ int store_each_decision_page(store *s, const char *ns, const char *arch,
         (err = store_bind_int(s, st, 5, limit == 0 ? -1 : (int64_t)limit, op)) <
             0)
         goto out;
-    while ((err = store_step(s, st, op)) > 0) {
-        struct decision d;
-        if ((err = store_read_decision(s, st, op, &d)) < 0)
-            goto out;
-        int stop = cb(ctx, &d);
-        decision_clear(&d);
-        if (stop)
-            break;
-    }
-    if (err > 0)
-        err = 0; /* stopped early by the callback */
+    return store_each_row_(s, st, op, cb, ctx);
 out:
     sqlite3_finalize(st);
     return err;
