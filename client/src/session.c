@@ -530,6 +530,10 @@ int session_acquire(struct session *s, int attach, int64_t deadline_ms,
         rc = session_attach_(s, ch, deadline_ms, &st, &sid, &lease);
         pthread_mutex_lock(&s->mu);
         if (rc < 0) {
+            /* The next attempt gets a fresh channel: this one keeps gRPC's
+             * connect backoff and would fail at once, for up to a second
+             * after a daemon serves (only the attacher uses it). */
+            session_renew_(s, &s->attach_channel, 0);
             s->state = SESSION_IDLE;
             pthread_cond_broadcast(&s->cond);
             goto out;

@@ -129,6 +129,9 @@ struct rpc_server {
     atomic_int shutting_down;
     atomic_int stopped;
     atomic_uint_fast64_t next_id;
+    /* Calls ended (status queued or sent) whose status batch has not
+     * completed: what a stop waits for before it cuts calls off. */
+    atomic_int unflushed;
     pthread_mutex_t mu;
     pthread_cond_t cond;
     int shutdown_done;
@@ -391,6 +394,7 @@ static void end_call_bb(rpc_call *c, grpc_status_code code, const char *msg,
         return;
     }
     c->ended = 1;
+    atomic_fetch_add(&c->srv->unflushed, 1);
     if (c->method != METHOD_UNKNOWN && !methods[c->method].streaming &&
         c->started_us > 0) {
         /* Request latency, arrival to status: every unary call counts,
@@ -619,6 +623,11 @@ static void on_send_done(rpc_call *c, int is_status) {
         c->send_bb = NULL;
     }
     c->send_busy = 0;
+    if (is_status && atomic_fetch_sub(&c->srv->unflushed, 1) == 1) {
+        pthread_mutex_lock(&c->srv->mu);
+        pthread_cond_broadcast(&c->srv->cond);
+        pthread_mutex_unlock(&c->srv->mu);
+    }
     if (!is_status) {
         if (c->nqueue > 0)
             start_send_locked(c);
@@ -903,7 +912,11 @@ void rpc_server_stop(rpc_server *srv, int64_t grace_ms) {
     rpc_server_shutdown_begin(srv);
     int64_t until = clock_mono_ms() + (grace_ms > 0 ? grace_ms : 0);
     pthread_mutex_lock(&srv->mu);
-    while (!srv->shutdown_done) {
+    /* Wait for every reply already given to reach the transport (or for
+     * every call to end on its own), not for streams whose peer keeps
+     * them open: the daemon ended those sessions in its drain, and a
+     * stopped or hung client would hold the stop for the whole grace. */
+    while (!srv->shutdown_done && atomic_load(&srv->unflushed) > 0) {
         int64_t now = clock_mono_ms();
         if (now >= until)
             break;
