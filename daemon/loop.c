@@ -560,6 +560,9 @@ int daemon_run(const struct daemon_config *cfg) {
             goto out_handles;
         }
         int64_t revision = coord_revision(d->coord);
+        char lease_file[4096];
+        snprintf(lease_file, sizeof(lease_file), "%s/etcd-lease",
+                 cfg->state_dir);
         struct cluster_options co = {
             .endpoints = cfg->etcd_endpoints,
             .ca_file = cfg->etcd_ca,
@@ -573,6 +576,7 @@ int daemon_run(const struct daemon_config *cfg) {
             .socket_path = cfg->socket_path,
             .lease_ms = cfg->lease_ms,
             .start_revision = revision,
+            .lease_file = lease_file,
             /* Other nodes' listeners: same CA and certificate as ours. */
             .peer_ca = cfg->listen_client_ca,
             .peer_cert = cfg->listen_cert,

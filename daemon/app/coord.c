@@ -407,6 +407,12 @@ void coord_event(coord *c, const struct cluster_event *ev) {
             log_warn("etcd unreachable: %s", c->error);
         }
         break;
+    case CLUSTER_EV_PREVIOUS_LEASE:
+        if (ev->won)
+            log_info("etcd: revoked lease %llx of this node's previous run "
+                     "(it did not stop cleanly): its claims are released",
+                     (unsigned long long)ev->revision);
+        break;
     }
 }
 

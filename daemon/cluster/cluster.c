@@ -76,6 +76,7 @@ struct cluster {
     char *ns_prefix; /* "/detd/v1/<ns>/" */
     char *node_key;
     char *node_value;
+    char *lease_file; /* cluster_options.lease_file (owned), or NULL */
     char *writer;
     char *endpoints;
     char node_id[CLUSTER_MAX_NODE_ID + 1];
@@ -589,11 +590,65 @@ static void on_lease_lost(int64_t id, int err, void *arg) {
         submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
 }
 
+/* The lease id a previous run of this node wrote, or 0. */
+static int64_t lease_file_read(const char *path) {
+    FILE *f = path != NULL ? fopen(path, "re") : NULL;
+    if (f == NULL)
+        return 0;
+    char buf[32] = {0};
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (errno != 0 || end == buf || (*end != '\n' && *end != '\0') || v <= 0)
+        return 0;
+    return (int64_t)v;
+}
+
+/* Record the node's lease id (0: remove the file); best effort, logged
+ * through the cluster's last error. */
+static void lease_file_write(cluster *c, int64_t id) {
+    if (c->lease_file == NULL)
+        return;
+    if (id == 0) {
+        unlink(c->lease_file);
+        return;
+    }
+    char *tmp = strfmt("%s.tmp", c->lease_file);
+    FILE *f = tmp != NULL ? fopen(tmp, "we") : NULL;
+    int ok = f != NULL && fprintf(f, "%lld\n", (long long)id) > 0;
+    if (f != NULL && fclose(f) != 0)
+        ok = 0;
+    if (ok && rename(tmp, c->lease_file) != 0)
+        ok = 0;
+    if (!ok && tmp != NULL)
+        unlink(tmp);
+    free(tmp);
+}
+
+/* A lease the previous run of this node left (it was killed before it
+ * could revoke it): revoke it, so that its claims and node key go now
+ * rather than when it expires. The state directory's lock proves that
+ * run is over. */
+static void revoke_previous_lease(cluster *c) {
+    int64_t old = lease_file_read(c->lease_file);
+    if (old == 0)
+        return;
+    int err = etcd_lease_revoke(c->etcd, old);
+    if (err == 0 || err == DETD_ENOTFOUND) {
+        lease_file_write(c, 0);
+        post(c, CLUSTER_EV_PREVIOUS_LEASE, "", 0, err == 0, NULL, 0, old, 0);
+    }
+}
+
 /* Grant the node lease, keep it alive and register the node key; retried
  * until it works or the cluster stops. The first boot also starts the
  * watch. */
 static void do_boot(cluster *c) {
     while (!stopping(c)) {
+        revoke_previous_lease(c);
         int64_t id = 0, ttl = 0;
         int err = etcd_lease_grant(c->etcd, c->lease_ttl_s, &id, &ttl);
         note(c, err, "grant node lease");
@@ -607,6 +662,7 @@ static void do_boot(cluster *c) {
                     etcd_keepalive_remove(c->ka, id);
             }
             if (err == 0) {
+                lease_file_write(c, id);
                 pthread_mutex_lock(&c->mu);
                 c->lease_id = id;
                 c->booting = 0;
@@ -765,6 +821,7 @@ static void cluster_free(cluster *c) {
     free(c->node_value);
     free(c->writer);
     free(c->endpoints);
+    free(c->lease_file);
     free(c->nodes);
     free(c->peer_ca);
     free(c->peer_cert);
@@ -805,6 +862,8 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     c->cb = cb;
     c->cb_ctx = ctx;
     c->start_revision = opt->start_revision;
+    if (opt->lease_file != NULL)
+        c->lease_file = strdup(opt->lease_file);
     c->booting = 1;
     c->connected = -1; /* unknown: the first answer is reported */
     snprintf(c->node_id, sizeof(c->node_id), "%s", opt->node_id);
@@ -908,8 +967,8 @@ void cluster_close(cluster *c) {
     etcd_keepalive_stop(c->ka);
     c->ka = NULL;
     /* Claims and the node key go with the lease, at once. */
-    if (c->lease_id != 0)
-        etcd_lease_revoke(c->etcd, c->lease_id);
+    if (c->lease_id != 0 && etcd_lease_revoke(c->etcd, c->lease_id) == 0)
+        lease_file_write(c, 0);
     etcd_close(c->etcd);
     c->etcd = NULL;
     uv_close((uv_handle_t *)&c->async, on_async_closed);

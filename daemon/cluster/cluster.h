@@ -68,6 +68,11 @@ struct cluster_options {
     const char *socket_path; /* for the node key (information) */
     uint32_t lease_ms;       /* node lease; rounded up to whole seconds */
     int64_t start_revision;  /* last applied revision; 0: full resync */
+    /* Where this node keeps its lease id (in its locked state directory),
+     * or NULL: at boot the lease a previous run left (killed before it
+     * could revoke it) is revoked, so its claims go at once instead of
+     * holding their keys until the lease expires. */
+    const char *lease_file;
     /* TLS towards other nodes' --listen (verify --cluster): roots and an
      * optional client certificate; all NULL: plaintext. */
     const char *peer_ca;
@@ -100,6 +105,10 @@ typedef enum cluster_event_kind {
      * bytes), then PEERS_DONE; both with the cookie. */
     CLUSTER_EV_PEER,
     CLUSTER_EV_PEERS_DONE,
+    /* At boot, the lease a previous run of this node left: revision is
+     * its id; won 1 when revoked now (its claims went), 0 when it had
+     * expired already. */
+    CLUSTER_EV_PREVIOUS_LEASE,
 } cluster_event_kind;
 
 /* Borrowed: valid only during the callback. */

@@ -437,6 +437,46 @@ def test_designated_client_killed_waiter_on_other_node_takes_over(
     assert raw == 2
 
 
+def test_restarted_daemon_revokes_its_killed_runs_lease_at_once(
+        tmpdir_short, etcd, nodes):
+    # A node with a long lease (30 s) is killed -9 while its client times a
+    # key, and comes back at once on the same state directory: it revokes
+    # the lease its previous run left, so the waiter on another node takes
+    # the key over now, not when that lease would have expired.
+    long_lease = 30000
+    other = nodes(1)[0]
+    victim = Node(tmpdir_short, "nv", etcd.endpoints,
+                  ["--lease-ms", str(long_lease)])
+    victim.start()
+    try:
+        lease_file = Path(victim.state) / "etcd-lease"
+        wait_for(lease_file.exists, 10, "the node's lease file")
+        first = int(lease_file.read_text())
+        holder = spawn_client(tmpdir_short, victim, 0, 1, "v:", hold=True,
+                              tag="-holdv")
+        assert holder.stdout.readline().strip() == "HOLD"
+        waiter = spawn_client(tmpdir_short, other, 1, 1, "v:", sleep_ms=10,
+                              timeout_ms=60000, tag="-waitv")
+        time.sleep(0.5)
+        assert waiter.poll() is None  # waiting for the holder's pass
+        victim.kill9()
+        holder.kill()
+        holder.wait()
+        t0 = time.monotonic()
+        mark = victim.log_size() if victim.log_path.exists() else 0
+        victim.start()
+        r = finish([waiter])[0]
+        took = time.monotonic() - t0
+        assert took < 10, f"waited {took:.1f} s: the killed run's lease was not revoked"
+        assert r["keys"]["v:0"]["timed"]
+        victim.wait_log(f"revoked lease {first:x}", after=mark)
+        assert int(lease_file.read_text()) != first
+    finally:
+        victim.stop()
+    # a clean stop revokes the lease and removes the file
+    assert not (Path(victim.state) / "etcd-lease").exists()
+
+
 def test_cut_off_daemon_never_decides_alone_and_catches_up(tmpdir_short, etcd,
                                                            nodes):
     proxies = [Proxy(m["client_port"]) for m in etcd.members]
