@@ -33,10 +33,37 @@ check(run) proves, over the whole history:
                an etcd member was down (leader elections extend leases)
   client-died  every client process ended by itself with status 0, or by
                a scheduled kill; a process that died (on_miss=error after
-               the daemon failed it) or hung is a finding
-and returns {"answers": n, "violations": [...], "excused": n}; each
-violation names its property, the key and the evidence.
+               the daemon failed it) or hung is a finding, unless the
+               faults it met while deciding that key cost more than its
+               budget (fault_cost below: what the design promises each
+               fault costs a waiter at most); such a death is counted as
+               "over budget", with the costs, never silently
+and returns {"answers": n, "violations": [...], "excused": n,
+"over_budget": [...]}; each violation names its property, the key and the
+evidence.
+
+The promise the client-died property checks, per key: a process whose
+budget (the hook's timeout_ms; deadline_ms here) is larger than the sum of
+what the faults it meets cost, plus one timing pass, gets a config. What
+a fault costs a waiter at most:
+  hang of the process itself       the time it was stopped
+  hang of the rank timing the key  the pass bound (the claim passes on)
+  client_kill of that rank         one lease (its session or node lease)
+  daemon_kill / daemon_term        the planned down time + RESTART_S (the
+                                   new daemon serves and the client has
+                                   reattached); the drain is not excused
+  etcd_kill                        the planned down time + one lease
+  partition                        its duration + one lease
+Faults count when they overlap the key's attempts (first attempt to the
+death); daemon faults count for the process's own daemon, or for any
+daemon under etcd (its claims hold keys for every node).
 """
+
+# A restarted daemon serves and its clients reattach within this (s).
+RESTART_S = 0.5
+# One timing pass and the calls around it (s): the campaign's passes are
+# at most 300 ms.
+PASS_S = 0.5
 
 DECIDED_OPS = ("decide", "report")
 
@@ -149,6 +176,7 @@ def check(run):
     for r in run.get("records", []):
         if r.get("ev") == "died":
             died[r.get("pid")] = r
+    over_budget = []
     for p in run.get("procs", []):
         if p.get("killed"):
             continue
@@ -156,12 +184,81 @@ def check(run):
             violate("client-died", None, f"client pid {p['pid']} ({p.get('daemon')}) still waiting "
                     "after its whole budget: hung", [p])
         elif p.get("exit_code") not in (0,):
-            why = died.get(p["pid"], {}).get("reason", "no record")
-            violate("client-died", died.get(p["pid"], {}).get("key"),
+            d = died.get(p["pid"], {})
+            why = d.get("reason", "no record")
+            costs = met_faults(run, p, d, answers)
+            budget = run.get("deadline_ms")
+            spent = sum(c for _, c in costs)
+            if costs and budget is not None and spent + PASS_S >= budget / 1000.0:
+                over_budget.append({"seed": seed, "pid": p["pid"], "key": d.get("key"),
+                                    "budget_s": budget / 1000.0, "fault_cost_s": round(spent, 3),
+                                    "faults": [f["fault"] for f, _ in costs]})
+                continue
+            note = (f"; the faults it met cost {spent:.3f} s of its {budget / 1000.0:.3f} s budget: "
+                    f"{[(f['fault'], round(c, 3)) for f, c in costs]}") if budget is not None else ""
+            violate("client-died", d.get("key"),
                     f"client pid {p['pid']} ({p.get('daemon')}) died with status "
-                    f"{p.get('exit_code')}: {why}", [p])
+                    f"{p.get('exit_code')}: {why}{note}", [p])
 
-    return {"seed": seed, "answers": len(answers), "violations": violations, "excused": excused}
+    return {"seed": seed, "answers": len(answers), "violations": violations, "excused": excused,
+            "over_budget": over_budget}
+
+
+def _timing_key(answers, pid, before):
+    """The key a process was last designated for before a time."""
+    best = None
+    for r in answers:
+        if (r.get("pid") == pid and r.get("op") == "decide" and r.get("outcome") == "designated"
+                and r["end"] <= before and (best is None or r["end"] > best["end"])):
+            best = r
+    return best.get("key") if best else None
+
+
+def fault_cost(run, f, proc, key=None, answers=()):
+    """What fault f costs a process waiting for key at most (seconds; see
+    the module's promise), or 0 when it cannot hold that key. A stopped or
+    killed timing rank counts only when the key it was timing is this
+    key."""
+    lease = run.get("lease_ms", 1000) / 1000.0
+    pass_bound = run.get("pass_bound_ms", 2000) / 1000.0
+    kind = f["fault"]
+    if kind == "hang":
+        if f.get("pid") == proc.get("pid"):
+            return max(0.0, (f.get("end") or f["start"]) - f["start"])
+        if not f.get("designated") or _timing_key(answers, f.get("pid"), f["start"]) != key:
+            return 0.0
+        return pass_bound
+    if kind == "client_kill":
+        if not f.get("mid_pass") or _timing_key(answers, f.get("pid"), f["start"]) != key:
+            return 0.0
+        return lease
+    if kind in ("daemon_kill", "daemon_term"):
+        if f.get("daemon") != proc.get("daemon") and run.get("kind") != "etcd":
+            return 0.0
+        return f.get("down", 0.0) + RESTART_S
+    if kind == "etcd_kill":
+        return f.get("down", 0.0) + lease
+    if kind == "partition":
+        return f.get("dur", 0.0) + lease
+    return 0.0
+
+
+def met_faults(run, proc, died, answers):
+    """[(fault, cost)] for the faults that overlap the attempts at the key
+    a process died on (its first attempt to its death)."""
+    key, pid = died.get("key"), proc.get("pid")
+    starts = [r["start"] for r in answers if r.get("pid") == pid and r.get("key") == key]
+    if not starts or died.get("t") is None:
+        return []
+    t0, t1 = min(starts), died["t"]
+    out = []
+    for f in run.get("faults", []):
+        end = f.get("end") or t1
+        if f["start"] <= t1 and end >= t0:
+            c = fault_cost(run, f, proc, key, answers)
+            if c > 0:
+                out.append((f, c))
+    return out
 
 
 def format_violation(v):

@@ -286,7 +286,7 @@ class Harness:
             d = daemons[ev["daemon"]]
             if not d.alive():
                 return
-            f = fault(how, daemon=d.name)
+            f = fault(how, daemon=d.name, down=ev["down"])
             if how == "daemon_kill":
                 d.kill9()
             else:
@@ -332,7 +332,7 @@ class Harness:
             if any(not cluster.alive(i) for i in range(cluster.size)):
                 counts["etcd_kill_skipped"] = counts.get("etcd_kill_skipped", 0) + 1
                 return  # keep quorum: one member down at a time
-            f = fault("etcd_kill", member=ev["member"])
+            f = fault("etcd_kill", member=ev["member"], down=ev["down"])
             cluster.kill(ev["member"])
             at(now() + ev["down"], do_etcd_up, ev["member"], f)
 
@@ -346,7 +346,7 @@ class Harness:
             ps = proxies[ev["daemon"]]
             if any(p.mode != "pass" for p in ps):
                 return
-            f = fault("partition", daemon=f"d{ev['daemon']}", mode=ev["mode"])
+            f = fault("partition", daemon=f"d{ev['daemon']}", mode=ev["mode"], dur=ev["dur"])
             for p in ps:
                 p.set_mode(ev["mode"])
             at(now() + ev["dur"], do_heal, ps, f)
@@ -457,7 +457,8 @@ class Harness:
             if f["end"] is None:
                 f["end"] = time.monotonic()
         run = {"seed": sched["seed"], "kind": sched["kind"], "tolerance_ms": TOLERANCE_MS,
-               "pass_bound_ms": pass_ms + TAKEOVER_SLACK_MS, "records": records,
+               "pass_bound_ms": pass_ms + TAKEOVER_SLACK_MS, "lease_ms": lease,
+               "deadline_ms": sched["deadline_ms"], "records": records,
                "procs": procs, "stores": stores, "faults": faults, "schedule": sched}
         res = checker.check(run)
         res["wall_s"] = round(time.monotonic() - self.t0, 2)
@@ -496,6 +497,8 @@ def main(argv=None):
           f"{len(res['violations'])} violations, faults {res['faults']}, {res['wall_s']} s")
     for v in res["violations"]:
         print(checker.format_violation(v))
+    for o in res.get("over_budget", []):
+        print(f"seed {a.seed}: over budget (not a violation): {o}")
     return 1 if res["violations"] else 0
 
 

@@ -41,6 +41,7 @@ def campaign(seeds, profile="short", kind=None, keep=None, progress=None, verbos
                "answers": sum(r["answers"] for r in results),
                "violations": sum(len(r["violations"]) for r in results),
                "failed_seeds": [r["seed"] for r in results if r["violations"]],
+               "over_budget": [o for r in results for o in r.get("over_budget", [])],
                "kinds": {}, "faults": {}, "properties": {}}
     for r in results:
         summary["kinds"][r["kind"]] = summary["kinds"].get(r["kind"], 0) + 1
@@ -61,6 +62,9 @@ def table(summary):
     for p in ("one-config", "durable", "candidate", "wait-bound", "client-died"):
         rows.append((f"  {p}", summary["properties"].get(p, 0)))
     rows.append(("schedules failing", len(summary["failed_seeds"])))
+    ob = summary.get("over_budget", [])
+    rows.append(("deaths over budget", f"{len(ob)} (the faults met cost more than the key's budget; "
+                 "not violations)"))
     rows.append(("faults injected", sum(summary["faults"].get(f, 0) for f in FAULTS)))
     for f in FAULTS:
         rows.append((f"  {f}", summary["faults"].get(f, 0)))

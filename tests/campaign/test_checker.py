@@ -157,3 +157,70 @@ def test_scheduled_kill_is_not_a_death():
     run = clean()
     run["procs"].append({"pid": 200, "daemon": "d0", "exit_code": -9, "killed": True})
     assert props(run) == []
+
+
+def _death_after_faults(faults, deadline_ms=3000, timing=()):
+    """Process 100 tries key r0:4 from t=5.0 and dies at t=8.0."""
+    run = clean()
+    run["records"].extend(timing)
+    run["deadline_ms"] = deadline_ms
+    run["lease_ms"] = 1000
+    run["records"].append(ans("r0:4", "timeout", pid=100, start=5.0, end=7.99))
+    run["records"].append({"ev": "died", "pid": 100, "key": "r0:4", "reason": "outcome timeout",
+                           "t": 8.0})
+    run["procs"][0]["exit_code"] = 3
+    run["faults"] = faults
+    return checker.check(run)
+
+
+def test_death_within_budget_is_a_violation_naming_the_fault_cost():
+    # one daemon restart (0.3 s down + 0.5 s) and one hung timing rank
+    # (the 2.5 s pass bound) would cost 3.3 s of a 3 s budget; a single
+    # restart costs 0.8 s: dying then is a finding
+    res = _death_after_faults([{"fault": "daemon_term", "daemon": "d0", "down": 0.3,
+                                "start": 5.5, "end": 7.5}])
+    v = [v for v in res["violations"] if v["property"] == "client-died"]
+    assert len(v) == 1 and res["over_budget"] == []
+    assert "cost 0.800 s of its 3.000 s budget" in v[0]["message"], v[0]["message"]
+    # the drain's realized 2 s is not excused: only the planned down time counts
+
+
+def test_death_over_budget_is_counted_not_violated():
+    res = _death_after_faults([
+        {"fault": "daemon_term", "daemon": "d0", "down": 0.3, "start": 5.5, "end": 6.0},
+        {"fault": "hang", "pid": 999, "designated": True, "start": 5.1, "end": 8.5}],
+        timing=[ans("r0:4", "designated", pid=999, start=5.0, end=5.01)])
+    assert [v for v in res["violations"] if v["property"] == "client-died"] == []
+    assert len(res["over_budget"]) == 1
+    o = res["over_budget"][0]
+    assert o["pid"] == 100 and o["key"] == "r0:4" and o["fault_cost_s"] == 3.3
+    assert sorted(o["faults"]) == ["daemon_term", "hang"]
+
+
+def test_own_stop_counts_its_length_and_other_daemons_do_not_count_locally():
+    # stopped for 2.7 s of 3 s: over budget
+    res = _death_after_faults([{"fault": "hang", "pid": 100, "designated": True,
+                                "start": 5.1, "end": 7.8}])
+    assert len(res["over_budget"]) == 1 and res["over_budget"][0]["fault_cost_s"] == 2.7
+    # a restart of another daemon costs nothing without etcd ...
+    run_faults = [{"fault": "daemon_kill", "daemon": "d1", "down": 2.9, "start": 5.1, "end": 7.9}]
+    run = clean()
+    run["kind"] = "local"
+    run["deadline_ms"] = 3000
+    run["records"].append({"ev": "died", "pid": 100, "key": "r0:0", "reason": "x", "t": 2.0})
+    run["procs"][0]["exit_code"] = 3
+    run["faults"] = [dict(run_faults[0], start=1.0, end=1.9)]
+    res = checker.check(run)
+    assert res["over_budget"] == [] and len(
+        [v for v in res["violations"] if v["property"] == "client-died"]) == 1
+    # ... and under etcd its claims hold every node's keys: it counts
+    run["kind"] = "etcd"
+    assert len(checker.check(run)["over_budget"]) == 1
+
+
+def test_a_hung_rank_timing_another_key_costs_nothing():
+    hang = {"fault": "hang", "pid": 999, "designated": True, "start": 5.1, "end": 8.5}
+    other = [ans("r0:9", "designated", pid=999, start=5.0, end=5.01)]
+    res = _death_after_faults([hang], timing=other)
+    assert res["over_budget"] == []
+    assert len([v for v in res["violations"] if v["property"] == "client-died"]) == 1
