@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "cluster/cluster.h"
+#include "cluster/cluster_nodes.h"
 #include "clock.h"
 
 #include <errno.h>
@@ -303,6 +304,14 @@ static void release_claim(cluster *c, const char *id, int64_t deadline_ms) {
     free(key);
 }
 
+/* Delete a claim key this job created, past the job's deadline if need
+ * be: a claim key left behind holds the key for every node until the
+ * lease goes. */
+static void drop_claim_key(cluster *c, const char *ckey) {
+    etcd_thread_deadline(clock_mono_ms() + CLUSTER_RELEASE_MS);
+    etcd_delete(c->etcd, ckey, 0, NULL, NULL);
+}
+
 static void do_claim(cluster *c, struct job *j) {
     char *ckey = key_of(c, "claims", j->id);
     char *dkey = key_of(c, "decisions", j->id);
@@ -350,7 +359,7 @@ static void do_claim(cluster *c, struct job *j) {
                 post(c, CLUSTER_EV_DECISION, j->id, 0, 0, kv.value,
                      kv.value_len, 0, 0);
                 etcd_kv_clear(&kv);
-                etcd_delete(c->etcd, ckey, 0, NULL, NULL);
+                drop_claim_key(c, ckey);
                 goto out;
             }
             if (err == DETD_ENOTFOUND) {
@@ -358,7 +367,7 @@ static void do_claim(cluster *c, struct job *j) {
                 goto out;
             }
             /* Unknown: do not time on a guess. */
-            etcd_delete(c->etcd, ckey, 0, NULL, NULL);
+            drop_claim_key(c, ckey);
             goto fail;
         }
         if (!transient(err) || clock_mono_ms() >= j->deadline_ms || stopping(c))
@@ -392,8 +401,11 @@ static void do_commit(cluster *c, struct job *j) {
             post(c, CLUSTER_EV_COMMITTED, j->id, 0, won, r.kv.value,
                  r.kv.value_len, 0, j->cookie);
             etcd_put_result_clear(&r);
-            /* The decision is stored: the claim may go. */
-            release_claim(c, j->id, clock_mono_ms() + CLUSTER_RELEASE_MS);
+            /* The decision is stored and answered: the claim may go, with
+             * its own budget (the job's deadline is for the answer). */
+            int64_t until = clock_mono_ms() + CLUSTER_RELEASE_MS;
+            etcd_thread_deadline(until);
+            release_claim(c, j->id, until);
             free(dkey);
             return;
         }
@@ -430,14 +442,13 @@ static void post_peer(cluster *c, const char *node, int err, const void *v,
     deliver(c, e);
 }
 
-static int read_nodes(cluster *c, struct cluster_node *nodes, size_t *ret_n);
 
 static void do_fanout(cluster *c, struct job *j) {
     struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
     size_t n = 0;
     /* The registry as etcd has it now: the monitor's copy may predate
      * nodes that registered since. Without etcd, fall back to that copy. */
-    if (nodes != NULL && read_nodes(c, nodes, &n) != 0) {
+    if (nodes != NULL && cluster_nodes_read(c->etcd, c->ns_prefix, nodes, &n) != 0) {
         pthread_mutex_lock(&c->mu);
         n = c->n_nodes;
         memcpy(nodes, c->nodes, n * sizeof(*nodes));
@@ -590,55 +601,17 @@ static void on_lease_lost(int64_t id, int err, void *arg) {
         submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
 }
 
-/* The lease id a previous run of this node wrote, or 0. */
-static int64_t lease_file_read(const char *path) {
-    FILE *f = path != NULL ? fopen(path, "re") : NULL;
-    if (f == NULL)
-        return 0;
-    char buf[32] = {0};
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(buf, &end, 10);
-    if (errno != 0 || end == buf || (*end != '\n' && *end != '\0') || v <= 0)
-        return 0;
-    return (int64_t)v;
-}
-
-/* Record the node's lease id (0: remove the file); best effort, logged
- * through the cluster's last error. */
-static void lease_file_write(cluster *c, int64_t id) {
-    if (c->lease_file == NULL)
-        return;
-    if (id == 0) {
-        unlink(c->lease_file);
-        return;
-    }
-    char *tmp = strfmt("%s.tmp", c->lease_file);
-    FILE *f = tmp != NULL ? fopen(tmp, "we") : NULL;
-    int ok = f != NULL && fprintf(f, "%lld\n", (long long)id) > 0;
-    if (f != NULL && fclose(f) != 0)
-        ok = 0;
-    if (ok && rename(tmp, c->lease_file) != 0)
-        ok = 0;
-    if (!ok && tmp != NULL)
-        unlink(tmp);
-    free(tmp);
-}
-
 /* A lease the previous run of this node left (it was killed before it
  * could revoke it): revoke it, so that its claims and node key go now
  * rather than when it expires. The state directory's lock proves that
  * run is over. */
 static void revoke_previous_lease(cluster *c) {
-    int64_t old = lease_file_read(c->lease_file);
+    int64_t old = cluster_lease_file_read(c->lease_file);
     if (old == 0)
         return;
     int err = etcd_lease_revoke(c->etcd, old);
     if (err == 0 || err == DETD_ENOTFOUND) {
-        lease_file_write(c, 0);
+        cluster_lease_file_write(c->lease_file, 0);
         post(c, CLUSTER_EV_PREVIOUS_LEASE, "", 0, err == 0, NULL, 0, old, 0);
     }
 }
@@ -662,7 +635,7 @@ static void do_boot(cluster *c) {
                     etcd_keepalive_remove(c->ka, id);
             }
             if (err == 0) {
-                lease_file_write(c, id);
+                cluster_lease_file_write(c->lease_file, id);
                 pthread_mutex_lock(&c->mu);
                 c->lease_id = id;
                 c->booting = 0;
@@ -719,10 +692,16 @@ static void *worker_main(void *arg) {
             do_resync(c);
             break;
         case JOB_CLAIM:
+            /* A claim or commit answers within its job's deadline: no
+             * etcd call inside may run past it. */
+            etcd_thread_deadline(j->deadline_ms);
             do_claim(c, j);
+            etcd_thread_deadline(0);
             break;
         case JOB_COMMIT:
+            etcd_thread_deadline(j->deadline_ms);
             do_commit(c, j);
+            etcd_thread_deadline(0);
             break;
         case JOB_RELEASE:
             release_claim(c, j->id, j->deadline_ms);
@@ -737,38 +716,6 @@ static void *worker_main(void *arg) {
     }
 }
 
-struct nodes_ctx {
-    struct cluster_node *v;
-    size_t n;
-    size_t plen;
-};
-
-static int nodes_cb(const struct etcd_kv *kv, void *arg) {
-    struct nodes_ctx *x = arg;
-    if (x->n >= CLUSTER_MAX_NODES)
-        return 1;
-    struct cluster_node *n = &x->v[x->n];
-    memset(n, 0, sizeof(*n));
-    snprintf(n->node_id, sizeof(n->node_id), "%s", kv->key + x->plen);
-    cluster_node_decode((const char *)kv->value, kv->value_len, n);
-    x->n++;
-    return 0;
-}
-
-/* Read the registered nodes from etcd into nodes (CLUSTER_MAX_NODES). */
-static int read_nodes(cluster *c, struct cluster_node *nodes, size_t *ret_n) {
-    char *nprefix = NULL;
-    if (asprintf(&nprefix, "%snodes/", c->ns_prefix) < 0)
-        return DETD_ENOMEM;
-    struct nodes_ctx x = {nodes, 0, strlen(nprefix)};
-    int err = etcd_range_prefix(c->etcd, nprefix, 0, nodes_cb, &x, NULL);
-    free(nprefix);
-    if (err != 0 && err != 1)
-        return err;
-    *ret_n = x.n;
-    return 0;
-}
-
 static void *monitor_main(void *arg) {
     cluster *c = arg;
     struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
@@ -778,7 +725,7 @@ static void *monitor_main(void *arg) {
     while (!stopping(c)) {
         size_t nm = 0, nn = 0;
         etcd_status(c->etcd, ms, ETCD_MAX_ENDPOINTS, &nm);
-        int err = read_nodes(c, nodes, &nn);
+        int err = cluster_nodes_read(c->etcd, c->ns_prefix, nodes, &nn);
         pthread_mutex_lock(&c->mu);
         memcpy(c->members, ms, nm * sizeof(*ms));
         c->n_members = nm;
@@ -968,7 +915,7 @@ void cluster_close(cluster *c) {
     c->ka = NULL;
     /* Claims and the node key go with the lease, at once. */
     if (c->lease_id != 0 && etcd_lease_revoke(c->etcd, c->lease_id) == 0)
-        lease_file_write(c, 0);
+        cluster_lease_file_write(c->lease_file, 0);
     etcd_close(c->etcd);
     c->etcd = NULL;
     uv_close((uv_handle_t *)&c->async, on_async_closed);

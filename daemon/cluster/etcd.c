@@ -568,6 +568,13 @@ out:
 
 /* ---- unary call with deadline, retries and auth -------------------- */
 
+static _Thread_local int64_t thread_deadline_ms;
+
+/* See etcd.h. */
+void etcd_thread_deadline(int64_t deadline_ms) {
+    thread_deadline_ms = deadline_ms;
+}
+
 int etcd_call_unary(etcd_client *c, const char *method,
                     const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *rdesc,
@@ -578,6 +585,8 @@ int etcd_call_unary(etcd_client *c, const char *method,
     if (pack_slice(req, &packed) != 0)
         return DETD_ELIMIT;
     int64_t end = clock_mono_ms() + c->total_ms;
+    if (thread_deadline_ms > 0 && thread_deadline_ms < end)
+        end = thread_deadline_ms;
     int64_t backoff = BACKOFF_FIRST_MS;
     uint64_t stale = 0;
     int refreshed = 0, err;

@@ -130,6 +130,14 @@ struct etcd_put_result {
 };
 
 /*
+ * A deadline (CLOCK_MONOTONIC ms; 0: none) for every call this thread
+ * makes from now on: a call and its retries end by it, even when the
+ * client's own total timeout is longer (a job with a deadline must not
+ * overrun it inside one call). Thread-local.
+ */
+void etcd_thread_deadline(int64_t deadline_ms);
+
+/*
  * First writer wins: create key with value (attached to lease, 0 for none)
  * only if the key does not exist, in one Txn (compare create_revision == 0,
  * then put; else range). On success fills *ret (release with

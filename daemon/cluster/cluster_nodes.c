@@ -1,0 +1,90 @@
+/*
+ * cluster_nodes: registered nodes and the node's lease file (see
+ * cluster_nodes.h).
+ */
+#define _GNU_SOURCE
+#include "cluster/cluster_nodes.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "detd/error.h"
+#include "strfmt.h"
+
+struct nodes_ctx {
+    struct cluster_node *v;
+    size_t n;
+    size_t plen;
+};
+
+static int nodes_cb(const struct etcd_kv *kv, void *arg) {
+    struct nodes_ctx *x = arg;
+    if (x->n >= CLUSTER_MAX_NODES)
+        return 1;
+    struct cluster_node *n = &x->v[x->n];
+    memset(n, 0, sizeof(*n));
+    snprintf(n->node_id, sizeof(n->node_id), "%s", kv->key + x->plen);
+    cluster_node_decode((const char *)kv->value, kv->value_len, n);
+    x->n++;
+    return 0;
+}
+
+/* See cluster_nodes.h. */
+int cluster_nodes_read(etcd_client *e, const char *ns_prefix,
+                       struct cluster_node *nodes, size_t *ret_n) {
+    char *nprefix = strfmt("%snodes/", ns_prefix);
+    if (nprefix == NULL)
+        return DETD_ENOMEM;
+    struct nodes_ctx x = {nodes, 0, strlen(nprefix)};
+    int err = etcd_range_prefix(e, nprefix, 0, nodes_cb, &x, NULL);
+    free(nprefix);
+    if (err != 0 && err != 1)
+        return err;
+    *ret_n = x.n;
+    return 0;
+}
+
+/* See cluster_nodes.h. */
+int64_t cluster_lease_file_read(const char *path) {
+    FILE *f = path != NULL ? fopen(path, "re") : NULL;
+    if (f == NULL)
+        return 0;
+    char buf[32] = {0};
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (errno != 0 || end == buf || (*end != '\n' && *end != '\0') || v <= 0)
+        return 0;
+    return (int64_t)v;
+}
+
+/* See cluster_nodes.h. */
+int cluster_lease_file_write(const char *path, int64_t id) {
+    if (path == NULL)
+        return 0;
+    if (id == 0)
+        return unlink(path) == 0 || errno == ENOENT ? 0 : -errno;
+    char *tmp = strfmt("%s.tmp", path);
+    if (tmp == NULL)
+        return -ENOMEM;
+    int rc = 0;
+    FILE *f = fopen(tmp, "we");
+    if (f == NULL)
+        rc = -errno;
+    else if (fprintf(f, "%lld\n", (long long)id) < 0)
+        rc = -EIO;
+    if (f != NULL && fclose(f) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc != 0)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
