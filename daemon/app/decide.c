@@ -201,13 +201,14 @@ static void holder_of(struct daemon *d, const char *id,
     if (s == NULL)
         return;
     const Detd__V1__ClientIdentity *c = s->req->client;
-    ret->host = c != NULL && c->host != NULL && c->host[0] != '\0'
-                    ? c->host
-                    : d->node;
+    ret->host =
+        c != NULL && c->host != NULL && c->host[0] != '\0' ? c->host : d->node;
     ret->rank = s->rank;
     ret->pid = s->peer_pid != 0 ? s->peer_pid : (c != NULL ? c->pid : 0);
     int64_t held = clock_mono_ms() - ci.claimed_ms;
-    ret->held_ms = held < 0 ? 0 : held > UINT32_MAX ? UINT32_MAX : (uint32_t)held;
+    ret->held_ms = held < 0            ? 0
+                   : held > UINT32_MAX ? UINT32_MAX
+                                       : (uint32_t)held;
 }
 
 /* ---- engine events ---------------------------------------------------- */

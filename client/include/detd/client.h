@@ -230,7 +230,8 @@ int detd_decide(detd_client *client, const struct detd_key *key, int flags,
 
 /*
  * Report the timings of a designated pass (claim_id from detd_decide()).
- * The daemon picks the winner (lowest median, ties by config string),
+ * The daemon picks the winner (the smallest config string among those
+ * within 1% of the lowest median: README "The winner rule"),
  * commits it and answers with the committed decision, which the caller
  * must use: answer->config. Repeating a report is harmless. A report
  * for a claim that moved on returns DETD_ESTALE, or the decision with

@@ -30,7 +30,7 @@ On a key this process has not resolved yet, ``__contains__`` asks the daemon:
   ``self._bench`` (hence ``do_bench``, Triton's benchmarker or the
   kernel's ``do_bench=``) for every pruned config, sets ``configs_timings``
   and ``bench_time``.  It reports every candidate's timing, receives the
-  config the daemon committed (first writer wins, lowest median), runs the
+  config the daemon committed (first writer wins, by the winner rule), runs the
   autotuner's ``pre_hook(..., reset_only=True)`` as Triton does after a
   pass, stores the committed live config and returns True.  Triton's
   ``if key not in self.cache`` is therefore False, so Triton times nothing
