@@ -813,7 +813,8 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             if rounds >= _MAX_ASKS:
                 break  # reason: the last report's failure
             try:
-                answer = client().decide(dkey, settings.mode == "pinned", wait.ask_ms(left_ms), share=wait.share)
+                ask = (dkey, settings.mode == "pinned", wait.ask_ms(left_ms))
+                answer = client().decide(*ask, share=True) if wait.share else client().decide(*ask)
             except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
                 answer, reason = None, f"daemon request failed: {e}"
                 break
