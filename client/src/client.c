@@ -467,7 +467,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
         wire_set_error("%s is NULL", client == NULL ? "client" : "ret_answer");
         return DETD_EINVAL;
     }
-    if ((flags & ~DETD_DECIDE_NO_CLAIM) != 0) {
+    if ((flags & ~(DETD_DECIDE_NO_CLAIM | DETD_DECIDE_SHARE)) != 0) {
         wire_set_error("unknown flags 0x%x", (unsigned)flags);
         return DETD_EINVAL;
     }
@@ -499,6 +499,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
             req.session_id = sid;
             req.key = &km;
             req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0;
+            req.share = (flags & DETD_DECIDE_SHARE) != 0;
             /* Let the daemon answer OUTCOME_TIMEOUT before our deadline. */
             int64_t margin = left / 10 < 1000 ? left / 10 : 1000;
             req.wait_ms =
@@ -552,6 +553,21 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
     a->lease_ms = resp->lease_ms;
     a->takeover = resp->takeover != 0;
     a->waited_ms = resp->waited_ms;
+    a->holder_rank = -1;
+    if (resp->outcome == DETD__V1__OUTCOME__OUTCOME_TIMEOUT) {
+        a->holder_host = client_dup_nonempty_(resp->holder_host);
+        if (resp->holder_host[0] != '\0' && a->holder_host == NULL) {
+            detd_answer_free(a);
+            rc = DETD_ENOMEM;
+            goto out;
+        }
+        if (a->holder_host != NULL) {
+            a->holder_rank = resp->holder_rank;
+            a->holder_pid = resp->holder_pid;
+            a->held_ms = resp->held_ms;
+        }
+        a->share_index = resp->share_index;
+    }
     *ret_answer = a;
 out:
     protobuf_c_message_free_unpacked(&resp->base, NULL);
@@ -810,6 +826,7 @@ DETD_EXPORT void detd_answer_free(struct detd_answer *answer) {
     free(answer->config);
     free(answer->decision_id);
     free(answer->decided_by_host);
+    free(answer->holder_host);
     free(answer);
 }
 

@@ -157,7 +157,7 @@ static void answer_held_timeout(coord *c, struct ckey *k, struct pending *p) {
     c->d->counters.wait_timeouts++;
     if (k->err == 0 && k->remote && c->connected) {
         /* Another node is timing it: an ordinary wait timeout. */
-        reply_timeout(p->call, pending_waited(p));
+        reply_timeout(p->call, pending_waited(p), NULL);
         return;
     }
     rpc_fail(p->call, RPC_UNAVAILABLE,

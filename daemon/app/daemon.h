@@ -44,6 +44,7 @@ struct daemon_counters {
     uint64_t takeovers;
     uint64_t waits;
     uint64_t wait_timeouts;
+    uint64_t shares; /* shares of timing passes given to waiters */
     uint64_t reports;
     uint64_t reports_stale;
     uint64_t reports_repeated;

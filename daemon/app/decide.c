@@ -186,6 +186,31 @@ static void session_end(struct daemon *d, size_t index) {
     free(s);
 }
 
+/*
+ * Who holds the live claim of id on this daemon, into *ret (share_index
+ * 0): host "" when the claim is not held here or its session is gone.
+ * The strings are borrowed from d's sessions until the loop moves on.
+ */
+static void holder_of(struct daemon *d, const char *id,
+                      struct reply_holder *ret) {
+    struct engine_claim_info ci;
+    *ret = (struct reply_holder){.host = "", .rank = -1};
+    if (!engine_claim_info(d->engine, id, &ci))
+        return;
+    const struct session *s = session_find(d, ci.session);
+    if (s == NULL)
+        return;
+    const Detd__V1__ClientIdentity *c = s->req->client;
+    ret->host =
+        c != NULL && c->host != NULL && c->host[0] != '\0' ? c->host : d->node;
+    ret->rank = s->rank;
+    ret->pid = s->peer_pid != 0 ? s->peer_pid : (c != NULL ? c->pid : 0);
+    int64_t held = clock_mono_ms() - ci.claimed_ms;
+    ret->held_ms = held < 0            ? 0
+                   : held > UINT32_MAX ? UINT32_MAX
+                                       : (uint32_t)held;
+}
+
 /* ---- engine events ---------------------------------------------------- */
 
 /* See decide.h. */
@@ -219,7 +244,9 @@ void decide_engine_event(void *ctx, const struct engine_event *ev) {
                      coord_etcd_error(d->coord), p->id);
             break;
         }
-        reply_timeout(p->call, pending_waited(p));
+        struct reply_holder h;
+        holder_of(d, p->id, &h);
+        reply_timeout(p->call, pending_waited(p), &h);
         break;
     }
     case ENGINE_EV_ABORT:
@@ -430,6 +457,17 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         }
         if (s != NULL)
             session = s->id;
+    }
+    uint32_t share;
+    if (req->share && engine_claim_share(d->engine, vk.id, session, &share)) {
+        /* A waiter that helps the pass (compiles its share): answered
+         * at once, it asks again to wait. */
+        struct reply_holder h;
+        holder_of(d, vk.id, &h);
+        h.share_index = share;
+        d->counters.shares++;
+        reply_timeout(ev->call, 0, &h);
+        goto free_msg;
     }
     int64_t now = clock_mono_ms();
     uint64_t token = ++d->next_token;

@@ -66,11 +66,20 @@ void reply_designated(struct daemon *d, rpc_call *call, const char *id,
 }
 
 /* See reply.h. */
-void reply_timeout(rpc_call *call, uint32_t waited_ms) {
+void reply_timeout(rpc_call *call, uint32_t waited_ms,
+                   const struct reply_holder *h) {
     Detd__V1__DecideResponse resp = DETD__V1__DECIDE_RESPONSE__INIT;
     resp.api_version = DETD_API_VERSION;
     resp.outcome = DETD__V1__OUTCOME__OUTCOME_TIMEOUT;
     resp.waited_ms = waited_ms;
+    if (h != NULL && h->host != NULL && h->host[0] != '\0') {
+        resp.holder_host = (char *)h->host;
+        resp.holder_rank = h->rank;
+        resp.holder_pid = h->pid;
+        resp.held_ms = h->held_ms;
+    }
+    if (h != NULL)
+        resp.share_index = h->share_index;
     rpc_reply(call, &resp.base);
 }
 

@@ -28,8 +28,20 @@ void reply_decided_cached(hotcache *hot, rpc_call *call,
 void reply_designated(struct daemon *d, rpc_call *call, const char *id,
                       uint64_t claim, int takeover, uint32_t waited_ms);
 
-/* TIMEOUT after waited_ms: nobody decided in time (apply on_miss). */
-void reply_timeout(rpc_call *call, uint32_t waited_ms);
+/* Who holds a key's claim, for a TIMEOUT answer (strings borrowed). */
+struct reply_holder {
+    const char *host; /* NULL or "": not held on this daemon */
+    int32_t rank;
+    int32_t pid;
+    uint32_t held_ms;
+    uint32_t share_index; /* 0: no share given */
+};
+
+/* TIMEOUT after waited_ms: not decided yet (apply on_miss when the
+ * caller's own time is up). h (may be NULL: unknown) says who holds the
+ * claim and, for a share answer, the share given. */
+void reply_timeout(rpc_call *call, uint32_t waited_ms,
+                   const struct reply_holder *h);
 
 /* MISS: a no_claim ask that found nothing. */
 void reply_miss(rpc_call *call);

@@ -241,6 +241,8 @@ struct keyent {
     struct hnode pass; /* the timing pass's deadline (pass_timeout_ms) */
     struct keyent *sprev, *snext; /* owner's claims */
     struct waiter *whead, *wtail;
+    int64_t claimed_ms; /* when the live claim was granted */
+    uint32_t shares;    /* shares of its pass given (engine_claim_share) */
 };
 
 struct engine {
@@ -354,6 +356,8 @@ static void claim_grant(engine *e, struct keyent *k, struct session *s,
     k->clink.hash = hash_u64(k->claim_id);
     htab_insert(&e->claims, &k->clink);
     k->owner = s;
+    k->claimed_ms = now_ms;
+    k->shares = 0;
     k->sprev = NULL;
     k->snext = s->claims;
     if (s->claims != NULL)
@@ -740,6 +744,34 @@ int engine_claim_of(const engine *e, const char *id, uint64_t *ret_claim_id) {
     return 1;
 }
 
+/* See engine.h. */
+int engine_claim_info(const engine *e, const char *id,
+                      struct engine_claim_info *ret) {
+    if (e == NULL || ret == NULL || !id_valid(id))
+        return 0;
+    const struct keyent *k = key_find(e, id, hash_str(id));
+    if (k == NULL || !k->has_claim)
+        return 0;
+    ret->claim_id = k->claim_id;
+    ret->session = k->owner->id;
+    ret->claimed_ms = k->claimed_ms;
+    ret->shares = k->shares;
+    return 1;
+}
+
+/* See engine.h. */
+int engine_claim_share(engine *e, const char *id, uint64_t session,
+                       uint32_t *ret_index) {
+    if (e == NULL || ret_index == NULL || !id_valid(id) || session == 0)
+        return 0;
+    struct keyent *k = key_find(e, id, hash_str(id));
+    if (k == NULL || !k->has_claim || k->owner->id == session ||
+        k->shares == UINT32_MAX)
+        return 0;
+    *ret_index = ++k->shares;
+    return 1;
+}
+
 /* See engine.h. Never allocates. */
 int engine_release(engine *e, const char *id, uint64_t claim_id,
                    int64_t now_ms) {
@@ -912,26 +944,50 @@ int engine_pick_winner(const struct engine_timing *timings, size_t n,
     if ((timings == NULL && n > 0) || n > (size_t)INT32_MAX ||
         (allowed == NULL && n_allowed > 0))
         return DETD_EINVAL;
-    int best = DETD_ENOCAND;
-    double best_score = 0;
+    double small[64], *score = small;
+    if (n > sizeof(small) / sizeof(small[0])) {
+        score = malloc(n * sizeof(*score));
+        if (score == NULL)
+            return DETD_ENOMEM;
+    }
+    /* First the best score; then, of the candidates within epsilon of it,
+     * the smallest config string: a difference inside the noise band
+     * never decides, so noise cannot turn a pass towards a slower config
+     * by more than epsilon, and the same timings always give the same
+     * winner. */
+    int rc = 0;
+    double best_score = INFINITY;
     for (size_t i = 0; i < n; i++) {
         const struct engine_timing *t = &timings[i];
+        score[i] = NAN;
         if (t->config == NULL || t->failed || t->n_ms == 0 || t->ms == NULL)
             continue;
         if (!config_allowed(t->config, allowed, n_allowed))
             continue;
-        double score;
-        int rc = median_of(t->ms, t->n_ms, &score);
-        if (rc < 0)
-            return rc;
-        if (rc > 0 || !isfinite(score) || score < 0)
-            continue;
-        if (best < 0 || score < best_score ||
-            (score == best_score &&
-             strcmp(t->config, timings[best].config) < 0)) {
-            best = (int)i;
-            best_score = score;
+        double sc;
+        int mr = median_of(t->ms, t->n_ms, &sc);
+        if (mr < 0) {
+            rc = mr;
+            goto out;
         }
+        if (mr > 0 || !isfinite(sc) || sc < 0)
+            continue;
+        score[i] = sc;
+        if (sc < best_score)
+            best_score = sc;
     }
-    return best;
+    rc = DETD_ENOCAND;
+    if (!isfinite(best_score))
+        goto out;
+    double bound = best_score + best_score * ENGINE_WINNER_EPSILON;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(score[i]) || score[i] > bound)
+            continue;
+        if (rc < 0 || strcmp(timings[i].config, timings[rc].config) < 0)
+            rc = (int)i;
+    }
+out:
+    if (score != small)
+        free(score);
+    return rc;
 }

@@ -201,6 +201,30 @@ size_t engine_decided_each(engine *e, const char *id, engine_event_cb cb,
  */
 int engine_claim_of(const engine *e, const char *id, uint64_t *ret_claim_id);
 
+/* The live claim of a key (engine_claim_info()). */
+struct engine_claim_info {
+    uint64_t claim_id;
+    uint64_t session;   /* its holder */
+    int64_t claimed_ms; /* when it was granted (the engine's clock) */
+    uint32_t shares;    /* shares given so far (engine_claim_share()) */
+};
+
+/*
+ * The live claim of id into *ret: returns 1, or 0 (no claim, unknown or
+ * bad id; *ret untouched).
+ */
+int engine_claim_info(const engine *e, const char *id,
+                      struct engine_claim_info *ret);
+
+/*
+ * Give session (a waiter, not the holder) the next share of the timing
+ * pass of id's live claim: *ret_index = 1 for the first share of this
+ * claim, 2 for the next, ... (a new claim starts at 1 again). Returns 1,
+ * or 0 when id has no live claim, session holds it, or session is 0.
+ */
+int engine_claim_share(engine *e, const char *id, uint64_t session,
+                       uint32_t *ret_index);
+
 /*
  * The holder of claim_id on id gives it up before timing anything (its
  * call was cancelled or timed out before it was told it was designated,
@@ -267,12 +291,21 @@ void engine_get_stats(const engine *e, struct engine_stats *ret);
 uint32_t engine_session_claims(const engine *e, uint64_t session);
 
 /*
+ * The noise band of the winner rule: candidates whose score is within
+ * this fraction of the best score are tied (the client re-measures them
+ * once before it reports: detd/_hook.py WINNER_EPSILON, the same value).
+ */
+#define ENGINE_WINNER_EPSILON 0.01
+
+/*
  * The winner rule, documented in the README: each candidate's score is
  * the median of its samples (mean of the two middle ones for an even
  * count); failed candidates, candidates without samples and non-finite
- * or negative medians are excluded; the lowest score wins; exact ties go
- * to the lexicographically smallest (strcmp) config string. Configs not
- * in the allowed set (if allowed != NULL) are ignored. A candidate with a
+ * or negative medians are excluded; of the candidates whose score is at
+ * most best * (1 + ENGINE_WINNER_EPSILON), best being the lowest score,
+ * the lexicographically smallest (strcmp) config string wins (exact ties
+ * included). Configs not in the allowed set (if allowed != NULL) are
+ * ignored. A candidate with a
  * NaN sample has no median and is excluded; infinite samples are ordered
  * normally (only the median must be finite). Inputs are borrowed.
  * Returns the winning index into timings, DETD_ENOCAND, DETD_EINVAL (NULL

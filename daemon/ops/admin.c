@@ -79,6 +79,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"takeovers", d->counters.takeovers},
         {"waits", d->counters.waits},
         {"wait_timeouts", d->counters.wait_timeouts},
+        {"pass_shares", d->counters.shares},
         {"reports", d->counters.reports},
         {"reports_stale", d->counters.reports_stale},
         {"reports_repeated", d->counters.reports_repeated},

@@ -135,6 +135,9 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
             "Decide calls held while another rank timed the key.", c->waits);
     counter(&b, "detd_wait_timeouts_total",
             "Held Decide calls that reached their deadline.", c->wait_timeouts);
+    counter(&b, "detd_pass_shares_total",
+            "Shares of timing passes given to waiting ranks (compile help).",
+            c->shares);
     metrics_family(&b, "detd_wait_duration_seconds", "histogram",
                    "How long held Decide calls waited, in seconds.");
     metrics_histogram(&b, "detd_wait_duration_seconds", NULL,

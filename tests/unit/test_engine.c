@@ -1040,9 +1040,13 @@ TEST(pick_ties_go_to_smallest_config_string) {
     };
     /* strcmp: "BLOCK=128..." < "BLOCK=64,num_warps=2" < "...=4" */
     CHECK_EQ_INT(engine_pick_winner(t, 3, NULL, 0), 1);
-    /* Lower score beats a smaller string. */
+    /* A lower score inside the noise band (1%) does not beat a smaller
+     * string; one outside it does. */
     static const double y[] = {4.999};
     t[0].ms = y;
+    CHECK_EQ_INT(engine_pick_winner(t, 3, NULL, 0), 1);
+    static const double z[] = {4.9};
+    t[0].ms = z;
     CHECK_EQ_INT(engine_pick_winner(t, 3, NULL, 0), 0);
 }
 
@@ -1107,15 +1111,15 @@ TEST(pick_no_candidate) {
 
 TEST(pick_many_samples) {
     /* More samples than the on-stack buffer: a is 1..201 reversed
-     * (median 101), b is constant 100.5. */
+     * (median 101), b is constant 99 (more than epsilon faster). */
     static double a[201], b[200];
     for (int i = 0; i < 201; i++)
         a[i] = 201 - i;
     for (int i = 0; i < 200; i++)
-        b[i] = 100.5;
+        b[i] = 99.0;
     struct engine_timing t[] = {T("a", a, 0), T("b", b, 0)};
     CHECK_EQ_INT(engine_pick_winner(t, 2, NULL, 0), 1);
-    b[100] = b[99] = 101.0; /* b's median still 100.5: sorted middles */
+    b[100] = b[99] = 101.0; /* b's median still 99: sorted middles */
     CHECK_EQ_INT(engine_pick_winner(t, 2, NULL, 0), 1);
     for (int i = 0; i < 200; i++)
         b[i] = 101.0;
@@ -1123,6 +1127,91 @@ TEST(pick_many_samples) {
     CHECK_EQ_INT(engine_pick_winner(t, 2, NULL, 0), 0);
     /* The rule does not modify the caller's samples. */
     CHECK(a[0] == 201 && a[200] == 1);
+}
+
+TEST(pick_within_epsilon_goes_to_smallest_config_string) {
+    /* Epsilon is 1%: c (best, 1.000) and a (1.009) are tied, a wins by
+     * its string; b (1.011) is outside the band and never wins. */
+    CHECK(ENGINE_WINNER_EPSILON == 0.01);
+    static const double best[] = {1.000, 0.990, 1.010}; /* median 1.000 */
+    static const double near[] = {1.009};
+    static const double out[] = {1.011};
+    struct engine_timing t[] = {T("c", best, 0), T("b", out, 0),
+                                T("a", near, 0)};
+    CHECK_EQ_INT(engine_pick_winner(t, 3, NULL, 0), 2);
+    /* Without a, the band holds c alone: the fastest wins. */
+    CHECK_EQ_INT(engine_pick_winner(t, 2, NULL, 0), 0);
+    /* The band is measured from the best, never chained: z at 1.0, m at
+     * 1.009 and a at 1.018 (within 1% of m, not of z): m wins. */
+    static const double z1[] = {1.0}, m1[] = {1.009}, a1[] = {1.018};
+    struct engine_timing u[] = {T("z", z1, 0), T("m", m1, 0), T("a", a1, 0)};
+    CHECK_EQ_INT(engine_pick_winner(u, 3, NULL, 0), 1);
+    /* Same timings in another order: the same winner. */
+    struct engine_timing v[] = {T("a", a1, 0), T("m", m1, 0), T("z", z1, 0)};
+    CHECK_EQ_INT(engine_pick_winner(v, 3, NULL, 0), 1);
+    /* A failed candidate inside the band is still excluded. */
+    struct engine_timing w[] = {T("z", z1, 0), T("m", m1, 1)};
+    CHECK_EQ_INT(engine_pick_winner(w, 2, NULL, 0), 0);
+}
+
+TEST(pick_epsilon_with_remeasured_samples) {
+    /* The client re-measures the near candidates and reports both
+     * measurements as one sample list: the median of all decides. A
+     * first measurement of "y" that was lucky (0.95, 2% ahead of x) is
+     * outweighed by its re-measure (1.10): x wins, outside the band. */
+    static const double x[] = {0.97, 0.96, 0.98, 0.97, 0.96, 0.98};
+    static const double y1[] = {0.95, 0.94, 0.96};
+    static const double y2[] = {0.95, 0.94, 0.96, 1.10, 1.09, 1.11};
+    struct engine_timing first[] = {T("x", x, 0), T("y", y1, 0)};
+    CHECK_EQ_INT(engine_pick_winner(first, 2, NULL, 0), 1);
+    struct engine_timing both[] = {T("x", x, 0), T("y", y2, 0)};
+    CHECK_EQ_INT(engine_pick_winner(both, 2, NULL, 0), 0);
+}
+
+TEST(claim_info_and_shares) {
+    engine *e = mk();
+    struct engine_claim_info ci = {.claim_id = 7};
+    uint32_t idx = 99;
+    CHECK_EQ_INT(engine_claim_info(e, kid(1), &ci), 0);
+    CHECK_EQ_INT(ci.claim_id, 7);
+    CHECK_EQ_INT(engine_claim_share(e, kid(1), 2, &idx), 0);
+    CHECK_EQ_INT(idx, 99);
+    CHECK_EQ_INT(engine_session_attach(e, 1, 0), 0);
+    uint64_t claim = ask_claim(e, kid(1), 1, 100, 40);
+    CHECK_EQ_INT(engine_claim_info(e, kid(1), &ci), 1);
+    CHECK_EQ_INT(ci.claim_id, claim);
+    CHECK_EQ_INT(ci.session, 1);
+    CHECK_EQ_INT(ci.claimed_ms, 40);
+    CHECK_EQ_INT(ci.shares, 0);
+    /* The holder gets no share of its own pass; others get 1, 2, 3. */
+    CHECK_EQ_INT(engine_claim_share(e, kid(1), 1, &idx), 0);
+    CHECK_EQ_INT(engine_claim_share(e, kid(1), 0, &idx), 0);
+    CHECK_EQ_INT(engine_claim_share(e, kid(1), 2, &idx), 1);
+    CHECK_EQ_INT(idx, 1);
+    CHECK_EQ_INT(engine_claim_share(e, kid(1), 3, &idx), 1);
+    CHECK_EQ_INT(idx, 2);
+    CHECK_EQ_INT(engine_claim_share(e, kid(1), 2, &idx), 1);
+    CHECK_EQ_INT(idx, 3);
+    CHECK_EQ_INT(engine_claim_info(e, kid(1), &ci), 1);
+    CHECK_EQ_INT(ci.shares, 3);
+    /* Another key's claim has its own count; bad ids have none. */
+    CHECK_EQ_INT(engine_claim_share(e, kid(2), 2, &idx), 0);
+    CHECK_EQ_INT(engine_claim_info(e, "nothex", &ci), 0);
+    CHECK_EQ_INT(engine_claim_info(NULL, kid(1), &ci), 0);
+    CHECK_EQ_INT(engine_claim_info(e, kid(1), NULL), 0);
+    CHECK_EQ_INT(engine_claim_share(e, kid(1), 2, NULL), 0);
+    /* A waiter, then the holder leaves: the claim passes and a new
+     * claim's shares start at 1 again. */
+    CHECK_EQ_INT(engine_session_attach(e, 4, 0), 0);
+    ask_wait(e, kid(1), 4, 101, FAR, 50);
+    engine_session_end(e, 1, 60);
+    CHECK_EQ_INT(engine_claim_info(e, kid(1), &ci), 1);
+    CHECK_EQ_INT(ci.session, 4);
+    CHECK_EQ_INT(ci.claimed_ms, 60);
+    CHECK_EQ_INT(ci.shares, 0);
+    CHECK_EQ_INT(engine_claim_share(e, kid(1), 2, &idx), 1);
+    CHECK_EQ_INT(idx, 1);
+    engine_free(e);
 }
 
 /* ---- release (the etcd backend: a held asker gives up) ---- */

@@ -154,6 +154,9 @@ struct detd_timing {
 /*
  * The answer to detd_decide() or detd_report(). Owned by the caller,
  * freed with detd_answer_free(). Strings live as long as the answer.
+ * Only the library allocates answers, and members are only ever
+ * appended (each names the release that added it), so a caller built
+ * against an older header reads a prefix of the same layout.
  */
 struct detd_answer {
     detd_outcome outcome;
@@ -168,6 +171,15 @@ struct detd_answer {
     int32_t decided_by_rank;
     int32_t decided_by_pid;
     uint32_t waited_ms;
+    /* Added in 0.4, for DETD_OUTCOME_TIMEOUT: who holds the key's claim
+     * on the daemon (the rank timing it) and for how long (holder_host
+     * NULL: not held there, e.g. on another node), and the share given
+     * (DETD_DECIDE_SHARE; 0: none). */
+    char *holder_host;
+    int32_t holder_rank;
+    int32_t holder_pid;
+    uint32_t held_ms;
+    uint32_t share_index;
 };
 
 /*
@@ -197,6 +209,12 @@ int detd_client_connect(detd_client *client, int64_t timeout_ms);
 
 /* Flags for detd_decide(). */
 #define DETD_DECIDE_NO_CLAIM 0x1 /* pinned: never be designated */
+/* Added in 0.4: while another rank holds the key's claim on this daemon,
+ * answer DETD_OUTCOME_TIMEOUT at once with answer->share_index set (the
+ * next share of that timing pass: 1, 2, ...) instead of waiting; the
+ * caller helps the pass (compiles candidates) and asks again. Without a
+ * claim held there, the call is answered as without the flag. */
+#define DETD_DECIDE_SHARE 0x2
 
 /*
  * Ask which config to use for key. Waits server-side while another rank
@@ -212,7 +230,8 @@ int detd_decide(detd_client *client, const struct detd_key *key, int flags,
 
 /*
  * Report the timings of a designated pass (claim_id from detd_decide()).
- * The daemon picks the winner (lowest median, ties by config string),
+ * The daemon picks the winner (the smallest config string among those
+ * within 1% of the lowest median: README "The winner rule"),
  * commits it and answers with the committed decision, which the caller
  * must use: answer->config. Repeating a report is harmless. A report
  * for a claim that moved on returns DETD_ESTALE, or the decision with

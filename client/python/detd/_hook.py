@@ -30,7 +30,7 @@ On a key this process has not resolved yet, ``__contains__`` asks the daemon:
   ``self._bench`` (hence ``do_bench``, Triton's benchmarker or the
   kernel's ``do_bench=``) for every pruned config, sets ``configs_timings``
   and ``bench_time``.  It reports every candidate's timing, receives the
-  config the daemon committed (first writer wins, lowest median), runs the
+  config the daemon committed (first writer wins, by the winner rule), runs the
   autotuner's ``pre_hook(..., reset_only=True)`` as Triton does after a
   pass, stores the committed live config and returns True.  Triton's
   ``if key not in self.cache`` is therefore False, so Triton times nothing
@@ -126,6 +126,16 @@ from ._policy import Settings
 # or passed on; each loss costs one more round (bounded by timeout_ms too).
 _MAX_ASKS = 8
 
+# The noise band of the daemon's winner rule (ENGINE_WINNER_EPSILON in
+# daemon/core/engine.h, the same value): the candidates within this
+# fraction of the best median are re-measured once before the report.
+WINNER_EPSILON = 0.01
+
+# A waiting rank's log lines and its help with the pass (environment;
+# see wait_options()).
+WAIT_LOG_AFTER_S = 5.0
+WAIT_LOG_EVERY_S = 30.0
+
 
 class MissError(RuntimeError):
     """No usable decision for a governed kernel and ``on_miss=error``."""
@@ -174,6 +184,9 @@ class _State:
         self.warned = set()
         self.claims_lost = 0   # reports refused as stale: asked again
         self.fallbacks = 0     # on_miss applied (first or cheapest)
+        self.wait_log_after_s = WAIT_LOG_AFTER_S
+        self.wait_log_every_s = WAIT_LOG_EVERY_S
+        self.share_pass = False
 
 
 _state = _State()
@@ -411,7 +424,7 @@ def _pruning_string(cands: _Cands) -> str:
 
 def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: bool, chaos=False,
             timed_here=False, timings=None, note=None, candidates=None, failed=None, waited_ms=None,
-            decided_by=None):
+            decided_by=None, shared=None, remeasured=None):
     with _state.records_lock:
         rec = _state.records.get(info.kernel)
         if rec is None:
@@ -433,6 +446,10 @@ def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: 
             entry["waited_ms"] = waited_ms  # held while another rank timed it
         if decided_by is not None:
             entry["decided_by"] = decided_by
+        if shared:
+            entry["shared"] = list(shared)  # compiled here for the timing rank
+        if remeasured:
+            entry["remeasured"] = list(remeasured)
         rec["keys"][key_str] = entry
 
 
@@ -586,13 +603,45 @@ def _error_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
 
 
+def _median(ms: List[float]) -> float:
+    v = sorted(ms)
+    n = len(v)
+    return v[n // 2] if n % 2 else v[n // 2 - 1] / 2 + v[n // 2] / 2
+
+
 def _timing_pass(ctx: _Call, cands: _Cands):
     """Time every candidate of the key (the pruned live configs) with the
     tuner's own ``_bench`` (Triton's benchmarker or the kernel's
     ``do_bench=``), as Triton's ``benchmark()`` does. A candidate that
-    raises counts as failed. Returns (report rows, errors: canonical
-    string -> exception, for the candidates that raised)."""
+    raises counts as failed. Then the candidates whose median is within
+    :data:`WINNER_EPSILON` of the best are timed once more (when there
+    are two or more), and each reports both measurements as one sample
+    list: the daemon's rule takes the median of all of them, and ties
+    inside the band go to the smallest config string, so one lucky
+    measurement does not make a slower config the winner.
+    Returns (report rows, errors: canonical string -> exception, for the
+    candidates that raised, the canonical strings re-measured)."""
+    t0 = time.time()
     timings, errors = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs)
+    medians = {}
+    for config, t in timings.items():
+        ms, bad = _normalize_timing(t)
+        if not bad and config not in errors:
+            medians[config] = _median(ms)
+    remeasured = []
+    if medians:
+        best = min(medians.values())
+        near = [c for c in cands.objs if c in medians and medians[c] <= best + best * WINNER_EPSILON]
+        if len(near) > 1:
+            again, errors2 = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, near)
+            for c in near:
+                if c in errors2:
+                    errors[c] = errors2[c]
+                first = timings[c] if isinstance(timings[c], (list, tuple)) else [timings[c]]
+                second = again[c] if isinstance(again[c], (list, tuple)) else [again[c]]
+                timings[c] = list(first) + list(second)
+            remeasured = [_triton.config_string(c) for c in near]
+            _triton.set_timings(ctx.tuner, timings, time.time() - t0)
     rows, seen = [], set()
     for config, t in timings.items():
         s = _triton.config_string(config)
@@ -601,7 +650,94 @@ def _timing_pass(ctx: _Call, cands: _Cands):
         seen.add(s)
         ms, failed = _normalize_timing(t)
         rows.append((s, ms, failed or config in errors))
-    return rows, {_triton.config_string(c): e for c, e in errors.items()}
+    return rows, {_triton.config_string(c): e for c, e in errors.items()}, remeasured
+
+
+class _Wait:
+    """A rank's wait for a key another rank times: the slices it asks in,
+    the log lines (after ``wait_log_after_s``, then every
+    ``wait_log_every_s``: who times which kernel and key, for how long),
+    and its help with the pass (``share_pass``: each share the daemon
+    gives is one candidate, from the end of the list, compiled here into
+    Triton's cache; the timing rank starts at the front and never waits
+    for a helper)."""
+
+    __slots__ = ("info", "key_str", "share", "shared", "t0", "next_log", "logged", "last")
+
+    def __init__(self, info: _TunerInfo, key_str: str, share: bool):
+        self.info, self.key_str, self.share = info, key_str, share
+        self.shared: List[str] = []
+        self.t0 = time.monotonic()
+        after = _state.wait_log_after_s
+        self.next_log = self.t0 + after if after > 0 else None
+        self.logged = False
+        self.last = None  # the last TIMEOUT answer (holder)
+
+    def ask_ms(self, left_ms: int) -> int:
+        """How long the next Decide may wait: until the next log line (and
+        libdetd's margin), at most left_ms."""
+        if self.share or self.next_log is None:
+            return left_ms
+        slice_ms = max(1, int((self.next_log - time.monotonic()) * 1000))
+        slice_ms += min(slice_ms // 9 + 1, 1000)  # libdetd answers TIMEOUT a tenth early
+        return min(left_ms, slice_ms)
+
+    def waited_ms(self, answer) -> Optional[int]:
+        """How long this rank was held: the daemon's count for one wait,
+        the wall time since the first ask when it asked in slices."""
+        if self.last is not None:
+            return int((time.monotonic() - self.t0) * 1000)
+        return answer.waited_ms if answer is not None else None
+
+    def _who(self, a) -> str:
+        if a is None or not a.holder_host:
+            return "its timing pass runs on another node (or is passing to another rank)"
+        return (f"rank {a.holder_rank} (pid {a.holder_pid} on {a.holder_host}) has been timing it for "
+                f"{a.held_ms / 1000:.1f} s")
+
+    def waiting(self, answer):
+        """A TIMEOUT answer before the caller's own deadline: log when due."""
+        self.share = False
+        self.last = answer
+        now = time.monotonic()
+        if self.next_log is None or now + 0.05 < self.next_log:
+            return
+        self.logged = True
+        every = _state.wait_log_every_s
+        self.next_log = now + every if every > 0 else None
+        log.info("detd: waiting %.1f s for kernel %s key %s: %s", now - self.t0, self.info.kernel, self.key_str,
+                 self._who(answer))
+
+    def help(self, ctx: _Call, cands: _Cands, answer):
+        """Compile the share the daemon gave (share_index i: candidate n-i,
+        never the first, which the timing rank compiles at once); a share
+        past the list ends the help. A candidate that fails to compile is
+        the timing rank's to report: logged at debug level only."""
+        self.last = answer
+        pos = len(cands.objs) - answer.share_index
+        if pos < 1:
+            self.share = False
+            return
+        config = cands.objs[pos]
+        try:
+            _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, config)
+        except Exception as e:  # noqa: BLE001 - the timing rank meets it again
+            log.debug("detd: compiling %s of %s for the timing rank failed: %s", _triton.config_string(config),
+                      self.info.kernel, _error_line(e))
+        self.shared.append(_triton.config_string(config))
+
+    def done(self, answer):
+        """After a logged wait, say how it ended."""
+        if not self.logged:
+            return
+        waited = time.monotonic() - self.t0
+        if answer is not None and answer.outcome == _native.OUTCOME_DECIDED:
+            by = f"rank {answer.decided_by_rank} on {answer.decided_by_host}" if answer.decided_by_host else "the daemon"
+            log.info("detd: kernel %s key %s decided by %s after %.1f s of waiting: %s", self.info.kernel,
+                     self.key_str, by, waited, answer.config)
+        else:
+            log.info("detd: stopped waiting for kernel %s key %s after %.1f s", self.info.kernel, self.key_str,
+                     waited)
 
 
 def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str, cands: Optional[_Cands] = None):
@@ -642,6 +778,8 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
     chosen, source = None, None
     failed = None
     answer = None  # the daemon's last answer, if it was asked
+    wait = None  # the waiting state, if the daemon was asked
+    remeasured = None  # candidates timed twice here (the noise band)
 
     override = settings.override_for(info.name, info.kernel)
     if override is not None:
@@ -662,22 +800,36 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         # daemon within what is left of it, and a claim lost to a restart
         # is asked for again (see detd/client.h, "Daemon restarts").
         deadline = time.monotonic() + settings.timeout_ms / 1000.0
-        lost = 0
-        for _attempt in range(_MAX_ASKS):
+        lost = rounds = 0
+        # While another rank times the key: ask in slices, so that a long
+        # wait is logged (who times it, for how long), and first help the
+        # pass when sharing is on (compile a share of the candidates).
+        wait = _Wait(info, key_str, settings.mode != "pinned" and _state.share_pass)
+        while True:
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
                 answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
                 break
+            if rounds >= _MAX_ASKS:
+                break  # reason: the last report's failure
             try:
-                answer = client().decide(dkey, settings.mode == "pinned", left_ms)
+                ask = (dkey, settings.mode == "pinned", wait.ask_ms(left_ms))
+                answer = client().decide(*ask, share=True) if wait.share else client().decide(*ask)
             except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
                 answer, reason = None, f"daemon request failed: {e}"
                 break
+            if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
+                if answer.share_index:
+                    wait.help(ctx, cands, answer)
+                else:
+                    wait.waiting(answer)
+                continue
             if answer.outcome != _native.OUTCOME_DESIGNATED:
                 break
+            rounds += 1
             if report_rows is None:
                 t0 = time.monotonic()
-                report_rows, errors = _timing_pass(ctx, cands)
+                report_rows, errors, remeasured = _timing_pass(ctx, cands)
                 deadline += time.monotonic() - t0
                 timed_here = True
                 timings_out = {s: ms for s, ms, _ in report_rows}
@@ -697,6 +849,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
                     continue
                 answer, reason = None, f"report failed: {e}"
                 break
+        wait.done(answer)
         if lost:
             note = f"claim lost {lost}x (passed on, or the daemon restarted): asked again"
             with _state.records_lock:
@@ -746,7 +899,8 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         by = dict(host=answer.decided_by_host, rank=answer.decided_by_rank, pid=answer.decided_by_pid)
     _record(info, key_str, cfg, _native.SOURCE_NAMES.get(source, str(source)), True, chaos=chaos,
             timed_here=timed_here, timings=timings_out, note=note, candidates=cands.candidates, failed=failed,
-            waited_ms=answer.waited_ms if answer is not None else None, decided_by=by)
+            waited_ms=wait.waited_ms(answer) if wait is not None else None, decided_by=by,
+            shared=wait.shared if wait is not None else None, remeasured=remeasured)
     _observe(tuner, info, key, key_str, cfg, source, True, chaos, candidates=cands.candidates,
              pruning=_pruning_string(cands) if _triton.has_pruner(tuner) else None)
     if _audit.enabled():
@@ -945,7 +1099,36 @@ def patch():
         _check_version()
 
 
+def _env_seconds(env, name: str, default: float) -> float:
+    v = str(env.get(name, "")).strip()
+    if v == "":
+        return default
+    try:
+        x = float(v)
+    except ValueError:
+        x = float("nan")
+    if not 0 <= x < float("inf"):
+        raise ValueError(f"detd: invalid {name}={v!r}: expected a number of seconds >= 0 (0: off)")
+    return x
+
+
+def wait_options(environ=None) -> Tuple[float, float, bool]:
+    """(log after s, log every s, share the pass) from
+    ``DETD_WAIT_LOG_AFTER_S`` (default 5; 0: never log),
+    ``DETD_WAIT_LOG_EVERY_S`` (default 30; 0: only once) and
+    ``DETD_SHARE_PASS`` (0 or 1, default 0). Raises ValueError naming a
+    bad variable."""
+    env = os.environ if environ is None else environ
+    after = _env_seconds(env, "DETD_WAIT_LOG_AFTER_S", WAIT_LOG_AFTER_S)
+    every = _env_seconds(env, "DETD_WAIT_LOG_EVERY_S", WAIT_LOG_EVERY_S)
+    sp = str(env.get("DETD_SHARE_PASS", "")).strip().lower()
+    if sp not in ("", "0", "1", "true", "false", "on", "off", "yes", "no"):
+        raise ValueError(f"detd: invalid DETD_SHARE_PASS={sp!r}: expected 0 or 1")
+    return after, every, sp in ("1", "true", "on", "yes")
+
+
 def configure(settings: Settings):
+    _state.wait_log_after_s, _state.wait_log_every_s, _state.share_pass = wait_options()
     _gen[0] += 1  # caches renew: observed keys reset
     for tuner in list(_direct_tuners):  # governance may change: full path
         _leave_direct(tuner)

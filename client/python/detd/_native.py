@@ -50,6 +50,7 @@ SOURCE_NAMES = {0: "unspecified", 1: "timed", 2: "table", 3: "override", 4: "imp
                 6: "local"}
 
 DECIDE_NO_CLAIM = 0x1
+DECIDE_SHARE = 0x2
 OBSERVE_GOVERNED = 0x1
 OBSERVE_CHAOS = 0x2
 
@@ -108,6 +109,11 @@ class _Answer(ctypes.Structure):
         ("decided_by_rank", c_int32),
         ("decided_by_pid", c_int32),
         ("waited_ms", c_uint32),
+        ("holder_host", c_char_p),
+        ("holder_rank", c_int32),
+        ("holder_pid", c_int32),
+        ("held_ms", c_uint32),
+        ("share_index", c_uint32),
     ]
 
 
@@ -124,6 +130,13 @@ class Answer(NamedTuple):
     decided_by_rank: int
     decided_by_pid: int
     waited_ms: int
+    # OUTCOME_TIMEOUT: who holds the claim on the daemon, for how long,
+    # and the share of its pass given (DECIDE_SHARE; 0: none).
+    holder_host: Optional[str] = None
+    holder_rank: int = -1
+    holder_pid: int = 0
+    held_ms: int = 0
+    share_index: int = 0
 
 
 class DetdError(RuntimeError):
@@ -259,7 +272,8 @@ def _answer(lib, p) -> Answer:
     try:
         return Answer(a.outcome, _s(a.config), a.source, _s(a.decision_id), a.claim_id, a.lease_ms,
                       bool(a.takeover), bool(a.superseded), _s(a.decided_by_host), a.decided_by_rank,
-                      a.decided_by_pid, a.waited_ms)
+                      a.decided_by_pid, a.waited_ms, _s(a.holder_host), a.holder_rank, a.holder_pid, a.held_ms,
+                      a.share_index)
     finally:
         lib.detd_answer_free(p)
 
@@ -282,11 +296,13 @@ class Client:
     def connect(self, timeout_ms: int = 5000):
         _check(self._lib, "detd_client_connect", self._lib.detd_client_connect(self._h, timeout_ms))
 
-    def decide(self, key: Key, no_claim: bool, timeout_ms: int) -> Answer:
+    def decide(self, key: Key, no_claim: bool, timeout_ms: int, share: bool = False) -> Answer:
+        """``detd_decide``; ``share``: ask for a share of a timing pass in
+        progress (answered at once, see ``DETD_DECIDE_SHARE``)."""
         ck = _CKey(key)
         p = ctypes.POINTER(_Answer)()
-        rc = self._lib.detd_decide(self._h, ctypes.byref(ck.s), DECIDE_NO_CLAIM if no_claim else 0, timeout_ms,
-                                   ctypes.byref(p))
+        flags = (DECIDE_NO_CLAIM if no_claim else 0) | (DECIDE_SHARE if share else 0)
+        rc = self._lib.detd_decide(self._h, ctypes.byref(ck.s), flags, timeout_ms, ctypes.byref(p))
         _check(self._lib, "detd_decide", rc)
         return _answer(self._lib, p)
 

@@ -60,6 +60,8 @@ __all__ = [
     "prune",
     "has_pruner",
     "time_candidates",
+    "set_timings",
+    "compile_only",
     "finish_pass",
     "direct_tuners",
     "run_is_triton",
@@ -321,6 +323,32 @@ def time_candidates(tuner, args, kwargs, pruned) -> tuple:
     tuner.bench_time = time.time() - start
     tuner.configs_timings = timings
     return timings, errors
+
+
+def set_timings(tuner, timings, seconds):
+    """Set ``configs_timings`` and ``bench_time`` as Triton's
+    ``benchmark()`` leaves them (after a re-measure merged into a pass)."""
+    tuner.configs_timings = timings
+    tuner.bench_time = seconds
+
+
+def compile_only(tuner, args, kwargs, config) -> bool:
+    """Compile ``config`` of the call into Triton's caches without
+    launching anything: ``warmup`` of the function under the autotuner
+    (``JITFunction.warmup(*args, grid=..., **meta)`` in 3.3 to 3.9, also
+    through ``heuristics``), with the meta-parameters the tuner's
+    ``_bench`` would launch it with. The on-disk cache then holds the
+    binary, and the process that times the key loads it instead of
+    compiling (the specialization is the call's: same arguments, same
+    key). Returns False when there is nothing to compile (the CPU
+    interpreter) or no ``warmup``; raises what compiling raises."""
+    if interpreting():
+        return False
+    warm = getattr(tuner.fn, "warmup", None)
+    if warm is None:
+        return False
+    warm(*args, grid=(1,), **dict(kwargs, **config.all_kwargs()))
+    return True
 
 
 def finish_pass(tuner, key, kwargs, chosen):

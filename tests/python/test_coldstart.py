@@ -1,0 +1,259 @@
+"""Cold start: the noise-aware winner, a waiting rank's log lines and the
+shared timing pass, with a real daemon, real Triton (CPU interpreter) and
+several processes (coldstart_worker.py). The interpreter compiles nothing,
+so the share tests check the protocol (which candidates each helper takes)
+and that a slow or dead helper never delays the pass; compiling for real
+is tests/gpu/run_coldstart.py's.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import HERE
+
+WORKER = os.path.join(HERE, "coldstart_worker.py")
+
+
+def cfg(block):
+    return f"BLOCK={block},num_warps=4,num_stages=1,num_ctas=1"
+
+
+def start(daemon, tmp_path, tag, rank, **env):
+    out = tmp_path / f"{tag}.json"
+    e = daemon.env(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=4, **env)
+    p = subprocess.Popen([sys.executable, WORKER, str(out)], env=e, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    return p, out
+
+
+def finish(daemon, proc, timeout=120):
+    p, out = proc
+    try:
+        text, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        text, _ = p.communicate()
+        raise AssertionError(f"worker timed out: {text[-3000:]}\ndaemon: {daemon.log()}")
+    r = json.loads(out.read_text()) if out.exists() else None
+    return p.returncode, r, text
+
+
+def ok(daemon, proc, timeout=120):
+    rc, r, text = finish(daemon, proc, timeout)
+    assert rc == 0 and r is not None and r["error"] is None and r["ok"], (rc, text[-3000:], daemon.log())
+    return r
+
+
+def wait_file(path, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def status(daemon):
+    st = daemon.detctl("status", "--json")
+    assert st.returncode == 0, st.stderr
+    return json.loads(st.stdout)
+
+
+def counter(st, name):
+    found = []
+
+    def walk(v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k == name and isinstance(x, int):
+                    found.append(x)
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(st)
+    assert found, f"{name} not in detctl status --json"
+    return found[0]
+
+
+# ---------------------------------------------------------------- winner
+
+
+def test_lucky_measurement_is_remeasured_and_loses(daemon, tmp_path):
+    """BLOCK=32's first measurement (0.950) is the best and BLOCK=64's
+    (0.955) is within 1% of it: both are timed again; 32's second
+    measurement is 1.10, so the median of its six samples is 1.025 and 64
+    (0.9555) wins. 16 (1.00) and 128 (2.0) were outside the band: timed
+    once. Without the re-measure the rule would have committed 32."""
+    t = {16: [[1.0, 1.0, 1.0]], 32: [[0.95, 0.95, 0.95], [1.10, 1.10, 1.10]],
+         64: [[0.955, 0.955, 0.955], [0.956, 0.956, 0.956]], 128: [[2.0, 2.0, 2.0]]}
+    r = ok(daemon, start(daemon, tmp_path, "w", 0, CS_TIMINGS=json.dumps(t)))
+    assert r["config"] == cfg(64), r
+    assert r["measured"] == {"16": 1, "32": 2, "64": 2, "128": 1}, r
+    (key,) = r["keys"]
+    assert key["timed_here"] and key["source"] == "timed"
+    assert sorted(key["remeasured"]) == sorted([cfg(32), cfg(64)]), key
+    assert key["timings"][cfg(32)] == [0.95] * 3 + [1.10] * 3, key
+    # The daemon committed the same config: the next rank is told it.
+    r1 = ok(daemon, start(daemon, tmp_path, "w1", 1))
+    assert r1["config"] == cfg(64) and r1["measured"] == {}, r1
+
+
+def test_ties_inside_the_band_go_to_the_smallest_string(daemon, tmp_path):
+    """BLOCK=64 is 0.4% faster than BLOCK=128 on both measurements: inside
+    the 1% band, so the smaller canonical string wins ("BLOCK=128,..." <
+    "BLOCK=64,..."), the same on every rerun of the same timings."""
+    t = {16: [[3.0]], 32: [[2.0]], 64: [[0.996], [0.996]], 128: [[1.0], [1.0]]}
+    r = ok(daemon, start(daemon, tmp_path, "w", 0, CS_TIMINGS=json.dumps(t)))
+    assert r["config"] == cfg(128), r
+    assert r["measured"] == {"16": 1, "32": 1, "64": 2, "128": 2}, r
+
+
+def test_clear_winner_is_timed_once(daemon, tmp_path):
+    """No other candidate within 1% of the best: nothing is re-measured
+    (one measurement per candidate, as Triton's own pass)."""
+    t = {16: [[1.5]], 32: [[1.2]], 64: [[1.0]], 128: [[1.02]]}
+    r = ok(daemon, start(daemon, tmp_path, "w", 0, CS_TIMINGS=json.dumps(t)))
+    assert r["config"] == cfg(64), r
+    assert r["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, r
+    assert "remeasured" not in r["keys"][0]
+
+
+def test_epsilon_is_the_daemons():
+    """The client's band is the daemon's (one value, two languages)."""
+    from detd import _hook
+
+    hdr = open(os.path.join(HERE, "..", "..", "daemon", "core", "engine.h")).read()
+    line = next(x for x in hdr.splitlines() if x.startswith("#define ENGINE_WINNER_EPSILON"))
+    assert float(line.split()[-1]) == _hook.WINNER_EPSILON
+
+
+# ---------------------------------------------------------------- waiting logs
+
+
+def test_waiting_rank_logs_who_times_the_key(daemon, tmp_path):
+    """Rank 0 times the key, each measurement taking 0.9 s (a pass of
+    about 3.6 s); rank 1 arrives while it runs, with the first line due
+    after 0.5 s and then every 1 s: it logs at least twice who is timing
+    which kernel and key, with rank 0's pid and host, then how it ended,
+    and it times nothing."""
+    marker = str(tmp_path / "in-pass")
+    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.9", CS_IN_PASS=marker)
+    wait_file(marker)
+    waiter = start(daemon, tmp_path, "r1", 1, DETD_WAIT_LOG_AFTER_S="0.5", DETD_WAIT_LOG_EVERY_S="1")
+    r0 = ok(daemon, timer)
+    r1 = ok(daemon, waiter)
+    assert r1["config"] == r0["config"] and r1["measured"] == {}, (r0, r1)
+    waiting = [x for x in r1["lines"] if x.startswith("detd: waiting")]
+    assert len(waiting) >= 2, r1["lines"]
+    host = socket.gethostname()
+    for line in waiting:
+        assert f"rank 0 (pid {r0['pid']} on {host}) has been timing it for" in line, line
+        assert "cs_add_kernel" in line and f"key {r1['keys'][0]['key']}:" in line, line
+    # The holder's time grows from line to line.
+    held = [float(x.rsplit("for ", 1)[1].split(" s")[0]) for x in waiting]
+    assert held == sorted(held) and held[-1] > held[0], waiting
+    assert any(x.startswith("detd: kernel") and "decided by rank 0" in x and r0["config"] in x
+               for x in r1["lines"]), r1["lines"]
+    assert r1["keys"][0]["waited_ms"] >= 1500, r1["keys"]
+    # The timing rank waited for nobody: it logged no wait.
+    assert not any("waiting" in x for x in r0["lines"]), r0["lines"]
+
+
+def test_waiting_logs_off(daemon, tmp_path):
+    marker = str(tmp_path / "in-pass")
+    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.5", CS_IN_PASS=marker)
+    wait_file(marker)
+    waiter = start(daemon, tmp_path, "r1", 1, DETD_WAIT_LOG_AFTER_S="0")
+    ok(daemon, timer)
+    r1 = ok(daemon, waiter)
+    assert not any("waiting" in x for x in r1["lines"]), r1["lines"]
+
+
+def test_bad_wait_setting_is_named():
+    from detd import _hook
+
+    with pytest.raises(ValueError, match="DETD_WAIT_LOG_EVERY_S='soon'"):
+        _hook.wait_options({"DETD_WAIT_LOG_EVERY_S": "soon"})
+    with pytest.raises(ValueError, match="DETD_WAIT_LOG_AFTER_S='-1'"):
+        _hook.wait_options({"DETD_WAIT_LOG_AFTER_S": "-1"})
+    with pytest.raises(ValueError, match="DETD_SHARE_PASS='maybe'"):
+        _hook.wait_options({"DETD_SHARE_PASS": "maybe"})
+    assert _hook.wait_options({}) == (5.0, 30.0, False)
+    assert _hook.wait_options({"DETD_SHARE_PASS": "1", "DETD_WAIT_LOG_AFTER_S": "0"}) == (0.0, 30.0, True)
+
+
+# ---------------------------------------------------------------- sharing
+
+
+def test_helpers_take_disjoint_shares_from_the_end(daemon, tmp_path):
+    """Rank 0 times the 4 candidates front to back; ranks 1 and 2 (sharing
+    on) are given shares one at a time by the daemon and take the
+    candidates from the back: together exactly BLOCK 128, 64 and 32, each
+    once, never BLOCK=16 (the timing rank's first). Each helper asks until
+    a share falls off the list: 3 candidate shares + 2 ending ones."""
+    marker = str(tmp_path / "in-pass")
+    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.5", CS_IN_PASS=marker)
+    wait_file(marker)
+    helpers = [start(daemon, tmp_path, f"r{i}", i, DETD_SHARE_PASS="1") for i in (1, 2)]
+    r0 = ok(daemon, timer)
+    rs = [ok(daemon, h) for h in helpers]
+    shared = [s for r in rs for s in r["keys"][0].get("shared", [])]
+    assert sorted(shared) == sorted([cfg(128), cfg(64), cfg(32)]), [r["keys"] for r in rs]
+    for r in rs:
+        assert r["config"] == r0["config"] and r["measured"] == {}, r
+    assert r0["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, r0
+    st = status(daemon)
+    assert counter(st, "pass_shares") == 5, st
+    assert counter(st, "timing_passes") == 1, st
+
+
+def test_timing_rank_asking_for_a_share_is_designated(daemon, tmp_path):
+    """Sharing on and nobody timing the key: the first asker is simply
+    designated (a share needs a pass in progress)."""
+    r = ok(daemon, start(daemon, tmp_path, "r0", 0, DETD_SHARE_PASS="1"))
+    assert r["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1} and "shared" not in r["keys"][0], r
+    assert counter(status(daemon), "pass_shares") == 0
+
+
+def test_slow_helper_does_not_delay_the_pass(daemon, tmp_path):
+    """A helper whose compile of its share takes 8 s: the timing rank
+    (held until the helper is compiling, then a 4 x 0.3 s pass) never
+    waits for it, and the helper launches the committed config when its
+    own share is done."""
+    marker, helping = str(tmp_path / "in-pass"), str(tmp_path / "helping")
+    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.3", CS_IN_PASS=marker, CS_GATE=helping)
+    wait_file(marker)
+    helper = start(daemon, tmp_path, "r1", 1, DETD_SHARE_PASS="1", CS_COMPILE="sleep:8", CS_HELPING=helping)
+    wait_file(helping)
+    t_gate = time.monotonic()
+    r0 = ok(daemon, timer)
+    t_timer_done = time.monotonic()
+    r1 = ok(daemon, helper)
+    t_helper_done = time.monotonic()
+    assert t_timer_done - t_gate < 5, "the timing rank waited for the slow helper"
+    assert t_helper_done - t_gate >= 7, "the helper did not compile for 8 s"
+    assert r1["config"] == r0["config"] and r1["keys"][0]["shared"] == [cfg(128)], r1
+    assert r0["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, r0
+    assert r1["measured"] == {}, r1
+
+
+def test_dead_helper_does_not_stop_the_pass(daemon, tmp_path):
+    """A helper that dies while compiling its share: the pass goes on, one
+    timing pass decides, and a later rank gets the decision."""
+    marker, helping = str(tmp_path / "in-pass"), str(tmp_path / "helping")
+    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.3", CS_IN_PASS=marker, CS_GATE=helping)
+    wait_file(marker)
+    rc, _, _ = finish(daemon, start(daemon, tmp_path, "r1", 1, DETD_SHARE_PASS="1", CS_COMPILE="die",
+                                    CS_HELPING=helping))
+    assert rc == 9
+    r0 = ok(daemon, timer)
+    assert r0["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, r0
+    r2 = ok(daemon, start(daemon, tmp_path, "r2", 2, DETD_SHARE_PASS="1"))
+    assert r2["config"] == r0["config"] and r2["measured"] == {}, r2
+    assert counter(status(daemon), "timing_passes") == 1
