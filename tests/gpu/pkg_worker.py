@@ -140,10 +140,37 @@ def liger(quick):
         y = LigerMLPFunction.apply(x, wg, wu, wd)
         return [y, *_grads([y], [x, wg, wu, wd], 11)]
 
-    table = dict(dyt=dyt, mlp=mlp, rms_norm=rms_norm, swiglu=swiglu, layer_norm=layer_norm, group_norm=group_norm,
+    def mlp_inference():
+        # The same fused gate/up GEMM without the stored pre-activations
+        # (store_preact=False): its own autotuned kernel and pre_hook.
+        from liger_kernel.ops.mlp import gemm_swiglu
+
+        b, s, h, inter = 2, 256, 512, 1024
+        x = torch.randn(b, s, h, device=dev, dtype=dt)
+        wg = torch.randn(inter, h, device=dev, dtype=dt) * h ** -0.5
+        wu = torch.randn(inter, h, device=dev, dtype=dt) * h ** -0.5
+        a, _ = gemm_swiglu(x, wg, wu, 1.0, store_preact=False)
+        return [a]
+
+    def int8int2_matmul():
+        # The experimental int8 x packed-int2 GEMM (autotuned on M, N, K).
+        from liger_kernel.ops.experimental.mm_int8int2 import matmul, pack_weights
+
+        outs = []
+        k, n = 1024, 512
+        w = torch.randint(-1, 2, (k, n), device=dev, dtype=torch.int8)
+        packed = pack_weights(w.clone(), 2)
+        for m in ((64,) if quick else (64, 256)):
+            a = torch.randint(-8, 8, (m, k), device=dev, dtype=torch.int8)
+            outs.append(matmul(a, packed))
+        return outs
+
+    table = dict(dyt=dyt, mlp=mlp, mlp_inference=mlp_inference, int8int2_matmul=int8int2_matmul,
+                 rms_norm=rms_norm, swiglu=swiglu, layer_norm=layer_norm, group_norm=group_norm,
                  cross_entropy=cross_entropy, fused_moe=fused_moe)
     if quick:
-        table = {k: table[k] for k in ("dyt", "mlp", "rms_norm", "swiglu", "fused_moe")}
+        table = {k: table[k] for k in ("dyt", "mlp", "mlp_inference", "int8int2_matmul", "rms_norm",
+                                       "swiglu", "fused_moe")}
     return table
 
 
