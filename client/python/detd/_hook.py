@@ -228,6 +228,7 @@ def _after_fork_in_child():
     for tuner in list(_direct_tuners):
         _leave_direct(tuner)
     _observed = weakref.WeakKeyDictionary()
+    _failed_keys.clear()
     _state.client = None
     _state.client_pid = -1
     _state.client_lock = threading.Lock()
@@ -1002,6 +1003,7 @@ def patch():
 
 def configure(settings: Settings):
     _gen[0] += 1  # caches renew: observed keys reset
+    _failed_keys.clear()
     for tuner in list(_direct_tuners):  # governance may change: full path
         _leave_direct(tuner)
     old = _state.settings
