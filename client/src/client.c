@@ -687,9 +687,9 @@ DETD_EXPORT int detd_observe(detd_client *client, const struct detd_key *key,
                            timeout_ms);
 }
 
-DETD_EXPORT int detd_observe_ex(detd_client *client,
-                                const struct detd_key *key, const char *config,
-                                detd_source source, int flags,
+DETD_EXPORT int detd_observe_ex(detd_client *client, const struct detd_key *key,
+                                const char *config, detd_source source,
+                                int flags,
                                 const struct detd_observe_extra *extra,
                                 int64_t timeout_ms) {
     ProtobufCMessage *resp = NULL;
@@ -703,8 +703,7 @@ DETD_EXPORT int detd_observe_ex(detd_client *client,
         wire_set_error("unknown flags 0x%x", (unsigned)flags);
         return DETD_EINVAL;
     }
-    if (extra != NULL &&
-        (extra->size == 0 || extra->size > sizeof(*extra))) {
+    if (extra != NULL && (extra->size == 0 || extra->size > sizeof(*extra))) {
         wire_set_error("extra->size %zu is not sizeof(struct "
                        "detd_observe_extra) of this release (%zu)",
                        extra->size, sizeof(*extra));

@@ -466,8 +466,9 @@ static int apply(struct detctl_opts *o, int id, const char *arg, int argc,
         errno = 0;
         long n = strtol(arg, &end, 10);
         if (errno != 0 || end == arg || *end != '\0' || n < 1 || n > 1000)
-            return usage_err(cmd, "--page-size '%s' is not a number from 1 "
-                                  "to 1000",
+            return usage_err(cmd,
+                             "--page-size '%s' is not a number from 1 "
+                             "to 1000",
                              arg);
         o->page_size = (uint32_t)n;
         break;

@@ -181,9 +181,10 @@ static void add_tuner(json_t *tuners, const Detd__V1__Observation *x) {
 
 /* The audit of observation x, on its key (one per status and argument
  * list) and, when it found something, in the run's warnings. */
-static void add_audit(struct vctx *c, json_t *key, const Detd__V1__Observation *x) {
-    static const char *const st[] = {"none", "deterministic", "nondeterministic",
-                                     "error"};
+static void add_audit(struct vctx *c, json_t *key,
+                      const Detd__V1__Observation *x) {
+    static const char *const st[] = {"none", "deterministic",
+                                     "nondeterministic", "error"};
     int s = (int)x->audit->status;
     const char *status = s >= 0 && s <= 3 ? st[s] : "unknown";
     json_t *diff = json_array();
@@ -220,12 +221,11 @@ static void add_audit(struct vctx *c, json_t *key, const Detd__V1__Observation *
                      "%s: nondeterministic under the fixed config %s: "
                      "arguments %s differ between replays",
                      w, x->config, names[0] ? names : "(none named)");
-        json_t *f = json_pack("{s:s, s:s, s:O, s:O, s:O, s:O, s:O}", "kind",
-                              status, "message", msg, "differing", diff, "id",
-                              json_object_get(key, "id"), "kernel",
-                              json_object_get(key, "kernel"), "key",
-                              json_object_get(key, "key"), "arch",
-                              json_object_get(key, "arch"));
+        json_t *f = json_pack(
+            "{s:s, s:s, s:O, s:O, s:O, s:O, s:O}", "kind", status, "message",
+            msg, "differing", diff, "id", json_object_get(key, "id"), "kernel",
+            json_object_get(key, "kernel"), "key", json_object_get(key, "key"),
+            "arch", json_object_get(key, "arch"));
         if (f != NULL)
             json_array_append_new(c->warnings, f);
     }
@@ -553,8 +553,8 @@ static void print_text(const json_t *doc) {
         }
         if (nk > 0 && len < sizeof line)
             len += (size_t)snprintf(line + len, sizeof line - len,
-                                    "%s%s %zu (%zu governed)",
-                                    len ? ", " : "", kinds[m], nk, ng);
+                                    "%s%s %zu (%zu governed)", len ? ", " : "",
+                                    kinds[m], nk, ng);
     }
     if (line[0] != '\0')
         printf("autotuners: %s\n", line);
@@ -773,11 +773,11 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     if (capped || ld->truncated)
         add_failure(c.failures, NULL, "truncated",
                     capped ? "the daemon's list of observations was "
-                                    "truncated at its cap: not every "
-                                    "observation was checked here"
-                                  : "the daemon's list of decisions was "
-                                    "truncated at its cap: timings and "
-                                    "failed-launch checks are incomplete");
+                             "truncated at its cap: not every "
+                             "observation was checked here"
+                           : "the daemon's list of decisions was "
+                             "truncated at its cap: timings and "
+                             "failed-launch checks are incomplete");
     if (keys_checked == 0 && !o->allow_empty) {
         char msg[700];
         snprintf(msg, sizeof msg,

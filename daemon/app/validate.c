@@ -133,8 +133,10 @@ int validate_observe_extra(rpc_call *call, const Detd__V1__ObserveRequest *req,
     size_t n = a != NULL ? a->n_differing : 0;
     if (a != NULL && (a->status < DETD__V1__AUDIT_STATUS__AUDIT_NONE ||
                       a->status > DETD__V1__AUDIT_STATUS__AUDIT_ERROR)) {
-        VFAIL(call, RPC_INVALID_ARGUMENT, "audit.status %d is not an "
-              "AuditStatus", (int)a->status);
+        VFAIL(call, RPC_INVALID_ARGUMENT,
+              "audit.status %d is not an "
+              "AuditStatus",
+              (int)a->status);
         return -1;
     }
     if (n > DAEMON_MAX_AUDIT_ARGS) {
@@ -146,8 +148,8 @@ int validate_observe_extra(rpc_call *call, const Detd__V1__ObserveRequest *req,
     size_t len = 1;
     for (size_t i = 0; i < n; i++) {
         const char *s = a->differing[i];
-        if (validate_str(call, "audit.differing[]", s, DAEMON_MAX_IDENTITY_STRING,
-                         1) != 0)
+        if (validate_str(call, "audit.differing[]", s,
+                         DAEMON_MAX_IDENTITY_STRING, 1) != 0)
             return -1;
         if (strchr(s, '\n') != NULL) {
             VFAIL(call, RPC_INVALID_ARGUMENT,

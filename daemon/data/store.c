@@ -175,7 +175,6 @@ static const struct {
 #define N_DECISION_STRINGS                                                     \
     (sizeof decision_strings / sizeof decision_strings[0])
 
-
 static const char sql_get_decision[] =
     "SELECT " DECISION_COLS " FROM decisions WHERE id = ?1";
 static const char sql_put_decision[] =

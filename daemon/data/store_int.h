@@ -28,7 +28,7 @@ struct store {
     sqlite3_stmt *get_decision;
     sqlite3_stmt *put_decision;
     sqlite3_stmt *put_observation; /* prepared at first use (store_obs.c) */
-    char *path; /* the file, named in messages (disk full) */
+    char *path;                    /* the file, named in messages (disk full) */
     char errmsg[512];
 };
 
@@ -40,7 +40,7 @@ struct store {
     "by_arch, triton_version, timings_json, table_file, decided_at_ms"
 #define OBSERVATION_COLS                                                       \
     "id, host, pid, ns, arch, kernel, key, config, source, governed, "         \
-    "chaos, rank, local_rank, device, at_ms, claimed_pid, peer_uid, node, " \
+    "chaos, rank, local_rank, device, at_ms, claimed_pid, peer_uid, node, "    \
     "job, failed, error, audit, audit_differing, why"
 
 /* Read and check the current row of a DECISION_COLS statement into *ret

@@ -75,18 +75,12 @@ int store_read_observation(store *s, sqlite3_stmt *st, const char *op,
         int col;
         const char **field;
     } strs[] = {
-        {OC_ID, &o.id},
-        {OC_HOST, &o.host},
-        {OC_NS, &o.ns},
-        {OC_ARCH, &o.arch},
-        {OC_KERNEL, &o.kernel},
-        {OC_KEY, &o.key},
-        {OC_CONFIG, &o.config},
-        {OC_DEVICE, &o.device},
-        {OC_NODE, &o.node},
-        {OC_JOB, &o.job},
-        {OC_ERROR, &o.error},
-        {OC_AUDIT_DIFFERING, &o.audit_differing},
+        {OC_ID, &o.id},         {OC_HOST, &o.host},
+        {OC_NS, &o.ns},         {OC_ARCH, &o.arch},
+        {OC_KERNEL, &o.kernel}, {OC_KEY, &o.key},
+        {OC_CONFIG, &o.config}, {OC_DEVICE, &o.device},
+        {OC_NODE, &o.node},     {OC_JOB, &o.job},
+        {OC_ERROR, &o.error},   {OC_AUDIT_DIFFERING, &o.audit_differing},
         {OC_WHY, &o.why},
     };
     int err;

@@ -42,7 +42,7 @@ struct obs_row {
     Detd__V1__PeerIdentity p;
     Detd__V1__AuditResult a;
     char *s[OS_N];
-    char *differing;   /* the names joined by '\n', split in place */
+    char *differing; /* the names joined by '\n', split in place */
     char **names;
 };
 
@@ -94,18 +94,24 @@ static int row_audit(struct obs_row *r, int32_t status) {
 static int page_cb(void *ctx, const struct store_observation *o, int64_t pos) {
     struct obs_page *pg = ctx;
     const char *src[OS_N] = {
-        [OS_ID] = o->id,         [OS_NS] = o->ns,
-        [OS_ARCH] = o->arch,     [OS_KERNEL] = o->kernel,
-        [OS_KEY] = o->key,       [OS_CONFIG] = o->config,
-        [OS_HOST] = o->host,     [OS_DEVICE] = o->device,
+        [OS_ID] = o->id,
+        [OS_NS] = o->ns,
+        [OS_ARCH] = o->arch,
+        [OS_KERNEL] = o->kernel,
+        [OS_KEY] = o->key,
+        [OS_CONFIG] = o->config,
+        [OS_HOST] = o->host,
+        [OS_DEVICE] = o->device,
         [OS_NODE] = o->node[0] ? o->node : pg->node,
-        [OS_JOB] = o->job,       [OS_ERROR] = o->error,
+        [OS_JOB] = o->job,
+        [OS_ERROR] = o->error,
         [OS_WHY] = o->why,
     };
     size_t sz = 96 + strlen(o->audit_differing);
     for (int i = 0; i < OS_N; i++)
         sz += strlen(src[i]);
-    if (pg->n == pg->max || (pg->n > 0 && pg->bytes + sz > DAEMON_MAX_PAGE_BYTES)) {
+    if (pg->n == pg->max ||
+        (pg->n > 0 && pg->bytes + sz > DAEMON_MAX_PAGE_BYTES)) {
         pg->more = 1;
         return 1;
     }

@@ -29,12 +29,24 @@ static void sql_side(const char *path, const char *sql) {
 
 static struct store_observation obs(const char *id, const char *host,
                                     int32_t pid, const char *config) {
-    return (struct store_observation){
-        .id = id, .ns = "ns1", .arch = "sm90", .kernel = "m:k@1",
-        .key = "[i:1]", .config = config, .source = 1, .governed = 1,
-        .host = host, .pid = pid, .rank = pid, .local_rank = 0,
-        .device = "GPU", .at_ms = 1, .claimed_pid = pid, .peer_uid = 0,
-        .node = "n", .job = "job-a"};
+    return (struct store_observation){.id = id,
+                                      .ns = "ns1",
+                                      .arch = "sm90",
+                                      .kernel = "m:k@1",
+                                      .key = "[i:1]",
+                                      .config = config,
+                                      .source = 1,
+                                      .governed = 1,
+                                      .host = host,
+                                      .pid = pid,
+                                      .rank = pid,
+                                      .local_rank = 0,
+                                      .device = "GPU",
+                                      .at_ms = 1,
+                                      .claimed_pid = pid,
+                                      .peer_uid = 0,
+                                      .node = "n",
+                                      .job = "job-a"};
 }
 
 /* The rows read back, copied. */
@@ -129,19 +141,16 @@ TEST(pages_follow_first_storage_and_an_update_keeps_its_place) {
     CHECK_EQ_INT(p1.n, 2);
     CHECK_STR(p1.config[1], "B"); /* "a", second stored */
     CHECK(p1.pos[0] < p1.pos[1]);
-    CHECK_EQ_INT(store_each_observation_page(s, "ns1", p1.pos[1], 2, page_cb,
-                                             &p2),
-                 0);
+    CHECK_EQ_INT(
+        store_each_observation_page(s, "ns1", p1.pos[1], 2, page_cb, &p2), 0);
     CHECK_EQ_INT(p2.n, 2);
     CHECK(p2.pos[0] > p1.pos[1]);
-    CHECK_EQ_INT(store_each_observation_page(s, "ns1", p2.pos[1], 2, page_cb,
-                                             &p3),
-                 0);
+    CHECK_EQ_INT(
+        store_each_observation_page(s, "ns1", p2.pos[1], 2, page_cb, &p3), 0);
     CHECK_EQ_INT(p3.n, 1); /* ns2's row is not in ns1's pages */
     struct seen rest = {0};
-    CHECK_EQ_INT(store_each_observation_page(s, "ns1", p3.pos[0], 0, page_cb,
-                                             &rest),
-                 0);
+    CHECK_EQ_INT(
+        store_each_observation_page(s, "ns1", p3.pos[0], 0, page_cb, &rest), 0);
     CHECK_EQ_INT(rest.n, 0);
     store_close(s);
     tmp_cleanup();

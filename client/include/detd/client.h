@@ -261,7 +261,7 @@ struct detd_observe_extra {
     detd_audit_status audit;
     const char *const *differing; /* audit: the arguments that differed */
     size_t n_differing;           /* <= 64, each <= 256 bytes, no '\n' */
-    const char *why; /* not governed: why (<= 1024 bytes) */
+    const char *why;              /* not governed: why (<= 1024 bytes) */
 };
 
 /*
@@ -273,8 +273,7 @@ struct detd_observe_extra {
  */
 int detd_observe_ex(detd_client *client, const struct detd_key *key,
                     const char *config, detd_source source, int flags,
-                    const struct detd_observe_extra *extra,
-                    int64_t timeout_ms);
+                    const struct detd_observe_extra *extra, int64_t timeout_ms);
 
 /*
  * Record mode: vote for config, the winner of this process's own timing
