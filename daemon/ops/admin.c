@@ -509,6 +509,7 @@ void admin_verify(struct daemon *d, struct rpc_event *ev) {
             DETD__V1__LIST_OBSERVATIONS_REQUEST__INIT;
         lr.api_version = SVC_API_VERSION;
         lr.namespace_ = (char *)ns;
+        lr.page_size = DAEMON_MAX_OBS_PAGE;
         size_t n = protobuf_c_message_get_packed_size(&lr.base);
         uint8_t *buf = malloc(n + 1);
         if (op == NULL || buf == NULL || (op->ns = strdup(ns)) == NULL) {
@@ -746,6 +747,17 @@ void admin_verify_peer(struct daemon *d, const struct cluster_event *ev) {
         if (nv != NULL) {
             op->resps = nv;
             op->resps[op->n_resps++] = lr;
+            if (lr->truncated ||
+                (lr->next_page_token && lr->next_page_token[0] != '\0')) {
+                /* One page per node: say so rather than pass on a part. */
+                snprintf(why, sizeof(why),
+                         "%s: more observations than one page (%zu "
+                         "compared): verify --cluster is incomplete",
+                         ev->node, lr->n_observations);
+                log_warn("verify --cluster: node %s", why);
+                push_str(&op->unreachable, &op->n_unreachable, why);
+                return;
+            }
             push_str(&op->checked, &op->n_checked, ev->node);
             return;
         }
