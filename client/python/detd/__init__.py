@@ -118,6 +118,8 @@ def autotuners() -> List[dict]:
     strings of the configs Triton would benchmark for that key: after the
     tuner's own pruning) and, when timed here, ``timings`` (ms per
     candidate) and ``failed`` (candidate -> why, for those that failed);
+    ``launch_failed`` (the error's first line) when a launch of the key
+    raised (also sent to the daemon, so ``detctl verify`` fails);
     with the audit on, ``audit`` (see :func:`audit`), and per kernel
     ``nondeterministic``: the arguments that differed under a fixed config.
     ``Autotuner`` subclasses whose own ``run`` never calls
