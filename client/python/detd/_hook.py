@@ -438,7 +438,8 @@ def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: 
 
 
 def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: int, governed: bool,
-             chaos: bool = False, candidates=None, pruning: Optional[str] = None, failed: Optional[str] = None):
+             chaos: bool = False, candidates=None, pruning: Optional[str] = None, failed: Optional[str] = None,
+             why: Optional[str] = None):
     seen = _observed.get(tuner)
     if seen is None:
         seen = set()
@@ -449,7 +450,7 @@ def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: in
         cache._fast.add(key)
     try:
         client().observe(_dkey(info, key_str, candidates=candidates), config, source, governed, chaos,
-                         failed=failed, why=None if governed else info.why)
+                         failed=failed, why=None if governed else (why or info.why))
         if pruning is not None:
             # The companion key: the unpruned list as candidates, what the
             # pruner kept as the "config". Same key, different pruning:
@@ -786,7 +787,7 @@ def _after_run(tuner, ctx: _Call):
         key_str = _canon.key_string(key)
         cfg = _triton.config_string(configs[0])
         _record(info, key_str, cfg, "local", False, note="single config: nothing to decide")
-        _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
+        _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False, why="single config: nothing to decide")
         return
     key = ctx.key
     if key is None:
