@@ -7,6 +7,7 @@
 #include "app/decide.h"
 #include "app/imports.h"
 #include "ops/admin.h"
+#include "ops/obslist.h"
 #include "ops/tableadmin.h"
 #include "ops/votes.h"
 

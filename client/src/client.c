@@ -695,16 +695,56 @@ out:
 DETD_EXPORT int detd_observe(detd_client *client, const struct detd_key *key,
                              const char *config, detd_source source, int flags,
                              int64_t timeout_ms) {
+    if ((flags & DETD_OBSERVE_FAILED) != 0) {
+        wire_set_error("unknown flags 0x%x", (unsigned)flags);
+        return DETD_EINVAL;
+    }
+    return detd_observe_ex(client, key, config, source, flags, NULL,
+                           timeout_ms);
+}
+
+DETD_EXPORT int detd_observe_ex(detd_client *client, const struct detd_key *key,
+                                const char *config, detd_source source,
+                                int flags,
+                                const struct detd_observe_extra *extra,
+                                int64_t timeout_ms) {
     ProtobufCMessage *resp = NULL;
     wire_set_error(NULL);
     if (client == NULL || config == NULL) {
         wire_set_error("%s is NULL", client == NULL ? "client" : "config");
         return DETD_EINVAL;
     }
-    if ((flags & ~(DETD_OBSERVE_GOVERNED | DETD_OBSERVE_CHAOS)) != 0) {
+    if ((flags & ~(DETD_OBSERVE_GOVERNED | DETD_OBSERVE_CHAOS |
+                   DETD_OBSERVE_FAILED)) != 0) {
         wire_set_error("unknown flags 0x%x", (unsigned)flags);
         return DETD_EINVAL;
     }
+    if (extra != NULL && (extra->size == 0 || extra->size > sizeof(*extra))) {
+        wire_set_error("extra->size %zu is not sizeof(struct "
+                       "detd_observe_extra) of this release (%zu)",
+                       extra->size, sizeof(*extra));
+        return DETD_EINVAL;
+    }
+    /* Members past extra->size read as zero (an older caller). */
+    struct detd_observe_extra ex;
+    memset(&ex, 0, sizeof ex);
+    if (extra != NULL)
+        memcpy(&ex, extra, extra->size);
+    if ((int)ex.audit < DETD_AUDIT_NONE || (int)ex.audit > DETD_AUDIT_ERROR) {
+        wire_set_error("extra->audit %d is not a detd_audit_status",
+                       (int)ex.audit);
+        return DETD_EINVAL;
+    }
+    if (ex.n_differing > 0 && ex.differing == NULL) {
+        wire_set_error("extra->differing is NULL with n_differing %zu",
+                       ex.n_differing);
+        return DETD_EINVAL;
+    }
+    for (size_t i = 0; i < ex.n_differing; i++)
+        if (ex.differing[i] == NULL) {
+            wire_set_error("extra->differing[%zu] is NULL", i);
+            return DETD_EINVAL;
+        }
     if ((int)source < DETD_SOURCE_UNSPECIFIED ||
         (int)source > DETD_SOURCE_LOCAL) {
         wire_set_error("unknown source %d", (int)source);
@@ -733,6 +773,16 @@ DETD_EXPORT int detd_observe(detd_client *client, const struct detd_key *key,
             req.source = (Detd__V1__Source)source;
             req.governed = (flags & DETD_OBSERVE_GOVERNED) != 0;
             req.chaos = (flags & DETD_OBSERVE_CHAOS) != 0;
+            req.failed = (flags & DETD_OBSERVE_FAILED) != 0;
+            req.error = (char *)(ex.error != NULL ? ex.error : "");
+            req.why = (char *)(ex.why != NULL ? ex.why : "");
+            Detd__V1__AuditResult ar = DETD__V1__AUDIT_RESULT__INIT;
+            if (ex.audit != DETD_AUDIT_NONE) {
+                ar.status = (Detd__V1__AuditStatus)ex.audit;
+                ar.differing = (char **)ex.differing;
+                ar.n_differing = ex.n_differing;
+                req.audit = &ar;
+            }
             int64_t left = deadline - clock_mono_ms();
             rc = wire_unary(ch, WIRE_METHOD_OBSERVE, &req.base,
                             &detd__v1__observe_response__descriptor,

@@ -41,6 +41,7 @@ enum {
     O_JOB,
     O_REPORT,
     O_JUNIT,
+    O_PAGE_SIZE,
     O_END
 };
 
@@ -107,6 +108,9 @@ static const struct opt_def opt_defs[] = {
      "write a report: HTML for .html/.htm, else Markdown"},
     {O_JUNIT, "junit", required_argument, 0, "FILE",
      "write JUnit XML, one testcase per key"},
+    {O_PAGE_SIZE, "page-size", required_argument, 0, "N",
+     "observations per ListObservations page, 1..1000 (default: the "
+     "daemon's)"},
 };
 
 #define GLOBAL_OPTS                                                            \
@@ -147,10 +151,13 @@ static const struct cmd_def cmd_defs[] = {
      "Compare the configs ranks launched (their Observe reports) with each "
      "other and\nwith the decisions. Fails (exit 1) on a divergence, a "
      "fallback launch (on_miss),\na decided config whose timing failed, "
-     "fewer ranks than --expect-ranks, an\nunreachable node, or nothing "
-     "checked at all (unless --allow-empty).",
+     "a launch that raised, fewer ranks than\n--expect-ranks, an "
+     "unreachable node, or nothing checked at all (unless\n--allow-empty). "
+     "Lists the autotuners by kind (triton, inductor, native), the\n"
+     "ungoverned ones with why, and the determinism audit's findings as "
+     "warnings.",
      {O_OUTPUT, O_JSON, O_NAMESPACE, O_CLUSTER, O_ALLOW_EMPTY, O_EXPECT_RANKS,
-      O_JOB, O_REPORT, O_JUNIT, GLOBAL_OPTS, 0}},
+      O_JOB, O_REPORT, O_JUNIT, O_PAGE_SIZE, GLOBAL_OPTS, 0}},
     {"reset",
      NULL,
      "(--kernel K | --all)",
@@ -454,6 +461,18 @@ static int apply(struct detctl_opts *o, int id, const char *arg, int argc,
     case O_JOB:
         o->job = arg;
         break;
+    case O_PAGE_SIZE: {
+        char *end = NULL;
+        errno = 0;
+        long n = strtol(arg, &end, 10);
+        if (errno != 0 || end == arg || *end != '\0' || n < 1 || n > 1000)
+            return usage_err(cmd,
+                             "--page-size '%s' is not a number from 1 "
+                             "to 1000",
+                             arg);
+        o->page_size = (uint32_t)n;
+        break;
+    }
     case O_REPORT:
         o->report = arg;
         break;

@@ -49,6 +49,7 @@ struct detctl_opts {
     const char *job;
     const char *report; /* --report FILE (.html/.htm: HTML, else Markdown) */
     const char *junit;  /* --junit FILE */
+    uint32_t page_size; /* --page-size N (0: the daemon's page) */
 };
 
 /*

@@ -138,7 +138,9 @@ struct vctx {
     const Detd__V1__VerifyResponse *v; /* NULL with --job */
     Detd__V1__Decision **decs;
     size_t n_decs;
-    uint64_t observations, ungoverned, fallbacks;
+    uint64_t observations, ungoverned, fallbacks, failed_launches;
+    json_t *tuners;   /* kernel -> {kernel, kind, governed, ...} */
+    json_t *warnings; /* audit findings: listed, never a failure */
 };
 
 static const Detd__V1__Decision *find_dec(const struct vctx *c,
@@ -148,6 +150,86 @@ static const Detd__V1__Decision *find_dec(const struct vctx *c,
     Detd__V1__Decision **d =
         bsearch(&kp, c->decs, c->n_decs, sizeof(*c->decs), dec_cmp);
     return d != NULL ? *d : NULL;
+}
+
+/* The autotuner kind of a kernel id (see the README's verify section). */
+static const char *tuner_kind(const char *kernel) {
+    if (strncmp(kernel, "inductor::", 10) == 0)
+        return "inductor";
+    if (strncmp(kernel, "native::", 8) == 0)
+        return "native";
+    return "triton";
+}
+
+/* doc.autotuners: one per kernel observed, with its kind. */
+static void add_tuner(json_t *tuners, const Detd__V1__Observation *x) {
+    if (strstr(x->kernel, "#pruning") != NULL)
+        return; /* the companion key of a pruner, not an autotuner */
+    json_t *t = json_object_get(tuners, x->kernel);
+    if (t == NULL) {
+        t = json_pack("{s:s, s:s, s:b, s:b, s:i, s:s}", "kernel", x->kernel,
+                      "kind", tuner_kind(x->kernel), "governed", 0,
+                      "ungoverned", 0, "keys", 0, "why", "");
+        if (t == NULL || json_object_set_new(tuners, x->kernel, t) != 0)
+            return;
+    }
+    json_object_set_new(t, x->governed ? "governed" : "ungoverned",
+                        json_true());
+    if (!x->governed && x->why != NULL && x->why[0] != '\0')
+        json_object_set_new(t, "why", json_string(x->why));
+}
+
+/* The audit of observation x, on its key (one per status and argument
+ * list) and, when it found something, in the run's warnings. */
+static void add_audit(struct vctx *c, json_t *key,
+                      const Detd__V1__Observation *x) {
+    static const char *const st[] = {"none", "deterministic",
+                                     "nondeterministic", "error"};
+    int s = (int)x->audit->status;
+    const char *status = s >= 0 && s <= 3 ? st[s] : "unknown";
+    json_t *diff = json_array();
+    char names[600] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < x->audit->n_differing; i++) {
+        json_array_append_new(diff, json_string(x->audit->differing[i]));
+        if (len < sizeof names - 1)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s",
+                                    i ? ", " : "", x->audit->differing[i]);
+    }
+    if (len >= sizeof names)
+        len = sizeof names - 1;
+    char w[160];
+    detctl_print_who(x->client, w, sizeof w);
+    json_t *a = json_object_get(key, "audit");
+    if (a == NULL || strcmp(json_string_value(json_object_get(a, "status")),
+                            "deterministic") == 0) {
+        json_object_set_new(key, "audit",
+                            json_pack("{s:s, s:O, s:[s]}", "status", status,
+                                      "differing", diff, "by", w));
+    } else {
+        json_array_append_new(json_object_get(a, "by"), json_string(w));
+    }
+    if (s == DETD__V1__AUDIT_STATUS__AUDIT_NONDETERMINISTIC ||
+        s == DETD__V1__AUDIT_STATUS__AUDIT_ERROR) {
+        char msg[900];
+        if (s == DETD__V1__AUDIT_STATUS__AUDIT_ERROR)
+            snprintf(msg, sizeof msg,
+                     "%s: the determinism audit could not replay the launch",
+                     w);
+        else
+            snprintf(msg, sizeof msg,
+                     "%s: nondeterministic under the fixed config %s: "
+                     "arguments %s differ between replays",
+                     w, x->config, names[0] ? names : "(none named)");
+        json_t *f = json_pack(
+            "{s:s, s:s, s:O, s:O, s:O, s:O, s:O}", "kind", status, "message",
+            msg, "differing", diff, "id", json_object_get(key, "id"), "kernel",
+            json_object_get(key, "kernel"), "key", json_object_get(key, "key"),
+            "arch", json_object_get(key, "arch"));
+        if (f != NULL)
+            json_array_append_new(c->warnings, f);
+    }
+    json_decref(diff);
 }
 
 /* The key of the observations g[0..n) (one id). */
@@ -171,6 +253,7 @@ static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
         "ranks", "missing_ranks", json_null(), "failures", "ok", 1);
     if (key == NULL)
         return;
+    json_object_set_new(key, "autotuner", json_string(tuner_kind(o0->kernel)));
     json_t *uses = json_object_get(key, "uses");
     json_t *ranks = json_object_get(key, "ranks");
     char *seen =
@@ -182,6 +265,20 @@ static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
         c->observations++;
         if (!x->governed)
             c->ungoverned++;
+        add_tuner(c->tuners, x);
+        if (x->failed && x->config[0] == '\0') {
+            /* Raised before a config was chosen: no use to compare. */
+            char msg[1400], w[160];
+            detctl_print_who(x->client, w, sizeof w);
+            snprintf(msg, sizeof msg, "%s: the launch raised: %s", w,
+                     x->error && x->error[0] ? x->error : "(no message)");
+            add_failure(c->failures, key, "failed_launch", msg);
+            c->failed_launches++;
+            int r = x->client ? x->client->rank : -1;
+            if (seen != NULL && r >= 0 && r < c->o->expect_ranks)
+                seen[r] = 1;
+            continue;
+        }
         /* One use per (config, governed). */
         json_t *u = NULL;
         size_t ui;
@@ -224,6 +321,18 @@ static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
             json_array_append_new(ranks, json_integer(rank));
         if (seen != NULL && rank >= 0 && rank < c->o->expect_ranks)
             seen[rank] = 1;
+        if (x->failed) {
+            char msg[1400], w[160];
+            detctl_print_who(x->client, w, sizeof w);
+            snprintf(msg, sizeof msg, "%s: the launch%s%s raised: %s", w,
+                     x->config[0] ? " of " : "", x->config,
+                     x->error && x->error[0] ? x->error : "(no message)");
+            add_failure(c->failures, key, "failed_launch", msg);
+            c->failed_launches++;
+        }
+        if (x->audit != NULL &&
+            x->audit->status != DETD__V1__AUDIT_STATUS__AUDIT_NONE)
+            add_audit(c, key, x);
         if (x->source == DETD__V1__SOURCE__SOURCE_FALLBACK) {
             char msg[512];
             char w[160];
@@ -423,6 +532,41 @@ static void print_text(const json_t *doc) {
             printf("%s %s\n", label,
                    json_string_value(json_object_get(f, "message")));
     }
+    json_array_foreach(json_object_get(doc, "warnings"), i, f)
+        printf("WARN %s %s [%s]: %s\n",
+               json_string_value(json_object_get(f, "kernel")),
+               json_string_value(json_object_get(f, "key")),
+               json_string_value(json_object_get(f, "arch")),
+               json_string_value(json_object_get(f, "message")));
+    static const char *const kinds[] = {"triton", "inductor", "native"};
+    char line[256] = "";
+    size_t len = 0;
+    for (size_t m = 0; m < 3; m++) {
+        size_t nk = 0, ng = 0;
+        json_array_foreach(json_object_get(doc, "autotuners"), i, f) {
+            if (strcmp(json_string_value(json_object_get(f, "kind")),
+                       kinds[m]) != 0)
+                continue;
+            nk++;
+            ng += json_is_true(json_object_get(f, "governed")) &&
+                  !json_is_true(json_object_get(f, "ungoverned"));
+        }
+        if (nk > 0 && len < sizeof line)
+            len += (size_t)snprintf(line + len, sizeof line - len,
+                                    "%s%s %zu (%zu governed)", len ? ", " : "",
+                                    kinds[m], nk, ng);
+    }
+    if (line[0] != '\0')
+        printf("autotuners: %s\n", line);
+    json_array_foreach(json_object_get(doc, "autotuners"), i, f) {
+        if (!json_is_true(json_object_get(f, "ungoverned")))
+            continue;
+        const char *why = json_string_value(json_object_get(f, "why"));
+        printf("UNGOVERNED %s %s: %s\n",
+               json_string_value(json_object_get(f, "kind")),
+               json_string_value(json_object_get(f, "kernel")),
+               why && why[0] ? why : "not governed (no reason sent)");
+    }
     int ok = json_is_true(json_object_get(doc, "ok"));
     long long kc = json_integer_value(json_object_get(doc, "keys_checked"));
     long long ob = json_integer_value(json_object_get(doc, "observations"));
@@ -439,12 +583,71 @@ static void print_text(const json_t *doc) {
     long long fb = json_integer_value(json_object_get(doc, "fallbacks"));
     if (fb > 0)
         printf(", %lld fallback%s", fb, fb == 1 ? "" : "s");
+    long long fl = json_integer_value(json_object_get(doc, "failed_launches"));
+    if (fl > 0)
+        printf(", %lld failed launch%s", fl, fl == 1 ? "" : "es");
+    size_t nw = json_array_size(json_object_get(doc, "warnings"));
+    if (nw > 0)
+        printf(", %zu warning%s", nw, nw == 1 ? "" : "s");
     size_t nf = json_array_size(json_object_get(doc, "failures"));
     if (nf > nd)
         printf(", %zu failure%s in all", nf, nf == 1 ? "" : "s");
     printf("\n");
     json_array_foreach(json_object_get(doc, "nodes_unreachable"), i, d)
         printf("UNREACHABLE %s\n", json_string_value(d));
+}
+
+/* Every observation of namespace ns, page by page, into *ret_pages (the
+ * answers, freed by the caller) and *ret_n pages; *ret_capped is set when
+ * a daemon without paging cut its list at its cap. */
+static int list_observations(const struct detctl_opts *o,
+                             struct wire_channel *ch, char *ns,
+                             Detd__V1__ListObservationsResponse ***ret_pages,
+                             size_t *ret_n, int *ret_capped) {
+    char *token = NULL;
+    int ex = DETCTL_EXIT_OK;
+    for (;;) {
+        Detd__V1__ListObservationsRequest oq =
+            DETD__V1__LIST_OBSERVATIONS_REQUEST__INIT;
+        oq.api_version = DETD_API_VERSION;
+        oq.namespace_ = ns;
+        oq.page_size = o->page_size;
+        oq.page_token = token != NULL ? token : "";
+        Detd__V1__ListObservationsResponse *lo = NULL;
+        ex = detctl_call(o, ch, DETCTL_METHOD_LIST_OBSERVATIONS, &oq.base,
+                         &detd__v1__list_observations_response__descriptor,
+                         (ProtobufCMessage **)&lo);
+        if (ex != DETCTL_EXIT_OK)
+            break;
+        Detd__V1__ListObservationsResponse **nv =
+            realloc(*ret_pages, (*ret_n + 1) * sizeof(*nv));
+        if (nv == NULL) {
+            protobuf_c_message_free_unpacked(&lo->base, NULL);
+            fprintf(stderr, "detctl: out of memory\n");
+            ex = DETCTL_EXIT_ERROR;
+            break;
+        }
+        *ret_pages = nv;
+        nv[(*ret_n)++] = lo;
+        const char *next = str0(lo->next_page_token);
+        if (next[0] == '\0') {
+            *ret_capped |= lo->truncated;
+            break;
+        }
+        /* A page that does not move on would never end. */
+        if (lo->n_observations == 0 ||
+            (token != NULL && strcmp(token, next) == 0)) {
+            fprintf(stderr,
+                    "detctl: verify: detd at '%s' answered a page of %zu "
+                    "observations whose next page token '%.40s' does not "
+                    "move on\n",
+                    o->socket, lo->n_observations, next);
+            ex = DETCTL_EXIT_ERROR;
+            break;
+        }
+        token = lo->next_page_token;
+    }
+    return ex;
 }
 
 /* See detctl_verify.h. */
@@ -460,7 +663,9 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     const char *src = NULL;
     detctl_call_namespace(o, ch, ns, sizeof ns, &src);
     Detd__V1__VerifyResponse *v = NULL;
-    Detd__V1__ListObservationsResponse *lo = NULL;
+    Detd__V1__ListObservationsResponse **pages = NULL;
+    size_t n_pages = 0;
+    int capped = 0;
     Detd__V1__ListDecisionsResponse *ld = NULL;
     Detd__V1__Observation **obs = NULL;
     json_t *doc = NULL;
@@ -476,15 +681,12 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
         if (ex != DETCTL_EXIT_OK)
             goto out;
     }
-    Detd__V1__ListObservationsRequest oq =
-        DETD__V1__LIST_OBSERVATIONS_REQUEST__INIT;
-    oq.api_version = DETD_API_VERSION;
-    oq.namespace_ = ns;
-    ex = detctl_call(o, ch, DETCTL_METHOD_LIST_OBSERVATIONS, &oq.base,
-                     &detd__v1__list_observations_response__descriptor,
-                     (ProtobufCMessage **)&lo);
+    ex = list_observations(o, ch, ns, &pages, &n_pages, &capped);
     if (ex != DETCTL_EXIT_OK)
         goto out;
+    size_t n_all = 0;
+    for (size_t i = 0; i < n_pages; i++)
+        n_all += pages[i]->n_observations;
     Detd__V1__ListDecisionsRequest dq = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
     dq.api_version = DETD_API_VERSION;
     dq.namespace_ = ns;
@@ -495,19 +697,21 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
         goto out;
     ex = DETCTL_EXIT_ERROR;
     size_t n = 0;
-    obs = calloc(lo->n_observations + 1, sizeof(*obs));
+    obs = calloc(n_all + 1, sizeof(*obs));
     if (obs == NULL)
         goto oom;
     int job_labels = 0;
-    for (size_t i = 0; i < lo->n_observations; i++) {
-        const Detd__V1__ClientIdentity *c = lo->observations[i]->client;
-        job_labels |= c != NULL && c->job != NULL && c->job[0] != '\0';
-        if (o->job != NULL &&
-            (c == NULL || c->job == NULL || strcmp(c->job, o->job) != 0))
-            continue;
-        obs[n++] = lo->observations[i];
-    }
-    if (o->job != NULL && n == 0 && lo->n_observations > 0 && !job_labels) {
+    for (size_t p = 0; p < n_pages; p++)
+        for (size_t i = 0; i < pages[p]->n_observations; i++) {
+            Detd__V1__Observation *x = pages[p]->observations[i];
+            const Detd__V1__ClientIdentity *c = x->client;
+            job_labels |= c != NULL && c->job != NULL && c->job[0] != '\0';
+            if (o->job != NULL &&
+                (c == NULL || c->job == NULL || strcmp(c->job, o->job) != 0))
+                continue;
+            obs[n++] = x;
+        }
+    if (o->job != NULL && n == 0 && n_all > 0 && !job_labels) {
         fprintf(stderr,
                 "detctl: verify --job: detd at '%s' does not record the job "
                 "label of observations, so none can be selected by job\n",
@@ -530,11 +734,16 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     c.keys = json_array();
     c.failures = json_array();
     c.divs = json_array();
+    c.tuners = json_object();
+    c.warnings = json_array();
     doc = c.doc;
-    if (doc == NULL || c.keys == NULL || c.failures == NULL || c.divs == NULL) {
+    if (doc == NULL || c.keys == NULL || c.failures == NULL || c.divs == NULL ||
+        c.tuners == NULL || c.warnings == NULL) {
         json_decref(c.keys);
         json_decref(c.failures);
         json_decref(c.divs);
+        json_decref(c.tuners);
+        json_decref(c.warnings);
         goto oom;
     }
     for (size_t i = 0; i < n;) {
@@ -561,14 +770,14 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
                  v->nodes_unreachable[i]);
         add_failure(c.failures, NULL, "unreachable", msg);
     }
-    if (lo->truncated || ld->truncated)
+    if (capped || ld->truncated)
         add_failure(c.failures, NULL, "truncated",
-                    lo->truncated ? "the daemon's list of observations was "
-                                    "truncated at its cap: not every "
-                                    "observation was checked here"
-                                  : "the daemon's list of decisions was "
-                                    "truncated at its cap: timings and "
-                                    "failed-launch checks are incomplete");
+                    capped ? "the daemon's list of observations was "
+                             "truncated at its cap: not every "
+                             "observation was checked here"
+                           : "the daemon's list of decisions was "
+                             "truncated at its cap: timings and "
+                             "failed-launch checks are incomplete");
     if (keys_checked == 0 && !o->allow_empty) {
         char msg[700];
         snprintf(msg, sizeof msg,
@@ -608,6 +817,15 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
                         json_integer((json_int_t)ungoverned));
     json_object_set_new(doc, "fallbacks",
                         json_integer((json_int_t)c.fallbacks));
+    json_object_set_new(doc, "failed_launches",
+                        json_integer((json_int_t)c.failed_launches));
+    json_t *tl = json_array();
+    const char *tk;
+    json_t *tv;
+    json_object_foreach(c.tuners, tk, tv) json_array_append(tl, tv);
+    json_decref(c.tuners);
+    json_object_set_new(doc, "autotuners", tl);
+    json_object_set_new(doc, "warnings", c.warnings);
     json_object_set_new(doc, "divergences", divs);
     json_object_set_new(doc, "nodes_checked", checked);
     json_object_set_new(doc, "nodes_unreachable", unreachable);
@@ -638,8 +856,9 @@ out:
     free(obs);
     if (v != NULL)
         protobuf_c_message_free_unpacked(&v->base, NULL);
-    if (lo != NULL)
-        protobuf_c_message_free_unpacked(&lo->base, NULL);
+    for (size_t i = 0; i < n_pages; i++)
+        protobuf_c_message_free_unpacked(&pages[i]->base, NULL);
+    free(pages);
     if (ld != NULL)
         protobuf_c_message_free_unpacked(&ld->base, NULL);
     return ex;

@@ -780,11 +780,13 @@ free_msg:
 void decide_observe(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__ObserveRequest *req = (Detd__V1__ObserveRequest *)ev->msg;
     struct vkey vk;
+    char *differing = NULL;
     d->counters.observes++;
     if (validate_identity(ev->call, req->client) != 0 ||
         validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0 ||
-        validate_str(ev->call, "config", req->config, DAEMON_MAX_CONFIG, 1) !=
-            0) {
+        validate_str(ev->call, "config", req->config, DAEMON_MAX_CONFIG,
+                     !req->failed) != 0 ||
+        validate_observe_extra(ev->call, req, &differing) != 0) {
         d->counters.rejected++;
         goto free_msg;
     }
@@ -834,6 +836,12 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
         .claimed_pid = c ? c->pid : 0,
         .peer_uid = (int64_t)(puid == UINT32_MAX ? -1 : (int64_t)puid),
         .node = d->node,
+        .job = c ? c->job : "",
+        .failed = req->failed,
+        .error = req->failed ? req->error : "",
+        .audit = req->audit ? (int32_t)req->audit->status : STORE_AUDIT_NONE,
+        .audit_differing = differing,
+        .why = req->governed ? "" : req->why,
     };
     if (store_put_observations(d->store, &o, 1) != 0) {
         rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
@@ -843,6 +851,7 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
     resp.api_version = DETD_API_VERSION;
     rpc_reply(ev->call, &resp.base);
 free_msg:
+    free(differing);
     protobuf_c_message_free_unpacked(ev->msg, NULL);
 }
 

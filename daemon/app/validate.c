@@ -3,6 +3,7 @@
  */
 #include "app/validate.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/limits.h"
@@ -119,5 +120,57 @@ int validate_has_candidate(const Detd__V1__DecisionKey *k, const char *config) {
     for (size_t i = 0; i < k->n_candidates; i++)
         if (strcmp(k->candidates[i], config) == 0)
             return 1;
+    return 0;
+}
+
+/* See validate.h. */
+int validate_observe_extra(rpc_call *call, const Detd__V1__ObserveRequest *req,
+                           char **ret_differing) {
+    if (validate_str(call, "error", req->error, DAEMON_MAX_NOTE, 0) != 0 ||
+        validate_str(call, "why", req->why, DAEMON_MAX_NOTE, 0) != 0)
+        return -1;
+    const Detd__V1__AuditResult *a = req->audit;
+    size_t n = a != NULL ? a->n_differing : 0;
+    if (a != NULL && (a->status < DETD__V1__AUDIT_STATUS__AUDIT_NONE ||
+                      a->status > DETD__V1__AUDIT_STATUS__AUDIT_ERROR)) {
+        VFAIL(call, RPC_INVALID_ARGUMENT,
+              "audit.status %d is not an "
+              "AuditStatus",
+              (int)a->status);
+        return -1;
+    }
+    if (n > DAEMON_MAX_AUDIT_ARGS) {
+        VFAIL(call, RPC_INVALID_ARGUMENT,
+              "audit.differing has %zu names, over the limit of %d", n,
+              DAEMON_MAX_AUDIT_ARGS);
+        return -1;
+    }
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++) {
+        const char *s = a->differing[i];
+        if (validate_str(call, "audit.differing[]", s,
+                         DAEMON_MAX_IDENTITY_STRING, 1) != 0)
+            return -1;
+        if (strchr(s, '\n') != NULL) {
+            VFAIL(call, RPC_INVALID_ARGUMENT,
+                  "audit.differing[%zu] contains a newline", i);
+            return -1;
+        }
+        len += strlen(s) + 1;
+    }
+    char *j = malloc(len);
+    if (j == NULL) {
+        VFAIL(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    j[0] = '\0';
+    for (size_t i = 0, off = 0; i < n; i++) {
+        size_t m = strlen(a->differing[i]);
+        if (i > 0)
+            j[off++] = '\n';
+        memcpy(j + off, a->differing[i], m + 1);
+        off += m;
+    }
+    *ret_differing = j;
     return 0;
 }

@@ -55,4 +55,12 @@ int validate_key(const char *default_ns, rpc_call *call,
 /* 1 when config is one of k's candidates, else 0. */
 int validate_has_candidate(const Detd__V1__DecisionKey *k, const char *config);
 
+/* The Observe fields beyond the key and config: error and why (at most
+ * DAEMON_MAX_NOTE bytes), the audit (a known status; at most
+ * DAEMON_MAX_AUDIT_ARGS names, each not empty, at most 256 bytes, no
+ * newline). On success *ret_differing is a heap string (the caller
+ * free()s it) of the names joined by '\n' ("" for none). */
+int validate_observe_extra(rpc_call *call, const Detd__V1__ObserveRequest *req,
+                           char **ret_differing);
+
 #endif /* DETD_VALIDATE_H */

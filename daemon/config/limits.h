@@ -15,6 +15,11 @@
 #define DAEMON_MAX_IDENTITY_STRING 256
 #define DAEMON_MAX_WAIT_MS (60LL * 60 * 1000)
 #define DAEMON_MAX_LIST 10000
+/* An observation's error or why-ungoverned text; its audit's names. */
+#define DAEMON_MAX_NOTE 1024
+#define DAEMON_MAX_AUDIT_ARGS 64
+/* Observations in one ListObservations page (and DAEMON_MAX_PAGE_BYTES). */
+#define DAEMON_MAX_OBS_PAGE 1000
 #define DAEMON_DEFAULT_MAX_VOTES 1000000
 /* Bytes of rows in one ListVotes / ExportDecisions answer (then paged). */
 #define DAEMON_MAX_PAGE_BYTES (512 * 1024)

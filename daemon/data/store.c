@@ -113,6 +113,18 @@ static const struct store_migration store_migrations[] = {
         " kernel TEXT NOT NULL, key TEXT NOT NULL, reason TEXT NOT NULL,"
         " by_host TEXT NOT NULL, by_pid INTEGER NOT NULL,"
         " by_rank INTEGER NOT NULL, at_ms INTEGER NOT NULL);"},
+    /* What an observation says beyond the config (store_obs.c): the job
+     * label the client attached with, a launch that raised (sticky), the
+     * client's determinism audit, and why an autotuner is ungoverned. */
+    {6, "ALTER TABLE observations ADD COLUMN job TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE observations ADD COLUMN failed INTEGER NOT NULL"
+        " DEFAULT 0;"
+        "ALTER TABLE observations ADD COLUMN error TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE observations ADD COLUMN audit INTEGER NOT NULL"
+        " DEFAULT 0;"
+        "ALTER TABLE observations ADD COLUMN audit_differing TEXT NOT NULL"
+        " DEFAULT '';"
+        "ALTER TABLE observations ADD COLUMN why TEXT NOT NULL DEFAULT '';"},
 };
 
 #define STORE_SCHEMA_VERSION                                                   \
@@ -163,37 +175,12 @@ static const struct {
 #define N_DECISION_STRINGS                                                     \
     (sizeof decision_strings / sizeof decision_strings[0])
 
-enum {
-    OC_ID,
-    OC_HOST,
-    OC_PID,
-    OC_NS,
-    OC_ARCH,
-    OC_KERNEL,
-    OC_KEY,
-    OC_CONFIG,
-    OC_SOURCE,
-    OC_GOVERNED,
-    OC_CHAOS,
-    OC_RANK,
-    OC_LOCAL_RANK,
-    OC_DEVICE,
-    OC_AT_MS,
-    OC_CLAIMED_PID,
-    OC_PEER_UID,
-    OC_NODE
-};
-
 static const char sql_get_decision[] =
     "SELECT " DECISION_COLS " FROM decisions WHERE id = ?1";
 static const char sql_put_decision[] =
     "INSERT INTO decisions (" DECISION_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, "
     "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) "
     "ON CONFLICT (id) DO NOTHING";
-static const char sql_put_observation[] =
-    "INSERT OR REPLACE INTO observations (" OBSERVATION_COLS ") VALUES (?1, "
-    "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
-    "?18)";
 
 /* See store_int.h. */
 int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
@@ -230,50 +217,6 @@ int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
 out:
     decision_clear(&d);
     return err;
-}
-
-/* See store_int.h. */
-int store_read_observation(store *s, sqlite3_stmt *st, const char *op,
-                           struct store_observation *ret) {
-    struct store_observation o;
-    memset(&o, 0, sizeof o);
-    const struct {
-        int col;
-        const char **field;
-    } strs[] = {
-        {OC_ID, &o.id},         {OC_HOST, &o.host},     {OC_NS, &o.ns},
-        {OC_ARCH, &o.arch},     {OC_KERNEL, &o.kernel}, {OC_KEY, &o.key},
-        {OC_CONFIG, &o.config}, {OC_DEVICE, &o.device}, {OC_NODE, &o.node},
-    };
-    int err;
-    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
-        size_t n;
-        err = store_col_text(s, st, strs[i].col, op, strs[i].field, &n);
-        if (err < 0)
-            return err;
-    }
-    int32_t governed = 0, chaos = 0;
-    if ((err = store_col_int32(s, st, OC_PID, INT32_MIN, INT32_MAX, op,
-                               &o.pid)) < 0 ||
-        (err = store_col_int32(s, st, OC_SOURCE, 0, STORE_N_SOURCES - 1, op,
-                               &o.source)) < 0 ||
-        (err = store_col_int32(s, st, OC_GOVERNED, 0, 1, op, &governed)) < 0 ||
-        (err = store_col_int32(s, st, OC_CHAOS, 0, 1, op, &chaos)) < 0 ||
-        (err = store_col_int32(s, st, OC_RANK, INT32_MIN, INT32_MAX, op,
-                               &o.rank)) < 0 ||
-        (err = store_col_int32(s, st, OC_LOCAL_RANK, INT32_MIN, INT32_MAX, op,
-                               &o.local_rank)) < 0 ||
-        (err = store_col_int(s, st, OC_AT_MS, INT64_MIN, INT64_MAX, op,
-                             &o.at_ms)) < 0 ||
-        (err = store_col_int32(s, st, OC_CLAIMED_PID, INT32_MIN, INT32_MAX, op,
-                               &o.claimed_pid)) < 0 ||
-        (err = store_col_int(s, st, OC_PEER_UID, -1, UINT32_MAX, op,
-                             &o.peer_uid)) < 0)
-        return err;
-    o.governed = governed;
-    o.chaos = chaos;
-    *ret = o;
-    return 0;
 }
 
 /* ---- open, schema ---- */
@@ -446,9 +389,7 @@ int store_open(const char *path, store **ret, char **ret_errmsg) {
     if ((err = store_prepare(s, sql_get_decision, SQLITE_PREPARE_PERSISTENT,
                              &s->get_decision, "prepare")) < 0 ||
         (err = store_prepare(s, sql_put_decision, SQLITE_PREPARE_PERSISTENT,
-                             &s->put_decision, "prepare")) < 0 ||
-        (err = store_prepare(s, sql_put_observation, SQLITE_PREPARE_PERSISTENT,
-                             &s->put_observation, "prepare")) < 0)
+                             &s->put_decision, "prepare")) < 0)
         goto out;
     s->errmsg[0] = '\0';
 out:
@@ -790,104 +731,6 @@ out:
     sqlite3_finalize(del_fail);
     sqlite3_finalize(del_obs);
     sqlite3_finalize(del_dec);
-    return err;
-}
-
-/* ---- observations ---- */
-
-static int store_insert_observation(store *s, const struct store_observation *o,
-                                    const char *op) {
-    sqlite3_stmt *st = s->put_observation;
-    int err;
-    if ((err = store_bind_text(s, st, OC_ID + 1, o->id, op)) < 0 ||
-        (err = store_bind_text(s, st, OC_HOST + 1, o->host, op)) < 0 ||
-        (err = store_bind_int(s, st, OC_PID + 1, o->pid, op)) < 0 ||
-        (err = store_bind_text(s, st, OC_NS + 1, o->ns, op)) < 0 ||
-        (err = store_bind_text(s, st, OC_ARCH + 1, o->arch, op)) < 0 ||
-        (err = store_bind_text(s, st, OC_KERNEL + 1, o->kernel, op)) < 0 ||
-        (err = store_bind_text(s, st, OC_KEY + 1, o->key, op)) < 0 ||
-        (err = store_bind_text(s, st, OC_CONFIG + 1, o->config, op)) < 0 ||
-        (err = store_bind_int(s, st, OC_SOURCE + 1, o->source, op)) < 0 ||
-        (err = store_bind_int(s, st, OC_GOVERNED + 1, o->governed != 0, op)) <
-            0 ||
-        (err = store_bind_int(s, st, OC_CHAOS + 1, o->chaos != 0, op)) < 0 ||
-        (err = store_bind_int(s, st, OC_RANK + 1, o->rank, op)) < 0 ||
-        (err = store_bind_int(s, st, OC_LOCAL_RANK + 1, o->local_rank, op)) <
-            0 ||
-        (err = store_bind_text(s, st, OC_DEVICE + 1, o->device, op)) < 0 ||
-        (err = store_bind_int(s, st, OC_AT_MS + 1, o->at_ms, op)) < 0 ||
-        (err = store_bind_int(s, st, OC_CLAIMED_PID + 1, o->claimed_pid, op)) <
-            0 ||
-        (err = store_bind_int(s, st, OC_PEER_UID + 1, o->peer_uid, op)) < 0 ||
-        (err = store_bind_text(s, st, OC_NODE + 1,
-                               o->node != NULL ? o->node : "", op)) < 0)
-        goto out;
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-        err = store_fail(s, rc, op);
-out:
-    store_stmt_done(st);
-    return err;
-}
-
-int store_put_observations(store *s, const struct store_observation *obs,
-                           size_t n) {
-    static const char op[] = "put observations";
-    if (s == NULL || (obs == NULL && n > 0))
-        return store_einval(s, op, "a NULL argument");
-    for (size_t i = 0; i < n; i++) {
-        const struct store_observation *o = &obs[i];
-        if (o->id == NULL || o->ns == NULL || o->host == NULL)
-            return store_failf(s, DETD_EINVAL,
-                               "%s: observation %zu lacks id, ns or host", op,
-                               i);
-        if (o->source < 0 || o->source >= STORE_N_SOURCES)
-            return store_failf(s, DETD_EINVAL,
-                               "%s: observation %zu: source %d out of range",
-                               op, i, o->source);
-    }
-    if (n == 0)
-        return 0;
-    int err = store_begin(s, op);
-    if (err < 0)
-        return err;
-    for (size_t i = 0; i < n; i++)
-        if ((err = store_insert_observation(s, &obs[i], op)) < 0)
-            goto out;
-    if ((err = store_commit(s, op)) < 0)
-        goto out;
-    return 0;
-out:
-    store_rollback(s);
-    return err;
-}
-
-int store_each_observation(store *s, const char *ns, store_observation_cb cb,
-                           void *ctx) {
-    static const char op[] = "list observations";
-    if (s == NULL || cb == NULL)
-        return store_einval(s, op, "a NULL argument");
-    sqlite3_stmt *st = NULL;
-    int err = store_prepare(s,
-                            "SELECT " OBSERVATION_COLS " FROM observations"
-                            " WHERE (?1 IS NULL OR ns = ?1)"
-                            " ORDER BY id, config, host, rank, pid",
-                            0, &st, op);
-    if (err < 0)
-        return err;
-    if (ns != NULL && (err = store_bind_text(s, st, 1, ns, op)) < 0)
-        goto out;
-    while ((err = store_step(s, st, op)) > 0) {
-        struct store_observation o;
-        if ((err = store_read_observation(s, st, op, &o)) < 0)
-            goto out;
-        if (cb(ctx, &o))
-            break;
-    }
-    if (err > 0)
-        err = 0; /* stopped early by the callback */
-out:
-    sqlite3_finalize(st);
     return err;
 }
 

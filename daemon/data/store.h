@@ -57,6 +57,27 @@ struct store_observation {
     int32_t claimed_pid;
     int64_t peer_uid;
     const char *node;
+    /* Since schema 6 ("" and 0 in older rows; NULL is stored as "").
+     * job: the job label the client attached with. failed: the launch
+     * raised (error: why); sticky, a later put of the same (id, host, pid)
+     * without failed keeps it. audit: a STORE_AUDIT_* value, with
+     * audit_differing the differing argument names joined by '\n'; a put
+     * with STORE_AUDIT_NONE keeps the stored audit. why: why the autotuner
+     * is ungoverned. */
+    const char *job;
+    int failed;
+    const char *error;
+    int32_t audit;
+    const char *audit_differing;
+    const char *why;
+};
+
+/* store_observation.audit: the values of the proto's AuditStatus. */
+enum {
+    STORE_AUDIT_NONE = 0,
+    STORE_AUDIT_DETERMINISTIC = 1,
+    STORE_AUDIT_NONDETERMINISTIC = 2,
+    STORE_AUDIT_ERROR = 3,
 };
 
 /*
@@ -149,6 +170,21 @@ typedef int (*store_observation_cb)(void *ctx,
                                     const struct store_observation *o);
 int store_each_observation(store *s, const char *ns, store_observation_cb cb,
                            void *ctx);
+
+/*
+ * Like store_each_observation(), for listing in pages: observations of
+ * namespace ns (NULL: all) stored after position after (0: from the
+ * start), in the order they were first stored, at most limit (0: no
+ * limit). cb also gets each row's position (ret_pos of the last row read
+ * is the next page's after; a row keeps its position when it is
+ * updated). Same callback contract. Returns 0 or an error.
+ */
+typedef int (*store_observation_page_cb)(void *ctx,
+                                         const struct store_observation *o,
+                                         int64_t pos);
+int store_each_observation_page(store *s, const char *ns, int64_t after,
+                                uint32_t limit, store_observation_page_cb cb,
+                                void *ctx);
 
 /*
  * Delete decisions (and their observations) of namespace ns: those of

@@ -27,8 +27,8 @@ struct store {
     /* Cached statements for the hot paths; the rest are prepared per call. */
     sqlite3_stmt *get_decision;
     sqlite3_stmt *put_decision;
-    sqlite3_stmt *put_observation;
-    char *path; /* the file, named in messages (disk full) */
+    sqlite3_stmt *put_observation; /* prepared at first use (store_obs.c) */
+    char *path;                    /* the file, named in messages (disk full) */
     char errmsg[512];
 };
 
@@ -40,7 +40,8 @@ struct store {
     "by_arch, triton_version, timings_json, table_file, decided_at_ms"
 #define OBSERVATION_COLS                                                       \
     "id, host, pid, ns, arch, kernel, key, config, source, governed, "         \
-    "chaos, rank, local_rank, device, at_ms, claimed_pid, peer_uid, node"
+    "chaos, rank, local_rank, device, at_ms, claimed_pid, peer_uid, node, "    \
+    "job, failed, error, audit, audit_differing, why"
 
 /* Read and check the current row of a DECISION_COLS statement into *ret
  * (heap strings: decision_clear()). DETD_ECORRUPT for a bad value. */

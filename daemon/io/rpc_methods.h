@@ -40,8 +40,7 @@
     X(RESET, "/detd.v1.Admin/Reset",                                           \
       detd__v1__reset_request__descriptor, 0, 1, admin_reset)                  \
     X(LIST_OBSERVATIONS, "/detd.v1.Admin/ListObservations",                    \
-      detd__v1__list_observations_request__descriptor, 0, 0,                   \
-      admin_list_observations)                                                 \
+      detd__v1__list_observations_request__descriptor, 0, 0, obslist_serve)    \
     X(RELOAD, "/detd.v1.Admin/Reload",                                         \
       detd__v1__reload_request__descriptor, 0, 1, tableadmin_reload_rpc)       \
     X(EXPLAIN, "/detd.v1.Admin/Explain",                                       \

@@ -324,6 +324,8 @@ struct verify_ctx {
 
 static int verify_cb(void *ctx, const struct store_observation *o) {
     struct verify_ctx *vc = ctx;
+    if (o->failed && o->config[0] == '\0')
+        return 0; /* raised before a config was chosen: detctl lists it */
     if (strcmp(vc->last_id, o->id) != 0) {
         free(vc->decided);
         vc->decided = NULL;
@@ -508,6 +510,7 @@ void admin_verify(struct daemon *d, struct rpc_event *ev) {
             DETD__V1__LIST_OBSERVATIONS_REQUEST__INIT;
         lr.api_version = SVC_API_VERSION;
         lr.namespace_ = (char *)ns;
+        lr.page_size = DAEMON_MAX_OBS_PAGE;
         size_t n = protobuf_c_message_get_packed_size(&lr.base);
         uint8_t *buf = malloc(n + 1);
         if (op == NULL || buf == NULL || (op->ns = strdup(ns)) == NULL) {
@@ -579,6 +582,8 @@ static char *dupz(const char *s) {
 
 static int collect_cb(void *ctx, const struct store_observation *o) {
     struct collect_ctx *c = ctx;
+    if (o->failed && o->config[0] == '\0')
+        return 0; /* as verify_cb */
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 256;
         struct mobs *v = realloc(c->v, cap * sizeof(*v));
@@ -663,7 +668,8 @@ static void verify_cluster_finish(struct daemon *d, struct verify_op *op) {
     for (size_t i = 0; i < op->n_resps; i++)
         for (size_t j = 0; j < op->resps[i]->n_observations; j++) {
             const Detd__V1__Observation *o = op->resps[i]->observations[j];
-            if (o->id == NULL || o->config == NULL || o->id[0] == '\0')
+            if (o->id == NULL || o->config == NULL || o->id[0] == '\0' ||
+                (o->failed && o->config[0] == '\0'))
                 continue;
             if (add_remote(&c, o) != 0) {
                 rpc_fail(op->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -742,6 +748,17 @@ void admin_verify_peer(struct daemon *d, const struct cluster_event *ev) {
         if (nv != NULL) {
             op->resps = nv;
             op->resps[op->n_resps++] = lr;
+            if (lr->truncated ||
+                (lr->next_page_token && lr->next_page_token[0] != '\0')) {
+                /* One page per node: say so rather than pass on a part. */
+                snprintf(why, sizeof(why),
+                         "%s: more observations than one page (%zu "
+                         "compared): verify --cluster is incomplete",
+                         ev->node, lr->n_observations);
+                log_warn("verify --cluster: node %s", why);
+                push_str(&op->unreachable, &op->n_unreachable, why);
+                return;
+            }
             push_str(&op->checked, &op->n_checked, ev->node);
             return;
         }
@@ -766,129 +783,6 @@ void admin_verify_drain(struct daemon *d) {
         rpc_fail(op->call, RPC_UNAVAILABLE, "daemon is shutting down");
         verify_op_free(op);
     }
-}
-
-struct obs_list_ctx {
-    Detd__V1__Observation *v;
-    Detd__V1__ClientIdentity *ci;
-    Detd__V1__PeerIdentity *pi;
-    const char *node; /* rows older than schema 4 */
-    char **strs;      /* 9 per row */
-    size_t n, cap, max;
-    int oom;
-};
-
-/* Grow the three arrays together (client pointers are set at the end). */
-static int obs_list_grow(struct obs_list_ctx *l) {
-    size_t cap = l->cap ? l->cap * 2 : 256;
-    Detd__V1__Observation *v = realloc(l->v, cap * sizeof(*v));
-    if (v == NULL)
-        return -1;
-    l->v = v;
-    Detd__V1__ClientIdentity *ci = realloc(l->ci, cap * sizeof(*ci));
-    if (ci == NULL)
-        return -1;
-    l->ci = ci;
-    Detd__V1__PeerIdentity *pi = realloc(l->pi, cap * sizeof(*pi));
-    if (pi == NULL)
-        return -1;
-    l->pi = pi;
-    char **strs = realloc(l->strs, cap * 9 * sizeof(*strs));
-    if (strs == NULL)
-        return -1;
-    memset(strs + l->cap * 9, 0, (cap - l->cap) * 9 * sizeof(*strs));
-    l->strs = strs;
-    l->cap = cap;
-    return 0;
-}
-
-static int obs_list_cb(void *ctx, const struct store_observation *o) {
-    struct obs_list_ctx *l = ctx;
-    if (l->n == l->max)
-        return 1;
-    if (l->n == l->cap && obs_list_grow(l) != 0) {
-        l->oom = 1;
-        return 1;
-    }
-    char **s = &l->strs[l->n * 9];
-    const char *src[9] = {o->id,     o->ns,     o->arch,
-                          o->kernel, o->key,    o->config,
-                          o->host,   o->device, o->node[0] ? o->node : l->node};
-    for (int i = 0; i < 9; i++)
-        if ((s[i] = dupz(src[i])) == NULL) {
-            l->oom = 1;
-            return 1;
-        }
-    Detd__V1__ClientIdentity *c = &l->ci[l->n];
-    detd__v1__client_identity__init(c);
-    c->host = s[6];
-    c->pid = o->pid;
-    c->rank = o->rank;
-    c->local_rank = o->local_rank;
-    c->device_name = s[7];
-    Detd__V1__PeerIdentity *pi = &l->pi[l->n];
-    detd__v1__peer_identity__init(pi);
-    pi->pid = o->pid;
-    pi->uid = o->peer_uid;
-    pi->node = s[8];
-    pi->claimed_pid = o->claimed_pid;
-    Detd__V1__Observation *x = &l->v[l->n];
-    detd__v1__observation__init(x);
-    x->id = s[0];
-    x->namespace_ = s[1];
-    x->arch = s[2];
-    x->kernel = s[3];
-    x->key = s[4];
-    x->config = s[5];
-    x->source = (Detd__V1__Source)o->source;
-    x->governed = o->governed;
-    x->chaos = o->chaos;
-    x->at_ms = o->at_ms;
-    l->n++;
-    return 0;
-}
-
-void admin_list_observations(struct daemon *d, struct rpc_event *ev) {
-    Detd__V1__ListObservationsRequest *req =
-        (Detd__V1__ListObservationsRequest *)ev->msg;
-    const char *ns =
-        req->namespace_ && req->namespace_[0] ? req->namespace_ : d->cfg->ns;
-    struct obs_list_ctx l = {0};
-    l.node = d->node;
-    Detd__V1__Observation **pp = NULL;
-    l.max = DAEMON_MAX_LIST * 10;
-    if (store_each_observation(d->store, ns, obs_list_cb, &l) != 0 || l.oom) {
-        rpc_fail(ev->call, RPC_INTERNAL, "observations: %s",
-                 l.oom ? "out of memory" : store_errmsg(d->store));
-        goto out;
-    }
-    pp = calloc(l.n + 1, sizeof(*pp));
-    if (pp == NULL) {
-        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < l.n; i++) {
-        l.v[i].client = &l.ci[i];
-        l.v[i].peer = &l.pi[i];
-        pp[i] = &l.v[i];
-    }
-    Detd__V1__ListObservationsResponse resp =
-        DETD__V1__LIST_OBSERVATIONS_RESPONSE__INIT;
-    resp.api_version = SVC_API_VERSION;
-    resp.observations = pp;
-    resp.n_observations = l.n;
-    resp.truncated = l.n == l.max;
-    rpc_reply(ev->call, &resp.base);
-out:
-    if (l.strs != NULL)
-        for (size_t i = 0; i < l.cap * 9; i++)
-            free(l.strs[i]);
-    free(l.strs);
-    free(l.v);
-    free(l.ci);
-    free(l.pi);
-    free(pp);
-    protobuf_c_message_free_unpacked(ev->msg, NULL);
 }
 
 void admin_reset(struct daemon *d, struct rpc_event *ev) {

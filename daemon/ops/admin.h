@@ -1,6 +1,7 @@
 /*
  * admin: the Admin and Health methods that read or reset the daemon's
- * state (Status, ListDecisions, ListObservations, Verify, Reset, Health),
+ * state (Status, ListDecisions, Verify, Reset, Health; ListObservations
+ * is ops/obslist.c),
  * on the loop thread, and the verify --cluster gatherings it owns.
  */
 #ifndef DETD_ADMIN_H
@@ -16,7 +17,6 @@ void admin_list(struct daemon *d, struct rpc_event *ev);
 void admin_verify(struct daemon *d, struct rpc_event *ev);
 void admin_reset(struct daemon *d, struct rpc_event *ev);
 void admin_health(struct daemon *d, struct rpc_event *ev);
-void admin_list_observations(struct daemon *d, struct rpc_event *ev);
 
 /* verify --cluster. A peer's observations (or why not) arrived,
  * or all did (CLUSTER_EV_PEER / _PEERS_DONE); drain fails those pending. */

@@ -82,6 +82,7 @@ detd_fuzz_target(NAME decision
                                ${CMAKE_SOURCE_DIR}/daemon/data/store_sql.c
                                ${CMAKE_SOURCE_DIR}/daemon/data/store_vote.c
                                ${CMAKE_SOURCE_DIR}/daemon/data/store_import.c
+                               ${CMAKE_SOURCE_DIR}/daemon/data/store_obs.c
                  CLANG_FLAGS ${JANSSON_CFLAGS} ${LIBUV_CFLAGS} ${SQLITE_CFLAGS}
                              ${JANSSON_LDFLAGS} ${SQLITE_LDFLAGS} ${LIBCRYPTO_LDFLAGS})
 

@@ -9,6 +9,7 @@ Stores are read directly (sqlite3, read-only), etcd with etcdctl.
 """
 
 import base64
+import ctypes
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from conftest import DETD, HAVE_ETCD, Daemon, requires  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
+import detd_client as dc  # noqa: E402
 
 CLIENT = HERE / "detd_client.py"
 NS = "default"
@@ -590,3 +592,27 @@ def test_status_listen_and_verify_cluster(tmpdir_short, etcd, nodes):
     wait_for(lambda: len(json.loads(detctl("--socket", ns[1].socket, "status",
                                            "--json").stdout)["etcd"]["nodes"])
              == 3, 10, "the stopped node unregistered")
+
+
+def test_verify_cluster_is_incomplete_not_ok_past_one_page(tmpdir_short, etcd, nodes):
+    """A node with more observations than one ListObservations page: the
+    cluster check names it as incomplete and fails, never passes on part."""
+    ns = []
+    for _ in range(2):
+        ns += nodes(1, extra=["--listen", f"127.0.0.1:{free_port()}"])
+    lib = dc.load()
+    ident = dc.Identity(b"node-b", 0, 0, 1, b"Test GPU", b"sm90", 132, b"")
+    h = ctypes.c_void_p()
+    assert lib.detd_client_open(ns[1].socket.encode(), ctypes.byref(ident), ctypes.byref(h)) == 0
+    cands = (ctypes.c_char_p * 1)(b"BLOCK=16")
+    for i in range(1001):
+        key = dc.Key(None, b"sm90", b"m:k@1", f"[i:{i}]".encode(), cands, 1, None)
+        assert lib.detd_observe(h, ctypes.byref(key), b"BLOCK=16", 1, 1, 30000) == 0
+    lib.detd_client_close(h)
+    # Node 1 alone: paged by detctl, whole and ok.
+    assert detctl("--socket", ns[1].socket, "verify").returncode == 0
+    r = detctl("--socket", ns[0].socket, "verify", "--cluster", "--json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    v = json.loads(r.stdout)
+    (why,) = v["nodes_unreachable"]
+    assert why.startswith(ns[1].name + ": more observations than one page (1000 compared)"), why

@@ -53,8 +53,10 @@ class Scripted:
         self.reports.append(rows)
         return self._report(key, rows)
 
-    def observe(self, key, config, source, governed, chaos, timeout_ms=0):
-        self.observed.append((config, source))
+    def observe(self, key, config, source, governed, chaos, timeout_ms=0, failed=None, audit=None, differing=(),
+                why=None):
+        if failed is None and audit is None:
+            self.observed.append((config, source))
 
 
 def answer(outcome, config=None, claim=0):

@@ -100,7 +100,10 @@ def test_every_pattern_coordinated_then_pinned(daemon, tmp_path):
     assert "scale_allfail" not in kernels  # nothing committed for a failed pass
     v = daemon.detctl("verify", "--json")
     res = json.loads(v.stdout)
-    assert v.returncode == 0 and res["ok"], v.stdout
+    # The one failure is the all-failed kernel's launch, which raised.
+    assert v.returncode == 1 and not res["divergences"], v.stdout
+    assert [(f["kind"], f["kernel"].split(":")[1].split("@")[0]) for f in res["failures"]] == \
+        [("failed_launch", "scale_allfail")], res["failures"]
     assert res["ungoverned"] >= 1  # the subclass that bypasses Autotuner.run
 
     (p,) = workers(daemon, tmp_path, 1, "pinned", tag="pin")
@@ -165,6 +168,7 @@ class Scripted:
     def __init__(self, decide, report=None):
         self._decide, self._report = decide, report
         self.decides, self.reports, self.observed = [], [], []
+        self.failed, self.audits = [], []  # failed launches, audit results sent
 
     def decide(self, key, no_claim, timeout_ms):
         self.decides.append(key)
@@ -174,8 +178,14 @@ class Scripted:
         self.reports.append(rows)
         return self._report(key, rows)
 
-    def observe(self, key, config, source, governed, chaos, timeout_ms=0):
-        self.observed.append((key.kernel, config, source, governed))
+    def observe(self, key, config, source, governed, chaos, timeout_ms=0, failed=None, audit=None, differing=(),
+                why=None):
+        if failed is not None:
+            self.failed.append((key.kernel, key.key, config, failed))
+        elif audit is not None:
+            self.audits.append((key.kernel, config, audit, list(differing)))
+        else:
+            self.observed.append((key.kernel, config, source, governed))
 
 
 def answer(outcome, config=None, claim=0):
@@ -249,6 +259,9 @@ def test_designated_rank_reports_every_candidate_failed_and_raises_its_error(hoo
     assert len(rows) == 3 and all(failed for _, _, failed in rows)
     assert sorted(r[0] for r in rows) == sorted(s.decides[0].candidates)
     assert s.observed == []  # nothing launched
+    # The launch that raised is observed as failed, with the kernel's error.
+    (f,) = s.failed
+    assert ":scale_allfail@" in f[0] and f[2] == "" and "no_such_api_in_any_triton" in f[3], f
 
 
 def test_answer_maps_back_to_the_pruned_config_object(hooked):
@@ -298,6 +311,10 @@ def test_audit_names_the_nondeterministic_kernel_and_passes_a_deterministic_one(
     warn = [r for r in caplog.records if r.levelname == "WARNING" and "atomic_sum" in r.getMessage()]
     assert len(warn) == 1 and "out_ptr" in warn[0].getMessage()
     assert not [r for r in caplog.records if r.levelname == "WARNING" and "det_sum" in r.getMessage()]
+    # Both results went to the daemon with the key's observation.
+    sent = {k.split(":")[1].split("@")[0]: (st, diff) for k, _, st, diff in s.audits}
+    assert sent["atomic_sum"][0] == "nondeterministic" and "out_ptr" in sent["atomic_sum"][1], s.audits
+    assert sent["det_sum"] == ("deterministic", []), s.audits
 
 
 def test_audit_is_off_by_default(hooked):

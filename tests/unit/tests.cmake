@@ -30,6 +30,7 @@ foreach(t test_tablefmt test_tables)
                              DETD_TEST_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 endforeach()
 detd_unit_test(test_store_vote detd_data)
+detd_unit_test(test_store_obs detd_data)
 if(TARGET detctl)
   add_executable(test_detctl_table unit/test_detctl_table.c
                  ${CMAKE_SOURCE_DIR}/client/src/detctl_table.c)

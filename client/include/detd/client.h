@@ -257,6 +257,43 @@ int detd_observe(detd_client *client, const struct detd_key *key,
                  const char *config, detd_source source, int flags,
                  int64_t timeout_ms);
 
+/* Added in 0.3: a flag for detd_observe_ex(): the launch raised. */
+#define DETD_OBSERVE_FAILED 0x4
+
+/* detd_observe_extra.audit: the client's determinism audit of the key. */
+typedef enum {
+    DETD_AUDIT_NONE = 0,             /* not audited */
+    DETD_AUDIT_DETERMINISTIC = 1,    /* every replay gave the same bytes */
+    DETD_AUDIT_NONDETERMINISTIC = 2, /* see differing */
+    DETD_AUDIT_ERROR = 3,            /* a replay raised */
+} detd_audit_status;
+
+/*
+ * Added in 0.3: what an observation says beyond the config, for
+ * detd_observe_ex(). Set size to sizeof(struct detd_observe_extra): a
+ * later release appends members and reads only the first size bytes.
+ * Strings are borrowed for the call; NULL reads as "".
+ */
+struct detd_observe_extra {
+    size_t size;
+    const char *error; /* DETD_OBSERVE_FAILED: why (<= 1024 bytes) */
+    detd_audit_status audit;
+    const char *const *differing; /* audit: the arguments that differed */
+    size_t n_differing;           /* <= 64, each <= 256 bytes, no '\n' */
+    const char *why;              /* not governed: why (<= 1024 bytes) */
+};
+
+/*
+ * Added in 0.3: detd_observe() with extra facts (extra may be NULL, then
+ * it is detd_observe()). flags may also hold DETD_OBSERVE_FAILED; then
+ * config may be "" (the launch raised before a config was chosen) and
+ * the daemon keeps the observation failed. An extra whose size is 0 or
+ * larger than this release knows is DETD_EINVAL.
+ */
+int detd_observe_ex(detd_client *client, const struct detd_key *key,
+                    const char *config, detd_source source, int flags,
+                    const struct detd_observe_extra *extra, int64_t timeout_ms);
+
 /*
  * Record mode: vote for config, the winner of this process's own timing
  * pass for key (it must be one of key's candidates), with the timings of

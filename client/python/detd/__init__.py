@@ -71,7 +71,9 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
     """Hook Triton's autotuner. Idempotent: calling again re-applies the
     given settings (arguments win over ``DETD_*`` variables) and keeps the
     one patch. Invalid settings raise ValueError naming the setting.
-    Other settings: exempt, namespace, arch, chaos, strict, timeout_ms, job.
+    Other settings: exempt, namespace, arch, chaos, strict, timeout_ms, job,
+    megatron (who governs next to ``megatron.core.tuning``: ``detd``, the
+    default, or ``megatron``; see :mod:`detd._megatron`).
     Returns the settings in force."""
     s = _policy.parse(mode=mode, scope=scope, on_miss=on_miss, overrides=overrides, socket=socket, **more)
     from . import _hook
@@ -82,6 +84,11 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
 
         _native.load()  # fail now, not at the first kernel
     with _install_lock:
+        from . import _megatron
+
+        if _megatron.coexist(s) == "megatron":
+            _hook._state.active = False  # megatron.core.tuning governs: detd stands down
+            return s
         _hook.patch()
         _hook.configure(s)
     return s
@@ -111,6 +118,8 @@ def autotuners() -> List[dict]:
     strings of the configs Triton would benchmark for that key: after the
     tuner's own pruning) and, when timed here, ``timings`` (ms per
     candidate) and ``failed`` (candidate -> why, for those that failed);
+    ``launch_failed`` (the error's first line) when a launch of the key
+    raised (also sent to the daemon, so ``detctl verify`` fails);
     with the audit on, ``audit`` (see :func:`audit`), and per kernel
     ``nondeterministic``: the arguments that differed under a fixed config.
     ``Autotuner`` subclasses whose own ``run`` never calls

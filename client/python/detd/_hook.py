@@ -241,6 +241,7 @@ def _after_fork_in_child():
     for tuner in list(_direct_tuners):
         _leave_direct(tuner)
     _observed = weakref.WeakKeyDictionary()
+    _failed_keys.clear()
     _state.client = None
     _state.client_pid = -1
     _state.client_lock = threading.Lock()
@@ -454,7 +455,8 @@ def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: 
 
 
 def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: int, governed: bool,
-             chaos: bool = False, candidates=None, pruning: Optional[str] = None):
+             chaos: bool = False, candidates=None, pruning: Optional[str] = None, failed: Optional[str] = None,
+             why: Optional[str] = None):
     seen = _observed.get(tuner)
     if seen is None:
         seen = set()
@@ -464,7 +466,8 @@ def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: in
     if type(cache) is DetdCache and cache._gen == _gen[0]:
         cache._fast.add(key)
     try:
-        client().observe(_dkey(info, key_str, candidates=candidates), config, source, governed, chaos)
+        client().observe(_dkey(info, key_str, candidates=candidates), config, source, governed, chaos,
+                         failed=failed, why=None if governed else (why or info.why))
         if pruning is not None:
             # The companion key: the unpruned list as candidates, what the
             # pruner kept as the "config". Same key, different pruning:
@@ -904,7 +907,8 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
     _observe(tuner, info, key, key_str, cfg, source, True, chaos, candidates=cands.candidates,
              pruning=_pruning_string(cands) if _triton.has_pruner(tuner) else None)
     if _audit.enabled():
-        _audit.check(tuner, info.kernel, info.name, key, key_str, chosen, ctx.args, ctx.kw)
+        _send_audit(info, key_str, _audit.check(tuner, info.kernel, info.name, key, key_str, chosen, ctx.args,
+                                                ctx.kw))
     return True
 
 
@@ -937,7 +941,7 @@ def _after_run(tuner, ctx: _Call):
         key_str = _canon.key_string(key)
         cfg = _triton.config_string(configs[0])
         _record(info, key_str, cfg, "local", False, note="single config: nothing to decide")
-        _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
+        _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False, why="single config: nothing to decide")
         return
     key = ctx.key
     if key is None:
@@ -1022,6 +1026,9 @@ def _full_run(tuner, cache, args, kwargs):
         stack.append((tuner, args, kwargs))
         try:
             ret = _triton._original_run(tuner, *args, **kwargs)
+        except Exception as e:
+            _launch_failed(tuner, stack[-1], e)  # observed as failed, then raised as ever
+            raise
         finally:
             top = stack.pop()
         many = len(_triton.configs(tuner)) > 1
@@ -1048,7 +1055,57 @@ def _audit_known(tuner, cache, args, kwargs):
         return
     key_str = _canon.key_string(key)
     if not _audit.audited(info.kernel, key_str):
-        _audit.check(tuner, info.kernel, info.name, key, key_str, dict.__getitem__(cache, key), args, kwargs)
+        _send_audit(info, key_str, _audit.check(tuner, info.kernel, info.name, key, key_str,
+                                                dict.__getitem__(cache, key), args, kwargs))
+
+
+def _send_audit(info: _TunerInfo, key_str: str, result: Optional[dict]):
+    """Send an audit's result to the daemon (``detctl verify`` lists it per
+    key): the key's observation again, as recorded, with the audit."""
+    if not result or result.get("status") not in _native.AUDIT_STATUS:
+        return
+    rec = _state.records.get(info.kernel, {}).get("keys", {}).get(result["key"])
+    if rec is None or not rec.get("config"):
+        return
+    inv = {v: k for k, v in _native.SOURCE_NAMES.items()}
+    try:
+        client().observe(_dkey(info, key_str, candidates=rec.get("candidates")), rec["config"],
+                         inv.get(rec["source"], _native.SOURCE_UNSPECIFIED), rec["governed"],
+                         bool(rec.get("chaos")), audit=result["status"], differing=result.get("differing") or ())
+    except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+        _warn_once("audit-send", f"detd: cannot send audit results to the daemon: {e}")
+
+
+# tuner -> keys whose launch raised and was observed as failed (this process).
+_failed_keys: "weakref.WeakKeyDictionary[Any, set]" = weakref.WeakKeyDictionary()
+
+
+def _launch_failed(tuner, top, e: BaseException):
+    """A launch on the full path raised: observed as failed, once per key
+    and process, so that ``detctl verify`` fails and lists it."""
+    try:
+        ctx = top if type(top) is _Call else _Call(*top)
+        key = ctx.key if ctx.key is not None else _triton.triton_key(tuner, ctx.args, ctx.kw)
+        done = _failed_keys.setdefault(tuner, set())
+        if key in done:
+            return
+        done.add(key)
+        info = _info(tuner)
+        key_str = _canon.key_string(key)
+        cache = _triton.cache_of(tuner)
+        config = dict.get(cache, key) if isinstance(cache, dict) else None
+        rec = _state.records.get(info.kernel, {}).get("keys", {}).get(key_str)
+        inv = {v: k for k, v in _native.SOURCE_NAMES.items()}
+        source = inv.get(rec["source"], _native.SOURCE_UNSPECIFIED) if rec else _native.SOURCE_UNSPECIFIED
+        msg = _error_line(e)
+        if rec is not None:
+            with _state.records_lock:
+                rec["launch_failed"] = msg
+        governed = info.governed and len(_triton.configs(tuner)) > 1
+        _observe(tuner, info, key, key_str, _triton.config_string(config) if config is not None else "", source,
+                 governed, candidates=rec.get("candidates") if rec and governed else None, failed=msg)
+    except Exception as e2:  # noqa: BLE001 - reporting never hides the launch's own error
+        _warn_once("launch-failed", f"detd: cannot record a failed launch: {e2}")
 
 
 def _bypassed(tuner, cls: str, args, kwargs):
@@ -1130,6 +1187,7 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
 def configure(settings: Settings):
     _state.wait_log_after_s, _state.wait_log_every_s, _state.share_pass = wait_options()
     _gen[0] += 1  # caches renew: observed keys reset
+    _failed_keys.clear()
     for tuner in list(_direct_tuners):  # governance may change: full path
         _leave_direct(tuner)
     old = _state.settings

@@ -53,12 +53,25 @@ DECIDE_NO_CLAIM = 0x1
 DECIDE_SHARE = 0x2
 OBSERVE_GOVERNED = 0x1
 OBSERVE_CHAOS = 0x2
+OBSERVE_FAILED = 0x4  # libdetd 0.3 (detd_observe_ex)
+AUDIT_STATUS = {"deterministic": 1, "nondeterministic": 2, "error": 3}
 
 # From error.h (stable ABI values).
 ECONNECT = -1002
 ETIMEDOUT = -1003
 ESTALE = -1007
 EUNAVAILABLE = -1014
+
+
+class _ObserveExtra(ctypes.Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("error", c_char_p),
+        ("audit", c_int),
+        ("differing", ctypes.POINTER(c_char_p)),
+        ("n_differing", c_size_t),
+        ("why", c_char_p),
+    ]
 
 
 class _Identity(ctypes.Structure):
@@ -197,6 +210,10 @@ def _bind(lib):
     lib.detd_report.restype = c_int
     lib.detd_observe.argtypes = [ctypes.c_void_p, P(_Key), c_char_p, c_int, c_int, c_int64]
     lib.detd_observe.restype = c_int
+    if hasattr(lib, "detd_observe_ex"):  # libdetd 0.3
+        lib.detd_observe_ex.argtypes = [ctypes.c_void_p, P(_Key), c_char_p, c_int, c_int, P(_ObserveExtra),
+                                        c_int64]
+        lib.detd_observe_ex.restype = c_int
     if hasattr(lib, "detd_vote"):  # libdetd 0.2
         lib.detd_vote.argtypes = [ctypes.c_void_p, P(_Key), c_char_p, P(_Timing), c_size_t, c_char_p, c_char_p,
                                   c_int64]
@@ -322,11 +339,31 @@ class Client:
         _check(self._lib, "detd_report", rc)
         return _answer(self._lib, p)
 
-    def observe(self, key: Key, config: str, source: int, governed: bool, chaos: bool, timeout_ms: int = 10_000):
+    def observe(self, key: Key, config: str, source: int, governed: bool, chaos: bool, timeout_ms: int = 10_000,
+                failed: Optional[str] = None, audit: Optional[str] = None, differing: Sequence[str] = (),
+                why: Optional[str] = None):
+        """Record the config this process launched for ``key``. ``failed``:
+        the launch raised (the message); ``audit``: the determinism audit's
+        status (``deterministic``, ``nondeterministic``, ``error``) with the
+        ``differing`` arguments; ``why``: why an ungoverned tuner is not
+        governed. These need libdetd 0.3 (``detd_observe_ex``)."""
         ck = _CKey(key)
         flags = (OBSERVE_GOVERNED if governed else 0) | (OBSERVE_CHAOS if chaos else 0)
-        _check(self._lib, "detd_observe",
-               self._lib.detd_observe(self._h, ctypes.byref(ck.s), _b(config), source, flags, timeout_ms))
+        if failed is None and audit is None and (not why or not hasattr(self._lib, "detd_observe_ex")):
+            _check(self._lib, "detd_observe",
+                   self._lib.detd_observe(self._h, ctypes.byref(ck.s), _b(config), source, flags, timeout_ms))
+            return
+        if not hasattr(self._lib, "detd_observe_ex"):
+            raise DetdError("detd_observe_ex", -1, "ENOSYS", "this libdetd has no detd_observe_ex (older than 0.3)")
+        if failed is not None:
+            flags |= OBSERVE_FAILED
+        names = [_b(n) for n in differing]
+        arr = (c_char_p * max(1, len(names)))(*names)
+        ex = _ObserveExtra(ctypes.sizeof(_ObserveExtra), _b(failed or ""), AUDIT_STATUS.get(audit or "", 0),
+                           ctypes.cast(arr, ctypes.POINTER(c_char_p)), len(names), _b(why or ""))
+        _check(self._lib, "detd_observe_ex",
+               self._lib.detd_observe_ex(self._h, ctypes.byref(ck.s), _b(config), source, flags, ctypes.byref(ex),
+                                         timeout_ms))
 
     def vote(self, key: Key, config: str, timings: Sequence[Tuple[str, Sequence[float], bool]],
              triton_version: str, table_key: Optional[str], timeout_ms: int = 10_000):

@@ -32,6 +32,11 @@ argument               variable                meaning
 ``job``                ``DETD_JOB``            free-form job label (default:
                                                the launcher's run id,
                                                :data:`JOB_VARS`)
+``megatron``           ``DETD_MEGATRON``       with ``megatron.core.tuning``
+                                               installed: who governs Triton's
+                                               autotuner, ``detd`` (default)
+                                               or ``megatron`` (detd stands
+                                               down); see :mod:`detd._megatron`
 =====================  ======================  ==============================
 
 Megatron-LM's variables (``megatron.core.tuning``) and their legacy
@@ -95,6 +100,7 @@ class Settings:
     strict: bool = False
     timeout_ms: int = 600_000
     job: Optional[str] = None
+    megatron: str = "detd"
 
     @property
     def governs_anything(self) -> bool:
@@ -313,6 +319,12 @@ def parse(environ: Optional[Mapping[str, str]] = None, **kwargs) -> Settings:
         if isinstance(v, bool) or t <= 0:
             raise _bad("timeout_ms", var, v, "expected a positive integer number of milliseconds")
         out["timeout_ms"] = t
+
+    v, var = get("megatron")
+    if v is not None:
+        out["megatron"], err = _choice("megatron", var, v, ("detd", "megatron"))
+        if err:
+            raise err
 
     if out.get("chaos") and mode != "coordinated":
         raise _bad("chaos", "DETD_CHAOS", "1", f"chaos needs mode coordinated, not {mode}")

@@ -530,6 +530,39 @@ def _patched_bench(self, *args, config, **meta):
     return _original_bench(self, *args, config=config, **meta)
 
 
+def restore_run(module: str) -> bool:
+    """Undo another package's patch of ``Autotuner.run`` (see
+    :mod:`detd._megatron`): when the method in place, or the one detd's
+    patch runs underneath, is a function of ``module`` (e.g.
+    ``megatron.core.tuning.interception``'s ``policy_run``), put back the
+    function it wraps: its ``__wrapped__`` (``functools.wraps``), else its
+    closure's ``original_run``. Returns True when a patch was undone."""
+    global _original_run
+    from triton.runtime import autotuner as at
+
+    def under(f):
+        # Its module as its globals say: functools.wraps copies __module__.
+        if f is None or (getattr(f, "__globals__", None) or {}).get("__name__") != module:
+            return None
+        inner = getattr(f, "__wrapped__", None)
+        code, cells = getattr(f, "__code__", None), getattr(f, "__closure__", None) or ()
+        if inner is None and code is not None:
+            inner = dict(zip(code.co_freevars, (c.cell_contents for c in cells))).get("original_run")
+        return inner if callable(inner) else None
+
+    current = at.Autotuner.run
+    inner = under(current)
+    if inner is not None:
+        at.Autotuner.run = inner
+        return True
+    inner = under(getattr(current, "__detd_original__", None))
+    if inner is not None:  # detd's patch sits on top of it
+        _patched_run.__detd_original__ = inner
+        _original_run = inner
+        return True
+    return False
+
+
 def patch(state, full_run, resolve_direct, bypassed=None) -> bool:
     """Patch ``Autotuner.run``, ``prune_configs`` and ``_bench`` of
     ``triton.runtime.autotuner`` once (idempotent).

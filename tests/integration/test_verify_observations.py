@@ -1,0 +1,211 @@
+"""What observations carry beyond the config, through a real detd and
+detctl: the job label (verify --job), launches that raised (failed), the
+client's determinism audit (warnings), ungoverned autotuners with why,
+autotuner kinds side by side, and ListObservations in pages."""
+import ctypes
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DETCTL, Daemon
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import detd_client as dc  # noqa: E402
+
+CANDS = ["BLOCK=16,num_warps=4", "BLOCK=32,num_warps=4"]
+GOVERNED, FAILED = 0x1, 0x4
+SOURCE_TIMED, SOURCE_LOCAL = 1, 6
+AUDIT_NONDETERMINISTIC, AUDIT_DETERMINISTIC = 2, 1
+
+
+class Extra(ctypes.Structure):
+    """struct detd_observe_extra (client.h)."""
+    _fields_ = [("size", ctypes.c_size_t), ("error", ctypes.c_char_p), ("audit", ctypes.c_int),
+                ("differing", ctypes.POINTER(ctypes.c_char_p)), ("n_differing", ctypes.c_size_t),
+                ("why", ctypes.c_char_p)]
+
+
+class Proc:
+    """One client process's identity (host distinguishes the rows: the store
+    keys an observation by id, host and the pid the daemon sees)."""
+
+    def __init__(self, d, rank, job=b"job-a"):
+        self.lib = dc.load()
+        self.lib.detd_observe_ex.argtypes = [ctypes.c_void_p, ctypes.POINTER(dc.Key), ctypes.c_char_p, ctypes.c_int,
+                                             ctypes.c_int, ctypes.POINTER(Extra), ctypes.c_int64]
+        self.lib.detd_observe_ex.restype = ctypes.c_int
+        self.ident = dc.Identity(f"node-{rank}-{job.decode()}".encode(), rank, rank, 4, b"Test GPU", b"sm90", 132,
+                                 job)
+        self.h = ctypes.c_void_p()
+        assert self.lib.detd_client_open(d.socket.encode(), ctypes.byref(self.ident), ctypes.byref(self.h)) == 0
+        self.arr = (ctypes.c_char_p * len(CANDS))(*[c.encode() for c in CANDS])
+
+    def key(self, kernel, k):
+        return dc.Key(None, b"sm90", kernel.encode(), k.encode(), self.arr, len(CANDS), None)
+
+    def observe(self, kernel, k, config, flags=GOVERNED, source=SOURCE_TIMED, error=None, audit=0, differing=(),
+                why=None):
+        key = self.key(kernel, k)
+        names = (ctypes.c_char_p * max(1, len(differing)))(*[n.encode() for n in differing])
+        ex = Extra(ctypes.sizeof(Extra), error.encode() if error else None, audit,
+                   ctypes.cast(names, ctypes.POINTER(ctypes.c_char_p)), len(differing),
+                   why.encode() if why else None)
+        return self.lib.detd_observe_ex(self.h, ctypes.byref(key), config.encode(), source, flags, ctypes.byref(ex),
+                                        30000)
+
+    def close(self):
+        self.lib.detd_client_close(self.h)
+
+
+def detctl(d, *args):
+    env = dict(os.environ)
+    env.pop("DETD_NAMESPACE", None)
+    return subprocess.run([str(DETCTL), "--socket", d.socket, *map(str, args)], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def verify_json(d, *args):
+    r = detctl(d, "verify", "--json", *args)
+    assert r.stdout.strip(), r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+@pytest.fixture
+def d(tmpdir_short):
+    dd = Daemon(tmpdir_short).start()
+    yield dd
+    dd.stop()
+
+
+def test_verify_job_selects_the_job_and_an_unknown_job_checks_nothing(d):
+    # job-a agrees; job-b diverges on the same key.
+    for rank in (0, 1):
+        p = Proc(d, rank, b"job-a")
+        assert p.observe("m:k@1", "[i:1]", CANDS[0]) == 0
+        p.close()
+    for rank, cfg in ((0, CANDS[0]), (1, CANDS[1])):
+        p = Proc(d, rank, b"job-b")
+        assert p.observe("m:k@1", "[i:1]", cfg) == 0
+        p.close()
+    rc, doc = verify_json(d, "--job", "job-a")
+    assert rc == 0 and doc["observations"] == 2 and doc["keys_checked"] == 1, doc
+    assert {c["job"] for u in doc["keys"][0]["uses"] for c in u["clients"]} == {"job-a"}
+    rc, doc = verify_json(d, "--job", "job-b")
+    assert rc == 1 and [f["kind"] for f in doc["failures"]] == ["divergence"], doc["failures"]
+    rc, doc = verify_json(d, "--job", "no-such-job")
+    assert rc == 1 and doc["keys_checked"] == 0 and doc["failures"][0]["kind"] == "empty", doc
+    assert "no-such-job" in doc["failures"][0]["message"]
+    assert detctl(d, "verify", "--job", "no-such-job", "--allow-empty").returncode == 0
+    # The daemon stored the label with each row.
+    rows = sqlite3.connect(os.path.join(d.state, "detd.sqlite")).execute(
+        "SELECT DISTINCT job FROM observations ORDER BY job").fetchall()
+    assert rows == [("job-a",), ("job-b",)]
+
+
+def test_a_failed_launch_fails_verify_and_is_listed_per_key(d):
+    p0, p1 = Proc(d, 0), Proc(d, 1)
+    assert p0.observe("m:k@1", "[i:1]", CANDS[0]) == 0
+    assert p1.observe("m:k@1", "[i:1]", CANDS[0]) == 0
+    assert detctl(d, "verify").returncode == 0
+    # rank 1's launch raised; a later plain observation keeps it failed.
+    assert p1.observe("m:k@1", "[i:1]", CANDS[0], flags=GOVERNED | FAILED,
+                      error="OutOfResources: shared memory 232448 > 227328") == 0
+    assert p1.observe("m:k@1", "[i:1]", CANDS[0]) == 0
+    # rank 0 raised before any config was chosen on another key.
+    assert p0.observe("m:k@1", "[i:2]", "", flags=GOVERNED | FAILED, error="MissError: no decision") == 0
+    r = detctl(d, "verify")
+    assert r.returncode == 1, r.stdout
+    assert "FAILED m:k@1 [i:1] [sm90]" in r.stdout and "OutOfResources: shared memory" in r.stdout, r.stdout
+    assert "FAILED m:k@1 [i:2] [sm90]" in r.stdout and "MissError: no decision" in r.stdout, r.stdout
+    assert "2 failed launches" in r.stdout
+    rc, doc = verify_json(d)
+    assert rc == 1 and doc["failed_launches"] == 2
+    by_key = {k["key"]: k for k in doc["keys"]}
+    assert [f["kind"] for f in by_key["[i:1]"]["failures"]] == ["failed_launch"]
+    assert "rank 1" in by_key["[i:1]"]["failures"][0]["message"]
+    # A failure before a config was chosen is no divergence (no use of "").
+    assert [u["config"] for u in by_key["[i:2]"]["uses"]] == []
+    assert not doc["divergences"]
+    # Without the flag, config stays required; the error text is capped.
+    assert p0.observe("m:k@1", "[i:3]", "", flags=GOVERNED) != 0
+    assert p0.observe("m:k@1", "[i:3]", "x", flags=GOVERNED | FAILED, error="e" * 1025) != 0
+    p0.close()
+    p1.close()
+
+
+def test_audit_findings_are_listed_as_warnings_naming_kernel_and_arguments(d):
+    p0, p1 = Proc(d, 0), Proc(d, 1)
+    for p in (p0, p1):
+        assert p.observe("mamba:bwd@1", "[i:64]", CANDS[0]) == 0
+        assert p.observe("m:det@1", "[i:64]", CANDS[1]) == 0
+    assert p0.observe("mamba:bwd@1", "[i:64]", CANDS[0], audit=AUDIT_NONDETERMINISTIC,
+                      differing=("dA", "ddt_bias")) == 0
+    assert p0.observe("m:det@1", "[i:64]", CANDS[1], audit=AUDIT_DETERMINISTIC) == 0
+    # A later observation without an audit keeps the stored one.
+    assert p0.observe("mamba:bwd@1", "[i:64]", CANDS[0]) == 0
+    r = detctl(d, "verify")
+    # Outputs the audit names are the allowed exception: a warning, exit 0.
+    assert r.returncode == 0, r.stdout
+    assert "WARN mamba:bwd@1 [i:64] [sm90]" in r.stdout and "arguments dA, ddt_bias differ" in r.stdout, r.stdout
+    assert "1 warning" in r.stdout
+    rc, doc = verify_json(d)
+    assert rc == 0 and len(doc["warnings"]) == 1
+    w = doc["warnings"][0]
+    assert w["kind"] == "nondeterministic" and w["kernel"] == "mamba:bwd@1" and w["differing"] == ["dA", "ddt_bias"]
+    by_kernel = {k["kernel"]: k for k in doc["keys"]}
+    assert by_kernel["mamba:bwd@1"]["audit"]["status"] == "nondeterministic"
+    assert by_kernel["m:det@1"]["audit"]["status"] == "deterministic"
+    # Bad audits are refused, naming the field.
+    assert p0.observe("m:det@1", "[i:64]", CANDS[1], audit=9) != 0
+    assert p0.observe("m:det@1", "[i:64]", CANDS[1], audit=AUDIT_NONDETERMINISTIC, differing=("a\nb",)) != 0
+    assert p0.observe("m:det@1", "[i:64]", CANDS[1], audit=AUDIT_NONDETERMINISTIC,
+                      differing=tuple(f"x{i}" for i in range(65))) != 0
+    p0.close()
+    p1.close()
+
+
+def test_autotuners_side_by_side_and_ungoverned_with_why(d):
+    p = Proc(d, 0)
+    assert p.observe("pkg.mod:rowsum@abc", "[i:1]", CANDS[0]) == 0
+    assert p.observe("inductor::triton_red_fused_sum_0@f00d", "[i:1]", CANDS[0]) == 0
+    assert p.observe("native::gemm_tiles@v1", "[i:1]", CANDS[1]) == 0
+    assert p.observe("gemlite.core:GemLiteTuner.run@1", "[i:8]", "unknown (bypasses Autotuner.run)", flags=0,
+                     source=SOURCE_LOCAL, why="GemLiteTuner overrides run without calling Autotuner.run") == 0
+    r = detctl(d, "verify")
+    assert r.returncode == 0, r.stdout
+    assert "autotuners: triton 2 (1 governed), inductor 1 (1 governed), native 1 (1 governed)" in r.stdout, r.stdout
+    assert ("UNGOVERNED triton gemlite.core:GemLiteTuner.run@1: GemLiteTuner overrides run without calling "
+            "Autotuner.run") in r.stdout, r.stdout
+    rc, doc = verify_json(d)
+    kinds = {t["kernel"]: (t["kind"], t["governed"], t["ungoverned"]) for t in doc["autotuners"]}
+    assert kinds == {"pkg.mod:rowsum@abc": ("triton", True, False),
+                     "inductor::triton_red_fused_sum_0@f00d": ("inductor", True, False),
+                     "native::gemm_tiles@v1": ("native", True, False),
+                     "gemlite.core:GemLiteTuner.run@1": ("triton", False, True)}, kinds
+    assert {k["kernel"]: k["autotuner"] for k in doc["keys"]}["native::gemm_tiles@v1"] == "native"
+    p.close()
+
+
+def test_list_observations_is_paged_under_the_message_cap(d):
+    # 2,600 observations (each with a 600-byte key) would be ~1.9 MB in one
+    # answer, over the 1 MiB message cap: pages of at most 1,000 rows and
+    # 512 KiB (here ~700 rows), followed to the end by detctl.
+    n = 2600
+    p = Proc(d, 0)
+    pad = "x" * 600
+    for i in range(n):
+        assert p.observe("m:many@1", f"[i:{i},s:\"{pad}\"]", CANDS[i % 2]) == 0
+    p.close()
+    rc, doc = verify_json(d)
+    assert rc == 0 and doc["observations"] == n and doc["keys_checked"] == n, (doc["observations"], doc["failures"])
+    assert not [f for f in doc["failures"] if f["kind"] == "truncated"]
+    # Small pages: the same result.
+    rc, small = verify_json(d, "--page-size", 7)
+    assert rc == 0 and small["observations"] == n and len(small["keys"]) == n
+    assert detctl(d, "verify", "--page-size", 0).returncode == 2
+    assert detctl(d, "verify", "--page-size", 1001).returncode == 2

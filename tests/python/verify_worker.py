@@ -1,0 +1,28 @@
+"""One process for test_verify_hook.py: detd.install() from the
+environment, then the launches named in argv[1] (comma-separated) with the
+kernels of pattern_kernels.py; prints one JSON line of what happened."""
+import json
+import sys
+
+import detd
+
+detd.install()
+import pattern_kernels as pk  # noqa: E402  (after install: tuners are governed as users write them)
+import torch  # noqa: E402
+
+out = {}
+for name in sys.argv[1].split(","):
+    try:
+        if name == "allfail":
+            pk.run_allfail(torch.ones(100))
+        elif name == "ok":
+            pk.run_det(pk.spread_values(64))
+        elif name == "atomic":
+            pk.run_atomic(pk.spread_values(64))
+        elif name == "bypass":
+            t = pk.make_subclass_tuner(pk.FirstConfigTuner, pk.scale_bypass, "bypass")
+            pk.run_tuner(t, torch.ones(64))
+        out[name] = "ok"
+    except Exception as e:  # noqa: BLE001 - the test reads what raised
+        out[name] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
