@@ -252,10 +252,11 @@ int main(int argc, char **argv) {
         uint32_t bits;
         memcpy(&bits, &y, sizeof bits);
         printf("RESULT key=%s index=%zu config=%s source=%s timed_here=%d "
-               "n_failed=%zu takeover=%d claims_lost=%u observe_rc=%d "
+               "n_failed=%zu takeover=%d superseded=%d claims_lost=%u "
+               "observe_rc=%d "
                "digest=%08" PRIx32 "\n",
                key, idx, res.config, source_name(res.source), res.timed_here,
-               res.n_failed, res.takeover, res.claims_lost, res.observe_rc,
+               res.n_failed, res.takeover, res.superseded, res.claims_lost, res.observe_rc,
                bits);
         fflush(stdout);
     }
