@@ -131,8 +131,8 @@ static int autotune_check_candidates_(const struct detd_key *k,
 }
 
 /* Check every argument before anything is asked or timed. */
-static int autotune_check_(const detd_client *client,
-                           const struct detd_key *k, detd_launch_cb launch,
+static int autotune_check_(const detd_client *client, const struct detd_key *k,
+                           detd_launch_cb launch,
                            const struct detd_autotune_options *o,
                            const size_t *ret_index,
                            const struct detd_autotune_result *ret_result) {
@@ -159,11 +159,11 @@ static int autotune_check_(const detd_client *client,
     }
     if ((o->flags & ~(DETD_AUTOTUNE_NO_CLAIM | DETD_AUTOTUNE_NO_OBSERVE)) !=
         0) {
-        wire_set_error("opts->flags has unknown bits 0x%x",
-                       (unsigned)o->flags);
+        wire_set_error("opts->flags has unknown bits 0x%x", (unsigned)o->flags);
         return DETD_EINVAL;
     }
-    if (o->reps > DETD_AUTOTUNE_MAX_REPS || o->warmup > DETD_AUTOTUNE_MAX_WARMUP) {
+    if (o->reps > DETD_AUTOTUNE_MAX_REPS ||
+        o->warmup > DETD_AUTOTUNE_MAX_WARMUP) {
         wire_set_error("opts->%s %u exceeds the limit of %d",
                        o->reps > DETD_AUTOTUNE_MAX_REPS ? "reps" : "warmup",
                        o->reps > DETD_AUTOTUNE_MAX_REPS ? o->reps : o->warmup,
@@ -203,8 +203,9 @@ static int autotune_check_(const detd_client *client,
     /* The report carries the candidates twice (the key, the timings) and
      * every sample: it must fit one message. */
     unsigned reps = o->reps != 0 ? o->reps : DETD_AUTOTUNE_DEFAULT_REPS;
-    size_t est = 2 * bytes + klen + strlen(k->kernel) + AUTOTUNE_KEY_OVERHEAD +
-                 k->n_candidates * (AUTOTUNE_TIMING_OVERHEAD + 9 * (size_t)reps);
+    size_t est =
+        2 * bytes + klen + strlen(k->kernel) + AUTOTUNE_KEY_OVERHEAD +
+        k->n_candidates * (AUTOTUNE_TIMING_OVERHEAD + 9 * (size_t)reps);
     if (est > DETD_MAX_MESSAGE_BYTES) {
         wire_set_error("the report of %zu candidates with %u samples each "
                        "would take about %zu bytes, over the message limit "
@@ -258,9 +259,8 @@ static int autotune_time_all_(const struct detd_key *k, detd_launch_cb launch,
                 }
             }
         } else {
-            failed = autotune_cuda_time(cuda, o->stream, launch, launch_user,
-                                        i, cfg, warmup, reps, ms, why,
-                                        sizeof why);
+            failed = autotune_cuda_time(cuda, o->stream, launch, launch_user, i,
+                                        cfg, warmup, reps, ms, why, sizeof why);
         }
         p->timings[i].config = cfg;
         p->timings[i].ms = failed ? NULL : ms;
@@ -373,8 +373,7 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
             continue;
         }
         if (rc < 0) {
-            if (pass.n_failed == k->n_candidates &&
-                autotune_pass_failed_(rc)) {
+            if (pass.n_failed == k->n_candidates && autotune_pass_failed_(rc)) {
                 wire_set_error("every candidate of kernel %.200s key %.200s "
                                "failed in this timing pass (%zu tried; "
                                "reported, so no other process times it); "
@@ -459,8 +458,8 @@ DETD_EXPORT int detd_autotune(detd_client *client, const struct detd_key *key,
     res.size = sizeof res;
     res.index = idx;
     res.config = key->candidates[idx];
-    res.source = a->source != DETD_SOURCE_UNSPECIFIED ? a->source
-                                                      : DETD_SOURCE_TIMED;
+    res.source =
+        a->source != DETD_SOURCE_UNSPECIFIED ? a->source : DETD_SOURCE_TIMED;
     if (!(opts->flags & DETD_AUTOTUNE_NO_OBSERVE)) {
         int64_t t = opts->timeout_ms > 0 && opts->timeout_ms < 10000
                         ? opts->timeout_ms
@@ -481,20 +480,20 @@ out:
 DETD_EXPORT int detd_native_kernel_id(const char *name, const char *guard,
                                       char *buf, size_t size) {
     wire_set_error(NULL);
-    const char *bad = name == NULL    ? "name is NULL"
-                      : guard == NULL ? "guard is NULL"
-                      : buf == NULL   ? "buf is NULL"
-                      : name[0] == '\0'          ? "name is empty"
-                      : guard[0] == '\0'         ? "guard is empty"
-                      : strchr(name, '@') != NULL ? "name contains '@'"
+    const char *bad = name == NULL                 ? "name is NULL"
+                      : guard == NULL              ? "guard is NULL"
+                      : buf == NULL                ? "buf is NULL"
+                      : name[0] == '\0'            ? "name is empty"
+                      : guard[0] == '\0'           ? "guard is empty"
+                      : strchr(name, '@') != NULL  ? "name contains '@'"
                       : strchr(guard, '@') != NULL ? "guard contains '@'"
                                                    : NULL;
     if (bad != NULL) {
         wire_set_error("native kernel id: %s", bad);
         return DETD_EINVAL;
     }
-    size_t need = strlen(DETD_NATIVE_PREFIX) + strlen(name) + 1 +
-                  strlen(guard) + 1;
+    size_t need =
+        strlen(DETD_NATIVE_PREFIX) + strlen(name) + 1 + strlen(guard) + 1;
     if (need > size || need > DETD_MAX_KEY_BYTES + 1) {
         wire_set_error("native kernel id needs %zu bytes, %s %zu", need,
                        need > size ? "buf has" : "over the limit of",

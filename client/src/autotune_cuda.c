@@ -65,12 +65,15 @@ struct autotune_cuda {
 
 /* Runtimes the process may have loaded already, newest first. */
 static const char *const cuda_runtimes_[] = {
-    "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
+    "libcudart.so.13",
+    "libcudart.so.12",
+    "libcudart.so.11.0",
+    "libcudart.so",
 };
 #define CUDA_DRIVER_ "libcuda.so.1"
 
-static const char *cuda_err_(const struct autotune_cuda *c, int err,
-                             char *buf, size_t size) {
+static const char *cuda_err_(const struct autotune_cuda *c, int err, char *buf,
+                             size_t size) {
     const char *n = NULL;
     if (c->kind == CUDA_KIND_DRIVER_ && c->cu_err_name != NULL)
         c->cu_err_name(err, &n);
@@ -107,8 +110,8 @@ static int cuda_bind_(struct autotune_cuda *c) {
         c->ev_sync = (cuda_fn_ev_)dlsym(dl, "cuEventSynchronize");
         c->ev_destroy =
             (cuda_fn_ev_)cuda_sym_(dl, "cuEventDestroy_v2", "cuEventDestroy");
-        c->ev_elapsed = (cuda_fn_elapsed_)cuda_sym_(
-            dl, "cuEventElapsedTime_v2", "cuEventElapsedTime");
+        c->ev_elapsed = (cuda_fn_elapsed_)cuda_sym_(dl, "cuEventElapsedTime_v2",
+                                                    "cuEventElapsedTime");
         c->stream_sync = (cuda_fn_stream_)dlsym(dl, "cuStreamSynchronize");
         missing = c->cu_count == NULL         ? "cuDeviceGetCount"
                   : c->cu_ctx_current == NULL ? "cuCtxGetCurrent"
@@ -141,10 +144,10 @@ static int cuda_bind_(struct autotune_cuda *c) {
         return -ENODEV;
     }
     if (missing == NULL)
-        missing = c->ev_record == NULL    ? "EventRecord"
-                  : c->ev_sync == NULL    ? "EventSynchronize"
-                  : c->ev_destroy == NULL ? "EventDestroy"
-                  : c->ev_elapsed == NULL ? "EventElapsedTime"
+        missing = c->ev_record == NULL     ? "EventRecord"
+                  : c->ev_sync == NULL     ? "EventSynchronize"
+                  : c->ev_destroy == NULL  ? "EventDestroy"
+                  : c->ev_elapsed == NULL  ? "EventElapsedTime"
                   : c->stream_sync == NULL ? "StreamSynchronize"
                                            : NULL;
     if (missing != NULL) {
@@ -212,12 +215,11 @@ int autotune_cuda_open(struct autotune_cuda **ret) {
     int n = 0;
     err = c->cu_count(&n);
     if (err != 0 || n <= 0) {
-        wire_set_error("no CUDA device: %s in '%s': %s",
-                       c->kind == CUDA_KIND_DRIVER_ ? "cuDeviceGetCount"
-                                                    : "cudaGetDeviceCount",
-                       c->name,
-                       err != 0 ? cuda_err_(c, err, eb, sizeof eb)
-                                : "0 devices");
+        wire_set_error(
+            "no CUDA device: %s in '%s': %s",
+            c->kind == CUDA_KIND_DRIVER_ ? "cuDeviceGetCount"
+                                         : "cudaGetDeviceCount",
+            c->name, err != 0 ? cuda_err_(c, err, eb, sizeof eb) : "0 devices");
         if (c->kind == CUDA_KIND_RUNTIME_ && c->rt_last_error != NULL)
             c->rt_last_error(); /* leave no error pending */
         rc = -ENODEV;

@@ -87,9 +87,8 @@ int main(int argc, char **argv) {
         cands[i] = rowsum_variant_config(i);
 
     const char *rank_env = getenv("RANK");
-    struct detd_identity id = {.rank = rank_env ? atoi(rank_env) : -1,
-                               .local_rank = -1,
-                               .arch = arch};
+    struct detd_identity id = {
+        .rank = rank_env ? atoi(rank_env) : -1, .local_rank = -1, .arch = arch};
     detd_client *client = NULL;
     rc = detd_client_open(NULL, &id, &client);
     if (rc < 0)
@@ -140,14 +139,15 @@ int main(int argc, char **argv) {
             cudaDeviceSynchronize();
             cudaMemcpy(hy, dy, (size_t)j.rows * sizeof(float),
                        cudaMemcpyDeviceToHost);
-            fprintf(out,
-                    "{\"kernel\": \"%s\", \"key\": \"%s\", \"index\": %zu, "
-                    "\"config\": \"%s\", \"timed_here\": %d, \"n_failed\": "
-                    "%zu, \"takeover\": %d, \"launch_rc\": %d, \"digest\": "
-                    "\"%016llx\"}\n",
-                    kernel, key, idx, res.config, res.timed_here, res.n_failed,
-                    res.takeover, lrc,
-                    (unsigned long long)fnv1a(hy, (size_t)j.rows * sizeof(float)));
+            fprintf(
+                out,
+                "{\"kernel\": \"%s\", \"key\": \"%s\", \"index\": %zu, "
+                "\"config\": \"%s\", \"timed_here\": %d, \"n_failed\": "
+                "%zu, \"takeover\": %d, \"launch_rc\": %d, \"digest\": "
+                "\"%016llx\"}\n",
+                kernel, key, idx, res.config, res.timed_here, res.n_failed,
+                res.takeover, lrc,
+                (unsigned long long)fnv1a(hy, (size_t)j.rows * sizeof(float)));
             fflush(out);
         }
         cudaFree(dx);

@@ -9,8 +9,8 @@
 #include "rowsum.h"
 
 template <int BLOCK, int ITEMS>
-__global__ void rowsum_kernel(const float *__restrict__ x, float *__restrict__ y,
-                              int cols) {
+__global__ void rowsum_kernel(const float *__restrict__ x,
+                              float *__restrict__ y, int cols) {
     __shared__ float part[BLOCK];
     const float *row = x + (size_t)blockIdx.x * cols;
     float acc = 0.0f;

@@ -68,8 +68,8 @@ static int launch(void *user, size_t index, const char *config) {
     (void)config;
     if (d->fail[index])
         return 7; /* as a launch that could not start */
-    d->out = rowsum(d->data, sizeof d->data / sizeof *d->data,
-                    d->blocks[index]);
+    d->out =
+        rowsum(d->data, sizeof d->data / sizeof *d->data, d->blocks[index]);
     return 0;
 }
 
@@ -128,7 +128,8 @@ int main(int argc, char **argv) {
     static struct drv d;
     const char *sock = NULL, *kernel = NULL, *log = NULL, *prefix = "n=";
     const char *arch = "cpu", *timer_kind = "cpu";
-    char blocks_arg[512] = "64,128,256,512", ms_arg[512] = "", fail_arg[512] = "";
+    char blocks_arg[512] = "64,128,256,512", ms_arg[512] = "",
+         fail_arg[512] = "";
     int keys = 1, raw = 0;
     struct detd_autotune_options o;
     detd_autotune_options_init(&o);
@@ -247,8 +248,7 @@ int main(int argc, char **argv) {
             status = 3;
             continue;
         }
-        float y = rowsum(d.data, sizeof d.data / sizeof *d.data,
-                         d.blocks[idx]);
+        float y = rowsum(d.data, sizeof d.data / sizeof *d.data, d.blocks[idx]);
         uint32_t bits;
         memcpy(&bits, &y, sizeof bits);
         printf("RESULT key=%s index=%zu config=%s source=%s timed_here=%d "
@@ -256,8 +256,8 @@ int main(int argc, char **argv) {
                "observe_rc=%d "
                "digest=%08" PRIx32 "\n",
                key, idx, res.config, source_name(res.source), res.timed_here,
-               res.n_failed, res.takeover, res.superseded, res.claims_lost, res.observe_rc,
-               bits);
+               res.n_failed, res.takeover, res.superseded, res.claims_lost,
+               res.observe_rc, bits);
         fflush(stdout);
     }
     detd_client_close(c);

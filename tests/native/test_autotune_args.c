@@ -169,8 +169,8 @@ TEST(key_kernel_and_options) {
     expect(&f, DETD_ELIMIT, "key->key exceeds 4096 bytes");
     free(big);
     f.k.key = "n=1";
-    const char *bad[] = {"mod:fn@guard", "native::", "native::@v1",
-                         "native::rowsum", "native::rowsum@", "native::a@b@c",
+    const char *bad[] = {"mod:fn@guard",     "native::",        "native::@v1",
+                         "native::rowsum",   "native::rowsum@", "native::a@b@c",
                          "Native::rowsum@v1"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         f.k.kernel = bad[i];
@@ -207,8 +207,9 @@ TEST(no_gpu_without_a_timer) {
     fx_init(&f);
     f.o.timer = NULL;
     setenv("DETD_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
-    expect(&f, -ENODEV, "cannot load $DETD_CUDA_LIBRARY "
-                        "'/nonexistent/libcuda.so.1'");
+    expect(&f, -ENODEV,
+           "cannot load $DETD_CUDA_LIBRARY "
+           "'/nonexistent/libcuda.so.1'");
     CHECK(strstr(detd_client_last_error(), "options.timer") != NULL);
     /* A library that is no CUDA at all. */
     setenv("DETD_CUDA_LIBRARY", "libm.so.6", 1);
@@ -228,8 +229,8 @@ TEST(no_gpu_without_a_timer) {
 
 TEST(native_kernel_id) {
     char buf[64];
-    CHECK_EQ_INT(detd_native_kernel_id("mylib::rowsum", "3f2a", buf, sizeof buf),
-                 0);
+    CHECK_EQ_INT(
+        detd_native_kernel_id("mylib::rowsum", "3f2a", buf, sizeof buf), 0);
     CHECK_STR(buf, "native::mylib::rowsum@3f2a");
     CHECK_EQ_INT(detd_native_kernel_id("a@b", "v", buf, sizeof buf),
                  DETD_EINVAL);
@@ -243,4 +244,6 @@ TEST(native_kernel_id) {
     CHECK(strstr(detd_client_last_error(), "buf has 10") != NULL);
 }
 
-int main(int argc, char **argv) { return runner_main(argc, argv); }
+int main(int argc, char **argv) {
+    return runner_main(argc, argv);
+}

@@ -102,10 +102,9 @@ typedef int (*detd_launch_cb)(void *launch_user, size_t index,
  * the candidate failed. A sample that is negative, NaN or infinite also
  * makes the candidate fail.
  */
-typedef int (*detd_timer_cb)(void *timer_user, size_t index,
-                             const char *config, detd_launch_cb launch,
-                             void *launch_user, unsigned warmup, unsigned reps,
-                             double *ret_ms);
+typedef int (*detd_timer_cb)(void *timer_user, size_t index, const char *config,
+                             detd_launch_cb launch, void *launch_user,
+                             unsigned warmup, unsigned reps, double *ret_ms);
 
 /* Flags for detd_autotune_options.flags. */
 #define DETD_AUTOTUNE_NO_CLAIM 0x1   /* pinned: never time (DETD_ENOTFOUND) */
@@ -141,12 +140,12 @@ void detd_autotune_options_init(struct detd_autotune_options *opts);
  */
 struct detd_autotune_result {
     size_t size;
-    size_t index;       /* the committed candidate */
-    const char *config; /* key->candidates[index] (borrowed from the key) */
-    detd_source source; /* where the decision came from (timed, table...) */
-    int timed_here;     /* this call ran the timing pass */
-    int takeover;       /* ... after the previous timing process left */
-    int superseded;     /* ... and another claim's report decided it */
+    size_t index;         /* the committed candidate */
+    const char *config;   /* key->candidates[index] (borrowed from the key) */
+    detd_source source;   /* where the decision came from (timed, table...) */
+    int timed_here;       /* this call ran the timing pass */
+    int takeover;         /* ... after the previous timing process left */
+    int superseded;       /* ... and another claim's report decided it */
     unsigned claims_lost; /* reports refused as stale: asked again */
     size_t n_failed;      /* candidates that failed in this call's pass */
     uint32_t waited_ms;   /* held while another process timed the key */

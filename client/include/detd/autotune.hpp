@@ -39,8 +39,11 @@ namespace detd {
 class Error : public std::runtime_error {
   public:
     Error(int code, const std::string &what)
-        : std::runtime_error(what), code_(code) {}
-    int code() const noexcept { return code_; }
+        : std::runtime_error(what), code_(code) {
+    }
+    int code() const noexcept {
+        return code_;
+    }
 
   private:
     int code_;
@@ -67,10 +70,14 @@ class Client {
         detail::check(detd_client_open(socket, identity, &c_),
                       "detd_client_open");
     }
-    ~Client() { detd_client_close(c_); }
+    ~Client() {
+        detd_client_close(c_);
+    }
     Client(const Client &) = delete;
     Client &operator=(const Client &) = delete;
-    Client(Client &&o) noexcept : c_(o.c_) { o.c_ = nullptr; }
+    Client(Client &&o) noexcept : c_(o.c_) {
+        o.c_ = nullptr;
+    }
     Client &operator=(Client &&o) noexcept {
         if (this != &o) {
             detd_client_close(c_);
@@ -79,7 +86,9 @@ class Client {
         }
         return *this;
     }
-    detd_client *get() const noexcept { return c_; }
+    detd_client *get() const noexcept {
+        return c_;
+    }
 
   private:
     detd_client *c_ = nullptr;
@@ -87,7 +96,9 @@ class Client {
 
 /* Options (detd_autotune_options, initialized). */
 struct Options {
-    Options() { detd_autotune_options_init(&raw); }
+    Options() {
+        detd_autotune_options_init(&raw);
+    }
     detd_autotune_options raw;
 };
 
@@ -102,8 +113,8 @@ inline std::string cuda_arch() {
 inline std::string native_kernel_id(const std::string &name,
                                     const std::string &guard) {
     std::vector<char> buf(name.size() + guard.size() + 16);
-    detail::check(detd_native_kernel_id(name.c_str(), guard.c_str(),
-                                        buf.data(), buf.size()),
+    detail::check(detd_native_kernel_id(name.c_str(), guard.c_str(), buf.data(),
+                                        buf.size()),
                   "detd_native_kernel_id");
     return buf.data();
 }
@@ -163,7 +174,9 @@ class Autotuner {
             ptrs_.push_back(c.c_str());
     }
 
-    Options &options() noexcept { return options_; }
+    Options &options() noexcept {
+        return options_;
+    }
     const std::vector<std::string> &candidates() const noexcept {
         return candidates_;
     }
@@ -187,8 +200,8 @@ class Autotuner {
         k.key = key.c_str();
         k.candidates = ptrs_.data();
         k.n_candidates = ptrs_.size();
-        size_t i = autotune(client_, k, std::forward<Launch>(launch),
-                            options_, result);
+        size_t i = autotune(client_, k, std::forward<Launch>(launch), options_,
+                            result);
         std::lock_guard<std::mutex> g(mu_);
         known_.emplace(key, i);
         return i;

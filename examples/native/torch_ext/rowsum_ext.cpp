@@ -40,8 +40,7 @@ detd::Autotuner &tuner(const std::string &kernel_id) {
     return *t;
 }
 
-std::tuple<torch::Tensor, int64_t, bool> rowsum(torch::Tensor x,
-                                                int64_t stream,
+std::tuple<torch::Tensor, int64_t, bool> rowsum(torch::Tensor x, int64_t stream,
                                                 const std::string &kernel_id) {
     TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat32 &&
                     x.dim() == 2 && x.is_contiguous(),
@@ -55,10 +54,13 @@ std::tuple<torch::Tensor, int64_t, bool> rowsum(torch::Tensor x,
                             ",cols=" + std::to_string(cols) + ",dtype=float32";
     detd_autotune_result res{};
     res.size = sizeof res;
-    size_t i = t.choose(key, [&](size_t index, const std::string &) {
-        return rowsum_launch((int)index, x.data_ptr<float>(),
-                             y.data_ptr<float>(), rows, cols, s) == 0;
-    }, &res);
+    size_t i = t.choose(
+        key,
+        [&](size_t index, const std::string &) {
+            return rowsum_launch((int)index, x.data_ptr<float>(),
+                                 y.data_ptr<float>(), rows, cols, s) == 0;
+        },
+        &res);
     int rc = rowsum_launch((int)i, x.data_ptr<float>(), y.data_ptr<float>(),
                            rows, cols, s);
     TORCH_CHECK(rc == 0, "rowsum: launch of ", t.candidates()[i],
@@ -69,7 +71,7 @@ std::tuple<torch::Tensor, int64_t, bool> rowsum(torch::Tensor x,
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.def("rowsum", &rowsum, "rowsum with the variant detd chose",
-          py::arg("x"), py::arg("stream"), py::arg("kernel_id"));
+    m.def("rowsum", &rowsum, "rowsum with the variant detd chose", py::arg("x"),
+          py::arg("stream"), py::arg("kernel_id"));
     m.def("variants", &variants);
 }
