@@ -76,7 +76,8 @@ extern "C" {
 #define DETD_AUTOTUNE_MAX_REPS 1024         /* timed launches per candidate */
 #define DETD_AUTOTUNE_MAX_WARMUP 1024       /* untimed launches */
 
-/* Defaults for a zero warmup / reps / timeout_ms in the options. */
+/* The defaults detd_autotune_options_init() sets; a zero reps or
+ * timeout_ms means the default too. */
 #define DETD_AUTOTUNE_DEFAULT_WARMUP 3
 #define DETD_AUTOTUNE_DEFAULT_REPS 20
 #define DETD_AUTOTUNE_DEFAULT_TIMEOUT_MS 600000
@@ -116,7 +117,7 @@ typedef int (*detd_timer_cb)(void *timer_user, size_t index, const char *config,
  */
 struct detd_autotune_options {
     size_t size;     /* sizeof(struct detd_autotune_options) of the caller */
-    unsigned warmup; /* untimed launches per candidate (0: default) */
+    unsigned warmup; /* untimed launches per candidate (0: none) */
     unsigned reps;   /* timed launches (samples) per candidate (0: default) */
     /* Budget for asking, waiting for another process's pass and reporting
      * (this process's own timing pass not counted); <= 0: default. */
