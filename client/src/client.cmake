@@ -11,13 +11,16 @@ target_compile_options(detd_wire PRIVATE -fvisibility=hidden)
 # libdetd.so.0: only the detd_* API is exported (the version script also
 # hides the protobuf-c code linked in from detd_proto).
 add_library(detd SHARED ${CMAKE_CURRENT_SOURCE_DIR}/src/client.c
-                        ${CMAKE_CURRENT_SOURCE_DIR}/src/session.c)
+                        ${CMAKE_CURRENT_SOURCE_DIR}/src/session.c
+                        ${CMAKE_CURRENT_SOURCE_DIR}/src/autotune.c
+                        ${CMAKE_CURRENT_SOURCE_DIR}/src/autotune_cuda.c)
 target_include_directories(detd
   PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
          $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
   PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+# CUDA is opened at run time (autotune_cuda.c): no link-time dependency.
 target_link_libraries(detd PRIVATE detd_wire detd_proto detd_common
-                      PkgConfig::GRPC Threads::Threads)
+                      PkgConfig::GRPC Threads::Threads ${CMAKE_DL_LIBS} m)
 target_compile_options(detd PRIVATE -fvisibility=hidden)
 target_link_options(detd PRIVATE
   -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/src/libdetd.map)
@@ -46,6 +49,8 @@ install(TARGETS detd
 install(TARGETS detctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/include/detd/client.h
               ${CMAKE_CURRENT_SOURCE_DIR}/include/detd/error.h
+              ${CMAKE_CURRENT_SOURCE_DIR}/include/detd/autotune.h
+              ${CMAKE_CURRENT_SOURCE_DIR}/include/detd/autotune.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/detd)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/detd.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
