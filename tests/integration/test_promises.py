@@ -304,9 +304,21 @@ def healthz(port):
         return None, b""
 
 
-def open_unfinished_call(path, method):
-    """An HTTP/2 connection with one gRPC call whose request never ends:
-    the server has to wait for it (up to its grace) when it shuts down."""
+def status_calls_answered(port):
+    """Status calls given their reply (the latency histogram's count)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith('detd_request_duration_seconds_count{method="Status"}'):
+                return int(float(line.split()[-1]))
+    return 0
+
+
+def open_unread_reply(path, method, body):
+    """An HTTP/2 connection with one whole gRPC call whose reply cannot be
+    delivered: the client announces a flow-control window of 0 bytes and
+    never opens it, so the reply's DATA stays queued in the server. A
+    reply given but not yet delivered is what a shutdown waits for (up to
+    its grace)."""
     def hp(name, value):  # HPACK literal without indexing, new name
         return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
 
@@ -315,12 +327,16 @@ def open_unfinished_call(path, method):
              + hp(b"te", b"trailers"))
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(path)
-    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+    # SETTINGS: INITIAL_WINDOW_SIZE (0x4) = 0
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x06\x04\x00\x00\x00\x00\x00"
+              + struct.pack(">HI", 4, 0))
     s.settimeout(10)
     s.recv(65536)  # the server's SETTINGS
     s.sendall(b"\x00\x00\x00\x04\x01\x00\x00\x00\x00")  # SETTINGS ack
-    # HEADERS, END_HEADERS only (no END_STREAM): the request body never comes.
     s.sendall(struct.pack(">I", len(block))[1:] + b"\x01\x04" + struct.pack(">I", 1) + block)
+    msg = b"\x00" + struct.pack(">I", len(body)) + body
+    # DATA, END_STREAM: the whole request
+    s.sendall(struct.pack(">I", len(msg))[1:] + b"\x00\x01" + struct.pack(">I", 1) + msg)
     return s
 
 
@@ -338,7 +354,10 @@ def test_healthz_is_503_while_draining(tmpdir_short):
         waiter = d.client("--keys", 1, "--rank", 1, out=tmpdir_short / "w.json",
                           env=dict(os.environ, DETD_RECONNECT_MS="500"))
         poll("a waiter", lambda: d.status()["waiters"] == 1)
-        held = open_unfinished_call(d.socket, "/detd.v1.Decider/Decide")
+        # A Status call (api_version 1) whose reply cannot be delivered
+        # keeps the drain going for its grace: long enough to see it.
+        held = open_unread_reply(d.socket, "/detd.v1.Admin/Status", b"\x08\x01")
+        poll("the Status call answered", lambda: status_calls_answered(port) >= 1)
         mark = d.log_size()
         d.proc.send_signal(signal.SIGTERM)
         d.wait_log("SIGTERM: draining", after=mark)
