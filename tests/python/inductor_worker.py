@@ -46,6 +46,9 @@ import detd  # noqa: E402
 
 detd.install()
 import torch  # noqa: E402
+
+if os.environ.get("DETD_TEST_TORCH_VERSION"):  # the refusal test: a release detd does not cover
+    torch.__version__ = os.environ["DETD_TEST_TORCH_VERSION"]
 import torch.utils._triton as _tu  # noqa: E402
 
 _tu.triton_hash_with_backend = lambda: "cpu-interpreter"
@@ -150,6 +153,7 @@ except Exception as e:  # noqa: BLE001 - reported, judged by the test
 result["bench_calls"] = counts["bench"]
 result["select_passes"] = counts["select"]
 result["autotuners"] = detd.autotuners()
+result["patched"] = th.CachingAutotuner.autotune_to_one_config.__module__ == "detd._inductor"
 result["settings"] = {k: getattr(ic, k, None) for k in ("autotune_local_cache", "autotune_remote_cache",
                                                         "fx_graph_cache", "benchmark_epilogue_fusion")}
 with open(OUT, "w") as f:

@@ -555,8 +555,8 @@ def _observe_local(kernel, name, key, cands, config, timed=None):
     """An ungoverned choice: listed and observed as Inductor's own."""
     if not _hook._state.active:
         return
-    _finish(kernel, name, key, cands, Outcome(config, _native.SOURCE_LOCAL, timed_here=timed is not None,
-                                              timings=timed, governed=False))
+    _finish(kernel, name, key, cands, Outcome(config, _native.SOURCE_LOCAL, timed_here=bool(timed),
+                                              governed=False))
 
 
 def _cheapest_config(by_string: Dict[str, Any]) -> Callable[[Sequence[str]], str]:
@@ -613,8 +613,8 @@ def _patched_a2o(self, *args, **kwargs):
         live.setdefault(_triton.config_string(launcher.config), launcher)
     cands = tuple(live)
     if not governed(name):
-        _orig["a2o"](self, *args, **kwargs)
-        _observe_local(kernel, name, key, cands, _triton.config_string(self.launchers[0].config))
+        _orig["a2o"](self, *args, **kwargs)  # Inductor times on its own
+        _observe_local(kernel, name, key, cands, _triton.config_string(self.launchers[0].config), timed=True)
         return None
     local_best = []
 
@@ -680,12 +680,18 @@ def coordesc_space(tuner, start) -> Optional[Dict[str, Any]]:
 
 def _patched_coordesc(self, launcher, *args, **kwargs):
     name, kernel = tuner_identity(self)
-    if not governed(name) or not _coordesc_eligible(self):
+    if not _coordesc_eligible(self):
         return _orig["coordesc"](self, launcher, *args, **kwargs)
     start = launcher.config
     start_s = _triton.config_string(start)
     key = tuner_key(self, "coordesc", start_s)
     space = coordesc_space(self, start)
+    if not governed(name):
+        winner = _orig["coordesc"](self, launcher, *args, **kwargs)  # Inductor times on its own
+        won = _triton.config_string(winner.config)
+        cands = tuple(space) if space is not None and won in space else tuple(dict.fromkeys((start_s, won)))
+        _observe_local(kernel, name, key, cands, won, timed=True)
+        return winner
     if space is None:
         _hook._warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has more "
                          f"than {MAX_CANDIDATES} configs: not searched, the committed config {start_s} is kept")
@@ -728,7 +734,7 @@ def _patched_check_cache(configs, filename, inductor_meta):
 
 def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     name = PREFIX + str(op)
-    if benchmark is None or not governed(name) or len(choices) == 0:
+    if benchmark is None or len(choices) == 0 or not _hook._state.active:
         return _orig["lookup"](self, choices, op, inputs, benchmark, hint_override)
     live: Dict[str, Any] = {}
     for c in choices:
@@ -745,6 +751,19 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
 
     key = _canon.key_string(("select", str(inputs), hint_override, torch.get_float32_matmul_precision(),
                              *_versions()))
+
+    if not governed(name):
+        ran = []
+
+        def counted(cs):
+            ran.append(1)
+            return benchmark(cs)
+
+        timings = _orig["lookup"](self, choices, op, inputs, counted, hint_override)  # Inductor's own
+        if timings:
+            best = min(timings, key=timings.get)
+            _observe_local(kernel, name, key, cands, choice_string(best), timed=True if ran else None)
+        return timings
 
     def time_pass():
         timings = benchmark(list(live.values()))  # Inductor's own (self.autotune)
