@@ -42,6 +42,8 @@ import time
 OUT, MODEL = sys.argv[1], sys.argv[2]
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+if os.environ.get("DETD_TEST_IMPORT_FIRST") == "1":  # Inductor imported before install()
+    import torch._inductor.select_algorithm  # noqa: E402,F401
 import detd  # noqa: E402
 
 detd.install()

@@ -23,12 +23,14 @@ from conftest import HERE, require_module
 N = 3
 
 
-def _workers(daemon, tmp_path, model, n, tag, env=None):
+def _workers(daemon, tmp_path, model, n, tag, env=None, cache=None):
+    """n worker processes at once; each has its own Inductor cache folder
+    unless ``cache`` names one for all."""
     procs = []
     for i in range(n):
         out = tmp_path / f"{tag}{i}.json"
         e = daemon.env(RANK=i, LOCAL_RANK=i, WORLD_SIZE=n, **(env or {}))
-        e["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / f"inductor-{tag}{i}")
+        e["TORCHINDUCTOR_CACHE_DIR"] = str(cache or tmp_path / f"inductor-{tag}{i}")
         p = subprocess.Popen([sys.executable, os.path.join(HERE, "inductor_worker.py"), str(out), model], env=e,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append((p, out))
@@ -155,7 +157,8 @@ def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
 
 
 def test_auto_mode_lists_inductor_ungoverned(daemon, tmp_path, torch_ok):
-    (r,) = _workers(daemon, tmp_path, "fused", 1, "u", env={"DETD_MODE": "auto"})
+    # Inductor imported before detd.install(): patched at install.
+    (r,) = _workers(daemon, tmp_path, "fused", 1, "u", env={"DETD_MODE": "auto", "DETD_TEST_IMPORT_FIRST": "1"})
     assert r["ran"] and r["close"]
     keys = _keys(r, governed=False)
     assert keys and all(e["source"] == "local" for e in keys.values())
@@ -164,6 +167,23 @@ def test_auto_mode_lists_inductor_ungoverned(daemon, tmp_path, torch_ok):
     assert r["bench_calls"] > 0  # Inductor timed on its own
     p = daemon.detctl("decisions", "--json")
     assert "inductor::" not in p.stdout
+
+
+def test_inductor_caches_do_not_bypass_the_decision(daemon, tmp_path, torch_ok):
+    """An ungoverned run fills Inductor's caches (its FX graph cache and
+    the local autotune cache of the selection's timings); a governed
+    process with the same cache folder still asks the daemon."""
+    cache = tmp_path / "shared-cache"
+    (warm,) = _workers(daemon, tmp_path, "gemm", 1, "w", env={"DETD_MODE": "auto"}, cache=cache)
+    assert warm["select_passes"] == 1 and warm["settings"]["fx_graph_cache"] is True
+    assert any(cache.rglob("*")), "the ungoverned run left no cache"
+    (r,) = _workers(daemon, tmp_path, "gemm", 1, "x", cache=cache)
+    sel = {k: e for k, e in _keys(r).items() if k[0].startswith("inductor::mm@")}
+    assert len(sel) == 1 and next(iter(sel.values()))["source"] == "timed"
+    assert r["select_passes"] == 1
+    (again,) = _workers(daemon, tmp_path, "gemm", 1, "y", cache=cache)
+    assert again["select_passes"] == 0
+    assert _keys(again)[next(iter(sel))]["config"] == next(iter(sel.values()))["config"]
 
 
 def test_unsupported_torch_is_refused(daemon, tmp_path, torch_ok):
@@ -205,3 +225,19 @@ def test_refusal_and_strings():
     assert a.startswith("extern:mm@") and a != b
     t = _inductor.choice_string(TritonTemplateCaller())
     assert t.startswith("triton_mm:BLOCK_K=16,BLOCK_M=32, num_warps=4@") and "\n" not in t
+
+
+def test_gpu_script_summary():
+    """The GPU proof's table logic (tests/gpu/run_inductor.py) on made-up
+    process results: disagreements, timing passes, identical losses."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
+    import run_inductor
+
+    def proc(choice, timed, losses):
+        return dict(choices={"k1 key": choice, "k2 key": "B"}, timed=timed, losses=losses, grads=["g"],
+                    step_ms=[1.0, 2.0, 3.0], compile_s=5.0)
+
+    s = run_inductor.summarize([proc("A", ["k1 key"], ["1"]), proc("A", [], ["1"]), proc("C", ["k2 key"], ["2"])])
+    assert s["keys"] == 2 and s["disagree"] == 1 and s["timing_passes"] == 2
+    assert s["timed"]["k1 key"] == 1 and not s["losses_identical"] and s["grads_identical"]
+    assert s["step_ms"] == 2.0

@@ -281,6 +281,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         run = loader.exec_module
 
         class _Loader(importlib.abc.Loader):
+            def __getattr__(self, attr):  # get_source, get_filename, ...: the real loader's
+                return getattr(loader, attr)
+
             def create_module(self, sp):
                 return loader.create_module(sp)
 
