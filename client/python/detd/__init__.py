@@ -147,7 +147,7 @@ def autotuners() -> List[dict]:
     out.extend(_inductor.records())
     st = _inductor.status()
     if st["status"] != "not loaded":
-        out.append(dict(kind="inductor", kernel="inductor::*", name="torch.compile (Inductor)",
+        out.append(dict(kind="inductor", kernel="inductor::*", name="inductor::*",
                         governed=st["status"] == "governed", why=st["why"], status=st["status"],
                         torch=st["torch"], candidates=[], keys=[]))
     return out

@@ -92,7 +92,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.abc
-import importlib.util
 import itertools
 import math
 import sys
@@ -712,7 +711,13 @@ def _patched_coordesc(self, launcher, *args, **kwargs):
         found["launcher"] = winner
         by_hash = {triton_config_to_hashable(c): s for s, c in space.items()}
         measured = self.coordesc_tuner.cached_benchmark_results
-        return _rows((by_hash[h], t) for h, t in measured.items() if h in by_hash)
+        rows = _rows((by_hash[h], t) for h, t in measured.items() if h in by_hash)
+        if not rows:
+            # The descent declined to time anything (a release's own rule):
+            # its answer, the start config, is what it would launch.
+            won = _triton.config_string(winner.config)
+            rows = [(won if won in space else start_s, [0.0], False)]
+        return rows
 
     with _key_lock(kernel, key):
         out = decide(kernel, name, key, tuple(space), time_pass, lambda cands: start_s)
