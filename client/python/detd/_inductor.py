@@ -17,7 +17,8 @@ decision per key, made by one timing pass in the whole job:
     descent can reach from its start (the committed ``configs`` choice):
     the product, over the tuner's tunable fields present in the start
     config, of the values ``CoordescTuner.get_neighbour_values`` reaches
-    along that axis, filtered by ``is_valid_config``. The designated
+    along that axis (stage counts: six steps either way), filtered by
+    ``is_valid_config``. The designated
     process runs Inductor's own descent and reports every config it timed;
     the daemon commits the fastest of those (its usual rule), and every
     process compiles and launches that config. A space larger than
@@ -188,12 +189,18 @@ def _governing() -> bool:
 
 
 def _apply_settings():
-    """Cache options off while governing (see the module docstring)."""
-    if not _governing():
-        _st.status = "ungoverned" if _st.patched else _st.status
-        if _st.patched:
-            _st.why = f"mode {_hook._state.settings.mode}"
+    """Cache options off while governing (see the module docstring); as
+    soon as Inductor's config module is imported, before any compile can
+    read a cache, unless this torch release is refused."""
+    if _st.status == "refused":
         return
+    settings = _hook._state.settings
+    if not (_hook._state.active and settings.mode in ("pinned", "coordinated")):
+        if _st.patched:
+            _st.status, _st.why = "ungoverned", f"mode {settings.mode}"
+        return
+    if refusal(torch_version()) is not None:
+        return  # refused with its warning once the runtime module is imported
     cfg = sys.modules.get(_CONFIG)
     if cfg is not None:
         for name in CACHE_OPTIONS:
@@ -204,8 +211,8 @@ def _apply_settings():
     aot = sys.modules.get(_AOT_CONFIG)
     if aot is not None and hasattr(aot, "enable_autograd_cache"):
         aot.enable_autograd_cache = False
-    _st.status = "governed"
-    _st.why = f"mode {_hook._state.settings.mode}"
+    if _st.patched:
+        _st.status, _st.why = "governed", f"mode {settings.mode}"
 
 
 # Inductor's modules whose import finished (sys.modules holds a module
@@ -249,12 +256,23 @@ def _patch_select():
         if "lookup" not in _orig:
             why = refusal(_st.torch or torch_version(), None, sel)
             if why is not None:
+                _unpatch()
                 _st.status, _st.why = "refused", why
                 _hook._warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
                 return
             cls = sel.AlgorithmSelectorCache
             _orig["lookup"] = cls.lookup
             cls.lookup = _patched_lookup
+
+
+def _unpatch():
+    """Inductor's own methods back (a release refused half-way)."""
+    heur = sys.modules.get(_HEURISTICS)
+    if heur is not None and _st.patched:
+        heur.CachingAutotuner.autotune_to_one_config = _orig.pop("a2o")
+        heur.CachingAutotuner.coordinate_descent_tuning = _orig.pop("coordesc")
+        heur.check_autotune_cache = _orig.pop("check_cache")
+    _st.patched = False
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -302,8 +320,7 @@ def _on_import():
     try:
         _try_patch()
         _patch_select()
-        if _st.patched:
-            _apply_settings()
+        _apply_settings()
     except Exception as e:  # noqa: BLE001 - never break the user's import of torch
         _st.status, _st.why = "refused", f"patching Inductor failed: {type(e).__name__}: {e}"
         _hook._warn_once("inductor-patch", f"detd: {_st.why}")
@@ -658,7 +675,11 @@ def coordesc_space(tuner, start) -> Optional[Dict[str, Any]]:
         v = cdt.get_field(start, field)
         if v is None:
             continue
-        reach = ct.get_neighbour_values(field, v, radius=64, include_self=True)
+        # Block sizes and warps double or halve until out of bounds; stage
+        # counts step by one with no upper bound: six steps either way
+        # (a config the descent reaches beyond is not reported).
+        radius = 6 if field.lower() == "num_stages" else 64
+        reach = ct.get_neighbour_values(field, v, radius=radius, include_self=True)
         axes.append(field)
         values.append(sorted(set(reach)))
     total = 1
