@@ -37,8 +37,8 @@ Identities (readable in ``detctl decisions``)
     kernel ``inductor::<name>@<guard>``: ``name`` is Inductor's kernel name
     (``triton_red_fused_sum_0``) or the operation of a selection (``mm``,
     ``addmm``); ``guard`` is 16 hex digits of SHA-256 over the kernel's
-    Triton source (``configs``, ``coordesc``) or over the sorted hash keys
-    of the choices (``select``). A double colon never occurs in a Triton
+    Triton source (``configs``, ``coordesc``) or over the sorted candidate
+    strings of the choices (``select``). A double colon never occurs in a Triton
     kernel's ``module:qualname``. The key is type-tagged (see
     :mod:`detd._canon`): the stage, the heuristic type, the size hints
     (sorted), the start config (``coordesc``) or the input layouts and
@@ -50,12 +50,14 @@ Identities (readable in ``detctl decisions``)
 
 Candidate strings
     A config: :func:`detd._triton.config_string` (``XBLOCK=64,num_warps=4``
-    ...). A choice: ``extern:<name>@<digest>`` or
-    ``<kind>:<description>@<digest>``, ``kind`` being the template family
-    from the choice's hash key (``triton_mm``), ``description`` Inductor's
-    (its ``, `` turned into ``,``), ``digest`` 12 hex digits of SHA-256 over
-    the choice's ``hash_key()`` (which holds the template's code hash):
-    two choices Inductor would treat differently never share a string.
+    ...). A choice: ``extern:<name>@<digest>`` (``digest``: 12 hex digits
+    of SHA-256 over its ``hash_key()``, which names the ATen kernel and its
+    arguments), or ``<family>:<description>`` for a template (``family``
+    from its hash key, ``triton_mm``; ``description`` Inductor's, every
+    parameter of the config, its ``, `` turned into ``,``). A template's
+    hash key is not used: it holds the hash of the generated module, whose
+    source names the device index, so ranks on different GPUs would differ.
+    A choice with no description: ``<type>:<family>@<digest>``.
 
 Inductor's own caches
     Governed (``coordinated`` or ``pinned`` mode), ``install()`` sets
@@ -400,17 +402,23 @@ def choice_string(choice) -> str:
     except Exception:  # noqa: BLE001 - a choice without one: its str()
         hk = str(choice)
     kind = type(choice).__name__
+    desc = str(getattr(choice, "description", "") or "").replace(", ", ",")
     if kind == "ExternKernelCaller":
         inner = getattr(choice, "choice", None)
         label = "extern:" + str(getattr(inner, "name", None) or hk.split("-", 1)[0])
+        digest = _digest(hk)
+    elif desc:
+        # A template's hash key holds the hash of its generated module,
+        # whose source names the device index: ranks on different GPUs
+        # would differ. Its family and description (every parameter of
+        # the config) identify it within one selection.
+        label, digest = f"{hk.split('-', 1)[0] if '-' in hk else kind}:{desc}", None
     else:
-        family = hk.split("-", 1)[0] if "-" in hk else kind
-        desc = str(getattr(choice, "description", "") or "").replace(", ", ",")
-        label = f"{family}:{desc}" if desc else family
+        label, digest = f"{kind}:{hk.split('-', 1)[0]}", _digest(hk)
     label = " ".join(label.split())  # no newline, one space
     if len(label) > 900:
         label = label[:880] + "~" + _digest(label, 16)
-    return f"{label}@{_digest(hk)}"
+    return f"{label}@{digest}" if digest else label
 
 
 # ---------------------------------------------------------------- records
@@ -769,13 +777,7 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     for c in choices:
         live.setdefault(choice_string(c), c)
     cands = tuple(live)
-    hashes = []
-    for c in choices:
-        try:
-            hashes.append(str(c.hash_key()))
-        except Exception:  # noqa: BLE001
-            hashes.append(str(c))
-    kernel = _canon.kernel_identity(name, _canon.code_guard("choices", "\n".join(sorted(hashes))))
+    kernel = _canon.kernel_identity(name, _canon.code_guard("choices", "\n".join(sorted(cands))))
     import torch
 
     key = _canon.key_string(("select", str(inputs), hint_override, torch.get_float32_matmul_precision(),
