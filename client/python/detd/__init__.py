@@ -1,4 +1,4 @@
-"""detd: identical Triton kernel-config choices on every rank.
+"""detd: identical Triton (and torch.compile) kernel-config choices on every rank.
 
 Quick start::
 
@@ -91,6 +91,9 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
             return s
         _hook.patch()
         _hook.configure(s)
+        from . import _inductor
+
+        _inductor.install()  # torch.compile's autotuners: now, or when Inductor is imported
     return s
 
 
@@ -109,26 +112,54 @@ def settings() -> Settings:
     return _policy.parse()
 
 
+def _kind(kernel: str) -> str:
+    if kernel.startswith("inductor::"):
+        return "inductor"
+    if kernel.startswith("native::"):
+        return "native"
+    return "triton"
+
+
 def autotuners() -> List[dict]:
-    """Every autotuner this process reached through ``Autotuner.run``:
-    ``kernel`` (identity), ``name``, ``governed``, ``why``, ``candidates``
-    and ``keys``: one dict per key with ``key``, ``config`` (the one
-    launched), ``source`` (timed, table, override, fallback, local, ...),
-    ``governed``, ``chaos``, ``timed_here``, ``candidates`` (the canonical
-    strings of the configs Triton would benchmark for that key: after the
-    tuner's own pruning) and, when timed here, ``timings`` (ms per
-    candidate) and ``failed`` (candidate -> why, for those that failed);
-    ``launch_failed`` (the error's first line) when a launch of the key
-    raised (also sent to the daemon, so ``detctl verify`` fails);
-    with the audit on, ``audit`` (see :func:`audit`), and per kernel
-    ``nondeterministic``: the arguments that differed under a fixed config.
+    """Every autotuner this process reached, governed or not, one dict
+    each: ``kind`` (``triton``, ``inductor`` or ``native``, from the
+    kernel id: ``inductor::<name>@<guard>`` and ``native::...`` are the
+    non-Triton ones), ``kernel`` (identity), ``name``, ``governed``,
+    ``why``, ``candidates`` and ``keys``: one dict per key with ``key``,
+    ``config`` (the one launched), ``source`` (timed, table, override,
+    fallback, local, ...), ``governed``, ``chaos``, ``timed_here``,
+    ``candidates`` (the canonical strings of the configs the tuner would
+    benchmark for that key: after its own pruning) and, when timed here,
+    ``timings`` (ms per candidate) and ``failed`` (candidate -> why, for
+    those that failed); ``launch_failed`` (the error's first line) when a
+    launch of the key raised (also sent to the daemon, so ``detctl
+    verify`` fails); with the audit on, ``audit`` (see :func:`audit`), and
+    per kernel ``nondeterministic``: the arguments that differed under a
+    fixed config.
+
+    Triton autotuners are those reached through ``Autotuner.run``;
     ``Autotuner`` subclasses whose own ``run`` never calls
     ``Autotuner.run`` are listed with ``governed`` False and the reason in
-    ``why``.  Kernels that never reach an ``Autotuner`` (``torch.compile``'s
-    Inductor autotuner, direct ``fn.run`` calls) are not seen."""
-    from . import _hook
+    ``why``; direct ``fn.run`` calls are not seen. Inductor's
+    (``torch.compile``: ``CachingAutotuner`` config benchmarking and
+    coordinate descent, max-autotune's algorithm selection; see
+    :mod:`detd._inductor`) are listed per kernel and key, and once
+    ``torch._inductor`` is imported one more entry, ``kernel``
+    ``inductor::*``, says whether Inductor is governed: ``status``
+    (``governed``, ``ungoverned``, ``refused``), ``why`` (for a refused
+    torch release, which one and the releases supported) and ``torch``."""
+    from . import _hook, _inductor
 
-    return _hook.records()
+    out = _hook.records()
+    for r in out:
+        r.setdefault("kind", _kind(r.get("kernel", "")))
+    out.extend(_inductor.records())
+    st = _inductor.status()
+    if st["status"] != "not loaded":
+        out.append(dict(kind="inductor", kernel="inductor::*", name="inductor::*",
+                        governed=st["status"] == "governed", why=st["why"], status=st["status"],
+                        torch=st["torch"], candidates=[], keys=[]))
+    return out
 
 
 def audit(enable: bool = True, replays: Optional[int] = None, contention: Optional[bool] = None) -> List[dict]:

@@ -1,0 +1,810 @@
+"""The Inductor adapter: ``torch.compile``'s autotuners ask detd.
+
+Inductor chooses by timing in three places, and each becomes one detd
+decision per key, made by one timing pass in the whole job:
+
+``configs``
+    ``CachingAutotuner.autotune_to_one_config`` (runtime, first launch of
+    a pointwise, reduction or template kernel with several configs): the
+    candidates are the canonical strings of its launchers' configs (what
+    Inductor would benchmark, after its own precompile dropped the configs
+    that do not compile). The designated process times them with
+    Inductor's own ``benchmark_all_configs``; every process then keeps the
+    launcher of the committed config.
+``coordesc``
+    ``CachingAutotuner.coordinate_descent_tuning`` (with
+    ``coordinate_descent_tuning`` on): the candidates are every config the
+    descent can reach from its start (the committed ``configs`` choice):
+    the product, over the tuner's tunable fields present in the start
+    config, of the values ``CoordescTuner.get_neighbour_values`` reaches
+    along that axis (stage counts: six steps either way), filtered by
+    ``is_valid_config``. The designated
+    process runs Inductor's own descent and reports every config it timed;
+    the daemon commits the fastest of those (its usual rule), and every
+    process compiles and launches that config. A space larger than
+    ``DETD_MAX_CANDIDATES`` (1024) is not searched at all: the start config
+    is kept, on every process alike, with a warning.
+``select``
+    ``AlgorithmSelectorCache.lookup`` (compile time, max-autotune: GEMM,
+    convolution and other template choices): the candidates are the
+    canonical strings of the ``ChoiceCaller`` objects; the designated
+    process benchmarks them with the function Inductor passed in (its own
+    ``autotune``); every process gets timings in which the committed choice
+    is 1.0 and every other +inf, so Inductor's own pick (the minimum) is
+    the committed choice.
+
+Identities (readable in ``detctl decisions``)
+    kernel ``inductor::<name>@<guard>``: ``name`` is Inductor's kernel name
+    (``triton_red_fused_sum_0``) or the operation of a selection (``mm``,
+    ``addmm``); ``guard`` is 16 hex digits of SHA-256 over the kernel's
+    Triton source (``configs``, ``coordesc``) or over the sorted candidate
+    strings of the choices (``select``). A double colon never occurs in a Triton
+    kernel's ``module:qualname``. The key is type-tagged (see
+    :mod:`detd._canon`): the stage, the heuristic type, the size hints
+    (sorted), the start config (``coordesc``) or the input layouts and
+    float32 matmul precision (``select``), then ``torch <version>`` and
+    ``triton <version>``. The device arch is the key's ``arch`` field.
+    Nothing in them depends on the process, the device index or a cache
+    path, so every rank and every rerun of the same code meets the same
+    keys.
+
+Candidate strings
+    A config: :func:`detd._triton.config_string` (``XBLOCK=64,num_warps=4``
+    ...). A choice: ``extern:<name>@<digest>`` (``digest``: 12 hex digits
+    of SHA-256 over its ``hash_key()``, which names the ATen kernel and its
+    arguments), or ``<family>:<description>`` for a template (``family``
+    from its hash key, ``triton_mm``; ``description`` Inductor's, every
+    parameter of the config, its ``, `` turned into ``,``). A template's
+    hash key is not used: it holds the hash of the generated module, whose
+    source names the device index, so ranks on different GPUs would differ.
+    A choice with no description: ``<type>:<family>@<digest>``.
+
+Inductor's own caches
+    Governed (``coordinated`` or ``pinned`` mode), ``install()`` sets
+    ``autotune_local_cache``, ``autotune_remote_cache``,
+    ``bundled_autotune_remote_cache``, ``fx_graph_cache``,
+    ``fx_graph_remote_cache`` and ``benchmark_epilogue_fusion`` of
+    ``torch._inductor.config`` to False, and ``enable_autograd_cache`` of
+    ``torch._functorch.config`` too: a best config read from Inductor's
+    autotune caches (local file, remote, bundled), or a compiled graph read
+    from its FX graph cache with the choices of an earlier ungoverned run
+    baked in, would bypass the decision; a fusion decided by timing
+    (``benchmark_epilogue_fusion``) is a timing choice detd does not
+    govern, so Inductor's heuristic decides it instead. In this process
+    ``check_autotune_cache`` also runs with ``force_disable_caches`` for
+    as long as detd governs. Setting those options back after
+    ``install()`` re-enables the caches. Recompiling each run costs
+    compile time, never a different choice.
+
+Releases
+    torch 2.11 to 2.13 (the versions tested: 2.11 with Triton 3.6 on the
+    GPU, 2.13 in the CPU interpreter). Any other release, or one lacking a
+    patched method, is refused: a warning, ``detd.autotuners()`` lists the
+    Inductor entry with ``status`` ``refused`` and the reason, and Inductor
+    autotunes exactly as without detd.
+
+The patches are made when ``torch._inductor`` is imported (at once, when
+it already was at ``install()``): ``python -m detd.run`` installs before
+the script imports torch. This module and :mod:`detd._triton` are the only
+ones reading attributes of Triton's or Inductor's objects; the decision
+flow reuses :mod:`detd._hook`'s daemon handle, settings and errors.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.abc
+import itertools
+import math
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import _canon, _hook, _native, _triton
+
+# Releases whose patched methods were tested (major, minor), inclusive.
+SUPPORTED = ((2, 11), (2, 13))
+PREFIX = "inductor::"
+# detd/client.h: DETD_MAX_CANDIDATES.
+MAX_CANDIDATES = 1024
+# The value every process reads for the committed choice of a selection.
+_CHOSEN_MS = 1.0
+
+_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+_SELECT = "torch._inductor.select_algorithm"
+_CONFIG = "torch._inductor.config"
+_AOT_CONFIG = "torch._functorch.config"
+
+# Set False while detd governs; the names Inductor reads them by.
+CACHE_OPTIONS = ("autotune_local_cache", "autotune_remote_cache", "bundled_autotune_remote_cache",
+                 "fx_graph_cache", "fx_graph_remote_cache", "benchmark_epilogue_fusion")
+
+
+class _Status:
+    def __init__(self):
+        self.status = "not loaded"   # governed, ungoverned, refused, not loaded
+        self.why = "torch._inductor not imported"
+        self.torch = None
+        self.patched = False
+        self.lock = threading.RLock()
+        self.records: Dict[str, dict] = {}
+        self.key_locks: Dict[Tuple[str, str], threading.Lock] = {}
+
+
+_st = _Status()
+_orig: Dict[str, Any] = {}
+
+
+# ---------------------------------------------------------------- versions
+
+def torch_version() -> str:
+    mod = sys.modules.get("torch")
+    return str(getattr(mod, "__version__", "")) if mod is not None else ""
+
+
+def _parse(v: str) -> Optional[Tuple[int, int]]:
+    try:
+        major, minor = v.split("+", 1)[0].split(".")[:2]
+        return int(major), int(minor)
+    except (ValueError, IndexError):
+        return None
+
+
+def refusal(version: str, heuristics=None, select=None) -> Optional[str]:
+    """Why this torch release is not governed, or None when it is."""
+    mm = _parse(version)
+    lo, hi = SUPPORTED
+    if mm is None or not lo <= mm <= hi:
+        return (f"torch {version or '?'} is not supported (detd governs Inductor of torch "
+                f"{lo[0]}.{lo[1]} to {hi[0]}.{hi[1]})")
+    need = []
+    if heuristics is not None:
+        cls = getattr(heuristics, "CachingAutotuner", None)
+        for m in ("autotune_to_one_config", "benchmark_all_configs", "coordinate_descent_tuning",
+                  "_precompile_config"):
+            if cls is None or not hasattr(cls, m):
+                need.append(f"CachingAutotuner.{m}")
+        if not hasattr(heuristics, "check_autotune_cache"):
+            need.append("check_autotune_cache")
+    if select is not None:
+        cls = getattr(select, "AlgorithmSelectorCache", None)
+        if cls is None or not hasattr(cls, "lookup"):
+            need.append("AlgorithmSelectorCache.lookup")
+    if need:
+        return f"torch {version}: Inductor lacks {', '.join(need)}"
+    return None
+
+
+def status() -> dict:
+    """The Inductor entry of ``detd.autotuners()``'s status: ``status``
+    (governed, ungoverned, refused, not loaded), ``why`` and ``torch``."""
+    return dict(status=_st.status, why=_st.why, torch=_st.torch)
+
+
+# ---------------------------------------------------------------- install
+
+def _governing() -> bool:
+    s = _hook._state.settings
+    return _hook._state.active and _st.patched and s.mode in ("pinned", "coordinated")
+
+
+def _apply_settings():
+    """Cache options off while governing (see the module docstring); as
+    soon as Inductor's config module is imported, before any compile can
+    read a cache, unless this torch release is refused."""
+    if _st.status == "refused":
+        return
+    settings = _hook._state.settings
+    if not (_hook._state.active and settings.mode in ("pinned", "coordinated")):
+        if _st.patched:
+            _st.status, _st.why = "ungoverned", f"mode {settings.mode}"
+        return
+    if refusal(torch_version()) is not None:
+        return  # refused with its warning once the runtime module is imported
+    cfg = sys.modules.get(_CONFIG)
+    if cfg is not None:
+        for name in CACHE_OPTIONS:
+            if hasattr(cfg, name):
+                setattr(cfg, name, False)
+        if hasattr(cfg, "pipeline_max_autotune_gemm"):  # bypasses lookup()
+            cfg.pipeline_max_autotune_gemm = False
+    aot = sys.modules.get(_AOT_CONFIG)
+    if aot is not None and hasattr(aot, "enable_autograd_cache"):
+        aot.enable_autograd_cache = False
+    if _st.patched:
+        _st.status, _st.why = "governed", f"mode {settings.mode}"
+
+
+# Inductor's modules whose import finished (sys.modules holds a module
+# while it is still being executed: select_algorithm imports
+# triton_heuristics half-way through its own import).
+_loaded = set()
+
+
+def _try_patch():
+    """Patch the runtime autotuner once its module is imported; refuse
+    unsupported releases."""
+    heur = sys.modules.get(_HEURISTICS) if _HEURISTICS in _loaded else None
+    if heur is None or _st.patched or _st.status == "refused":
+        return
+    with _st.lock:
+        if _st.patched or _st.status == "refused":
+            return
+        _st.torch = torch_version()
+        why = refusal(_st.torch, heur)
+        if why is not None:
+            _st.status, _st.why = "refused", why
+            _hook._warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
+            return
+        cls = heur.CachingAutotuner
+        _orig["a2o"] = cls.autotune_to_one_config
+        _orig["coordesc"] = cls.coordinate_descent_tuning
+        _orig["check_cache"] = heur.check_autotune_cache
+        cls.autotune_to_one_config = _patched_a2o
+        cls.coordinate_descent_tuning = _patched_coordesc
+        heur.check_autotune_cache = _patched_check_cache
+        _st.patched = True
+    _patch_select()
+    _apply_settings()
+
+
+def _patch_select():
+    sel = sys.modules.get(_SELECT) if _SELECT in _loaded else None
+    if sel is None or "lookup" in _orig or not _st.patched:
+        return
+    with _st.lock:
+        if "lookup" not in _orig:
+            why = refusal(_st.torch or torch_version(), None, sel)
+            if why is not None:
+                _unpatch()
+                _st.status, _st.why = "refused", why
+                _hook._warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
+                return
+            cls = sel.AlgorithmSelectorCache
+            _orig["lookup"] = cls.lookup
+            cls.lookup = _patched_lookup
+
+
+def _unpatch():
+    """Inductor's own methods back (a release refused half-way)."""
+    heur = sys.modules.get(_HEURISTICS)
+    if heur is not None and _st.patched:
+        heur.CachingAutotuner.autotune_to_one_config = _orig.pop("a2o")
+        heur.CachingAutotuner.coordinate_descent_tuning = _orig.pop("coordesc")
+        heur.check_autotune_cache = _orig.pop("check_cache")
+    _st.patched = False
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs the patch when one of Inductor's modules finishes importing."""
+
+    WATCH = (_HEURISTICS, _SELECT, _CONFIG, _AOT_CONFIG)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.WATCH:
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        class _Loader(importlib.abc.Loader):
+            def __getattr__(self, attr):  # get_source, get_filename, ...: the real loader's
+                return getattr(loader, attr)
+
+            def create_module(self, sp):
+                return loader.create_module(sp)
+
+            def exec_module(self, module):
+                run(module)
+                _loaded.add(name)
+                _on_import()
+
+        spec.loader = _Loader()
+        return spec
+
+
+_finder = _AfterImport()
+
+
+def _on_import():
+    try:
+        _try_patch()
+        _patch_select()
+        _apply_settings()
+    except Exception as e:  # noqa: BLE001 - never break the user's import of torch
+        _st.status, _st.why = "refused", f"patching Inductor failed: {type(e).__name__}: {e}"
+        _hook._warn_once("inductor-patch", f"detd: {_st.why}")
+
+
+def install():
+    """Called by ``detd.install()`` (after the settings are in force):
+    patch Inductor now when it is imported, else when it will be."""
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+    for name in _AfterImport.WATCH:  # imported before install(): complete by now
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(getattr(mod, "__spec__", None), "_initializing", False) is False:
+            _loaded.add(name)
+    if _HEURISTICS in _loaded:
+        _on_import()
+    elif "torch" in sys.modules:
+        _st.torch = torch_version()
+    _apply_settings()
+
+
+# ---------------------------------------------------------------- strings
+
+def _kernel_source(fn) -> str:
+    """The Triton source of an Inductor kernel: the JIT function's ``src``,
+    or under the interpreter the source of the Python function."""
+    src = getattr(fn, "src", None)
+    if isinstance(src, str) and src:
+        return src
+    import inspect
+    import textwrap
+
+    inner = getattr(fn, "fn", None)
+    try:
+        text = textwrap.dedent(inspect.getsource(inner))
+    except (OSError, TypeError):
+        code = getattr(inner, "__code__", None)
+        return code.co_code.hex() if code is not None else repr(fn)
+    at = text.find("def ")
+    return text[at:] if at >= 0 else text
+
+
+def _versions() -> Tuple[str, str]:
+    return "torch " + (_st.torch or torch_version()), "triton " + _triton.version()
+
+
+def _hints(size_hints) -> tuple:
+    if isinstance(size_hints, dict):
+        return tuple(sorted((str(k), v) for k, v in size_hints.items()))
+    if size_hints is None:
+        return ()
+    return tuple(size_hints)
+
+
+def tuner_identity(tuner) -> Tuple[str, str]:
+    """(name, kernel id) of a CachingAutotuner (module docstring)."""
+    meta = tuner.inductor_meta or {}
+    base = str(meta.get("kernel_name") or getattr(tuner.fn, "__name__", "kernel"))
+    name = PREFIX + base
+    guard = _canon.code_guard("source", _kernel_source(tuner.fn))
+    return name, _canon.kernel_identity(name, guard)
+
+
+def tuner_key(tuner, stage: str, *extra) -> str:
+    heuristic = getattr(tuner.heuristic_type, "name", str(tuner.heuristic_type)).lower()
+    return _canon.key_string((stage, heuristic, _hints(tuner.size_hints), *extra, *_versions()))
+
+
+def _digest(text: str, n: int = 12) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+
+
+def choice_string(choice) -> str:
+    """The canonical string of a ``ChoiceCaller`` (module docstring)."""
+    try:
+        hk = str(choice.hash_key())
+    except Exception:  # noqa: BLE001 - a choice without one: its str()
+        hk = str(choice)
+    kind = type(choice).__name__
+    desc = str(getattr(choice, "description", "") or "").replace(", ", ",")
+    if kind == "ExternKernelCaller":
+        inner = getattr(choice, "choice", None)
+        label = "extern:" + str(getattr(inner, "name", None) or hk.split("-", 1)[0])
+        digest = _digest(hk)
+    elif desc:
+        # A template's hash key holds the hash of its generated module,
+        # whose source names the device index: ranks on different GPUs
+        # would differ. Its family and description (every parameter of
+        # the config) identify it within one selection.
+        label, digest = f"{hk.split('-', 1)[0] if '-' in hk else kind}:{desc}", None
+    else:
+        label, digest = f"{kind}:{hk.split('-', 1)[0]}", _digest(hk)
+    label = " ".join(label.split())  # no newline, one space
+    if len(label) > 900:
+        label = label[:880] + "~" + _digest(label, 16)
+    return f"{label}@{digest}" if digest else label
+
+
+# ---------------------------------------------------------------- records
+
+def _record(kernel: str, name: str, candidates, key: str, entry: dict):
+    with _st.lock:
+        rec = _st.records.get(kernel)
+        if rec is None:
+            rec = dict(kernel=kernel, name=name, kind="inductor", governed=entry["governed"],
+                       why=_st.why if entry["governed"] else "not governed", candidates=list(candidates), keys={})
+            _st.records[kernel] = rec
+        rec["governed"] = entry["governed"]
+        rec["keys"][key] = dict(entry, key=key)
+
+
+def records() -> List[dict]:
+    """One dict per Inductor autotuner reached (detd.autotuners() form)."""
+    with _st.lock:
+        out = []
+        for rec in _st.records.values():
+            r = dict(rec)
+            r["keys"] = [dict(v) for v in rec["keys"].values()]
+            out.append(r)
+        return out
+
+
+def _key_lock(kernel: str, key: str) -> threading.Lock:
+    with _st.lock:
+        lk = _st.key_locks.get((kernel, key))
+        if lk is None:
+            lk = _st.key_locks[(kernel, key)] = threading.Lock()
+        return lk
+
+
+# ---------------------------------------------------------------- the flow
+
+class Outcome:
+    __slots__ = ("config", "source", "timed_here", "timings", "note", "governed")
+
+    def __init__(self, config, source, timed_here=False, timings=None, note=None, governed=True):
+        self.config, self.source, self.timed_here = config, source, timed_here
+        self.timings, self.note, self.governed = timings, note, governed
+
+
+def governed(name: str) -> bool:
+    return _governing() and _hook._state.settings.is_governed(name)
+
+
+def _rows(pairs) -> List[Tuple[str, List[float], bool]]:
+    rows, seen = [], set()
+    for s, t in pairs:
+        if s in seen:
+            continue
+        seen.add(s)
+        try:
+            ms = float(t)
+        except (TypeError, ValueError):
+            ms = float("inf")
+        rows.append((s, [ms], not math.isfinite(ms)))
+    return rows
+
+
+def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
+           time_pass: Callable[[], List[Tuple[str, List[float], bool]]],
+           cheapest: Callable[[Sequence[str]], str]) -> Outcome:
+    """Resolve one governed key: override, a single candidate, or the
+    daemon (decided, or designated: ``time_pass()`` gives the report rows,
+    each a candidate string with its timings), then ``on_miss``. Observed
+    once and recorded; raises MissError or PassFailedError as the Triton
+    hook does."""
+    settings = _hook._state.settings
+    cands = tuple(candidates)
+    dkey = _native.Key(settings.namespace, _hook._identity()["arch"], kernel, key, cands)
+    out: Optional[Outcome] = None
+    override = settings.override_for(name, kernel)
+    if override is not None and override in cands:
+        out = Outcome(override, _native.SOURCE_OVERRIDE)
+    elif len(cands) == 1:
+        out = Outcome(cands[0], _native.SOURCE_LOCAL, note="one candidate")
+    reason = f"override {override!r} matches no candidate" if override is not None and out is None else None
+    if out is None and reason is None:
+        deadline = time.monotonic() + settings.timeout_ms / 1000.0
+        rows, timings = None, None
+        for _attempt in range(_hook._MAX_ASKS):
+            left = int((deadline - time.monotonic()) * 1000)
+            if left <= 0:
+                reason = f"no decision within timeout_ms={settings.timeout_ms}"
+                break
+            try:
+                ans = _hook.client().decide(dkey, settings.mode == "pinned", left)
+            except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+                reason = f"daemon request failed: {e}"
+                break
+            if ans.outcome == _native.OUTCOME_DECIDED:
+                if ans.config in cands:
+                    out = Outcome(ans.config, ans.source or _native.SOURCE_TIMED, timed_here=rows is not None,
+                                  timings=timings)
+                else:
+                    reason = f"the daemon's config {ans.config!r} matches no candidate"
+                break
+            if ans.outcome != _native.OUTCOME_DESIGNATED:
+                reason = {_native.OUTCOME_MISS: "no decision stored and none in the tables",
+                          _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
+                              ans.outcome, f"unexpected outcome {ans.outcome}")
+                break
+            if rows is None:
+                t0 = time.monotonic()
+                rows = [r for r in time_pass() if r[0] in cands]
+                deadline += time.monotonic() - t0
+                timings = {s: ms[0] if len(ms) == 1 else ms for s, ms, _ in rows}
+                if not rows or all(f for _, _, f in rows):
+                    rows = rows or [(cands[0], [float("inf")], True)]
+            try:
+                rep = _hook.client().report(ans.claim_id, dkey, rows, _triton.version(),
+                                            max(1, int((deadline - time.monotonic()) * 1000)))
+            except _native.DetdError as e:
+                if e.code == _native.ESTALE:
+                    continue  # the claim moved on: ask again
+                if _hook._pass_failed(e):
+                    raise _hook.PassFailedError(kernel, key, str(e)) from e
+                reason = f"report failed: {e}"
+                break
+            if rep.config in cands:
+                out = Outcome(rep.config, rep.source or _native.SOURCE_TIMED, timed_here=True, timings=timings)
+            else:
+                reason = f"the daemon's config {rep.config!r} matches no candidate"
+            break
+        if out is None and reason is not None and _hook._NOCAND_TEXT in reason:
+            raise _hook.PassFailedError(kernel, key, reason)
+    if out is None:
+        policy = settings.on_miss
+        if policy == "error":
+            _record(kernel, name, cands, key, dict(config=None, source="miss", governed=True, timed_here=False,
+                                                   note=reason, candidates=list(cands)))
+            raise _hook.MissError(kernel, key, reason or "no answer")
+        chosen = cands[0] if policy == "first" else cheapest(cands)
+        _hook._warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
+                         f"using on_miss={policy}")
+        out = Outcome(chosen, _native.SOURCE_FALLBACK, note=f"{reason}; on_miss={policy}")
+    _finish(kernel, name, key, cands, out)
+    return out
+
+
+def _finish(kernel, name, key, cands, out: Outcome):
+    entry = dict(config=out.config, source=_native.SOURCE_NAMES.get(out.source, str(out.source)),
+                 governed=out.governed, chaos=False, timed_here=out.timed_here, candidates=list(cands))
+    if out.timings is not None:
+        entry["timings"] = out.timings
+    if out.note:
+        entry["note"] = out.note
+    _record(kernel, name, cands, key, entry)
+    try:
+        settings = _hook._state.settings
+        dkey = _native.Key(settings.namespace, _hook._identity()["arch"], kernel, key, tuple(cands))
+        _hook.client().observe(dkey, out.config, out.source, out.governed, False)
+    except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+        _hook._warn_once("observe", f"detd: cannot record observations: {e}")
+
+
+def _observe_local(kernel, name, key, cands, config, timed=None):
+    """An ungoverned choice: listed and observed as Inductor's own."""
+    if not _hook._state.active:
+        return
+    _finish(kernel, name, key, cands, Outcome(config, _native.SOURCE_LOCAL, timed_here=bool(timed),
+                                              governed=False))
+
+
+def _cheapest_config(by_string: Dict[str, Any]) -> Callable[[Sequence[str]], str]:
+    return lambda cands: min(cands, key=lambda s: _triton.config_cost(by_string[s]))
+
+
+# ---------------------------------------------------------------- CachingAutotuner
+
+def _finalize_launcher(tuner, chosen):
+    """Keep ``chosen`` as the tuner's one launcher, as Inductor's
+    ``autotune_to_one_config`` does after its own pick."""
+    release = getattr(tuner, "_release_static_launchers_except", None)
+    if release is not None:
+        release(chosen)
+    tuner.launchers = [chosen]
+    prune = getattr(tuner, "_prune_compile_results_to_launcher", None)
+    if prune is not None:
+        prune(chosen)
+    _put_winner(chosen)
+
+
+def _put_winner(launcher):
+    h = getattr(launcher, "cache_hash", None)
+    if h is None:
+        return
+    try:
+        from torch._inductor.triton_bundler import TritonBundler
+
+        TritonBundler.put_winner(h)
+    except (ImportError, AttributeError):
+        pass
+
+
+def _compile_launcher(tuner, config):
+    """A launcher for ``config`` (Inductor's own compile path, as its
+    coordinate descent builds one)."""
+    ensure = getattr(tuner, "_ensure_kernel_loaded", None)
+    if ensure is not None:
+        ensure()
+    with tuner.lock:
+        result = tuner._precompile_config(config)
+        launcher = result.make_launcher()
+    results = getattr(tuner, "compile_results", None)
+    if isinstance(results, list):
+        tuner.compile_results = [result]
+    return launcher
+
+
+def _patched_a2o(self, *args, **kwargs):
+    name, kernel = tuner_identity(self)
+    key = tuner_key(self, "configs")
+    live: Dict[str, Any] = {}
+    for launcher in self.launchers:
+        live.setdefault(_triton.config_string(launcher.config), launcher)
+    cands = tuple(live)
+    if not governed(name):
+        _orig["a2o"](self, *args, **kwargs)  # Inductor times on its own
+        _observe_local(kernel, name, key, cands, _triton.config_string(self.launchers[0].config), timed=True)
+        return None
+    local_best = []
+
+    def time_pass():
+        timings = self.benchmark_all_configs(*args, **kwargs)  # Inductor's own benchmarking
+        if timings:
+            local_best.append(min(timings, key=timings.get))
+        return _rows((_triton.config_string(l.config), t) for l, t in timings.items())
+
+    with _key_lock(kernel, key):
+        out = decide(kernel, name, key, cands, time_pass,
+                     _cheapest_config({s: l.config for s, l in live.items()}))
+    chosen = live[out.config]
+    if local_best and local_best[0] is not chosen and getattr(chosen, "_is_static", False):
+        # Inductor closes the losers of its own pass; the committed config
+        # may be one of them here: build its launcher again.
+        chosen = _compile_launcher(self, chosen.config)
+    _finalize_launcher(self, chosen)
+    return None
+
+
+def _coordesc_eligible(tuner) -> bool:
+    flag = getattr(type(tuner), "_should_coordesc_tune", None)
+    if flag is not None:
+        return bool(tuner._should_coordesc_tune)
+    names = {"TEMPLATE", "USER_AUTOTUNE", "FIXED"}
+    return getattr(tuner.heuristic_type, "name", "") not in names
+
+
+def coordesc_space(tuner, start) -> Optional[Dict[str, Any]]:
+    """Every config the coordinate descent can reach from ``start``, by
+    canonical string (module docstring), or None when there are more
+    than :data:`MAX_CANDIDATES`."""
+    from torch._inductor.runtime import coordinate_descent_tuner as cdt
+
+    ct = tuner.coordesc_tuner
+    axes, values = [], []
+    for field in ct.tunable_fields:
+        v = cdt.get_field(start, field)
+        if v is None:
+            continue
+        # Block sizes and warps double or halve until out of bounds; stage
+        # counts step by one with no upper bound: six steps either way
+        # (a config the descent reaches beyond is not reported).
+        radius = 6 if field.lower() == "num_stages" else 64
+        reach = ct.get_neighbour_values(field, v, radius=radius, include_self=True)
+        axes.append(field)
+        values.append(sorted(set(reach)))
+    total = 1
+    for v in values:
+        total *= len(v)
+    if total > 4 * MAX_CANDIDATES:
+        return None
+    out: Dict[str, Any] = {}
+    valid = getattr(ct, "is_valid_config", None)
+    for combo in itertools.product(*values):
+        cfg = copy.deepcopy(start)
+        for field, v in zip(axes, combo):
+            cdt.set_field(cfg, field, v)
+        if valid is not None and not valid(cfg):
+            continue
+        out.setdefault(_triton.config_string(cfg), cfg)
+        if len(out) > MAX_CANDIDATES:
+            return None
+    return out
+
+
+def _patched_coordesc(self, launcher, *args, **kwargs):
+    name, kernel = tuner_identity(self)
+    if not _coordesc_eligible(self):
+        return _orig["coordesc"](self, launcher, *args, **kwargs)
+    start = launcher.config
+    start_s = _triton.config_string(start)
+    key = tuner_key(self, "coordesc", start_s)
+    space = coordesc_space(self, start)
+    if not governed(name):
+        winner = _orig["coordesc"](self, launcher, *args, **kwargs)  # Inductor times on its own
+        won = _triton.config_string(winner.config)
+        cands = tuple(space) if space is not None and won in space else tuple(dict.fromkeys((start_s, won)))
+        _observe_local(kernel, name, key, cands, won, timed=True)
+        return winner
+    if space is None:
+        _hook._warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has more "
+                         f"than {MAX_CANDIDATES} configs: not searched, the committed config {start_s} is kept")
+        start.found_by_coordesc = True
+        _finish(kernel, name, key, (start_s,), Outcome(start_s, _native.SOURCE_LOCAL,
+                                                       note="search space over the candidate limit"))
+        return launcher
+    space.setdefault(start_s, start)
+    found = {}
+
+    def time_pass():
+        from torch._inductor.runtime.runtime_utils import triton_config_to_hashable
+
+        winner = _orig["coordesc"](self, launcher, *args, **kwargs)  # Inductor's own descent
+        found["launcher"] = winner
+        by_hash = {triton_config_to_hashable(c): s for s, c in space.items()}
+        measured = self.coordesc_tuner.cached_benchmark_results
+        rows = _rows((by_hash[h], t) for h, t in measured.items() if h in by_hash)
+        if not rows:
+            # The descent declined to time anything (a release's own rule):
+            # its answer, the start config, is what it would launch.
+            won = _triton.config_string(winner.config)
+            rows = [(won if won in space else start_s, [0.0], False)]
+        return rows
+
+    with _key_lock(kernel, key):
+        out = decide(kernel, name, key, tuple(space), time_pass, lambda cands: start_s)
+    if out.config == start_s:
+        chosen = launcher
+    elif "launcher" in found and _triton.config_string(found["launcher"].config) == out.config:
+        chosen = found["launcher"]
+    else:
+        chosen = _compile_launcher(self, space[out.config])
+    chosen.config.found_by_coordesc = True
+    _put_winner(chosen)
+    return chosen
+
+
+def _patched_check_cache(configs, filename, inductor_meta):
+    if _governing():
+        inductor_meta = dict(inductor_meta or {}, force_disable_caches=True)
+    return _orig["check_cache"](configs, filename, inductor_meta)
+
+
+# ---------------------------------------------------------------- select_algorithm
+
+def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
+    name = PREFIX + str(op)
+    if benchmark is None or len(choices) == 0 or not _hook._state.active:
+        return _orig["lookup"](self, choices, op, inputs, benchmark, hint_override)
+    live: Dict[str, Any] = {}
+    for c in choices:
+        live.setdefault(choice_string(c), c)
+    cands = tuple(live)
+    kernel = _canon.kernel_identity(name, _canon.code_guard("choices", "\n".join(sorted(cands))))
+    import torch
+
+    key = _canon.key_string(("select", str(inputs), hint_override, torch.get_float32_matmul_precision(),
+                             *_versions()))
+
+    if not governed(name):
+        ran = []
+
+        def counted(cs):
+            ran.append(1)
+            return benchmark(cs)
+
+        timings = _orig["lookup"](self, choices, op, inputs, counted, hint_override)  # Inductor's own
+        if timings:
+            best = min(timings, key=timings.get)
+            _observe_local(kernel, name, key, cands, choice_string(best), timed=True if ran else None)
+        return timings
+
+    def time_pass():
+        timings = benchmark(list(live.values()))  # Inductor's own (self.autotune)
+        return _rows((s, timings.get(c, float("inf"))) for s, c in live.items())
+
+    def cheapest(strings):
+        ext = [s for s in strings if s.startswith("extern:")]
+        return ext[0] if ext else strings[0]
+
+    with _key_lock(kernel, key):
+        out = decide(kernel, name, key, cands, time_pass, cheapest)
+    chosen = live[out.config]
+    return {c: (_CHOSEN_MS if c is chosen else float("inf")) for c in choices}

@@ -1,0 +1,115 @@
+"""One process of the Inductor GPU run (see run_inductor.py): a small MLP
+block (two linear layers, GELU, LayerNorm, a softmax cross-entropy loss)
+trained with SGD under ``torch.compile(mode="max-autotune")``, with
+max-autotune's GEMM selection, pointwise/reduction config benchmarking and
+coordinate-descent tuning on. Every process draws the same data and the
+same initial weights.
+
+    python3 inductor_train.py --mode default|detd --out FILE [--steps N]
+
+``default``: detd installed in ``auto`` mode, which changes nothing in
+Inductor (its caches stay on; each process has its own cache folder) and
+only lists the choices Inductor made on its own. ``detd``: coordinated
+(``DETD_SOCKET`` names the daemon).
+
+Writes JSON: ``choices`` ((kernel, key) -> the config or choice used),
+``sources`` (its source: timed, local, ...), ``timed`` (the keys this process ran a timing pass for), ``losses`` (exact
+bit patterns, every step), ``grads`` (SHA-256 of all gradients' bytes,
+every step), ``step_ms`` (CUDA-event time of each step after warm-up) and
+``compile_s``.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import struct
+import time
+
+
+def bits(x: float) -> str:
+    return struct.pack(">d", float(x)).hex()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["default", "detd"], required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=5)
+    a = ap.parse_args()
+
+    import detd
+
+    detd.install(mode="auto" if a.mode == "default" else "coordinated")
+    import torch
+    import torch._inductor.config as ic
+
+    ic.coordinate_descent_tuning = True
+    ic.max_autotune_pointwise = True
+    ic.compile_threads = int(os.environ.get("DETD_TEST_COMPILE_THREADS", "2"))
+
+    torch.set_float32_matmul_precision("high")
+    torch.manual_seed(0)
+    dev = "cuda"
+    d_in, d_hid, n_cls, batch = 512, 2048, 256, 512
+    w1 = (torch.randn(d_hid, d_in, device=dev) / d_in ** 0.5).requires_grad_()
+    w2 = (torch.randn(n_cls, d_hid, device=dev) / d_hid ** 0.5).requires_grad_()
+    ln_w = torch.ones(d_hid, device=dev, requires_grad=True)
+    ln_b = torch.zeros(d_hid, device=dev, requires_grad=True)
+    params = [w1, w2, ln_w, ln_b]
+    xs = torch.randn(a.steps + a.warmup, batch, d_in, device=dev)
+    ys = torch.randint(0, n_cls, (a.steps + a.warmup, batch), device=dev)
+
+    def step_fn(x, y, w1, w2, ln_w, ln_b):
+        h = torch.nn.functional.gelu(x @ w1.t())
+        h = torch.nn.functional.layer_norm(h, (d_hid,), ln_w, ln_b)
+        logits = h @ w2.t()
+        return torch.nn.functional.cross_entropy(logits.float(), y)
+
+    compiled = torch.compile(step_fn, mode="max-autotune")
+    losses, grads, step_ms = [], [], []
+    t0 = time.time()
+    compile_s = None
+    for i in range(a.steps + a.warmup):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss = compiled(xs[i], ys[i], *params)
+        loss.backward()
+        with torch.no_grad():
+            for p in params:
+                p -= 0.05 * p.grad
+        end.record()
+        torch.cuda.synchronize()
+        if compile_s is None:
+            compile_s = time.time() - t0
+        losses.append(bits(loss.item()))
+        h = hashlib.sha256()
+        for p in params:
+            h.update(p.grad.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes())
+            p.grad = None
+        grads.append(h.hexdigest())
+        if i >= a.warmup:
+            step_ms.append(start.elapsed_time(end))
+
+    choices, sources, timed, kernels = {}, {}, [], 0
+    for t in detd.autotuners():
+        if t.get("kind") != "inductor" or t["kernel"] == "inductor::*":
+            continue
+        kernels += 1
+        for k in t["keys"]:
+            ident = f"{t['kernel']} {k['key']}"
+            choices[ident] = k["config"]
+            sources[ident] = k["source"]
+            if k.get("timed_here"):
+                timed.append(ident)
+    status = [t for t in detd.autotuners() if t["kernel"] == "inductor::*"]
+    doc = dict(pid=os.getpid(), mode=a.mode, choices=choices, sources=sources, timed=timed, kernels=kernels, losses=losses,
+               grads=grads, step_ms=step_ms, compile_s=compile_s, status=status[0] if status else None,
+               torch=torch.__version__, device=torch.cuda.get_device_name())
+    with open(a.out, "w") as f:
+        json.dump(doc, f)
+
+
+if __name__ == "__main__":
+    main()

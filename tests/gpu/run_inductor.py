@@ -1,0 +1,147 @@
+"""The Inductor GPU run: N processes on one GPU, each training a small
+model under ``torch.compile(mode="max-autotune")`` (GEMM selection,
+pointwise/reduction config benchmarking, coordinate descent), three
+times: Inductor's default autotuning, detd run 1, detd rerun (the same
+daemon and store). Prints a table and exits non-zero when a detd claim
+does not hold.
+
+    python3 tests/gpu/run_inductor.py [--procs 8] [--steps 40] [--out DIR]
+
+Needs the detd binaries bundled by tests/gpu/bundle.sh under .gpu/ (or
+DETD_BIN / DETD_LIBRARY pointing at a build); client/python is put on the
+path. Checked, for detd run 1 and the rerun: no key on which processes
+launched different choices; every process's losses and gradients
+(every step) bit-identical, and identical between run 1 and the rerun;
+in run 1 each timed key timed by exactly one process (the daemon's
+timing_passes counter equal to the number of timed keys); in the rerun
+no timing pass at all; ``detctl verify`` exits 0.
+"""
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from run_gpu import Daemon, counter, env_for  # noqa: E402
+
+
+def run_procs(n, mode, work, tag, steps, extra=None):
+    procs = []
+    for r in range(n):
+        out = os.path.join(work, f"{tag}_r{r}.json")
+        e = env_for({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n),
+                     "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, f"inductor_{tag}_r{r}"), **(extra or {})})
+        log = open(os.path.join(work, f"{tag}_r{r}.log"), "w")
+        procs.append((subprocess.Popen([sys.executable, os.path.join(HERE, "inductor_train.py"), "--mode", mode,
+                                        "--out", out, "--steps", str(steps)], env=e, stdout=log,
+                                       stderr=subprocess.STDOUT), out, log))
+    res = []
+    for p, out, log in procs:
+        rc = p.wait()
+        log.close()
+        if rc != 0:
+            sys.stdout.write(open(log.name).read()[-4000:])
+            raise SystemExit(f"{tag}: process exited {rc}")
+        res.append(json.load(open(out)))
+    return res
+
+
+def summarize(results):
+    per = collections.defaultdict(set)
+    timed = collections.Counter()
+    for r in results:
+        for k, v in r["choices"].items():
+            per[k].add(v)
+        timed.update(r["timed"])
+    keys = len(per)
+    disagree = sum(1 for v in per.values() if len(v) > 1)
+    losses = len({tuple(r["losses"]) for r in results}) == 1
+    grads = len({tuple(r["grads"]) for r in results}) == 1
+    step = statistics.median(statistics.median(r["step_ms"]) for r in results)
+    return dict(keys=keys, disagree=disagree, timing_passes=sum(timed.values()), timed=timed,
+                losses_identical=losses, grads_identical=grads, step_ms=step,
+                compile_s=statistics.median(r["compile_s"] for r in results))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--procs", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="detd-inductor-"))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="detd-inductor-run-", dir="/tmp")
+    n = a.procs
+    runs, walls = {}, {}
+    d = Daemon(os.path.join(work, "daemon"))
+    try:
+        # The default run only lists Inductor's own choices (detd's auto
+        # mode), in a namespace of its own.
+        t0 = time.time()
+        runs["default"] = run_procs(n, "default", work, "default", a.steps, {"DETD_NAMESPACE": "inductor-default"})
+        walls["default"] = time.time() - t0
+        st0 = d.status()
+        t0 = time.time()
+        runs["detd run1"] = run_procs(n, "detd", work, "detd1", a.steps)
+        walls["detd run1"] = time.time() - t0
+        st1 = d.status()
+        t0 = time.time()
+        runs["detd rerun"] = run_procs(n, "detd", work, "detd2", a.steps)
+        walls["detd rerun"] = time.time() - t0
+        st2 = d.status()
+        v = d.detctl("verify")
+        dec = d.detctl("decisions")
+    finally:
+        rc = d.stop()
+
+    s = {k: summarize(r) for k, r in runs.items()}
+    base = s["default"]["step_ms"]
+    print(f"\n== {n} processes on {runs['default'][0]['device']}, torch {runs['default'][0]['torch']}, "
+          f"torch.compile(mode='max-autotune'), {a.steps} steps ==")
+    print(f"{'run':11s} {'keys':>5s} {'disagree':>8s} {'timing passes':>13s} {'losses same':>11s} "
+          f"{'grads same':>10s} {'step ms':>8s} {'vs default':>10s} {'compile s':>9s} {'wall s':>7s}")
+    for name, x in s.items():
+        print(f"{name:11s} {x['keys']:5d} {x['disagree']:8d} {x['timing_passes']:13d} "
+              f"{str(x['losses_identical']):>11s} {str(x['grads_identical']):>10s} {x['step_ms']:8.3f} "
+              f"{(x['step_ms'] / base - 1) * 100:+9.2f}% {x['compile_s']:9.1f} {walls[name]:7.1f}")
+    r1, r2 = runs["detd run1"], runs["detd rerun"]
+    same_runs = r1[0]["losses"] == r2[0]["losses"] and r1[0]["grads"] == r2[0]["grads"]
+    passes1 = counter(st1, "timing_passes") - counter(st0, "timing_passes")
+    passes2 = counter(st2, "timing_passes") - counter(st1, "timing_passes")
+    timed_keys = {k for r in r1 for k, src in r["sources"].items() if src == "timed"}
+    once = all(s["detd run1"]["timed"][k] == 1 for k in timed_keys)
+    src = collections.Counter(v for r in r1 for v in r["sources"].values())
+    print(f"detd run1 vs rerun: losses and gradients bit-identical {same_runs}")
+    print(f"detd run1: {len(timed_keys)} timed keys, each timed by exactly one process: {once}; "
+          f"daemon timing passes run1 {passes1}, rerun {passes2}; sources {dict(src)}")
+    print(f"default vs detd run1 losses identical: {runs['default'][0]['losses'] == r1[0]['losses']}; "
+          f"detctl verify exit {v.returncode}; daemon exit {rc}")
+    print(f"inductor status (detd run1): {r1[0]['status']}")
+    checks = {
+        "no disagreement (detd run1, rerun)": s["detd run1"]["disagree"] == 0 and s["detd rerun"]["disagree"] == 0,
+        "losses/grads identical across processes (detd)": all(
+            s[k]["losses_identical"] and s[k]["grads_identical"] for k in ("detd run1", "detd rerun")),
+        "run1 == rerun": same_runs,
+        "one timing pass per timed key": once and passes1 == len(timed_keys) and len(timed_keys) > 0,
+        "rerun times nothing": passes2 == 0 and s["detd rerun"]["timing_passes"] == 0,
+        "inductor governed": r1[0]["status"] is not None and r1[0]["status"]["status"] == "governed",
+        "detctl verify": v.returncode == 0,
+    }
+    for name, ok in checks.items():
+        print(f"  {'ok ' if ok else 'FAIL'} {name}")
+    summary = {k: {kk: vv for kk, vv in x.items() if kk != "timed"} for k, x in s.items()}
+    summary.update(checks=checks, daemon_timing_passes_run1=passes1, daemon_timing_passes_rerun=passes2,
+                   walls=walls, verify=v.stdout[-2000:], decisions=dec.stdout[-6000:])
+    json.dump(summary, open(os.path.join(a.out, "inductor_summary.json"), "w"), indent=1)
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""One process of the Inductor tests: torch.compile on the CPU, real
+Inductor-generated Triton kernels run by Triton's interpreter, detd
+installed (before torch is imported, as ``python -m detd.run`` does).
+
+    inductor_worker.py OUT.json MODEL
+
+MODEL ``fused``: a pointwise and a reduction kernel, with max-autotune's
+pointwise configs and coordinate-descent tuning on. MODEL ``gemm``:
+max-autotune's algorithm selection for a matmul (ATen and Triton
+templates).
+
+What cannot run here, and its stand-in (this machine has no GPU):
+
+* Triton has no driver: ``torch.utils._triton.triton_hash_with_backend``
+  (which asks the driver for the backend's name) returns a constant.
+* Inductor's ``CachingAutotuner`` compiles each config into a launcher
+  with ``triton.compile`` (no target here); under the interpreter it
+  never autotunes. Here each tuner gets, per config, a launcher that runs
+  the real generated kernel in the interpreter with that config (the
+  grid from Inductor's own ``_interpret_args_grid``), and its interpreter
+  switch is off, so Inductor's real ``run`` autotunes: its own
+  ``benchmark_all_configs`` and ``bench`` (timing on the CPU), its own
+  coordinate descent (``_precompile_config`` gives such a launcher).
+* max-autotune's Triton templates do not run in the interpreter, so
+  ``AlgorithmSelectorCache.autotune`` (the benchmark Inductor passes to
+  ``lookup``) is replaced by noisy timings: each call counts as one timing
+  pass.
+
+Writes JSON: ``autotuners`` (detd.autotuners()), ``bench_calls`` (runtime
+benchmarks run here), ``select_passes`` (algorithm-selection benchmarks
+run here), ``digest`` (SHA-256 of the outputs' bytes), ``ran``/``error``.
+"""
+
+import hashlib
+import inspect
+import json
+import os
+import random
+import sys
+import time
+
+OUT, MODEL = sys.argv[1], sys.argv[2]
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+if os.environ.get("DETD_TEST_IMPORT_FIRST") == "1":  # Inductor imported before install()
+    import torch._inductor.select_algorithm  # noqa: E402,F401
+import detd  # noqa: E402
+
+detd.install()
+import torch  # noqa: E402
+
+if os.environ.get("DETD_TEST_TORCH_VERSION"):  # the refusal test: a release detd does not cover
+    torch.__version__ = os.environ["DETD_TEST_TORCH_VERSION"]
+import torch.utils._triton as _tu  # noqa: E402
+
+_tu.triton_hash_with_backend = lambda: "cpu-interpreter"
+
+import torch._inductor.config as ic  # noqa: E402
+from torch._inductor import select_algorithm as sa  # noqa: E402
+from torch._inductor.runtime import triton_heuristics as th  # noqa: E402
+
+ic.cpu_backend = "triton"
+ic.compile_threads = 1
+counts = {"bench": 0, "select": 0}
+
+
+def _launcher(tuner, cfg):
+    def launcher(*args, stream=None, **kwargs):
+        a, grid = tuner._interpret_args_grid(args, cfg)
+        return tuner.fn[grid](*a, **kwargs, **cfg.kwargs)
+
+    launcher.config = cfg
+    launcher.n_spills = launcher.n_regs = launcher.shared = 0
+    launcher.cache_hash = None
+    launcher.store_cubin = False
+    return launcher
+
+
+class _Compiled:
+    def __init__(self, tuner, cfg):
+        self.tuner, self.config = tuner, cfg
+
+    def make_launcher(self):
+        return _launcher(self.tuner, self.config)
+
+
+_init = th.CachingAutotuner.__init__
+
+
+def _init_standin(self, *a, **kw):
+    _init(self, *a, **kw)
+    self.triton_interpret = False
+    if not hasattr(self.fn, "src"):  # a JITFunction's, which Inductor's descent reads
+        self.fn.src = inspect.getsource(self.fn.fn)
+    tuner = self
+
+    def precompile(*_a, **_kw):
+        tuner.launchers = [_launcher(tuner, c) for c in tuner.configs]
+
+    self.precompile = precompile
+    self._precompile_config = lambda cfg: _Compiled(tuner, cfg)
+
+
+th.CachingAutotuner.__init__ = _init_standin
+_bench = th.CachingAutotuner.bench
+
+
+def _counted_bench(self, *a, **kw):
+    counts["bench"] += 1
+    return _bench(self, *a, **kw)
+
+
+th.CachingAutotuner.bench = _counted_bench
+
+
+def _noisy_autotune(self, name, input_nodes, layout, input_gen_fns, choices, **kw):
+    counts["select"] += 1
+    rng = random.Random(time.time_ns() ^ os.getpid())
+    return {c: 1.0 + rng.random() for c in choices}
+
+
+sa.AlgorithmSelectorCache.autotune = _noisy_autotune
+
+torch.manual_seed(0)
+if MODEL == "fused":
+    ic.max_autotune_pointwise = True
+    ic.coordinate_descent_tuning = True
+
+    def model(x, y):
+        a = torch.sin(x) * y + 1.0
+        return a, (a * a).sum(dim=1)
+
+    inputs = (torch.randn(32, 256), torch.randn(32, 256))
+elif MODEL == "gemm":
+    ic.max_autotune = True
+    ic.max_autotune_gemm_backends = "ATEN,TRITON"
+
+    def model(x, w):
+        return (torch.relu(x @ w),)
+
+    inputs = (torch.randn(64, 128), torch.randn(128, 32))
+else:
+    sys.exit(f"unknown model {MODEL!r}")
+
+result = {"pid": os.getpid(), "model": MODEL}
+try:
+    outs = torch.compile(model)(*inputs)
+    ref = model(*inputs)
+    result["ran"] = True
+    result["close"] = all(torch.allclose(o, r, atol=1e-3, rtol=1e-3) for o, r in zip(outs, ref))
+    result["digest"] = hashlib.sha256(b"".join(o.detach().contiguous().numpy().tobytes() for o in outs)).hexdigest()
+except Exception as e:  # noqa: BLE001 - reported, judged by the test
+    result["ran"] = False
+    result["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+result["bench_calls"] = counts["bench"]
+result["select_passes"] = counts["select"]
+result["autotuners"] = detd.autotuners()
+result["patched"] = th.CachingAutotuner.autotune_to_one_config.__module__ == "detd._inductor"
+result["settings"] = {k: getattr(ic, k, None) for k in ("autotune_local_cache", "autotune_remote_cache",
+                                                        "fx_graph_cache", "benchmark_epilogue_fusion")}
+with open(OUT, "w") as f:
+    json.dump(result, f, default=str)

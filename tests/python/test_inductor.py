@@ -1,0 +1,243 @@
+"""torch.compile's autotuners under detd: real Inductor (torch CPU build)
+generating real Triton kernels, run by Triton's interpreter, against the
+real daemon over its unix socket, several processes at once.
+
+What stands in for the GPU is described in ``inductor_worker.py``: the
+launchers (Triton cannot compile for a target here) and, for
+max-autotune's Triton templates (which the interpreter cannot run), the
+benchmark that ``AlgorithmSelectorCache.lookup`` is given. Inductor's own
+``run``, ``autotune_to_one_config``, ``benchmark_all_configs``, ``bench``,
+coordinate descent, ``AlgorithmSelectorCache.__call__``/``lookup`` and the
+adapter's keys all run for real.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import HERE, require_module
+
+N = 3
+
+
+def _workers(daemon, tmp_path, model, n, tag, env=None, cache=None):
+    """n worker processes at once; each has its own Inductor cache folder
+    unless ``cache`` names one for all."""
+    procs = []
+    for i in range(n):
+        out = tmp_path / f"{tag}{i}.json"
+        e = daemon.env(RANK=i, LOCAL_RANK=i, WORLD_SIZE=n, **(env or {}))
+        e["TORCHINDUCTOR_CACHE_DIR"] = str(cache or tmp_path / f"inductor-{tag}{i}")
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "inductor_worker.py"), str(out), model], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append((p, out))
+    results = []
+    for p, out in procs:
+        try:
+            text, _ = p.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            text, _ = p.communicate()
+            raise AssertionError(f"worker timed out: {text[-3000:]}")
+        assert p.returncode == 0 and out.exists(), f"worker exited {p.returncode}: {text[-3000:]}\n{daemon.log()}"
+        r = json.loads(out.read_text())
+        r["output"] = text
+        results.append(r)
+    return results
+
+
+def _keys(result, governed=True):
+    """(kernel, key) -> key entry of the Inductor autotuners reached."""
+    out = {}
+    for a in result["autotuners"]:
+        if a["kind"] != "inductor" or a["kernel"] == "inductor::*":
+            continue
+        for k in a["keys"]:
+            assert k["governed"] is governed, (a["kernel"], k)
+            out[(a["kernel"], k["key"])] = k
+    return out
+
+
+def _agree(results):
+    """The keys every process met, each with one config everywhere; and
+    how many processes timed each."""
+    keys = [_keys(r) for r in results]
+    assert keys[0], "no Inductor autotuner was governed"
+    for k in keys[1:]:
+        assert set(k) == set(keys[0]), "processes met different keys"
+    timed = {}
+    for key in keys[0]:
+        configs = {k[key]["config"] for k in keys}
+        assert len(configs) == 1, f"{key}: processes launched different configs {configs}"
+        timed[key] = sum(1 for k in keys if k[key]["timed_here"])
+    return keys[0], timed
+
+
+@pytest.fixture
+def torch_ok():
+    require_module("torch")
+    require_module("triton")
+
+
+def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
+    first = _workers(daemon, tmp_path, "fused", N, "a")
+    for r in first:
+        assert r["ran"], r.get("error")
+        assert r["close"], "compiled outputs differ from eager"
+        assert r["patched"]
+        st = [a for a in r["autotuners"] if a["kernel"] == "inductor::*"]
+        assert st and st[0]["status"] == "governed", st
+        # Inductor's caches, which would bypass the decision, are off.
+        assert r["settings"] == {"autotune_local_cache": False, "autotune_remote_cache": False,
+                                 "fx_graph_cache": False, "benchmark_epilogue_fusion": False}
+    keys, timed = _agree(first)
+    stages = {k[1].split(",", 1)[0] for k in keys}
+    assert stages == {'[s:"configs"', '[s:"coordesc"'}, stages
+    for (kernel, key), entry in keys.items():
+        assert kernel.startswith("inductor::triton_") and "@" in kernel, kernel
+        assert timed[(kernel, key)] == 1, f"{kernel} {key}: timed by {timed[(kernel, key)]} processes"
+        assert entry["source"] == "timed"
+        assert 'torch 2.' in key and 'triton ' in key and 't[s:"x",' in key, key
+        assert entry["config"] in entry["candidates"]
+    coordesc = [e for (_, k), e in keys.items() if k.startswith('[s:"coordesc"')]
+    assert all(len(e["candidates"]) > 2 for e in coordesc)
+    # A process that timed nothing ran no benchmark; the results are bitwise equal.
+    for r in first:
+        if not any(e["timed_here"] for e in _keys(r).values()):
+            assert r["bench_calls"] == 0, r["bench_calls"]
+    assert sum(r["bench_calls"] for r in first) > 0
+    assert len({r["digest"] for r in first}) == 1
+
+    # The rerun times nothing and launches the same configs.
+    again = _workers(daemon, tmp_path, "fused", 2, "b")
+    keys2, timed2 = _agree(again)
+    assert set(keys2) == set(keys)
+    for key in keys:
+        assert keys2[key]["config"] == keys[key]["config"]
+        assert timed2[key] == 0
+    assert [r["bench_calls"] for r in again] == [0, 0]
+    assert {r["digest"] for r in again} == {first[0]["digest"]}
+
+    # Readable in detctl decisions; verify passes over every process.
+    p = daemon.detctl("decisions", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    rows = rows.get("decisions", rows) if isinstance(rows, dict) else rows
+    by = {(d["kernel"], d["key"]): d for d in rows}
+    for key, entry in keys.items():
+        assert by[key]["config"] == entry["config"]
+    v = daemon.detctl("verify")
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
+    first = _workers(daemon, tmp_path, "gemm", N, "g")
+    keys, timed = _agree(first)
+    sel = {k: e for k, e in keys.items() if k[0].startswith("inductor::mm@")}
+    assert len(sel) == 1, keys
+    (kernel, key), entry = next(iter(sel.items()))
+    assert key.startswith('[s:"select",') and "torch.float32" in key
+    assert len(entry["candidates"]) > 2
+    assert any(c.startswith("extern:mm@") for c in entry["candidates"])
+    assert any(c.startswith("triton_mm:") for c in entry["candidates"])
+    assert timed[(kernel, key)] == 1
+    assert sum(r["select_passes"] for r in first) == 1
+    # Same choice, so the same outcome everywhere (the interpreter cannot
+    # run Triton's matmul templates: a template choice fails alike).
+    assert len({(r["ran"], r.get("digest"), r.get("error")) for r in first}) == 1
+
+    again = _workers(daemon, tmp_path, "gemm", 2, "h")
+    keys2, timed2 = _agree(again)
+    assert keys2[(kernel, key)]["config"] == entry["config"]
+    assert timed2[(kernel, key)] == 0
+    assert [r["select_passes"] for r in again] == [0, 0]
+
+
+def test_auto_mode_lists_inductor_ungoverned(daemon, tmp_path, torch_ok):
+    # Inductor imported before detd.install(): patched at install.
+    (r,) = _workers(daemon, tmp_path, "fused", 1, "u", env={"DETD_MODE": "auto", "DETD_TEST_IMPORT_FIRST": "1"})
+    assert r["ran"] and r["close"]
+    keys = _keys(r, governed=False)
+    assert keys and all(e["source"] == "local" for e in keys.values())
+    st = [a for a in r["autotuners"] if a["kernel"] == "inductor::*"]
+    assert st[0]["status"] == "ungoverned" and st[0]["why"] == "mode auto"
+    assert r["bench_calls"] > 0  # Inductor timed on its own
+    p = daemon.detctl("decisions", "--json")
+    assert "inductor::" not in p.stdout
+
+
+def test_inductor_caches_do_not_bypass_the_decision(daemon, tmp_path, torch_ok):
+    """An ungoverned run fills Inductor's caches (its FX graph cache and
+    the local autotune cache of the selection's timings); a governed
+    process with the same cache folder still asks the daemon."""
+    cache = tmp_path / "shared-cache"
+    (warm,) = _workers(daemon, tmp_path, "gemm", 1, "w", env={"DETD_MODE": "auto"}, cache=cache)
+    assert warm["select_passes"] == 1 and warm["settings"]["fx_graph_cache"] is True
+    assert any(cache.rglob("*")), "the ungoverned run left no cache"
+    (r,) = _workers(daemon, tmp_path, "gemm", 1, "x", cache=cache)
+    sel = {k: e for k, e in _keys(r).items() if k[0].startswith("inductor::mm@")}
+    assert len(sel) == 1 and next(iter(sel.values()))["source"] == "timed"
+    assert r["select_passes"] == 1
+    (again,) = _workers(daemon, tmp_path, "gemm", 1, "y", cache=cache)
+    assert again["select_passes"] == 0
+    assert _keys(again)[next(iter(sel))]["config"] == next(iter(sel.values()))["config"]
+
+
+def test_unsupported_torch_is_refused(daemon, tmp_path, torch_ok):
+    (r,) = _workers(daemon, tmp_path, "fused", 1, "r", env={"DETD_TEST_TORCH_VERSION": "2.9.1"})
+    assert "detd: torch 2.9.1 is not supported (detd governs Inductor of torch 2.11 to 2.13)" in r["output"]
+    assert r["ran"] and r["close"] and not r["patched"]
+    st = [a for a in r["autotuners"] if a["kernel"] == "inductor::*"]
+    assert st and st[0]["status"] == "refused" and not st[0]["governed"]
+    assert "2.9.1" in st[0]["why"]
+    assert not _keys(r)
+    assert r["bench_calls"] > 0
+
+
+def test_refusal_and_strings():
+    from detd import _inductor
+
+    assert _inductor.refusal("2.13.0+cpu") is None
+    assert _inductor.refusal("2.11.0+cu128") is None
+    assert "not supported" in _inductor.refusal("2.10.0")
+    assert "not supported" in _inductor.refusal("3.0.0")
+    assert "not supported" in _inductor.refusal("nightly")
+
+    class Extern:
+        def __init__(self, h):
+            self.h, self.choice = h, type("C", (), {"name": "mm"})()
+
+        def hash_key(self):
+            return self.h
+
+    Extern.__name__ = "ExternKernelCaller"
+
+    class TritonTemplateCaller:
+        description = "BLOCK_K=16, BLOCK_M=32,\nnum_warps=4"
+
+        def hash_key(self):
+            return "triton_mm-abc"
+
+    a, b = _inductor.choice_string(Extern("mm-1")), _inductor.choice_string(Extern("mm-2"))
+    assert a.startswith("extern:mm@") and a != b
+    t = _inductor.choice_string(TritonTemplateCaller())
+    assert t == "triton_mm:BLOCK_K=16,BLOCK_M=32, num_warps=4"
+
+
+def test_gpu_script_summary():
+    """The GPU proof's table logic (tests/gpu/run_inductor.py) on made-up
+    process results: disagreements, timing passes, identical losses."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
+    import run_inductor
+
+    def proc(choice, timed, losses):
+        return dict(choices={"k1 key": choice, "k2 key": "B"}, timed=timed, losses=losses, grads=["g"],
+                    step_ms=[1.0, 2.0, 3.0], compile_s=5.0)
+
+    s = run_inductor.summarize([proc("A", ["k1 key"], ["1"]), proc("A", [], ["1"]), proc("C", ["k2 key"], ["2"])])
+    assert s["keys"] == 2 and s["disagree"] == 1 and s["timing_passes"] == 2
+    assert s["timed"]["k1 key"] == 1 and not s["losses_identical"] and s["grads_identical"]
+    assert s["step_ms"] == 2.0
