@@ -40,6 +40,7 @@
 #define CLUSTER_BUDGET_MS 3000
 #define CLUSTER_RELEASE_MS 15000
 #define CLUSTER_MONITOR_MS 1000
+#define CLUSTER_CLOSE_REVOKE_MS 500
 
 enum job_kind {
     JOB_BOOT = 1,
@@ -442,13 +443,13 @@ static void post_peer(cluster *c, const char *node, int err, const void *v,
     deliver(c, e);
 }
 
-
 static void do_fanout(cluster *c, struct job *j) {
     struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
     size_t n = 0;
     /* The registry as etcd has it now: the monitor's copy may predate
      * nodes that registered since. Without etcd, fall back to that copy. */
-    if (nodes != NULL && cluster_nodes_read(c->etcd, c->ns_prefix, nodes, &n) != 0) {
+    if (nodes != NULL &&
+        cluster_nodes_read(c->etcd, c->ns_prefix, nodes, &n) != 0) {
         pthread_mutex_lock(&c->mu);
         n = c->n_nodes;
         memcpy(nodes, c->nodes, n * sizeof(*nodes));
@@ -601,27 +602,16 @@ static void on_lease_lost(int64_t id, int err, void *arg) {
         submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
 }
 
-/* A lease the previous run of this node left (it was killed before it
- * could revoke it): revoke it, so that its claims and node key go now
- * rather than when it expires. The state directory's lock proves that
- * run is over. */
-static void revoke_previous_lease(cluster *c) {
-    int64_t old = cluster_lease_file_read(c->lease_file);
-    if (old == 0)
-        return;
-    int err = etcd_lease_revoke(c->etcd, old);
-    if (err == 0 || err == DETD_ENOTFOUND) {
-        cluster_lease_file_write(c->lease_file, 0);
-        post(c, CLUSTER_EV_PREVIOUS_LEASE, "", 0, err == 0, NULL, 0, old, 0);
-    }
-}
-
 /* Grant the node lease, keep it alive and register the node key; retried
  * until it works or the cluster stops. The first boot also starts the
  * watch. */
 static void do_boot(cluster *c) {
     while (!stopping(c)) {
-        revoke_previous_lease(c);
+        int revoked = 0; /* the state directory's lock: that run is over */
+        int64_t old =
+            cluster_lease_file_revoke(c->etcd, c->lease_file, &revoked);
+        if (old != 0)
+            post(c, CLUSTER_EV_PREVIOUS_LEASE, "", 0, revoked, NULL, 0, old, 0);
         int64_t id = 0, ttl = 0;
         int err = etcd_lease_grant(c->etcd, c->lease_ttl_s, &id, &ttl);
         note(c, err, "grant node lease");
@@ -913,9 +903,12 @@ void cluster_close(cluster *c) {
     c->watch = NULL;
     etcd_keepalive_stop(c->ka);
     c->ka = NULL;
-    /* Claims and the node key go with the lease, at once. */
+    /* Claims and the node key go with the lease, at once; etcd gone, the
+     * stop does not wait: the next run revokes it (lease file). */
+    etcd_thread_deadline(clock_mono_ms() + CLUSTER_CLOSE_REVOKE_MS);
     if (c->lease_id != 0 && etcd_lease_revoke(c->etcd, c->lease_id) == 0)
         cluster_lease_file_write(c->lease_file, 0);
+    etcd_thread_deadline(0);
     etcd_close(c->etcd);
     c->etcd = NULL;
     uv_close((uv_handle_t *)&c->async, on_async_closed);

@@ -88,3 +88,18 @@ int cluster_lease_file_write(const char *path, int64_t id) {
     free(tmp);
     return rc;
 }
+
+/* See cluster_nodes.h. */
+int64_t cluster_lease_file_revoke(etcd_client *e, const char *path,
+                                  int *ret_revoked) {
+    *ret_revoked = 0;
+    int64_t old = cluster_lease_file_read(path);
+    if (old == 0)
+        return 0;
+    int err = etcd_lease_revoke(e, old);
+    if (err != 0 && err != DETD_ENOTFOUND)
+        return 0;
+    cluster_lease_file_write(path, 0);
+    *ret_revoked = err == 0;
+    return old;
+}

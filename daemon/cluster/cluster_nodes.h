@@ -33,4 +33,15 @@ int64_t cluster_lease_file_read(const char *path);
  */
 int cluster_lease_file_write(const char *path, int64_t id);
 
+/*
+ * The lease a previous run of this node left in path (it was killed
+ * before it could revoke it; the caller's state-directory lock proves it
+ * is over): revoke it, so that its claims and node key go now rather than
+ * when it expires, and remove the file. Returns that lease's id once it is
+ * gone (*ret_revoked 1: revoked now; 0: it had expired), 0 when there was
+ * none or etcd could not be asked (the file stays for the next attempt).
+ */
+int64_t cluster_lease_file_revoke(etcd_client *e, const char *path,
+                                  int *ret_revoked);
+
 #endif
