@@ -12,6 +12,9 @@ An autotuned kernel with 4 candidates (BLOCK 16, 32, 64, 128) whose
 - ``CS_BENCH_SLEEP``: seconds each measurement sleeps (a long pass).
 - ``CS_IN_PASS``: a file created when the first measurement starts.
 - ``CS_GATE``: the first measurement waits until this file exists.
+- ``CS_N``: the kernel's N (default 256): another N is another key.
+- ``CS_BENCH_LOG``: a file each measurement appends ``pid start end``
+  (``time.monotonic()``) to.
 - ``CS_COMPILE``: ``sleep:S`` or ``die``: the helper's compile step
   (``detd._triton.compile_only``; the CPU interpreter compiles nothing)
   creates ``$CS_HELPING`` (when set), then sleeps S seconds or kills the
@@ -56,9 +59,13 @@ def cs_do_bench(kernel_call, quantiles=None, **kw):
         deadline = time.monotonic() + 60
         while not os.path.exists(gate) and time.monotonic() < deadline:
             time.sleep(0.01)
+    t_start = time.monotonic()
     if os.environ.get("CS_BENCH_SLEEP"):
         time.sleep(float(os.environ["CS_BENCH_SLEEP"]))
     kernel_call()
+    if os.environ.get("CS_BENCH_LOG"):
+        with open(os.environ["CS_BENCH_LOG"], "a") as f:
+            f.write(f"{os.getpid()} {t_start:.6f} {time.monotonic():.6f}\n")
     b = _current[0]
     n = MEASURED.get(b, 0)
     MEASURED[b] = n + 1
@@ -105,16 +112,17 @@ def main():
 
         _triton.compile_only = compile_only
     detd.install()
-    x = torch.arange(256, dtype=torch.float32)
+    n = int(os.environ.get("CS_N", "256"))
+    x = torch.arange(n, dtype=torch.float32)
     out = torch.empty_like(x)
     t0 = time.monotonic()
     error = None
     try:
-        cs_add_kernel[(1,)](x, out, 256)
+        cs_add_kernel[(1,)](x, out, n)
     except Exception as e:  # reported, the test decides
         error = f"{type(e).__name__}: {e}"
     wall = time.monotonic() - t0
-    cfg = dict.get(cs_add_kernel.cache, (256, "torch.float32", "torch.float32"))
+    cfg = dict.get(cs_add_kernel.cache, (n, "torch.float32", "torch.float32"))
     keys = [k for r in detd.autotuners() if r["name"].endswith("cs_add_kernel") for k in r["keys"]]
     with open(out_path, "w") as f:
         json.dump({"pid": os.getpid(), "config": _triton.config_string(cfg) if cfg is not None else None,

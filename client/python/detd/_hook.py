@@ -118,7 +118,7 @@ import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _audit, _canon, _native, _triton
+from . import _audit, _canon, _devlock, _native, _triton
 from ._policy import Settings
 
 
@@ -187,6 +187,10 @@ class _State:
         self.wait_log_after_s = WAIT_LOG_AFTER_S
         self.wait_log_every_s = WAIT_LOG_EVERY_S
         self.share_pass = False
+        self.timing_lock = _devlock.Settings()
+        self.timing_lock_key: Optional[Tuple[int, Optional[str]]] = None  # (pid, device key)
+        self.timing_lock_waits = 0     # passes that waited for another pass on the device
+        self.timing_lock_timeouts = 0  # passes that ran without the lock (waited out)
 
 
 _state = _State()
@@ -425,7 +429,7 @@ def _pruning_string(cands: _Cands) -> str:
 
 def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: bool, chaos=False,
             timed_here=False, timings=None, note=None, candidates=None, failed=None, waited_ms=None,
-            decided_by=None, shared=None, remeasured=None):
+            decided_by=None, shared=None, remeasured=None, lock_waited_s=None):
     with _state.records_lock:
         rec = _state.records.get(info.kernel)
         if rec is None:
@@ -451,6 +455,8 @@ def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: 
             entry["shared"] = list(shared)  # compiled here for the timing rank
         if remeasured:
             entry["remeasured"] = list(remeasured)
+        if lock_waited_s is not None:
+            entry["timing_lock"] = lock_waited_s  # (waited s, locked)
         rec["keys"][key_str] = entry
 
 
@@ -624,6 +630,29 @@ def _timing_pass(ctx: _Call, cands: _Cands):
     measurement does not make a slower config the winner.
     Returns (report rows, errors: canonical string -> exception, for the
     candidates that raised, the canonical strings re-measured)."""
+    with _timing_lock():
+        return _timing_pass_locked(ctx, cands)
+
+
+def _timing_lock() -> "_devlock.Held":
+    """This device's timing lock (see :mod:`detd._devlock`): one pass at a
+    time per GPU, so that a pass is not measured against another."""
+    pid = os.getpid()
+    if _state.timing_lock_key is None or _state.timing_lock_key[0] != pid:
+        _state.timing_lock_key = (pid, _devlock.device_key(_state.timing_lock.mode))
+    held = _devlock.acquire(_state.timing_lock, _state.timing_lock_key[1])
+    _tls.timing_lock = (round(held.waited_s, 3), held.locked)
+    if held.locked and held.waited_s > 0.01:
+        _state.timing_lock_waits += 1
+    if held.timed_out:
+        _state.timing_lock_timeouts += 1
+        _warn_once("timing-lock", f"detd: waited {held.waited_s:.1f} s for another timing pass on device "
+                   f"{held.key} (DETD_TIMING_LOCK_WAIT_S={_state.timing_lock.wait_s:g}); timing without "
+                   "the lock: this pass may be measured under contention")
+    return held
+
+
+def _timing_pass_locked(ctx: _Call, cands: _Cands):
     t0 = time.time()
     timings, errors = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs)
     medians = {}
@@ -783,6 +812,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
     answer = None  # the daemon's last answer, if it was asked
     wait = None  # the waiting state, if the daemon was asked
     remeasured = None  # candidates timed twice here (the noise band)
+    lock_waited = None  # (s waited for the device's timing lock, locked)
 
     override = settings.override_for(info.name, info.kernel)
     if override is not None:
@@ -832,7 +862,9 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             rounds += 1
             if report_rows is None:
                 t0 = time.monotonic()
+                _tls.timing_lock = None
                 report_rows, errors, remeasured = _timing_pass(ctx, cands)
+                lock_waited = _tls.timing_lock
                 deadline += time.monotonic() - t0
                 timed_here = True
                 timings_out = {s: ms for s, ms, _ in report_rows}
@@ -903,7 +935,8 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
     _record(info, key_str, cfg, _native.SOURCE_NAMES.get(source, str(source)), True, chaos=chaos,
             timed_here=timed_here, timings=timings_out, note=note, candidates=cands.candidates, failed=failed,
             waited_ms=wait.waited_ms(answer) if wait is not None else None, decided_by=by,
-            shared=wait.shared if wait is not None else None, remeasured=remeasured)
+            shared=wait.shared if wait is not None else None, remeasured=remeasured,
+            lock_waited_s=lock_waited)
     _observe(tuner, info, key, key_str, cfg, source, True, chaos, candidates=cands.candidates,
              pruning=_pruning_string(cands) if _triton.has_pruner(tuner) else None)
     if _audit.enabled():
@@ -1186,6 +1219,8 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
 
 def configure(settings: Settings):
     _state.wait_log_after_s, _state.wait_log_every_s, _state.share_pass = wait_options()
+    _state.timing_lock = _devlock.parse()
+    _state.timing_lock_key = None
     _gen[0] += 1  # caches renew: observed keys reset
     _failed_keys.clear()
     for tuner in list(_direct_tuners):  # governance may change: full path
