@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--build-dir")
     a = ap.parse_args()
 
+    import numpy as np
     import torch
 
     ext = build(a.detd_include, a.detd_lib, a.build_dir)
@@ -55,9 +56,13 @@ def main():
     out = open(a.out, "w") if a.out else sys.stdout
     for shape in filter(None, a.shapes.split(",")):  # "": build only
         rows, cols = (int(v) for v in shape.split("x"))
-        n = torch.arange(rows * cols, dtype=torch.int64, device="cuda")
-        # The C program's input, bit for bit: ((i * 2654435761) mod 2^32 mod 2001 - 1000) / 997.
-        x = ((((n * 2654435761) % (1 << 32)) % 2001 - 1000).to(torch.float32) / 997.0).reshape(rows, cols)
+        # The C program's input, bit for bit: ((i * 2654435761) mod 2^32
+        # mod 2001 - 1000) / 997, a float32 division on the host (torch on
+        # the GPU divides by a scalar as a multiplication by its
+        # reciprocal, which rounds differently).
+        n = np.arange(rows * cols, dtype=np.uint64)
+        v = (((n * np.uint64(2654435761)) % np.uint64(1 << 32)) % np.uint64(2001)).astype(np.int64) - 1000
+        x = torch.from_numpy(v.astype(np.float32) / np.float32(997.0)).reshape(rows, cols).cuda()
         stream = torch.cuda.current_stream().cuda_stream
         y, index, timed = ext.rowsum(x, stream, kid)
         torch.cuda.synchronize()

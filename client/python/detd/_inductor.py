@@ -623,6 +623,11 @@ def _compile_launcher(tuner, config):
     ensure = getattr(tuner, "_ensure_kernel_loaded", None)
     if ensure is not None:
         ensure()
+    elif getattr(getattr(tuner, "fn", None), "fn", True) is None and callable(getattr(tuner, "_reload_kernel", None)):
+        # Releases before _ensure_kernel_loaded (torch 2.11): compiled in a
+        # worker, the function was dropped for the pickle; Inductor's own
+        # coordinate descent reloads it the same way before compiling.
+        tuner.fn = tuner._reload_kernel().fn
     with tuner.lock:
         result = tuner._precompile_config(config)
         launcher = result.make_launcher()
