@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "detd/client.h"
 #include "detd/error.h"
+#include "io/listener.h"
 
 /* ---- deadlines -------------------------------------------------------- */
 
@@ -835,6 +836,9 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
         .at_ms = clock_unix_ms(),
         .claimed_pid = c ? c->pid : 0,
         .peer_uid = (int64_t)(puid == UINT32_MAX ? -1 : (int64_t)puid),
+        /* With the pid, the process: a later one given the same pid
+         * writes rows of its own. */
+        .proc_start = listener_proc_start(ppid),
         .node = d->node,
         .job = c ? c->job : "",
         .failed = req->failed,

@@ -125,6 +125,38 @@ static const struct store_migration store_migrations[] = {
         "ALTER TABLE observations ADD COLUMN audit_differing TEXT NOT NULL"
         " DEFAULT '';"
         "ALTER TABLE observations ADD COLUMN why TEXT NOT NULL DEFAULT '';"},
+    /* One row per process, not per pid (store_obs.c): proc_start is the
+     * peer process's start time (clock ticks after boot, /proc/PID/stat;
+     * 0: unknown), part of the key, so a process that reuses a dead one's
+     * pid cannot overwrite the dead one's rows. SQLite cannot change a
+     * primary key in place: the table is rebuilt; older rows get 0. */
+    {7, "ALTER TABLE observations RENAME TO observations_v6;"
+        "DROP INDEX observations_ns_id;"
+        "CREATE TABLE observations ("
+        " id TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,"
+        " ns TEXT NOT NULL, arch TEXT NOT NULL, kernel TEXT NOT NULL,"
+        " key TEXT NOT NULL, config TEXT NOT NULL, source INTEGER NOT NULL,"
+        " governed INTEGER NOT NULL, chaos INTEGER NOT NULL,"
+        " rank INTEGER NOT NULL, local_rank INTEGER NOT NULL,"
+        " device TEXT NOT NULL, at_ms INTEGER NOT NULL,"
+        " claimed_pid INTEGER NOT NULL DEFAULT 0,"
+        " peer_uid INTEGER NOT NULL DEFAULT -1,"
+        " node TEXT NOT NULL DEFAULT '', job TEXT NOT NULL DEFAULT '',"
+        " failed INTEGER NOT NULL DEFAULT 0, error TEXT NOT NULL DEFAULT '',"
+        " audit INTEGER NOT NULL DEFAULT 0,"
+        " audit_differing TEXT NOT NULL DEFAULT '',"
+        " why TEXT NOT NULL DEFAULT '',"
+        " proc_start INTEGER NOT NULL DEFAULT 0,"
+        " PRIMARY KEY (id, host, pid, proc_start));"
+        "INSERT INTO observations (id, host, pid, ns, arch, kernel, key,"
+        " config, source, governed, chaos, rank, local_rank, device, at_ms,"
+        " claimed_pid, peer_uid, node, job, failed, error, audit,"
+        " audit_differing, why) SELECT id, host, pid, ns, arch, kernel, key,"
+        " config, source, governed, chaos, rank, local_rank, device, at_ms,"
+        " claimed_pid, peer_uid, node, job, failed, error, audit,"
+        " audit_differing, why FROM observations_v6 ORDER BY rowid;"
+        "DROP TABLE observations_v6;"
+        "CREATE INDEX observations_ns_id ON observations(ns, id);"},
 };
 
 #define STORE_SCHEMA_VERSION                                                   \

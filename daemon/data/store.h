@@ -70,6 +70,11 @@ struct store_observation {
     int32_t audit;
     const char *audit_differing;
     const char *why;
+    /* Since schema 7: the start time of the process pid names (clock
+     * ticks after boot; 0: unknown), part of the row's identity with
+     * (id, host, pid): another process that gets the same pid later
+     * writes rows of its own. */
+    int64_t proc_start;
 };
 
 /* store_observation.audit: the values of the proto's AuditStatus. */

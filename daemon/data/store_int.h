@@ -41,7 +41,7 @@ struct store {
 #define OBSERVATION_COLS                                                       \
     "id, host, pid, ns, arch, kernel, key, config, source, governed, "         \
     "chaos, rank, local_rank, device, at_ms, claimed_pid, peer_uid, node, "    \
-    "job, failed, error, audit, audit_differing, why"
+    "job, failed, error, audit, audit_differing, why, proc_start"
 
 /* Read and check the current row of a DECISION_COLS statement into *ret
  * (heap strings: decision_clear()). DETD_ECORRUPT for a bad value. */

@@ -44,6 +44,7 @@ enum {
     OC_AUDIT,
     OC_AUDIT_DIFFERING,
     OC_WHY,
+    OC_PROC_START,
     OC_N
 };
 
@@ -51,7 +52,8 @@ enum {
 static const char sql_put_observation[] =
     "INSERT INTO observations (" OBSERVATION_COLS ") VALUES (?1, ?2, ?3, ?4, "
     "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-    "?20, ?21, ?22, ?23, ?24) ON CONFLICT (id, host, pid) DO UPDATE SET "
+    "?20, ?21, ?22, ?23, ?24, ?25) ON CONFLICT (id, host, pid, proc_start) "
+    "DO UPDATE SET "
     "ns = excluded.ns, arch = excluded.arch, kernel = excluded.kernel, "
     "key = excluded.key, config = excluded.config, source = excluded.source, "
     "governed = excluded.governed, chaos = excluded.chaos, "
@@ -109,7 +111,9 @@ int store_read_observation(store *s, sqlite3_stmt *st, const char *op,
                              &o.peer_uid)) < 0 ||
         (err = store_col_int32(s, st, OC_FAILED, 0, 1, op, &failed)) < 0 ||
         (err = store_col_int32(s, st, OC_AUDIT, STORE_AUDIT_NONE,
-                               STORE_AUDIT_ERROR, op, &o.audit)) < 0)
+                               STORE_AUDIT_ERROR, op, &o.audit)) < 0 ||
+        (err = store_col_int(s, st, OC_PROC_START, 0, INT64_MAX, op,
+                             &o.proc_start)) < 0)
         return err;
     o.governed = governed;
     o.chaos = chaos;
@@ -153,6 +157,7 @@ static int store_insert_observation(store *s, const struct store_observation *o,
         {OC_PEER_UID, o->peer_uid},
         {OC_FAILED, o->failed != 0},
         {OC_AUDIT, o->audit},
+        {OC_PROC_START, o->proc_start},
     };
     for (size_t i = 0; err == 0 && i < sizeof strs / sizeof strs[0]; i++)
         err = store_bind_text(s, st, strs[i].col + 1, strs[i].v, op);

@@ -374,3 +374,36 @@ void listener_close(listener *l) {
     uv_close((uv_handle_t *)&l->poll, on_closed);
     uv_close((uv_handle_t *)&l->backoff, on_closed);
 }
+
+/* See listener.h. */
+int64_t listener_proc_start(pid_t pid) {
+    if (pid <= 0)
+        return 0;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* "pid (comm) state ...": comm may hold spaces and parentheses; the
+     * fields after it start at the last ')'. starttime is field 22, the
+     * 20th after comm. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return 0;
+    for (int field = 2; field < 22; field++) {
+        p = strchr(p + 1, ' ');
+        if (p == NULL)
+            return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(p + 1, &end, 10);
+    if (errno != 0 || end == p + 1 || v <= 0)
+        return 0;
+    return (int64_t)v;
+}

@@ -97,4 +97,13 @@ void listener_close(listener *l);
 int listener_peer_cred(int fd, struct access_cred *ret, gid_t *groups,
                        size_t max_groups, size_t *ret_n_groups);
 
+/*
+ * The start time of process pid (field 22 of /proc/PID/stat: clock ticks
+ * after boot), which with the pid names one process for as long as the
+ * machine runs: a later process given the same pid has another. 0 when
+ * the process is not visible here (gone, another pid namespace) or pid
+ * is not positive.
+ */
+int64_t listener_proc_start(pid_t pid);
+
 #endif /* DETD_LISTENER_H */

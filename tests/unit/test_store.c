@@ -248,10 +248,10 @@ TEST(open_close_reopen_keeps_data) {
     /* The schema and its bookkeeping, seen from outside. */
     char v[64];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "6");
+    CHECK_STR(v, "7");
     sql_on_side(path, "SELECT value FROM meta WHERE name = 'schema_version'", v,
                 sizeof v);
-    CHECK_STR(v, "6");
+    CHECK_STR(v, "7");
     sql_on_side(path,
                 "SELECT CAST(value AS INTEGER) > 1600000000000 FROM meta"
                 " WHERE name = 'created_at_ms'",
@@ -626,22 +626,22 @@ TEST(count_by_source) {
 TEST(newer_schema_version_is_refused_naming_both_versions) {
     const char *path = tmp_path("s.db");
     store_close(open_ok(path));
-    sql_on_side(path, "PRAGMA user_version = 7", NULL, 0);
+    sql_on_side(path, "PRAGMA user_version = 8", NULL, 0);
 
     store *s = (store *)0x1;
     char *msg = NULL;
     CHECK_EQ_INT(store_open(path, &s, &msg), DETD_ECORRUPT);
     CHECK(s == (store *)0x1);
     CHECK(msg != NULL);
+    CHECK(strstr(msg, "version 8") != NULL);
     CHECK(strstr(msg, "version 7") != NULL);
-    CHECK(strstr(msg, "version 6") != NULL);
     CHECK(strstr(msg, path) != NULL);
     free(msg);
 
-    /* Nothing was changed: a build that knows version 7 still finds it. */
+    /* Nothing was changed: a build that knows version 8 still finds it. */
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "7");
+    CHECK_STR(v, "8");
     /* ret_errmsg is optional. */
     CHECK_EQ_INT(store_open(path, &s, NULL), DETD_ECORRUPT);
     tmp_cleanup();

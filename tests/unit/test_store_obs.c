@@ -183,6 +183,77 @@ TEST(migration_from_version_5_keeps_observations_with_empty_new_fields) {
     tmp_cleanup();
 }
 
+TEST(a_process_reusing_a_pid_gets_rows_of_its_own) {
+    store *s = open_ok(tmp_path("s.db"));
+    struct store_observation o = obs("id1", "h", 7, "A");
+    o.proc_start = 1000; /* the first process with pid 7 */
+    CHECK_EQ_INT(store_put_observations(s, &o, 1), 0);
+    o.config = "A2"; /* the same process again: its row is updated */
+    CHECK_EQ_INT(store_put_observations(s, &o, 1), 0);
+    struct store_observation later = obs("id1", "h", 7, "B");
+    later.proc_start = 5000; /* it died; another process got pid 7 */
+    CHECK_EQ_INT(store_put_observations(s, &later, 1), 0);
+    struct seen sn = {0};
+    CHECK_EQ_INT(store_each_observation(s, "ns1", all_cb, &sn), 0);
+    CHECK_EQ_INT(sn.n, 2);
+    int a = strcmp(sn.config[0], "A2") == 0 ? 0 : 1;
+    CHECK_STR(sn.config[a], "A2");
+    CHECK_STR(sn.config[1 - a], "B");
+    store_close(s);
+    tmp_cleanup();
+}
+
+TEST(migration_from_version_6_keys_rows_by_process_with_start_0) {
+    const char *path = tmp_path("s.db");
+    store *s = open_ok(path);
+    store_close(s);
+    /* The observations table exactly as schema 6 had it, one row. */
+    sql_side(path,
+             "DROP TABLE observations;"
+             "CREATE TABLE observations ("
+             " id TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,"
+             " ns TEXT NOT NULL, arch TEXT NOT NULL, kernel TEXT NOT NULL,"
+             " key TEXT NOT NULL, config TEXT NOT NULL,"
+             " source INTEGER NOT NULL, governed INTEGER NOT NULL,"
+             " chaos INTEGER NOT NULL, rank INTEGER NOT NULL,"
+             " local_rank INTEGER NOT NULL, device TEXT NOT NULL,"
+             " at_ms INTEGER NOT NULL, claimed_pid INTEGER NOT NULL DEFAULT 0,"
+             " peer_uid INTEGER NOT NULL DEFAULT -1,"
+             " node TEXT NOT NULL DEFAULT '', job TEXT NOT NULL DEFAULT '',"
+             " failed INTEGER NOT NULL DEFAULT 0,"
+             " error TEXT NOT NULL DEFAULT '',"
+             " audit INTEGER NOT NULL DEFAULT 0,"
+             " audit_differing TEXT NOT NULL DEFAULT '',"
+             " why TEXT NOT NULL DEFAULT '',"
+             " PRIMARY KEY (id, host, pid));"
+             "CREATE INDEX observations_ns_id ON observations(ns, id);"
+             "INSERT INTO observations (id, host, pid, ns, arch, kernel, key,"
+             " config, source, governed, chaos, rank, local_rank, device,"
+             " at_ms, job, failed, error) VALUES ('id1', 'h', 7, 'ns1',"
+             " 'sm90', 'm:k@1', '[i:1]', 'A', 1, 1, 0, 7, 0, 'GPU', 1,"
+             " 'job-a', 1, 'boom');"
+             "PRAGMA user_version = 6;");
+    s = open_ok(path);
+    struct seen sn = {0};
+    CHECK_EQ_INT(store_each_observation(s, NULL, all_cb, &sn), 0);
+    CHECK_EQ_INT(sn.n, 1);
+    CHECK_STR(sn.config[0], "A");
+    CHECK_STR(sn.job[0], "job-a");
+    CHECK_EQ_INT(sn.failed[0], 1);
+    CHECK_STR(sn.error[0], "boom");
+    /* The old row is the unknown-start incarnation of pid 7. */
+    struct store_observation o = obs("id1", "h", 7, "C");
+    CHECK_EQ_INT(store_put_observations(s, &o, 1), 0); /* proc_start 0 */
+    o.proc_start = 42;
+    o.config = "D";
+    CHECK_EQ_INT(store_put_observations(s, &o, 1), 0);
+    memset(&sn, 0, sizeof sn);
+    CHECK_EQ_INT(store_each_observation(s, NULL, all_cb, &sn), 0);
+    CHECK_EQ_INT(sn.n, 2);
+    store_close(s);
+    tmp_cleanup();
+}
+
 TEST(a_damaged_value_in_a_new_column_reads_as_corrupt) {
     const char *path = tmp_path("s.db");
     store *s = open_ok(path);
