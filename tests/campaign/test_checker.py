@@ -124,6 +124,20 @@ def test_timeout_past_the_pass_bound():
     assert len(v) == 1 and "hung rank" in v[0]["message"]
 
 
+def test_timeout_past_the_pass_bound_while_etcd_is_cut_off_is_excused():
+    # a daemon partitioned from etcd until 3 s before the answer: no node
+    # learns or commits through it, the wait is not the pass's
+    for kind in ("partition", "etcd_kill"):
+        run = clean()
+        run["records"].append(ans("r0:3", "timeout", pid=100, start=5.0, end=7.95))
+        run["faults"] = [{"fault": kind, "daemon": "d0", "start": 4.0, "end": 5.2}]
+        res = checker.check(run)
+        assert res["violations"] == [] and res["excused"] == 1, (kind, res)
+    # ... but not one that ended long before
+    run["faults"] = [{"fault": "partition", "daemon": "d0", "start": 1.0, "end": 1.5}]
+    assert props(run) == ["wait-bound"]
+
+
 def test_timeout_within_the_pass_bound_is_fine():
     run = clean()
     run["records"].append(ans("r0:3", "timeout", pid=100, start=5.0, end=6.0, deadline_ms=1000))
