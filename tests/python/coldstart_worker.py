@@ -90,9 +90,11 @@ class _Lines(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.lines = []
+        self.levels = []
 
     def emit(self, record):
         self.lines.append(record.getMessage())
+        self.levels.append(record.levelname)
 
 
 def main():
@@ -127,6 +129,7 @@ def main():
     with open(out_path, "w") as f:
         json.dump({"pid": os.getpid(), "config": _triton.config_string(cfg) if cfg is not None else None,
                    "measured": {str(k): v for k, v in MEASURED.items()}, "keys": keys, "lines": lines.lines,
+                   "levels": lines.levels,
                    "wall_s": wall, "error": error, "ok": bool(torch.equal(out, x + 1.0))}, f)
 
 

@@ -734,11 +734,14 @@ class _Wait:
         now = time.monotonic()
         if self.next_log is None or now + 0.05 < self.next_log:
             return
+        # The first line is INFO; a wait that goes on is a WARNING, so it
+        # shows even where the program configured no logging.
+        level = logging.WARNING if self.logged else logging.INFO
         self.logged = True
         every = _state.wait_log_every_s
         self.next_log = now + every if every > 0 else None
-        log.info("detd: waiting %.1f s for kernel %s key %s: %s", now - self.t0, self.info.kernel, self.key_str,
-                 self._who(answer))
+        log.log(level, "detd: waiting %.1f s for kernel %s key %s: %s", now - self.t0, self.info.kernel,
+                self.key_str, self._who(answer))
 
     def help(self, ctx: _Call, cands: _Cands, answer):
         """Compile the share the daemon gave (share_index i: candidate n-i,
