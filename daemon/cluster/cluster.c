@@ -895,6 +895,7 @@ void cluster_close(cluster *c) {
     c->stopping = 1;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    etcd_set_cancelled(c->etcd, 1); /* no retries against a gone etcd */
     for (int i = 0; i < c->n_workers; i++)
         pthread_join(c->workers[i], NULL);
     if (c->monitor_started)
@@ -905,6 +906,7 @@ void cluster_close(cluster *c) {
     c->ka = NULL;
     /* Claims and the node key go with the lease, at once; etcd gone, the
      * stop does not wait: the next run revokes it (lease file). */
+    etcd_set_cancelled(c->etcd, 0);
     etcd_thread_deadline(clock_mono_ms() + CLUSTER_CLOSE_REVOKE_MS);
     if (c->lease_id != 0 && etcd_lease_revoke(c->etcd, c->lease_id) == 0)
         cluster_lease_file_write(c->lease_file, 0);

@@ -575,6 +575,12 @@ void etcd_thread_deadline(int64_t deadline_ms) {
     thread_deadline_ms = deadline_ms;
 }
 
+/* See etcd.h. */
+void etcd_set_cancelled(etcd_client *c, int on) {
+    if (c != NULL)
+        atomic_store(&c->cancelled, on);
+}
+
 int etcd_call_unary(etcd_client *c, const char *method,
                     const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *rdesc,
@@ -592,6 +598,10 @@ int etcd_call_unary(etcd_client *c, const char *method,
     int refreshed = 0, err;
     unsigned seed = c->seed ^ (unsigned)(uintptr_t)&seed;
     for (;;) {
+        if (atomic_load(&c->cancelled)) {
+            err = DETD_ECANCELLED;
+            break;
+        }
         char *token = NULL;
         uint64_t gen = 0;
         grpc_status_code code = GRPC_STATUS_UNKNOWN;
@@ -619,7 +629,12 @@ int etcd_call_unary(etcd_client *c, const char *method,
         if (!retryable(err) || now >= end)
             break;
         int64_t d = etcd_jitter(backoff, &seed);
-        etcd_sleep_ms(now + d < end ? d : end - now);
+        int64_t until = now + (now + d < end ? d : end - now);
+        /* in slices, so that a cancel ends the wait too */
+        while (!atomic_load(&c->cancelled) && clock_mono_ms() < until) {
+            int64_t left = until - clock_mono_ms();
+            etcd_sleep_ms(left < 20 ? left : 20);
+        }
         backoff = backoff * 2 < BACKOFF_MAX_MS ? backoff * 2 : BACKOFF_MAX_MS;
     }
     grpc_slice_unref(packed);
@@ -682,8 +697,13 @@ int etcd_status(etcd_client *c, struct etcd_member_status *ret, size_t cap,
         0)
         token = NULL;
     size_t n = c->n_endpoints < cap ? c->n_endpoints : cap;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        if (atomic_load(&c->cancelled)) { /* stopping: no more members */
+            n = i;
+            break;
+        }
         status_one(c, i, token, &ret[i]);
+    }
     free(token);
     *ret_n = n;
     return 0;

@@ -138,6 +138,14 @@ struct etcd_put_result {
 void etcd_thread_deadline(int64_t deadline_ms);
 
 /*
+ * With on set, calls start no new attempt (those in flight end at their
+ * attempt deadline) and fail DETD_ECANCELLED: a stop does not wait for
+ * retries against an unreachable etcd. Off again for what must still be
+ * tried (the stop's lease revoke). Any thread.
+ */
+void etcd_set_cancelled(etcd_client *c, int on);
+
+/*
  * First writer wins: create key with value (attached to lease, 0 for none)
  * only if the key does not exist, in one Txn (compare create_revision == 0,
  * then put; else range). On success fills *ret (release with

@@ -7,6 +7,7 @@
 #define DETD_ETCD_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <grpc/grpc.h>
@@ -35,6 +36,7 @@ struct etcd_client {
     pthread_mutex_t auth_mu; /* guards token, token_gen */
     char *token;             /* NULL: no auth on the server */
     uint64_t token_gen;      /* 0: not authenticated yet */
+    atomic_int cancelled;    /* etcd_set_cancelled(): no new attempts */
 };
 
 /* A gRPC deadline at monotonic time at_ms. */
