@@ -145,6 +145,8 @@ struct vctx {
 
 static const Detd__V1__Decision *find_dec(const struct vctx *c,
                                           const char *id) {
+    if (c->n_decs == 0) /* no decisions (NULL list): bsearch may not */
+        return NULL;
     Detd__V1__Decision key = DETD__V1__DECISION__INIT, *kp = &key;
     key.id = (char *)id;
     Detd__V1__Decision **d =

@@ -610,7 +610,8 @@ def test_verify_cluster_is_incomplete_not_ok_past_one_page(tmpdir_short, etcd, n
         assert lib.detd_observe(h, ctypes.byref(key), b"BLOCK=16", 1, 1, 30000) == 0
     lib.detd_client_close(h)
     # Node 1 alone: paged by detctl, whole and ok.
-    assert detctl("--socket", ns[1].socket, "verify").returncode == 0
+    r = detctl("--socket", ns[1].socket, "verify")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     r = detctl("--socket", ns[0].socket, "verify", "--cluster", "--json")
     assert r.returncode == 1, r.stdout + r.stderr
     v = json.loads(r.stdout)
