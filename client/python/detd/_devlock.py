@@ -31,6 +31,8 @@ import tempfile
 import time
 from typing import Optional
 
+from . import _policy
+
 WAIT_S = 10.0
 MODES = ("auto", "device", "off")
 
@@ -49,15 +51,7 @@ def parse(environ=None) -> Settings:
     mode = str(env.get("DETD_TIMING_LOCK", "")).strip().lower() or "auto"
     if mode not in MODES:
         raise ValueError(f"detd: invalid DETD_TIMING_LOCK={mode!r}: expected one of {', '.join(MODES)}")
-    raw = str(env.get("DETD_TIMING_LOCK_WAIT_S", "")).strip()
-    wait = WAIT_S
-    if raw:
-        try:
-            wait = float(raw)
-        except ValueError:
-            wait = float("nan")
-        if not 0 <= wait < float("inf"):
-            raise ValueError(f"detd: invalid DETD_TIMING_LOCK_WAIT_S={raw!r}: expected a number of seconds >= 0")
+    wait = _policy.env_seconds(env, "DETD_TIMING_LOCK_WAIT_S", WAIT_S)
     d = str(env.get("DETD_TIMING_LOCK_DIR", "")).strip() or None
     if d is not None and not os.path.isdir(d):
         raise ValueError(f"detd: invalid DETD_TIMING_LOCK_DIR={d!r}: not a directory")

@@ -118,7 +118,7 @@ import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _audit, _canon, _devlock, _native, _triton
+from . import _audit, _canon, _devlock, _native, _policy, _triton
 from ._policy import Settings
 
 
@@ -1192,19 +1192,6 @@ def patch():
         _check_version()
 
 
-def _env_seconds(env, name: str, default: float) -> float:
-    v = str(env.get(name, "")).strip()
-    if v == "":
-        return default
-    try:
-        x = float(v)
-    except ValueError:
-        x = float("nan")
-    if not 0 <= x < float("inf"):
-        raise ValueError(f"detd: invalid {name}={v!r}: expected a number of seconds >= 0 (0: off)")
-    return x
-
-
 def wait_options(environ=None) -> Tuple[float, float, bool]:
     """(log after s, log every s, share the pass) from
     ``DETD_WAIT_LOG_AFTER_S`` (default 5; 0: never log),
@@ -1212,8 +1199,8 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
     ``DETD_SHARE_PASS`` (0 or 1, default 0). Raises ValueError naming a
     bad variable."""
     env = os.environ if environ is None else environ
-    after = _env_seconds(env, "DETD_WAIT_LOG_AFTER_S", WAIT_LOG_AFTER_S)
-    every = _env_seconds(env, "DETD_WAIT_LOG_EVERY_S", WAIT_LOG_EVERY_S)
+    after = _policy.env_seconds(env, "DETD_WAIT_LOG_AFTER_S", WAIT_LOG_AFTER_S)
+    every = _policy.env_seconds(env, "DETD_WAIT_LOG_EVERY_S", WAIT_LOG_EVERY_S)
     sp = str(env.get("DETD_SHARE_PASS", "")).strip().lower()
     if sp not in ("", "0", "1", "true", "false", "on", "off", "yes", "no"):
         raise ValueError(f"detd: invalid DETD_SHARE_PASS={sp!r}: expected 0 or 1")

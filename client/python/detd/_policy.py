@@ -134,6 +134,21 @@ class Settings:
         return None
 
 
+def env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number of seconds >= 0 from env[name] (default when unset or
+    empty); ValueError naming the variable otherwise."""
+    v = str(env.get(name, "")).strip()
+    if v == "":
+        return default
+    try:
+        x = float(v)
+    except ValueError:
+        x = float("nan")
+    if not 0 <= x < float("inf"):
+        raise ValueError(f"detd: invalid {name}={v!r}: expected a number of seconds >= 0 (0: off)")
+    return x
+
+
 def _bad(arg: str, env: str, value, why: str) -> ValueError:
     return ValueError(f"detd: invalid setting {arg} ({env}={value!r}): {why}")
 
