@@ -573,15 +573,22 @@ def run_config(root, net, etcd, m, n, a):
                        "wal_per_s": idle["wal"] / idle["s"]}
         cl = Clients(fleet)
         try:
+            epids = [x["pid"] for x in etcd.members if x.get("pid")]
+            c0 = (sum(cpu_s(p) for p in fleet.pids()), sum(cpu_s(p) for p in epids))
             s0 = etcd_snapshot(etcd)
             rows, errors = seq_phase(fleet, cl, f"{ns_name}q", a.keys, deadline)
             s1 = etcd_snapshot(etcd)
+            c1 = (sum(cpu_s(p) for p in fleet.pids()), sum(cpu_s(p) for p in epids))
             out["seq"] = {"keys": len(rows), "asked": a.keys, "errors": errors[:5],
                           "n_errors": len(errors),
                           "miss": [r["miss"] * 1e3 for r in rows],
                           "commit": [r["commit"] * 1e3 for r in rows],
                           "all": [r["all"] * 1e3 for r in rows],
-                          "cost": net_of(delta(s0, s1), idle, max(1, len(rows) + 2))}
+                          "cost": net_of(delta(s0, s1), idle, max(1, len(rows) + 2)),
+                          # CPU per key, idle share included: the daemons
+                          # together, and the etcd members together.
+                          "daemons_cpu_ms": (c1[0] - c0[0]) * 1e3 / max(1, len(rows) + 2),
+                          "etcd_cpu_ms": (c1[1] - c0[1]) * 1e3 / max(1, len(rows) + 2)}
             if len(rows) < a.keys:
                 out["notes"].append(f"seq: {len(rows)} of {a.keys} keys decided "
                                     f"({len(errors)} errors, time bound)")
@@ -654,9 +661,9 @@ def table(res):
           "subtracted), idle load per daemon, memory.")
     print("| etcd | N | requests/key | writes/key (Txn, Put, Delete) | Txn/key (claims + commit) |"
           " Raft proposals/key | WAL bytes/key | watch msgs/key | bytes sent/key |"
-          " bytes recv/key | idle req/daemon/s | idle bytes/daemon/s |"
-          " daemon RSS mean | etcd RSS mean |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          " bytes recv/key | CPU ms/key: daemons, etcd | idle req/daemon/s |"
+          " idle bytes/daemon/s | daemon RSS mean | etcd RSS mean |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in res:
         s = r.get("seq")
         if not s:
@@ -668,6 +675,7 @@ def table(res):
         print(f"| {r['m']} | {r['n']} | {sum(c['req'].values()):.1f} | {c['writes']:.1f} | "
               f"{c['req'].get('Txn', 0.0):.1f} | {c['proposals']:.1f} | {c['wal']:.0f} | "
               f"{c['watch_msgs']:.1f} | {c['sent']:.0f} | {c['recv']:.0f} | "
+              f"{s.get('daemons_cpu_ms', 0):.1f}, {s.get('etcd_cpu_ms', 0):.1f} | "
               f"{i['req_per_daemon_s']:.2f} | {i['bytes_per_daemon_s']:.0f} | "
               f"{sum(rd) / len(rd) / 1024:.1f} MiB | {sum(re_) / len(re_) / 1024:.1f} MiB |")
     for r in res:
@@ -831,6 +839,9 @@ def main():
                         r = run_config(root, net, etcd, m, n, a)
                         r["wall_s"] = time.monotonic() - t
                         results.append(r)
+                        if a.json:  # what is done survives a later failure
+                            Path(a.json).write_text(json.dumps(
+                                {"meta": {"partial": True}, "results": results}))
                         print(f"etcd {m}, N {n}: {r['wall_s']:.0f} s; "
                               f"{'; '.join(r['notes']) or 'complete'}", flush=True)
                 finally:
