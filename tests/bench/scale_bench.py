@@ -15,6 +15,8 @@ address on that bridge (a veth pair each), are measured in phases:
            (detd_etcd_boot_retries_total), their CPU time and the etcd
            requests and bytes of the storm, per daemon.
   restart  all N stopped (SIGTERM) and started again at once, same measures.
+  late     all N started while etcd is stopped; etcd started --late-s
+           seconds later: time from etcd serving until all are up again.
   idle     --idle-s seconds of nothing: the background etcd load (node-lease
            keep-alives, the status monitor), per daemon and second.
   seq      --keys new keys, one at a time; for each, one client on every
@@ -368,10 +370,20 @@ class Fleet:
         return [p.pid for p in self.procs if p is not None and p.poll() is None]
 
 
-def storm(fleet, etcd, timeout, need_resync, restart):
+def storm(fleet, etcd, timeout, need_resync, phase, late_s=0.0):
+    """Start every daemon at once and measure until each is up. late_s > 0:
+    etcd is stopped first and started again late_s seconds after the
+    daemons; times count from etcd serving again."""
+    if late_s > 0:
+        etcd.stop()
     a = etcd_snapshot(etcd)
     cpu0 = 0.0
     t0 = fleet.start_all()
+    if late_s > 0:
+        time.sleep(late_s)
+        etcd.resume()
+        t0 = time.monotonic()
+        a = etcd_snapshot(etcd)
     w = fleet.wait_up(t0, timeout, need_resync)
     b = etcd_snapshot(etcd)
     cpu = sum(cpu_s(p) for p in fleet.pids()) - cpu0
@@ -379,7 +391,7 @@ def storm(fleet, etcd, timeout, need_resync, restart):
     up = [u for u in w["up"] if u is not None]
     d = delta(a, b)
     n = fleet.n
-    return {"phase": "restart" if restart else "storm", "n": n,
+    return {"phase": phase, "n": n,
             "up": len(up), "all_s": max(up) if len(up) == n else None,
             "p50_s": pct(up, 50), "max_s": max(up) if up else None,
             "sock_p50_s": pct([x for x in w["sock"] if x is not None], 50),
@@ -552,16 +564,25 @@ def run_config(root, net, etcd, m, n, a):
     deadline = time.monotonic() + a.config_timeout
     fleet = Fleet(root, net, etcd, n, ns_name)
     try:
-        out["storm"] = storm(fleet, etcd, a.storm_timeout, True, False)
+        out["storm"] = storm(fleet, etcd, a.storm_timeout, True, "storm")
         if out["storm"]["up"] < n:
             out["notes"].append(f"storm: {n - out['storm']['up']} of {n} daemons "
                                 f"not up within {a.storm_timeout} s")
         fleet.stop_all()
-        out["restart"] = storm(fleet, etcd, a.storm_timeout, False, True)
+        out["restart"] = storm(fleet, etcd, a.storm_timeout, False, "restart")
         if out["restart"]["up"] < n:
             out["notes"].append(f"restart: {n - out['restart']['up']} of {n} "
                                 f"daemons not up within {a.storm_timeout} s")
             return out
+        if a.late_s > 0:
+            fleet.stop_all()
+            out["late"] = storm(fleet, etcd, a.storm_timeout, False, "late",
+                                a.late_s)
+            if out["late"]["up"] < n:
+                out["notes"].append(f"late: {n - out['late']['up']} of {n} "
+                                    f"daemons not up within {a.storm_timeout} s "
+                                    "of etcd serving again")
+                return out
         time.sleep(2.0)  # let the restart's calls settle
         i0 = etcd_snapshot(etcd)
         time.sleep(a.idle_s)
@@ -623,15 +644,16 @@ def f1(x, unit=""):
 
 
 def table(res):
-    print("\nStart-up storm: all N daemons started at once (first start, then "
-          "SIGTERM and all restarted at once). up = serves its socket, is "
-          "registered in etcd with its pid and (first start) has read the "
-          "decisions.")
+    print("\nStart-up storm: all N daemons started at once (storm: first start; "
+          "restart: SIGTERM, then all started again at once; late: all "
+          "started while etcd is down, etcd started --late-s later, times "
+          "from etcd serving again). up = serves its socket, is registered "
+          "in etcd with its pid and (first start) has read the decisions.")
     print("| etcd | N | phase | up | all up | p50 | retries (sum) | CPU s/daemon |"
           " etcd requests/daemon | writes/daemon | etcd bytes/daemon |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in res:
-        for ph in ("storm", "restart"):
+        for ph in ("storm", "restart", "late"):
             s = r.get(ph)
             if not s:
                 continue
@@ -802,6 +824,9 @@ def main():
     ap.add_argument("--burst", type=int, default=60)
     ap.add_argument("--idle-s", type=float, default=10.0)
     ap.add_argument("--storm-timeout", type=float, default=90.0)
+    ap.add_argument("--late-s", type=float, default=5.0,
+                    help="the late phase: etcd comes up this long after all "
+                         "daemons (0: no late phase)")
     ap.add_argument("--config-timeout", type=float, default=300.0,
                     help="bound on each (etcd size, N) configuration, seconds")
     ap.add_argument("--subnet", default="10.231", help="first two octets")
