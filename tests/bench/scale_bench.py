@@ -264,6 +264,7 @@ class Fleet:
         self.logs = [root / f"{ns_name}-d{i}.log" for i in range(n)]
         self.socks = [str(root / f"{ns_name}-{i}.sock") for i in range(n)]
         self.marks = [0] * n
+        self.live = list(range(n))  # the daemons up after the last storm
 
     def argv(self, i):
         return [IP, "netns", "exec", self.net.ns(i), str(BUILD / "daemon" / "detd"),
@@ -389,6 +390,7 @@ def storm(fleet, etcd, timeout, need_resync, phase, late_s=0.0):
     cpu = sum(cpu_s(p) for p in fleet.pids()) - cpu0
     retries, seen = fleet.boot_retries()
     up = [u for u in w["up"] if u is not None]
+    fleet.live = [i for i, u in enumerate(w["up"]) if u is not None]
     d = delta(a, b)
     n = fleet.n
     return {"phase": phase, "n": n,
@@ -406,12 +408,14 @@ def storm(fleet, etcd, timeout, need_resync, phase, late_s=0.0):
 # ---- the workload ------------------------------------------------------------
 
 class Clients:
-    """One libdetd client per node (rank i on node i)."""
+    """One libdetd client per node of idx (rank i on node i); client j is
+    on node idx[j]."""
 
-    def __init__(self, fleet):
+    def __init__(self, fleet, idx):
         self.lib = load()
+        self.idx = list(idx)
         self.cl = []
-        for i in range(fleet.n):
+        for i in self.idx:
             ident = Identity(f"host{i}".encode(), i, 0, fleet.n, b"Bench GPU",
                              b"sm90", 132, b"scale")
             c = ctypes.c_void_p()
@@ -459,7 +463,7 @@ class Clients:
 
 
 def seq_phase(fleet, cl, prefix, keys, deadline):
-    n = fleet.n
+    n = len(cl.idx)
     rows, errors = [], []
     bar = threading.Barrier(n + 1)
     go = {"key": None}
@@ -494,7 +498,7 @@ def seq_phase(fleet, cl, prefix, keys, deadline):
         if len(des) != 1:
             errors.append((go["key"], f"{len(des)} designated"))
             continue
-        winner = [i for i, r in enumerate(res) if r[0][0] == DESIGNATED][0]
+        winner = cl.idx[[i for i, r in enumerate(res) if r[0][0] == DESIGNATED][0]]
         if j >= 0:
             (_, t_dec, t_rep), _ = des[0]
             rows.append({"key": go["key"], "winner": winner, "miss": t_dec,
@@ -507,13 +511,13 @@ def seq_phase(fleet, cl, prefix, keys, deadline):
     return rows, errors
 
 
-def propagation(fleet, rows):
+def propagation(fleet, rows, idx):
     """Per key: from the committing daemon's "decided" line to the last
-    other daemon's (watch) line, in ms."""
+    other daemon's (watch) line, in ms; over the daemons of idx."""
     keyset = {r["key"]: r["winner"] for r in rows}
     pat = re.compile(r" decided .*kernel=scale:kernel@0 key=(\S+) ")
     at = {}
-    for i in range(fleet.n):
+    for i in idx:
         for line in fleet.log_since(i).splitlines():
             m = pat.search(line)
             if m and m.group(1) in keyset:
@@ -521,14 +525,14 @@ def propagation(fleet, rows):
     out = []
     for k, w in keyset.items():
         t = at.get(k, {})
-        if w not in t or len(t) != fleet.n:
+        if w not in t or len(t) != len(idx):
             continue
         out.append(max(v for i, v in t.items() if i != w) - t[w])
     return out
 
 
 def burst_phase(fleet, cl, prefix, keys, deadline):
-    n = fleet.n
+    n = len(cl.idx)
     errors, designated = [], [0] * n
     names = [f"{prefix}:{j}" for j in range(keys)]
     start = threading.Barrier(n + 1)
@@ -573,7 +577,6 @@ def run_config(root, net, etcd, m, n, a):
         if out["restart"]["up"] < n:
             out["notes"].append(f"restart: {n - out['restart']['up']} of {n} "
                                 f"daemons not up within {a.storm_timeout} s")
-            return out
         if a.late_s > 0:
             fleet.stop_all()
             out["late"] = storm(fleet, etcd, a.storm_timeout, False, "late",
@@ -582,7 +585,14 @@ def run_config(root, net, etcd, m, n, a):
                 out["notes"].append(f"late: {n - out['late']['up']} of {n} "
                                     f"daemons not up within {a.storm_timeout} s "
                                     "of etcd serving again")
-                return out
+        # The key phases run on the daemons that are up (all of them, when
+        # the storms completed); the table says how many.
+        if len(fleet.live) < 2:
+            out["notes"].append("key phases skipped: fewer than 2 daemons up")
+            return out
+        out["live"] = len(fleet.live)
+        if out["live"] < n:
+            out["notes"].append(f"key phases on the {out['live']} daemons up")
         time.sleep(2.0)  # let the restart's calls settle
         i0 = etcd_snapshot(etcd)
         time.sleep(a.idle_s)
@@ -591,8 +601,9 @@ def run_config(root, net, etcd, m, n, a):
                        "req_per_daemon_s": sum(idle["req"].values()) / n / idle["s"],
                        "req": {k: v / n / idle["s"] for k, v in idle["req"].items()},
                        "bytes_per_daemon_s": (idle["sent"] + idle["recv"]) / n / idle["s"],
+                       "raw": idle,
                        "wal_per_s": idle["wal"] / idle["s"]}
-        cl = Clients(fleet)
+        cl = Clients(fleet, fleet.live)
         try:
             epids = [x["pid"] for x in etcd.members if x.get("pid")]
             c0 = (sum(cpu_s(p) for p in fleet.pids()), sum(cpu_s(p) for p in epids))
@@ -629,7 +640,7 @@ def run_config(root, net, etcd, m, n, a):
         time.sleep(1.0)
         out["rss_daemon_kb"] = [rss_kb(p) for p in fleet.pids()]
         out["rss_etcd_kb"] = [rss_kb(x["pid"]) for x in etcd.members if x.get("pid")]
-        out["prop"] = propagation(fleet, [dict(r) for r in rows])
+        out["prop"] = propagation(fleet, [dict(r) for r in rows], fleet.live)
     finally:
         fleet.stop_all()
     return out
@@ -641,6 +652,11 @@ def f1(x, unit=""):
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     return f"{x:.1f}{unit}"
+
+
+def nlabel(r):
+    live = r.get("live", r["n"])
+    return f"{r['n']}" if live == r["n"] else f"{r['n']} ({live} up)"
 
 
 def table(res):
@@ -674,7 +690,7 @@ def table(res):
         b = r.get("burst")
         kps = f"{b['keys'] / b['s']:.1f}" if b and not b["n_errors"] else \
             ("incomplete" if b else "n/a")
-        print(f"| {r['m']} | {r['n']} | {s['keys']}/{s['asked']} | "
+        print(f"| {r['m']} | {nlabel(r)} | {s['keys']}/{s['asked']} | "
               f"{f1(pct(s['miss'], 50))} | {f1(pct(s['miss'], 99))} | "
               f"{f1(pct(s['commit'], 50))} | {f1(pct(s['commit'], 99))} | "
               f"{f1(pct(s['all'], 50))} | {f1(pct(s['all'], 99))} | "
@@ -694,7 +710,7 @@ def table(res):
         i = r["idle"]
         rd = r.get("rss_daemon_kb") or [0]
         re_ = r.get("rss_etcd_kb") or [0]
-        print(f"| {r['m']} | {r['n']} | {sum(c['req'].values()):.1f} | {c['writes']:.1f} | "
+        print(f"| {r['m']} | {nlabel(r)} | {sum(c['req'].values()):.1f} | {c['writes']:.1f} | "
               f"{c['req'].get('Txn', 0.0):.1f} | {c['proposals']:.1f} | {c['wal']:.0f} | "
               f"{c['watch_msgs']:.1f} | {c['sent']:.0f} | {c['recv']:.0f} | "
               f"{s.get('daemons_cpu_ms', 0):.1f}, {s.get('etcd_cpu_ms', 0):.1f} | "
@@ -728,7 +744,7 @@ def model(res, nodes=1000, ranks=8, keys=10000, write_rate=None):
         return None
     m = min(r["m"] for r in ok)
     use = [r for r in ok if r["m"] == m]
-    xs = [r["n"] for r in use]
+    xs = [r.get("live", r["n"]) for r in use]
 
     def fit(get):
         return linfit(xs, [get(r) for r in use])
@@ -739,7 +755,7 @@ def model(res, nodes=1000, ranks=8, keys=10000, write_rate=None):
     sent = fit(lambda r: r["seq"]["cost"]["sent"])
     ireq = fit(lambda r: r["idle"]["req_per_daemon_s"])
     ibytes = fit(lambda r: r["idle"]["bytes_per_daemon_s"])
-    bursts = [(r["n"], r["burst"]["keys"] / r["burst"]["s"],
+    bursts = [(r.get("live", r["n"]), r["burst"]["keys"] / r["burst"]["s"],
                r["burst"]["cost"]["proposals"] * r["burst"]["keys"] / r["burst"]["s"])
               for r in use if r.get("burst") and not r["burst"]["n_errors"]]
     measured_rate = max((b[2] for b in bursts), default=None)
