@@ -15,8 +15,6 @@ address on that bridge (a veth pair each), are measured in phases:
            (detd_etcd_boot_retries_total), their CPU time and the etcd
            requests and bytes of the storm, per daemon.
   restart  all N stopped (SIGTERM) and started again at once, same measures.
-  late     all N started while etcd is stopped; etcd started --late-s
-           seconds later: time from etcd serving until all are up again.
   idle     --idle-s seconds of nothing: the background etcd load (node-lease
            keep-alives, the status monitor), per daemon and second.
   seq      --keys new keys, one at a time; for each, one client on every
@@ -27,7 +25,11 @@ address on that bridge (a veth pair each), are measured in phases:
            daemon's log line to the slowest other daemon's, ms timestamps).
   burst    --burst new keys, every node asks all of them in its own order
            at the same time: keys decided per second cluster-wide.
+  late     (last, as it stops etcd) all N started while etcd is stopped;
+           etcd started --late-s seconds later: time from etcd serving
+           until all are up again.
 
+The key phases run on the daemons that came up (all of them, normally).
 etcd figures come from every member's /metrics before and after a phase
 (grpc_server_started_total by method, the gRPC byte counters, WAL bytes,
 Raft proposals, watch messages sent); per decided key they are the phase's
@@ -577,14 +579,6 @@ def run_config(root, net, etcd, m, n, a):
         if out["restart"]["up"] < n:
             out["notes"].append(f"restart: {n - out['restart']['up']} of {n} "
                                 f"daemons not up within {a.storm_timeout} s")
-        if a.late_s > 0:
-            fleet.stop_all()
-            out["late"] = storm(fleet, etcd, a.storm_timeout, False, "late",
-                                a.late_s)
-            if out["late"]["up"] < n:
-                out["notes"].append(f"late: {n - out['late']['up']} of {n} "
-                                    f"daemons not up within {a.storm_timeout} s "
-                                    "of etcd serving again")
         # The key phases run on the daemons that are up (all of them, when
         # the storms completed); the table says how many.
         if len(fleet.live) < 2:
@@ -641,6 +635,15 @@ def run_config(root, net, etcd, m, n, a):
         out["rss_daemon_kb"] = [rss_kb(p) for p in fleet.pids()]
         out["rss_etcd_kb"] = [rss_kb(x["pid"]) for x in etcd.members if x.get("pid")]
         out["prop"] = propagation(fleet, [dict(r) for r in rows], fleet.live)
+        # Last, as it stops etcd: all daemons started while etcd is down.
+        if a.late_s > 0:
+            fleet.stop_all()
+            out["late"] = storm(fleet, etcd, a.storm_timeout, False, "late",
+                                a.late_s)
+            if out["late"]["up"] < n:
+                out["notes"].append(f"late: {n - out['late']['up']} of {n} "
+                                    f"daemons not up within {a.storm_timeout} s "
+                                    "of etcd serving again")
     finally:
         fleet.stop_all()
     return out
@@ -793,7 +796,8 @@ def model(res, nodes=1000, ranks=8, keys=10000, write_rate=None):
           f"{s_key * keys / 2**30:,.1f} GiB sent by etcd |")
     # One claim per key (nodes that see the claim wait): the losing claim
     # Txns go (a key's Txns are its claims and one commit); the rest stay.
-    p_one = max(1.0, p_key - max(0.0, at(claims) - 2.0))
+    # At least the claim, the commit and the claim's delete.
+    p_one = max(3.0, p_key - max(0.0, at(claims) - 2.0))
     out = {"m": m, "xs": xs, "props_per_key": p_key,
            "total_props": total_props, "wal_mib": w_key * keys / 2**20,
            "watch_msgs": at(wmsg) * keys, "watch_gib": s_key * keys / 2**30,
