@@ -32,7 +32,8 @@ static gpr_timespec slice_end(gpr_timespec deadline, int64_t slice_ms) {
 int grpc_unary_call(grpc_channel *ch, const char *method, grpc_byte_buffer *req,
                     const grpc_metadata *md, size_t n_md, gpr_timespec deadline,
                     grpc_unary_yield_cb yield, void *yield_ctx,
-                    int64_t slice_ms, struct grpc_unary_result *ret) {
+                    int64_t slice_ms, uint32_t md_flags,
+                    struct grpc_unary_result *ret) {
     grpc_metadata_array init_md, trail_md;
     grpc_slice details = grpc_empty_slice();
     int rc = 0;
@@ -55,6 +56,7 @@ int grpc_unary_call(grpc_channel *ch, const char *method, grpc_byte_buffer *req,
     grpc_op ops[6];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].flags = md_flags;
     ops[0].data.send_initial_metadata.count = n_md;
     ops[0].data.send_initial_metadata.metadata = (grpc_metadata *)md;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
@@ -204,7 +206,7 @@ int grpc_unary_oneshot(const char *target, const char *method, const void *req,
     gpr_timespec dl = gpr_time_add(
         gpr_now(GPR_CLOCK_REALTIME),
         gpr_time_from_millis(timeout_ms > 0 ? timeout_ms : 5000, GPR_TIMESPAN));
-    rc = grpc_unary_call(ch, method, bb, NULL, 0, dl, NULL, NULL, 0, &res);
+    rc = grpc_unary_call(ch, method, bb, NULL, 0, dl, NULL, NULL, 0, 0, &res);
     if (rc != 0)
         goto out;
     if (res.code != GRPC_STATUS_OK) {

@@ -34,7 +34,10 @@ typedef void (*grpc_unary_yield_cb)(void *ctx);
  * its slices) with the initial metadata md[0..n_md) (may be NULL), and
  * wait until the call completes or deadline passes (gRPC ends the call
  * then with DEADLINE_EXCEEDED). With yield set, the wait is cut into
- * slices of slice_ms and yield(yield_ctx) runs between them. grpc_init()
+ * slices of slice_ms and yield(yield_ctx) runs between them. md_flags go
+ * to the initial metadata: GRPC_INITIAL_METADATA_WAIT_FOR_READY makes a
+ * call on a channel that is not connected wait for it (until deadline)
+ * instead of failing at once. grpc_init()
  * must have been called. Returns 0 with *ret filled (the status is
  * ret->code: 0 does not mean the call succeeded), DETD_ENOMEM, or
  * DETD_EINTERNAL (the call could not be started; *ret->details says
@@ -43,7 +46,8 @@ typedef void (*grpc_unary_yield_cb)(void *ctx);
 int grpc_unary_call(grpc_channel *ch, const char *method, grpc_byte_buffer *req,
                     const grpc_metadata *md, size_t n_md, gpr_timespec deadline,
                     grpc_unary_yield_cb yield, void *yield_ctx,
-                    int64_t slice_ms, struct grpc_unary_result *ret);
+                    int64_t slice_ms, uint32_t md_flags,
+                    struct grpc_unary_result *ret);
 
 /*
  * Read the PEM file at path (at most GRPC_UNARY_MAX_PEM bytes) into a

@@ -532,7 +532,7 @@ static int wire_unary_impl_(struct wire_channel *ch, const char *method,
     /* Wait in slices, stepping out of gRPC between them for a fork. */
     rc = grpc_unary_call(ch->channel, method, send_buf, NULL, 0,
                          wire_deadline_(timeout_ms), wire_yield_cb_, NULL,
-                         WIRE_SLICE_MS, &res);
+                         WIRE_SLICE_MS, 0, &res);
     if (rc < 0) {
         if (res.details[0] != '\0')
             wire_set_error("%s", res.details);

@@ -41,6 +41,10 @@
 #define CLUSTER_RELEASE_MS 15000
 #define CLUSTER_MONITOR_MS 1000
 #define CLUSTER_CLOSE_REVOKE_MS 500
+/* Boot and resync retries: full-jitter exponential backoff (README,
+ * "Scale"): the n-th retry waits uniform [0, min(cap, base * 2^n)]. */
+#define CLUSTER_BOOT_RETRY_BASE_MS 100
+#define CLUSTER_BOOT_RETRY_CAP_MS 3000
 
 enum job_kind {
     JOB_BOOT = 1,
@@ -99,6 +103,8 @@ struct cluster {
     int connected;
     char last_error[256];
     uint64_t resyncs;
+    uint64_t boot_retries;
+    uint64_t rng; /* backoff jitter */
     size_t n_members;
     struct etcd_member_status members[ETCD_MAX_ENDPOINTS];
     size_t n_nodes;
@@ -135,6 +141,17 @@ static int nap(cluster *c, int64_t ms) {
     int stop = c->stopping;
     pthread_mutex_unlock(&c->mu);
     return stop;
+}
+
+/* A boot or resync attempt failed: count it, then wait out the next
+ * backoff step (*attempt counts this run of retries). */
+static void retry_nap(cluster *c, unsigned *attempt) {
+    pthread_mutex_lock(&c->mu);
+    int64_t ms = cluster_backoff_ms((*attempt)++, CLUSTER_BOOT_RETRY_BASE_MS,
+                                    CLUSTER_BOOT_RETRY_CAP_MS, &c->rng);
+    c->boot_retries++;
+    pthread_mutex_unlock(&c->mu);
+    nap(c, ms);
 }
 
 static int stopping(cluster *c) {
@@ -516,6 +533,7 @@ static void do_resync(cluster *c) {
     char *dprefix = NULL;
     if (asprintf(&dprefix, "%sdecisions/", c->ns_prefix) < 0)
         return;
+    unsigned attempt = 0;
     while (!stopping(c)) {
         struct resync_ctx r = {c, strlen(dprefix), 0};
         int64_t rev = 0;
@@ -534,7 +552,7 @@ static void do_resync(cluster *c) {
                 break;
             }
         }
-        nap(c, 500);
+        retry_nap(c, &attempt);
     }
     free(dprefix);
 }
@@ -606,6 +624,7 @@ static void on_lease_lost(int64_t id, int err, void *arg) {
  * until it works or the cluster stops. The first boot also starts the
  * watch. */
 static void do_boot(cluster *c) {
+    unsigned attempt = 0;
     while (!stopping(c)) {
         int revoked = 0; /* the state directory's lock: that run is over */
         int64_t old =
@@ -633,27 +652,22 @@ static void do_boot(cluster *c) {
                 int need_watch = c->watch == NULL;
                 int64_t from = c->start_revision;
                 pthread_mutex_unlock(&c->mu);
-                if (need_watch) {
-                    if (from > 0) {
-                        etcd_watch *w = NULL;
-                        if (etcd_watch_start(c->etcd, c->ns_prefix, from + 1,
-                                             on_watch, c, &w) == 0) {
-                            pthread_mutex_lock(&c->mu);
-                            c->watch = w;
-                            c->watch_rev = from;
-                            pthread_mutex_unlock(&c->mu);
-                        } else {
-                            do_resync(c);
-                        }
-                    } else {
-                        do_resync(c);
-                    }
+                etcd_watch *w = NULL;
+                if (need_watch && from > 0 &&
+                    etcd_watch_start(c->etcd, c->ns_prefix, from + 1, on_watch,
+                                     c, &w) == 0) {
+                    pthread_mutex_lock(&c->mu);
+                    c->watch = w;
+                    c->watch_rev = from;
+                    pthread_mutex_unlock(&c->mu);
+                } else if (need_watch) {
+                    do_resync(c);
                 }
                 return;
             }
             etcd_lease_revoke(c->etcd, id);
         }
-        nap(c, 500);
+        retry_nap(c, &attempt);
     }
 }
 
@@ -783,14 +797,8 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     if (opt == NULL || opt->endpoints == NULL || opt->node_id == NULL ||
         opt->ns == NULL || loop == NULL || cb == NULL || ret == NULL)
         return DETD_EINVAL;
-    size_t nl = strlen(opt->node_id);
-    if (nl == 0 || nl > CLUSTER_MAX_NODE_ID || strchr(opt->node_id, '/')) {
-        if (ret_errmsg != NULL)
-            *ret_errmsg = strfmt("node id '%s' must be 1 to %d characters "
-                                 "without '/'",
-                                 opt->node_id, CLUSTER_MAX_NODE_ID);
+    if (cluster_node_id_check(opt->node_id, ret_errmsg) != 0)
         return DETD_EINVAL;
-    }
     cluster *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return DETD_ENOMEM;
@@ -807,14 +815,8 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     c->lease_ttl_s = (opt->lease_ms + 999) / 1000;
     if (c->lease_ttl_s < 1)
         c->lease_ttl_s = 1;
-    unsigned nonce = 0;
-    FILE *ur = fopen("/dev/urandom", "rb");
-    if (ur != NULL) {
-        if (fread(&nonce, sizeof(nonce), 1, ur) != 1)
-            nonce = 0;
-        fclose(ur);
-    }
-    nonce ^= (unsigned)clock_unix_ms();
+    c->rng = cluster_random_u64();
+    unsigned nonce = (unsigned)(c->rng >> 32);
     c->node_value =
         cluster_node_encode(opt->node_id, opt->listen, opt->socket_path,
                             (int)getpid(), clock_unix_ms(), DETD_VERSION);
@@ -974,6 +976,7 @@ void cluster_get_status(cluster *c, struct cluster_status *ret) {
     memcpy(ret->nodes, c->nodes, c->n_nodes * sizeof(c->nodes[0]));
     ret->watch_revision = c->watch_rev;
     ret->resyncs = c->resyncs;
+    ret->boot_retries = c->boot_retries;
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -194,6 +194,7 @@ struct cluster_status {
     struct cluster_node nodes[CLUSTER_MAX_NODES];
     int64_t watch_revision; /* last revision the watch delivered */
     uint64_t resyncs;
+    uint64_t boot_retries; /* failed boot/resync attempts, each backed off */
 };
 
 /* Copy the current status into *ret (a large struct: heap-allocate it).

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "detd/error.h"
 #include "strfmt.h"
 
@@ -102,4 +103,44 @@ int64_t cluster_lease_file_revoke(etcd_client *e, const char *path,
     cluster_lease_file_write(path, 0);
     *ret_revoked = err == 0;
     return old;
+}
+
+/* See cluster_nodes.h. */
+int64_t cluster_backoff_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms,
+                           uint64_t *rng) {
+    int64_t ceil = base_ms;
+    while (attempt-- > 0 && ceil < cap_ms)
+        ceil *= 2;
+    if (ceil > cap_ms)
+        ceil = cap_ms;
+    uint64_t x = *rng != 0 ? *rng : 0x9e3779b97f4a7c15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *rng = x;
+    return (int64_t)(x % (uint64_t)(ceil + 1));
+}
+
+/* See cluster_nodes.h. */
+uint64_t cluster_random_u64(void) {
+    uint64_t r = 0;
+    FILE *ur = fopen("/dev/urandom", "rbe");
+    if (ur != NULL) {
+        if (fread(&r, sizeof(r), 1, ur) != 1)
+            r = 0;
+        fclose(ur);
+    }
+    return r ^ (uint64_t)clock_unix_ms() ^ ((uint64_t)getpid() << 40);
+}
+
+/* See cluster_nodes.h. */
+int cluster_node_id_check(const char *id, char **ret_errmsg) {
+    size_t nl = strlen(id);
+    if (nl > 0 && nl <= CLUSTER_MAX_NODE_ID && strchr(id, '/') == NULL)
+        return 0;
+    if (ret_errmsg != NULL)
+        *ret_errmsg = strfmt("node id '%s' must be 1 to %d characters "
+                             "without '/'",
+                             id, CLUSTER_MAX_NODE_ID);
+    return DETD_EINVAL;
 }

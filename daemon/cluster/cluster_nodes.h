@@ -44,4 +44,25 @@ int cluster_lease_file_write(const char *path, int64_t id);
 int64_t cluster_lease_file_revoke(etcd_client *e, const char *path,
                                   int *ret_revoked);
 
+/*
+ * Retry delay of the boot (lease grant, node registration, first resync):
+ * exponential backoff with full jitter. Retry number attempt (0 for the
+ * first retry) waits a uniform draw in [0, min(cap_ms, base_ms * 2^attempt)]
+ * milliseconds, so daemons that all failed at the same moment (a start-up
+ * storm, etcd coming up late) spread their next calls over the whole window
+ * instead of arriving together again. *rng is a xorshift64 state, advanced
+ * (0 is replaced by a fixed nonzero seed). base_ms >= 1, cap_ms >= base_ms.
+ */
+int64_t cluster_backoff_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms,
+                           uint64_t *rng);
+
+/* 0 when id is a valid node id (1 to CLUSTER_MAX_NODE_ID characters, no
+ * '/'); else DETD_EINVAL and, when ret_errmsg is not NULL, a message in
+ * *ret_errmsg (free() it). */
+int cluster_node_id_check(const char *id, char **ret_errmsg);
+
+/* 64 random bits from /dev/urandom mixed with the clock and the pid (the
+ * clock and pid alone when it cannot be read). */
+uint64_t cluster_random_u64(void);
+
 #endif

@@ -482,8 +482,11 @@ static int rpc_once(grpc_channel *ch, const char *method, grpc_byte_buffer *req,
     size_t nmd;
     etcd_md_fill(md, &nmd, token, 0);
     struct grpc_unary_result res;
+    /* Wait for ready: a call that fails fast while the channel reconnects
+     * drives no reconnection, and a channel whose members all came back
+     * at once could stay failing with its connections open. */
     int err = grpc_unary_call(ch, method, req, md, nmd, deadline, NULL, NULL, 0,
-                              &res);
+                              GRPC_INITIAL_METADATA_WAIT_FOR_READY, &res);
     etcd_md_free(md, nmd);
     *code = res.code;
     size_t n = strnlen(res.details, msgcap - 1); /* cut to the caller's */

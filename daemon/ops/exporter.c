@@ -226,6 +226,12 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
             gauge(&b, "detd_etcd_connected",
                   "1 when the last etcd call or watch state succeeded.",
                   cs->connected ? 1 : 0);
+            metrics_family(&b, "detd_etcd_boot_retries_total", "counter",
+                           "Failed attempts to grant the node lease, register "
+                           "the node or read the decisions, each followed by "
+                           "a jittered backoff.");
+            metrics_sample(&b, "detd_etcd_boot_retries_total", NULL,
+                           (double)cs->boot_retries);
             free(cs);
         }
         gauge(&b, "detd_etcd_last_applied_revision",

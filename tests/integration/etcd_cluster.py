@@ -1,7 +1,8 @@
 """A real etcd cluster on loopback for integration tests.
 
-Starts N members of Debian's `etcd` (3.4) on free 127.0.0.1 ports in a
-directory, and can kill, restart, find the leader, compact and enable auth.
+Starts N members of Debian's `etcd` (3.4) on free ports of 127.0.0.1 (or of
+host=ADDR, e.g. a bridge address) in a directory, and can kill, restart, find
+the leader, compact and enable auth.
 With tls=True it makes a CA, a server certificate for 127.0.0.1 and a client
 certificate (openssl), serves clients over https and requires client
 certificates; tls_files() names the PEM files.
@@ -38,13 +39,13 @@ import time
 STATE = "state.json"
 
 
-def _free_ports(n):
-    """n distinct free TCP ports on 127.0.0.1 (bound, then released)."""
+def _free_ports(n, host="127.0.0.1"):
+    """n distinct free TCP ports on host (bound, then released)."""
     socks, ports = [], []
     try:
         for _ in range(n):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
             socks.append(s)
             ports.append(s.getsockname()[1])
     finally:
@@ -77,8 +78,9 @@ class EtcdError(RuntimeError):
 
 class EtcdCluster:
     def __init__(self, base_dir, size=3, auth_token_ttl=None,
-                 etcd_bin=None, etcdctl_bin=None, tls=False):
+                 etcd_bin=None, etcdctl_bin=None, tls=False, host="127.0.0.1"):
         self.base = os.path.abspath(str(base_dir))
+        self.host = host  # the address members listen on (client and peer)
         self.size = size
         self.auth_token_ttl = auth_token_ttl
         self.tls = tls
@@ -93,7 +95,8 @@ class EtcdCluster:
         with open(os.path.join(base_dir, STATE)) as f:
             st = json.load(f)
         c = cls(base_dir, st["size"], st.get("auth_token_ttl"),
-                st["etcd_bin"], st["etcdctl_bin"], st.get("tls", False))
+                st["etcd_bin"], st["etcdctl_bin"], st.get("tls", False),
+                st.get("host", "127.0.0.1"))
         c.members = st["members"]
         c.auth = st.get("auth")
         return c
@@ -112,7 +115,8 @@ class EtcdCluster:
     def save(self):
         st = {"size": self.size, "auth_token_ttl": self.auth_token_ttl,
               "etcd_bin": self.etcd_bin, "etcdctl_bin": self.etcdctl_bin,
-              "members": self.members, "auth": self.auth, "tls": self.tls}
+              "members": self.members, "auth": self.auth, "tls": self.tls,
+              "host": self.host}
         tmp = os.path.join(self.base, STATE + ".tmp")
         with open(tmp, "w") as f:
             json.dump(st, f, indent=1)
@@ -125,7 +129,7 @@ class EtcdCluster:
 
     def endpoint(self, i):
         scheme = "https" if self.tls else "http"
-        return f"{scheme}://127.0.0.1:{self.members[i]['client_port']}"
+        return f"{scheme}://{self.host}:{self.members[i]['client_port']}"
 
     def tls_files(self):
         """{"ca", "cert", "key"}: PEM paths of the CA and a client cert."""
@@ -168,7 +172,7 @@ class EtcdCluster:
     def _spawn(self, i):
         m = self.members[i]
         initial = ",".join(
-            f"{x['name']}=http://127.0.0.1:{x['peer_port']}"
+            f"{x['name']}=http://{self.host}:{x['peer_port']}"
             for x in self.members)
         args = [
             self.etcd_bin,
@@ -176,9 +180,9 @@ class EtcdCluster:
             "--data-dir", m["data_dir"],
             "--listen-client-urls", self.endpoint(i),
             "--advertise-client-urls", self.endpoint(i),
-            "--listen-peer-urls", f"http://127.0.0.1:{m['peer_port']}",
+            "--listen-peer-urls", f"http://{self.host}:{m['peer_port']}",
             "--initial-advertise-peer-urls",
-            f"http://127.0.0.1:{m['peer_port']}",
+            f"http://{self.host}:{m['peer_port']}",
             "--initial-cluster", initial,
             "--initial-cluster-token", "detd-test-" + str(os.getpid()),
             "--initial-cluster-state", "new",
@@ -206,7 +210,7 @@ class EtcdCluster:
         os.makedirs(self.base, exist_ok=True)
         if self.tls:
             self._make_certs()
-        ports = _free_ports(2 * self.size)
+        ports = _free_ports(2 * self.size, self.host)
         self.members = []
         for i in range(self.size):
             name = f"m{i}"
@@ -218,6 +222,15 @@ class EtcdCluster:
         self.save()
         for i in range(self.size):
             self._spawn(i)
+        self.wait_healthy(timeout=timeout)
+
+    def resume(self, timeout=30):
+        """Start every member again on its data dir (after stop());
+        wait until the cluster is healthy."""
+        self.refresh()
+        for i in range(self.size):
+            if not self.alive(i):
+                self._spawn(i)
         self.wait_healthy(timeout=timeout)
 
     def kill(self, i, sig=signal.SIGKILL):

@@ -63,3 +63,7 @@ foreach(t test_waiters test_commit test_coord)
   detd_unit_test(${t} detd_app)
   target_sources(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rpc.c)
 endforeach()
+# The etcd backend's boot retry backoff (pure; links the cluster target).
+if(TARGET detd_cluster)
+  detd_unit_test(test_cluster_backoff detd_cluster)
+endif()
