@@ -14,7 +14,8 @@ not wait for each other.
 by its UUID), ``device`` (also without a GPU: the key is ``cpu``), ``off``.
 ``DETD_TIMING_LOCK_WAIT_S`` (default 10): the longest a pass waits for the
 lock; after it the pass runs without it (a holder that hangs must not
-stall every other pass), logged once per process and counted.
+stall every other pass), logged once per process; the key's entry in
+``detd.autotuners()`` says so (``timing_lock``: seconds waited, held).
 ``DETD_TIMING_LOCK_DIR``: where the lock files are (default ``/dev/shm``,
 else the temporary directory); processes that share a device must see the
 same directory (containers on one GPU: mount one).

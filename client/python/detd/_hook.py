@@ -189,8 +189,6 @@ class _State:
         self.share_pass = False
         self.timing_lock = _devlock.Settings()
         self.timing_lock_key: Optional[Tuple[int, Optional[str]]] = None  # (pid, device key)
-        self.timing_lock_waits = 0     # passes that waited for another pass on the device
-        self.timing_lock_timeouts = 0  # passes that ran without the lock (waited out)
 
 
 _state = _State()
@@ -629,9 +627,11 @@ def _timing_pass(ctx: _Call, cands: _Cands):
     inside the band go to the smallest config string, so one lucky
     measurement does not make a slower config the winner.
     Returns (report rows, errors: canonical string -> exception, for the
-    candidates that raised, the canonical strings re-measured)."""
-    with _timing_lock():
-        return _timing_pass_locked(ctx, cands)
+    candidates that raised, the canonical strings re-measured, the device
+    lock: (seconds waited for it, held))."""
+    with _timing_lock() as held:
+        rows, errors, remeasured = _timing_pass_locked(ctx, cands)
+    return rows, errors, remeasured, (round(held.waited_s, 3), held.locked)
 
 
 def _timing_lock() -> "_devlock.Held":
@@ -641,11 +641,7 @@ def _timing_lock() -> "_devlock.Held":
     if _state.timing_lock_key is None or _state.timing_lock_key[0] != pid:
         _state.timing_lock_key = (pid, _devlock.device_key(_state.timing_lock.mode))
     held = _devlock.acquire(_state.timing_lock, _state.timing_lock_key[1])
-    _tls.timing_lock = (round(held.waited_s, 3), held.locked)
-    if held.locked and held.waited_s > 0.01:
-        _state.timing_lock_waits += 1
     if held.timed_out:
-        _state.timing_lock_timeouts += 1
         _warn_once("timing-lock", f"detd: waited {held.waited_s:.1f} s for another timing pass on device "
                    f"{held.key} (DETD_TIMING_LOCK_WAIT_S={_state.timing_lock.wait_s:g}); timing without "
                    "the lock: this pass may be measured under contention")
@@ -865,9 +861,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             rounds += 1
             if report_rows is None:
                 t0 = time.monotonic()
-                _tls.timing_lock = None
-                report_rows, errors, remeasured = _timing_pass(ctx, cands)
-                lock_waited = _tls.timing_lock
+                report_rows, errors, remeasured, lock_waited = _timing_pass(ctx, cands)
                 deadline += time.monotonic() - t0
                 timed_here = True
                 timings_out = {s: ms for s, ms, _ in report_rows}
