@@ -127,9 +127,18 @@ from ._policy import Settings
 _MAX_ASKS = 8
 
 # The noise band of the daemon's winner rule (ENGINE_WINNER_EPSILON in
-# daemon/core/engine.h, the same value): the candidates within this
-# fraction of the best median are re-measured once before the report.
+# daemon/core/engine.h, the same value): ties inside it go to the
+# smallest config string.
 WINNER_EPSILON = 0.01
+
+# The re-measure after a pass: the candidates whose first median is
+# within this fraction of the best are timed RECHECK_ROUNDS more times,
+# back to back once every candidate is compiled (reverse order, then
+# forward), and report all their samples. A first measurement that met
+# contention (another process's kernels, a GPU coming out of idle between
+# compiles) is then outvoted by the two that did not.
+RECHECK_BAND = 0.10
+RECHECK_ROUNDS = 2
 
 # A waiting rank's log lines and its help with the pass (environment;
 # see wait_options()).
@@ -610,6 +619,10 @@ def _error_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
 
 
+def _as_list(t) -> List[Any]:
+    return list(t) if isinstance(t, (list, tuple)) else [t]
+
+
 def _median(ms: List[float]) -> float:
     v = sorted(ms)
     n = len(v)
@@ -621,11 +634,12 @@ def _timing_pass(ctx: _Call, cands: _Cands):
     tuner's own ``_bench`` (Triton's benchmarker or the kernel's
     ``do_bench=``), as Triton's ``benchmark()`` does. A candidate that
     raises counts as failed. Then the candidates whose median is within
-    :data:`WINNER_EPSILON` of the best are timed once more (when there
-    are two or more), and each reports both measurements as one sample
-    list: the daemon's rule takes the median of all of them, and ties
-    inside the band go to the smallest config string, so one lucky
-    measurement does not make a slower config the winner.
+    :data:`RECHECK_BAND` of the best are timed :data:`RECHECK_ROUNDS`
+    times more (when there are two or more), back to back in reverse
+    order and then in order, and each reports all its measurements as one
+    sample list: the daemon's rule takes the median of all of them, and
+    ties inside :data:`WINNER_EPSILON` go to the smallest config string,
+    so one lucky or one contended measurement does not decide.
     Returns (report rows, errors: canonical string -> exception, for the
     candidates that raised, the canonical strings re-measured, the device
     lock: (seconds waited for it, held))."""
@@ -659,15 +673,17 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands):
     remeasured = []
     if medians:
         best = min(medians.values())
-        near = [c for c in cands.objs if c in medians and medians[c] <= best + best * WINNER_EPSILON]
+        near = [c for c in cands.objs if c in medians and medians[c] <= best + best * RECHECK_BAND]
         if len(near) > 1:
-            again, errors2 = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, near)
-            for c in near:
-                if c in errors2:
-                    errors[c] = errors2[c]
-                first = timings[c] if isinstance(timings[c], (list, tuple)) else [timings[c]]
-                second = again[c] if isinstance(again[c], (list, tuple)) else [again[c]]
-                timings[c] = list(first) + list(second)
+            samples = {c: _as_list(timings[c]) for c in near}
+            for r in range(RECHECK_ROUNDS):
+                order = near[::-1] if r % 2 == 0 else near
+                again, errors2 = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order)
+                for c in order:
+                    if c in errors2:
+                        errors[c] = errors2[c]
+                    samples[c] += _as_list(again[c])
+            timings.update(samples)
             remeasured = [_triton.config_string(c) for c in near]
             _triton.set_timings(ctx.tuner, timings, time.time() - t0)
     rows, seen = [], set()
