@@ -104,7 +104,11 @@ def main():
             if k.get("timed_here"):
                 timed.append(ident)
     status = [t for t in detd.autotuners() if t["kernel"] == "inductor::*"]
-    doc = dict(pid=os.getpid(), mode=a.mode, choices=choices, sources=sources, timed=timed, kernels=kernels, losses=losses,
+    stages = {}  # the key's first element: configs, coordesc, select
+    for ident in choices:
+        st = ident.split(" ", 1)[1].split(",", 1)[0].lstrip("[").replace('s:"', "").rstrip('"')
+        stages[st] = stages.get(st, 0) + 1
+    doc = dict(pid=os.getpid(), mode=a.mode, stages=stages, choices=choices, sources=sources, timed=timed, kernels=kernels, losses=losses,
                grads=grads, step_ms=step_ms, compile_s=compile_s, status=status[0] if status else None,
                torch=torch.__version__, device=torch.cuda.get_device_name())
     with open(a.out, "w") as f:

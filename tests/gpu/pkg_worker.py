@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 import traceback
 import types
 
@@ -362,6 +363,7 @@ def main():
     else:
         watch_default()
     res = dict(package=a.package, mode=a.mode, digests={}, errors={}, ops=[])
+    t_work = time.time()
     for op, fn in WORKLOADS[a.package](a.quick).items():
         try:
             outs = fn()
@@ -373,6 +375,7 @@ def main():
         except Exception as e:  # noqa: BLE001 - one op failing is reported, the others run
             res["errors"][op] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
             res.setdefault("traces", {})[op] = traceback.format_exc()[-2000:]
+    res["workload_s"] = round(time.time() - t_work, 3)
     res["configs"] = chosen()
     if a.mode == "detd":
         recs = detd.autotuners()

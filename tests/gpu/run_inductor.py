@@ -5,7 +5,15 @@ times: Inductor's default autotuning, detd run 1, detd rerun (the same
 daemon and store). Prints a table and exits non-zero when a detd claim
 does not hold.
 
-    python3 tests/gpu/run_inductor.py [--procs 8] [--steps 40] [--out DIR]
+    python3 tests/gpu/run_inductor.py [--procs 8] [--steps 40] [--solo-steps 200] [--solo-rounds 2]
+                                      [--skip-default] [--out DIR]
+
+Step time is compared twice: in the three runs above (8 processes
+sharing the GPU, so each step also waits for the others), and alone:
+--solo-rounds times one default process, then one detd process against
+the decided store (it times nothing), each by itself on the GPU for
+--solo-steps steps. --skip-default leaves out the 8-process default run
+(the solo comparison still runs default torch.compile).
 
 Needs the detd binaries bundled by tests/gpu/bundle.sh under .gpu/ (or
 DETD_BIN / DETD_LIBRARY pointing at a build); client/python is put on the
@@ -74,6 +82,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--solo-steps", type=int, default=200)
+    ap.add_argument("--solo-rounds", type=int, default=2)
+    ap.add_argument("--skip-default", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="detd-inductor-"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -84,9 +95,10 @@ def main():
     try:
         # The default run only lists Inductor's own choices (detd's auto
         # mode), in a namespace of its own.
-        t0 = time.time()
-        runs["default"] = run_procs(n, "default", work, "default", a.steps, {"DETD_NAMESPACE": "inductor-default"})
-        walls["default"] = time.time() - t0
+        if not a.skip_default:
+            t0 = time.time()
+            runs["default"] = run_procs(n, "default", work, "default", a.steps, {"DETD_NAMESPACE": "inductor-default"})
+            walls["default"] = time.time() - t0
         st0 = d.status()
         t0 = time.time()
         runs["detd run1"] = run_procs(n, "detd", work, "detd1", a.steps)
@@ -96,21 +108,30 @@ def main():
         runs["detd rerun"] = run_procs(n, "detd", work, "detd2", a.steps)
         walls["detd rerun"] = time.time() - t0
         st2 = d.status()
+        solo = []  # (default, detd) per round
+        for i in range(a.solo_rounds if a.solo_steps > 0 else 0):
+            sd = run_procs(1, "default", work, f"solo_default{i}", a.solo_steps,
+                           {"DETD_NAMESPACE": f"inductor-solo{i}"})[0]
+            sx = run_procs(1, "detd", work, f"solo_detd{i}", a.solo_steps)[0]
+            solo.append((sd, sx))
+        st3 = d.status()
         v = d.detctl("verify")
         dec = d.detctl("decisions")
     finally:
         rc = d.stop()
 
     s = {k: summarize(r) for k, r in runs.items()}
-    base = s["default"]["step_ms"]
-    print(f"\n== {n} processes on {runs['default'][0]['device']}, torch {runs['default'][0]['torch']}, "
+    base = s["default"]["step_ms"] if "default" in s else None
+    first = next(iter(runs.values()))[0]
+    print(f"\n== {n} processes on {first['device']}, torch {first['torch']}, "
           f"torch.compile(mode='max-autotune'), {a.steps} steps ==")
     print(f"{'run':11s} {'keys':>5s} {'disagree':>8s} {'timing passes':>13s} {'losses same':>11s} "
           f"{'grads same':>10s} {'step ms':>8s} {'vs default':>10s} {'compile s':>9s} {'wall s':>7s}")
     for name, x in s.items():
         print(f"{name:11s} {x['keys']:5d} {x['disagree']:8d} {x['timing_passes']:13d} "
               f"{str(x['losses_identical']):>11s} {str(x['grads_identical']):>10s} {x['step_ms']:8.3f} "
-              f"{(x['step_ms'] / base - 1) * 100:+9.2f}% {x['compile_s']:9.1f} {walls[name]:7.1f}")
+              f"{(x['step_ms'] / base - 1) * 100 if base else float('nan'):+9.2f}% {x['compile_s']:9.1f} "
+              f"{walls[name]:7.1f}")
     r1, r2 = runs["detd run1"], runs["detd rerun"]
     same_runs = r1[0]["losses"] == r2[0]["losses"] and r1[0]["grads"] == r2[0]["grads"]
     passes1 = counter(st1, "timing_passes") - counter(st0, "timing_passes")
@@ -121,10 +142,26 @@ def main():
     print(f"detd run1 vs rerun: losses and gradients bit-identical {same_runs}")
     print(f"detd run1: {len(timed_keys)} timed keys, each timed by exactly one process: {once}; "
           f"daemon timing passes run1 {passes1}, rerun {passes2}; sources {dict(src)}")
-    print(f"default vs detd run1 losses identical: {runs['default'][0]['losses'] == r1[0]['losses']}; "
-          f"detctl verify exit {v.returncode}; daemon exit {rc}")
+    if "default" in runs:
+        print(f"default vs detd run1 losses identical: {runs['default'][0]['losses'] == r1[0]['losses']}")
+    print(f"detctl verify exit {v.returncode}; daemon exit {rc}")
     print(f"inductor status (detd run1): {r1[0]['status']}")
+    for name, rs in runs.items():
+        print(f"{name}: keys by stage {rs[0]['stages']}; selections {(rs[0]['status'] or {}).get('selections')}")
+    solo_ratio = None
+    if solo:
+        print(f"alone on the GPU, {a.solo_steps} steps per process, median step ms (detd: the decided store; "
+              f"timing passes {counter(st3, 'timing_passes') - counter(st2, 'timing_passes')}):")
+        sums = [0.0, 0.0]
+        for i, (pd, px) in enumerate(solo):
+            sd, sx = statistics.median(pd["step_ms"]), statistics.median(px["step_ms"])
+            sums[0] += sd
+            sums[1] += sx
+            print(f"  round {i + 1}: default {sd:.4f} ms, detd {sx:.4f} ms ({(sx / sd - 1) * 100:+.2f}%)")
+        solo_ratio = sums[1] / sums[0]
+        print(f"  all rounds: detd {(solo_ratio - 1) * 100:+.2f}% against default torch.compile")
     checks = {
+        "solo step time within 1% of default": solo_ratio is not None and solo_ratio <= 1.01,
         "no disagreement (detd run1, rerun)": s["detd run1"]["disagree"] == 0 and s["detd rerun"]["disagree"] == 0,
         "losses/grads identical across processes (detd)": all(
             s[k]["losses_identical"] and s[k]["grads_identical"] for k in ("detd run1", "detd rerun")),
@@ -133,12 +170,14 @@ def main():
         "rerun times nothing": passes2 == 0 and s["detd rerun"]["timing_passes"] == 0,
         "inductor governed": r1[0]["status"] is not None and r1[0]["status"]["status"] == "governed",
         "detctl verify": v.returncode == 0,
+        "GEMM selections decided by detd": r1[0]["stages"].get("select", 0) > 0,
     }
     for name, ok in checks.items():
         print(f"  {'ok ' if ok else 'FAIL'} {name}")
     summary = {k: {kk: vv for kk, vv in x.items() if kk != "timed"} for k, x in s.items()}
     summary.update(checks=checks, daemon_timing_passes_run1=passes1, daemon_timing_passes_rerun=passes2,
-                   walls=walls, verify=v.stdout[-2000:], decisions=dec.stdout[-6000:])
+                   walls=walls, solo_ratio=solo_ratio, stages={k: r[0]["stages"] for k, r in runs.items()},
+                   verify=v.stdout[-2000:], decisions=dec.stdout[-6000:])
     json.dump(summary, open(os.path.join(a.out, "inductor_summary.json"), "w"), indent=1)
     return 0 if all(checks.values()) else 1
 

@@ -27,6 +27,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -112,6 +113,11 @@ def run_package(pkg, a, root):
     row["audit"] = sorted({f"{x['name']} ({', '.join(x['differing']) or x['status']})"
                            for x in (rerun[0].get("audit") or [])})
     row["ungoverned"] = sorted({u for r in both for u in r.get("ungoverned", [])})
+    # Cold start: the workload's seconds per process, run 1 against the
+    # rerun (rank 0 of the rerun runs the audit: left out).
+    w1 = statistics.median(r["workload_s"] for r in run1)
+    w2 = statistics.median(r["workload_s"] for r in rerun[1:] or rerun)
+    row["cold"] = dict(run1_s=w1, rerun_s=w2, ratio=w1 / w2 if w2 > 0 else None)
     row["errors"] += sorted({f"detd {op}: {err}" for r in both for op, err in r["errors"].items()})
 
     if not a.quick:
@@ -122,6 +128,7 @@ def run_package(pkg, a, root):
         d_ms = sum(x["detd_ms"] for x in fresh["compare"])
         row["time_ratio"] = d_ms / f_ms if f_ms > 0 else None
         row["time_entries"] = len(fresh["compare"])
+        row["time_rows"] = fresh["compare"]
     row["seconds"] = round(time.time() - t0, 1)
     return row
 
@@ -152,7 +159,7 @@ def main():
 
     print(f"\n{a.procs} processes per run, Triton default vs detd (run 1 + rerun){' [quick]' if a.quick else ''}")
     hdr = ("package", "keys", "disagree def/detd", "multi-digest def/detd", "passes run1/rerun", "time detd/fresh",
-           "verify", "audit: nondeterministic")
+           "run1/rerun s", "verify", "audit: nondeterministic")
     print(" | ".join(hdr))
     print(" | ".join("---" for _ in hdr))
     for r in rows:
@@ -163,7 +170,13 @@ def main():
         print(" | ".join(str(x) for x in (
             r["package"], r["detd_keys"], f"{r['default_disagree']}/{r['detd_disagree']}",
             f"{r['default_multi_digest']}/{len(r['detd_multi_digest'])}", f"{r['passes_run1']}/{r['passes_rerun']}",
-            ratio, "ok" if r["verify_ok"] else "FAIL", "; ".join(r["audit"]) or "none")))
+            ratio, f"{r['cold']['run1_s']:.1f}/{r['cold']['rerun_s']:.1f} = {r['cold']['ratio']:.2f}x",
+            "ok" if r["verify_ok"] else "FAIL", "; ".join(r["audit"]) or "none")))
+    for r in rows:
+        for x in r.get("time_rows") or []:
+            if not x["same"]:
+                print(f"{r['package']} {x['entry']}: fresh {x['fresh_ms']:.4f} ms, detd {x['detd_ms']:.4f} ms "
+                      f"({x['detd_ms'] / x['fresh_ms']:.3f}x)" if x["fresh_ms"] > 0 else f"{r['package']} {x}")
     for r in rows:
         for k in ("detd_multi_digest", "verify_divergences", "ungoverned", "errors"):
             if r.get(k):

@@ -145,6 +145,9 @@ def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
     assert any(c.startswith("triton_mm:") for c in entry["candidates"])
     assert timed[(kernel, key)] == 1
     assert sum(r["select_passes"] for r in first) == 1
+    for r in first:  # each process's selection reached lookup() with a benchmark
+        (st,) = [a for a in r["autotuners"] if a["kernel"] == "inductor::*"]
+        assert st["selections"]["seen"] >= 1 and st["selections"]["timed"] >= 1, st
     # Same choice, so the same outcome everywhere (the interpreter cannot
     # run Triton's matmul templates: a template choice fails alike).
     assert len({(r["ran"], r.get("digest"), r.get("error")) for r in first}) == 1

@@ -147,7 +147,8 @@ def autotuners() -> List[dict]:
     ``torch._inductor`` is imported one more entry, ``kernel``
     ``inductor::*``, says whether Inductor is governed: ``status``
     (``governed``, ``ungoverned``, ``refused``), ``why`` (for a refused
-    torch release, which one and the releases supported) and ``torch``."""
+    torch release, which one and the releases supported), ``torch`` and
+    ``selections`` (max-autotune selections seen, and timed)."""
     from . import _hook, _inductor
 
     out = _hook.records()
@@ -158,7 +159,7 @@ def autotuners() -> List[dict]:
     if st["status"] != "not loaded":
         out.append(dict(kind="inductor", kernel="inductor::*", name="inductor::*",
                         governed=st["status"] == "governed", why=st["why"], status=st["status"],
-                        torch=st["torch"], candidates=[], keys=[]))
+                        torch=st["torch"], selections=st["selections"], candidates=[], keys=[]))
     return out
 
 

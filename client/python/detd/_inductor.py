@@ -131,6 +131,10 @@ class _Status:
         self.lock = threading.RLock()
         self.records: Dict[str, dict] = {}
         self.key_locks: Dict[Tuple[str, str], threading.Lock] = {}
+        # max-autotune selections that reached lookup(): all of them, and
+        # those with a benchmark (the ones a timing pass can answer).
+        self.lookups = 0
+        self.lookups_timed = 0
 
 
 _st = _Status()
@@ -179,8 +183,12 @@ def refusal(version: str, heuristics=None, select=None) -> Optional[str]:
 
 def status() -> dict:
     """The Inductor entry of ``detd.autotuners()``'s status: ``status``
-    (governed, ungoverned, refused, not loaded), ``why`` and ``torch``."""
-    return dict(status=_st.status, why=_st.why, torch=_st.torch)
+    (governed, ungoverned, refused, not loaded), ``why``, ``torch``, and
+    ``selections``: how many max-autotune selections reached Inductor's
+    ``lookup`` (``seen``) and how many of them could be timed (``timed``:
+    they came with a benchmark; the others only read a cache)."""
+    return dict(status=_st.status, why=_st.why, torch=_st.torch,
+                selections=dict(seen=_st.lookups, timed=_st.lookups_timed))
 
 
 # ---------------------------------------------------------------- install
@@ -776,6 +784,8 @@ def _patched_check_cache(configs, filename, inductor_meta):
 
 def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     name = PREFIX + str(op)
+    _st.lookups += 1
+    _st.lookups_timed += benchmark is not None and len(choices) > 0
     if benchmark is None or len(choices) == 0 or not _hook._state.active:
         return _orig["lookup"](self, choices, op, inputs, benchmark, hint_override)
     live: Dict[str, Any] = {}
