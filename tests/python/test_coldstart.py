@@ -117,6 +117,17 @@ def test_contended_first_measurement_is_outvoted(daemon, tmp_path):
     assert key["timings"][cfg(64)] == [1.08, 0.90, 0.90], key
 
 
+def test_remeasure_is_capped_to_the_best_first_medians(daemon, tmp_path):
+    """Three candidates within 10% of the best and a cap of 2: only the two
+    best first medians (64 at 1.00, 16 at 1.03) are measured again; 32
+    (1.05) is inside the band but over the cap, timed once."""
+    t = {16: [[1.03]], 32: [[1.05]], 64: [[1.0]], 128: [[2.0]]}
+    r = ok(daemon, start(daemon, tmp_path, "w", 0, CS_TIMINGS=json.dumps(t), CS_RECHECK_MAX="2"))
+    assert r["measured"] == {"16": 3, "32": 1, "64": 3, "128": 1}, r
+    assert sorted(r["keys"][0]["remeasured"]) == sorted([cfg(16), cfg(64)]), r
+    assert r["config"] == cfg(64), r
+
+
 def test_ties_inside_the_band_go_to_the_smallest_string(daemon, tmp_path):
     """BLOCK=64 is 0.4% faster than BLOCK=128 on every measurement: inside
     the 1% band, so the smaller canonical string wins ("BLOCK=128,..." <
@@ -201,7 +212,8 @@ def test_bad_wait_setting_is_named():
         _hook.wait_options({"DETD_WAIT_LOG_AFTER_S": "-1"})
     with pytest.raises(ValueError, match="DETD_SHARE_PASS='maybe'"):
         _hook.wait_options({"DETD_SHARE_PASS": "maybe"})
-    assert _hook.wait_options({}) == (5.0, 30.0, False)
+    assert _hook.wait_options({}) == (5.0, 30.0, True)  # sharing on by default
+    assert _hook.wait_options({"DETD_SHARE_PASS": "0"})[2] is False
     assert _hook.wait_options({"DETD_SHARE_PASS": "1", "DETD_WAIT_LOG_AFTER_S": "0"}) == (0.0, 30.0, True)
 
 

@@ -139,6 +139,10 @@ WINNER_EPSILON = 0.01
 # compiles) is then outvoted by the two that did not.
 RECHECK_BAND = 0.10
 RECHECK_ROUNDS = 2
+# At most this many candidates are re-measured (the best first medians):
+# a pass costs at most RECHECK_ROUNDS * RECHECK_MAX measurements more,
+# also where many configs of a tiny kernel fall inside the band.
+RECHECK_MAX = 4
 
 # A waiting rank's log lines and its help with the pass (environment;
 # see wait_options()).
@@ -195,7 +199,7 @@ class _State:
         self.fallbacks = 0     # on_miss applied (first or cheapest)
         self.wait_log_after_s = WAIT_LOG_AFTER_S
         self.wait_log_every_s = WAIT_LOG_EVERY_S
-        self.share_pass = False
+        self.share_pass = True
         self.timing_lock = _devlock.Settings()
         self.timing_lock_key: Optional[Tuple[int, Optional[str]]] = None  # (pid, device key)
 
@@ -634,7 +638,8 @@ def _timing_pass(ctx: _Call, cands: _Cands):
     tuner's own ``_bench`` (Triton's benchmarker or the kernel's
     ``do_bench=``), as Triton's ``benchmark()`` does. A candidate that
     raises counts as failed. Then the candidates whose median is within
-    :data:`RECHECK_BAND` of the best are timed :data:`RECHECK_ROUNDS`
+    :data:`RECHECK_BAND` of the best (at most :data:`RECHECK_MAX`, the
+    best first medians) are timed :data:`RECHECK_ROUNDS`
     times more (when there are two or more), back to back in reverse
     order and then in order, and each reports all its measurements as one
     sample list: the daemon's rule takes the median of all of them, and
@@ -674,6 +679,9 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands):
     if medians:
         best = min(medians.values())
         near = [c for c in cands.objs if c in medians and medians[c] <= best + best * RECHECK_BAND]
+        if len(near) > RECHECK_MAX:
+            keep = set(sorted(near, key=lambda c: medians[c])[:RECHECK_MAX])  # stable: list order on ties
+            near = [c for c in near if c in keep]
         if len(near) > 1:
             samples = {c: _as_list(timings[c]) for c in near}
             for r in range(RECHECK_ROUNDS):
@@ -1206,7 +1214,7 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
     """(log after s, log every s, share the pass) from
     ``DETD_WAIT_LOG_AFTER_S`` (default 5; 0: never log),
     ``DETD_WAIT_LOG_EVERY_S`` (default 30; 0: only once) and
-    ``DETD_SHARE_PASS`` (0 or 1, default 0). Raises ValueError naming a
+    ``DETD_SHARE_PASS`` (0 or 1, default 1). Raises ValueError naming a
     bad variable."""
     env = os.environ if environ is None else environ
     after = _policy.env_seconds(env, "DETD_WAIT_LOG_AFTER_S", WAIT_LOG_AFTER_S)
@@ -1214,7 +1222,7 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
     sp = str(env.get("DETD_SHARE_PASS", "")).strip().lower()
     if sp not in ("", "0", "1", "true", "false", "on", "off", "yes", "no"):
         raise ValueError(f"detd: invalid DETD_SHARE_PASS={sp!r}: expected 0 or 1")
-    return after, every, sp in ("1", "true", "on", "yes")
+    return after, every, sp not in ("0", "false", "off", "no")
 
 
 def configure(settings: Settings):

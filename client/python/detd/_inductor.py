@@ -491,7 +491,7 @@ def _rows(pairs) -> List[Tuple[str, List[float], bool]]:
 
 def _recheck(rows, bench, pick):
     """The Triton hook's re-measure (``_hook.RECHECK_BAND``,
-    ``RECHECK_ROUNDS``) for a selection: the choices within the band of
+    ``RECHECK_ROUNDS``, ``RECHECK_MAX``) for a selection: the choices within the band of
     the best are benchmarked again back to back, in reverse order and then
     in order (``bench(strings)`` returns Inductor's timings, ``pick(timings,
     string)`` one choice's), and report all their measurements."""
@@ -500,6 +500,9 @@ def _recheck(rows, bench, pick):
         return rows
     best = min(ok.values())
     near = [s for s, t in ok.items() if t <= best + best * _hook.RECHECK_BAND]
+    if len(near) > _hook.RECHECK_MAX:
+        keep = set(sorted(near, key=lambda x: ok[x])[:_hook.RECHECK_MAX])
+        near = [s for s in near if s in keep]
     if len(near) < 2:
         return rows
     extra = {s: [] for s in near}
