@@ -45,7 +45,7 @@ class Scripted:
         self._decide, self._report = decide, report
         self.decides, self.reports, self.observed = [], [], []
 
-    def decide(self, key, no_claim, timeout_ms):
+    def decide(self, key, no_claim, timeout_ms, share=False):
         self.decides.append(key)
         return self._decide(key)
 

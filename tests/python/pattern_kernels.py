@@ -333,8 +333,12 @@ def run_det(x):
 
 
 def spread_values(n=64, seed=0):
-    """Values across many magnitudes: their float sum depends on the order."""
+    """Values across four magnitudes: their float sum depends on the order.
+    With seed 0 and the 2,048 orders atomic_sum can take, the sum has 34
+    distinct values, none more likely than 9.4% (spread wider, 1e-4 to 1e7,
+    it had 5, one of them 34% likely: four launches agreed 2.7% of the
+    time)."""
     g = torch.Generator().manual_seed(seed)
-    mag = torch.pow(10.0, torch.randint(-4, 8, (n,), generator=g).float())
+    mag = torch.pow(10.0, torch.randint(0, 4, (n,), generator=g).float())
     sign = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0)
     return (torch.rand(n, generator=g) * mag * sign).float().contiguous()

@@ -25,7 +25,7 @@ class Scripted:
         self._decide, self._report = decide, report
         self.decides, self.reports, self.observed = [], [], []
 
-    def decide(self, key, no_claim, timeout_ms):
+    def decide(self, key, no_claim, timeout_ms, share=False):
         self.decides.append((key, no_claim))
         return self._decide(key)
 
@@ -363,7 +363,7 @@ def test_asks_share_one_timeout(hooked):
     timeouts = []
 
     class Timed(Scripted):
-        def decide(self, key, no_claim, timeout_ms):
+        def decide(self, key, no_claim, timeout_ms, share=False):
             timeouts.append(timeout_ms)
             return super().decide(key, no_claim, timeout_ms)
 
