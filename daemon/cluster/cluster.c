@@ -60,6 +60,7 @@ struct job {
     char id[KEYID_HEX_LEN + 1];
     char *value;  /* JOB_COMMIT: the decision JSON; JOB_FANOUT: request */
     char *method; /* JOB_FANOUT */
+    cluster_pager pager;
     size_t value_len;
     int64_t deadline_ms;
     uint64_t cookie;
@@ -460,6 +461,17 @@ static void post_peer(cluster *c, const char *node, int err, const void *v,
     deliver(c, e);
 }
 
+struct page_arg {
+    cluster *c;
+    uint64_t cookie;
+};
+
+static void on_page(const char *node, int err, const void *v, size_t n,
+                    void *arg) {
+    struct page_arg *pa = arg;
+    post_peer(pa->c, node, err, v, n, pa->cookie);
+}
+
 static void do_fanout(cluster *c, struct job *j) {
     struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
     size_t n = 0;
@@ -474,30 +486,12 @@ static void do_fanout(cluster *c, struct job *j) {
     }
     struct grpc_unary_tls tls = {c->peer_ca, c->peer_cert, c->peer_key};
     int use_tls = c->peer_ca != NULL || c->peer_cert != NULL;
-    for (size_t i = 0; i < n; i++) {
-        const struct cluster_node *nd = &nodes[i];
-        if (strcmp(nd->node_id, c->node_id) == 0)
-            continue;
-        if (nd->listen[0] == '\0') {
-            const char *why = "registered without a --listen address";
-            post_peer(c, nd->node_id, DETD_EUNAVAILABLE, why, strlen(why),
-                      j->cookie);
-            continue;
-        }
-        void *resp = NULL;
-        size_t rlen = 0;
-        char *err = NULL;
-        int rc = grpc_unary_oneshot(nd->listen, j->method, j->value,
-                                    j->value_len, use_tls ? &tls : NULL,
-                                    j->deadline_ms, &resp, &rlen, &err);
-        if (rc == 0)
-            post_peer(c, nd->node_id, 0, resp, rlen, j->cookie);
-        else
-            post_peer(c, nd->node_id, rc, err != NULL ? err : "",
-                      err != NULL ? strlen(err) : 0, j->cookie);
-        free(resp);
-        free(err);
-    }
+    struct page_arg pa = {c, j->cookie};
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(nodes[i].node_id, c->node_id) != 0)
+            cluster_node_call(&nodes[i], j->method, j->value, j->value_len,
+                              use_tls ? &tls : NULL, j->deadline_ms, j->pager,
+                              on_page, &pa);
     free(nodes);
     post(c, CLUSTER_EV_PEERS_DONE, "", 0, 0, NULL, 0, 0, j->cookie);
 }
@@ -925,7 +919,8 @@ int cluster_claim(cluster *c, const char *id, int64_t deadline_ms) {
 
 /* See cluster.h. timeout_ms rides in the job's deadline field. */
 int cluster_fanout(cluster *c, const char *method, const void *req,
-                   size_t req_len, int64_t timeout_ms, uint64_t cookie) {
+                   size_t req_len, int64_t timeout_ms, cluster_pager pager,
+                   uint64_t cookie) {
     char *v = malloc(req_len > 0 ? req_len : 1);
     char *m = strdup(method);
     if (v == NULL || m == NULL) {
@@ -944,6 +939,7 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
     j->value = v;
     j->value_len = req_len;
     j->method = m;
+    j->pager = pager;
     j->deadline_ms = timeout_ms;
     j->cookie = cookie;
     enqueue(c, j);

@@ -51,6 +51,9 @@
 #include "core/decision.h"
 
 #define CLUSTER_MAX_NODES 256
+/* The most pages cluster_fanout() asks one node for (one ListObservations
+ * page holds at most 1,000 observations or 512 KiB). */
+#define CLUSTER_MAX_PAGES 256
 
 typedef struct cluster cluster;
 
@@ -101,8 +104,8 @@ typedef enum cluster_event_kind {
     CLUSTER_EV_LEASE_LOST,
     /* Connection state changed: err 0 connected, else why not. */
     CLUSTER_EV_STATE,
-    /* cluster_fanout(): one per node (node; err, or value the response
-     * bytes), then PEERS_DONE; both with the cookie. */
+    /* cluster_fanout(): one per node and page (node; err, or value the
+     * response bytes), then PEERS_DONE; both with the cookie. */
     CLUSTER_EV_PEER,
     CLUSTER_EV_PEERS_DONE,
     /* At boot, the lease a previous run of this node left: revision is
@@ -166,13 +169,27 @@ int cluster_commit(cluster *c, const struct decision *row, uint64_t claim_id,
                    int64_t deadline_ms, uint64_t cookie);
 
 /*
+ * The next page of a paged fan-out: given the request sent (req) and its
+ * answer (resp), return 1 with the next request in *ret_next (malloc'd,
+ * *ret_len bytes) when the answer says more follow, 0 when it was the
+ * last page, or a DETD_E* error (an undecodable answer). Runs on the
+ * cluster worker: it must not touch the loop's state.
+ */
+typedef int (*cluster_pager)(const void *req, size_t req_len, const void *resp,
+                             size_t resp_len, void **ret_next, size_t *ret_len);
+
+/*
  * Make one unary call (method: full path; req: req_len bytes, copied) on
  * every registered node but this one, through its --listen address, each
- * bounded by timeout_ms; answers PEER events then PEERS_DONE with cookie.
- * Returns 0 or DETD_ENOMEM. Loop thread.
+ * bounded by timeout_ms; with a pager, ask each node again for its next
+ * page while there is one, up to CLUSTER_MAX_PAGES (then an error event
+ * for that node). Answers a PEER event per page (or the error that ended
+ * a node's pages), then PEERS_DONE, with cookie. Returns 0 or DETD_ENOMEM.
+ * Loop thread.
  */
 int cluster_fanout(cluster *c, const char *method, const void *req,
-                   size_t req_len, int64_t timeout_ms, uint64_t cookie);
+                   size_t req_len, int64_t timeout_ms, cluster_pager pager,
+                   uint64_t cookie);
 
 /* Delete this node's claim key for id, if it still is ours (no event).
  * Loop thread. */

@@ -144,3 +144,53 @@ int cluster_node_id_check(const char *id, char **ret_errmsg) {
                              id, CLUSTER_MAX_NODE_ID);
     return DETD_EINVAL;
 }
+
+/* See cluster_nodes.h. */
+void cluster_node_call(const struct cluster_node *nd, const char *method,
+                       const void *req, size_t req_len,
+                       const struct grpc_unary_tls *tls, int64_t timeout_ms,
+                       cluster_pager pager, cluster_page_cb cb, void *arg) {
+    if (nd->listen[0] == '\0') {
+        const char *why = "registered without a --listen address";
+        cb(nd->node_id, DETD_EUNAVAILABLE, why, strlen(why), arg);
+        return;
+    }
+    void *own = NULL; /* the request of page 2 on, ours to free */
+    for (int page = 0;; page++) {
+        void *resp = NULL, *next = NULL;
+        size_t rlen = 0, nlen = 0;
+        char *err = NULL;
+        int rc = grpc_unary_oneshot(nd->listen, method, req, req_len, tls,
+                                    timeout_ms, &resp, &rlen, &err);
+        if (rc != 0) {
+            cb(nd->node_id, rc, err != NULL ? err : "",
+               err != NULL ? strlen(err) : 0, arg);
+            free(err);
+            break;
+        }
+        cb(nd->node_id, 0, resp, rlen, arg);
+        int more = pager != NULL
+                       ? pager(req, req_len, resp, rlen, &next, &nlen)
+                       : 0;
+        free(resp);
+        if (more == 1 && page + 1 >= CLUSTER_MAX_PAGES) {
+            char why[96];
+            snprintf(why, sizeof(why), "more than %d pages", CLUSTER_MAX_PAGES);
+            cb(nd->node_id, DETD_ELIMIT, why, strlen(why), arg);
+            free(next);
+            break;
+        }
+        if (more != 1) {
+            if (more < 0) {
+                const char *why = "undecodable answer";
+                cb(nd->node_id, more, why, strlen(why), arg);
+            }
+            break;
+        }
+        free(own);
+        own = next;
+        req = next;
+        req_len = nlen;
+    }
+    free(own);
+}

@@ -13,6 +13,7 @@
 #include "cluster/cluster.h"
 #include "cluster/cluster_codec.h"
 #include "cluster/etcd.h"
+#include "grpc_unary.h"
 
 /*
  * Read the nodes registered under ns_prefix ("/detd/v1/<ns>/") into nodes
@@ -21,6 +22,23 @@
  */
 int cluster_nodes_read(etcd_client *e, const char *ns_prefix,
                        struct cluster_node *nodes, size_t *ret_n);
+
+/* One answer of cluster_node_call(): a page (err 0, n bytes of v) or the
+ * error that ended the node's pages (err, v its text). */
+typedef void (*cluster_page_cb)(const char *node, int err, const void *v,
+                                size_t n, void *arg);
+
+/*
+ * Call method (a full path) on node nd through its --listen address with
+ * req_len bytes of req (tls NULL: plaintext), each call bounded by
+ * timeout_ms; with a pager, ask again for the next page while the pager
+ * says there is one, at most CLUSTER_MAX_PAGES. cb gets every page, in
+ * order, and the error that ended them, if any. Blocking (cluster worker).
+ */
+void cluster_node_call(const struct cluster_node *nd, const char *method,
+                       const void *req, size_t req_len,
+                       const struct grpc_unary_tls *tls, int64_t timeout_ms,
+                       cluster_pager pager, cluster_page_cb cb, void *arg);
 
 /* The lease id stored in path, or 0 when path is NULL, missing or does not
  * hold one decimal id (32 bytes read at most). */

@@ -20,6 +20,9 @@
 #define DAEMON_MAX_AUDIT_ARGS 64
 /* Observations in one ListObservations page (and DAEMON_MAX_PAGE_BYTES). */
 #define DAEMON_MAX_OBS_PAGE 1000
+/* The most ListObservations bytes verify --cluster keeps from the other
+ * nodes (all pages of all nodes); a node past it is named incomplete. */
+#define DAEMON_MAX_VERIFY_BYTES (256 << 20)
 #define DAEMON_DEFAULT_MAX_VOTES 1000000
 /* Bytes of rows in one ListVotes / ExportDecisions answer (then paged). */
 #define DAEMON_MAX_PAGE_BYTES (512 * 1024)

@@ -447,6 +447,8 @@ struct verify_op {
     char *ns;
     Detd__V1__ListObservationsResponse **resps;
     size_t n_resps;
+    size_t bytes;       /* of the pages kept (DAEMON_MAX_VERIFY_BYTES) */
+    char *skip;         /* the node whose further pages are ignored */
     char **checked, **unreachable;
     size_t n_checked, n_unreachable;
     struct verify_op *next;
@@ -483,7 +485,45 @@ static void verify_op_free(struct verify_op *op) {
     free(op->checked);
     free(op->unreachable);
     free(op->ns);
+    free(op->skip);
     free(op);
+}
+
+/* The cluster_pager of verify --cluster: the ListObservations request
+ * again with the answer's next_page_token. */
+static int obs_next_page(const void *req, size_t req_len, const void *resp,
+                         size_t resp_len, void **ret_next, size_t *ret_len) {
+    Detd__V1__ListObservationsResponse *lr =
+        detd__v1__list_observations_response__unpack(NULL, resp_len, resp);
+    if (lr == NULL)
+        return DETD_EPROTO;
+    int rc = 0;
+    if (lr->next_page_token != NULL && lr->next_page_token[0] != '\0') {
+        Detd__V1__ListObservationsRequest *q =
+            detd__v1__list_observations_request__unpack(NULL, req_len, req);
+        uint8_t *buf = NULL;
+        size_t n = 0;
+        if (q == NULL) {
+            rc = DETD_EPROTO;
+        } else {
+            char *was = q->page_token;
+            q->page_token = lr->next_page_token;
+            n = protobuf_c_message_get_packed_size(&q->base);
+            if ((buf = malloc(n + 1)) == NULL)
+                rc = DETD_ENOMEM;
+            else
+                protobuf_c_message_pack(&q->base, buf);
+            q->page_token = was;
+            protobuf_c_message_free_unpacked(&q->base, NULL);
+        }
+        if (rc == 0) {
+            *ret_next = buf;
+            *ret_len = n;
+            rc = 1;
+        }
+    }
+    protobuf_c_message_free_unpacked(&lr->base, NULL);
+    return rc;
 }
 
 static int push_str(char ***v, size_t *n, const char *s) {
@@ -526,7 +566,7 @@ void admin_verify(struct daemon *d, struct rpc_event *ev) {
         if (left > 10000 || left < 0)
             left = 10000;
         if (cluster_fanout(d->cluster, "/detd.v1.Admin/ListObservations", buf,
-                           n, left, op->cookie) != 0) {
+                           n, left, obs_next_page, op->cookie) != 0) {
             free(buf);
             free(op->ns);
             free(op);
@@ -738,6 +778,19 @@ void admin_verify_peer(struct daemon *d, const struct cluster_event *ev) {
         return;
     }
     char why[512];
+    if (op->skip != NULL && strcmp(op->skip, ev->node) == 0)
+        return; /* already named incomplete: the rest of its pages */
+    if (ev->err == 0 && op->bytes + ev->value_len > DAEMON_MAX_VERIFY_BYTES) {
+        snprintf(why, sizeof(why),
+                 "%s: its observations go past the %d MiB verify --cluster "
+                 "keeps: verify --cluster is incomplete",
+                 ev->node, DAEMON_MAX_VERIFY_BYTES >> 20);
+        log_warn("verify --cluster: node %s", why);
+        push_str(&op->unreachable, &op->n_unreachable, why);
+        free(op->skip);
+        op->skip = strdup(ev->node);
+        return;
+    }
     if (ev->err == 0) {
         Detd__V1__ListObservationsResponse *lr =
             detd__v1__list_observations_response__unpack(
@@ -748,12 +801,16 @@ void admin_verify_peer(struct daemon *d, const struct cluster_event *ev) {
         if (nv != NULL) {
             op->resps = nv;
             op->resps[op->n_resps++] = lr;
-            if (lr->truncated ||
-                (lr->next_page_token && lr->next_page_token[0] != '\0')) {
-                /* One page per node: say so rather than pass on a part. */
+            op->bytes += ev->value_len;
+            if (lr->next_page_token && lr->next_page_token[0] != '\0')
+                return; /* more pages of this node follow */
+            if (lr->truncated) {
+                /* A peer that cannot page: say so rather than pass on a
+                 * part. */
                 snprintf(why, sizeof(why),
                          "%s: more observations than one page (%zu "
-                         "compared): verify --cluster is incomplete",
+                         "compared) and no next page: verify --cluster is "
+                         "incomplete",
                          ev->node, lr->n_observations);
                 log_warn("verify --cluster: node %s", why);
                 push_str(&op->unreachable, &op->n_unreachable, why);

@@ -594,29 +594,40 @@ def test_status_listen_and_verify_cluster(tmpdir_short, etcd, nodes):
              == 3, 10, "the stopped node unregistered")
 
 
-def test_verify_cluster_is_incomplete_not_ok_past_one_page(tmpdir_short, etcd, nodes):
-    """A node with more observations than one ListObservations page: the
-    cluster check names it as incomplete and fails, never passes on part."""
+def test_verify_cluster_pages_through_every_node(tmpdir_short, etcd, nodes):
+    """A node with 2,600 observations (three ListObservations pages): the
+    cluster check reads every page of it, so it passes with all of them
+    compared, and a divergence only its third page shows (another node
+    used another config for that key) fails it."""
     ns = []
     for _ in range(2):
         ns += nodes(1, extra=["--listen", f"127.0.0.1:{free_port()}"])
     lib = dc.load()
-    ident = dc.Identity(b"node-b", 0, 0, 1, b"Test GPU", b"sm90", 132, b"")
-    h = ctypes.c_void_p()
-    assert lib.detd_client_open(ns[1].socket.encode(), ctypes.byref(ident), ctypes.byref(h)) == 0
-    cands = (ctypes.c_char_p * 1)(b"BLOCK=16")
-    for i in range(1001):
-        key = dc.Key(None, b"sm90", b"m:k@1", f"[i:{i}]".encode(), cands, 1, None)
-        assert lib.detd_observe(h, ctypes.byref(key), b"BLOCK=16", 1, 1, 30000) == 0
-    lib.detd_client_close(h)
-    # Node 1 alone: paged by detctl, whole and ok.
-    r = detctl("--socket", ns[1].socket, "verify")
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    cands = (ctypes.c_char_p * 2)(b"BLOCK=16", b"BLOCK=32")
+
+    def observe(nd, host, keys, config):
+        ident = dc.Identity(host, 0, 0, 1, b"Test GPU", b"sm90", 132, b"")
+        h = ctypes.c_void_p()
+        assert lib.detd_client_open(nd.socket.encode(), ctypes.byref(ident), ctypes.byref(h)) == 0
+        for i in keys:
+            key = dc.Key(None, b"sm90", b"m:k@1", f"[i:{i}]".encode(), cands, 2, None)
+            assert lib.detd_observe(h, ctypes.byref(key), config, 1, 1, 30000) == 0
+        lib.detd_client_close(h)
+
+    observe(ns[1], b"node-b", range(2600), b"BLOCK=16")
     r = detctl("--socket", ns[0].socket, "verify", "--cluster", "--json")
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     v = json.loads(r.stdout)
-    (why,) = v["nodes_unreachable"]
-    assert why.startswith(ns[1].name + ": more observations than one page (1000 compared)"), why
+    assert sorted(v["nodes_checked"]) == sorted(n.name for n in ns), v["nodes_checked"]
+    assert v["observations"] == 2600 and v["divergences"] == [] and not v.get("nodes_unreachable"), v
+    observe(ns[0], b"node-a", [2555], b"BLOCK=32")
+    assert detctl("--socket", ns[0].socket, "verify").returncode == 0  # node a alone: one use, no divergence
+    r = detctl("--socket", ns[0].socket, "verify", "--cluster", "--json")
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-4000:]
+    v = json.loads(r.stdout)
+    assert v["observations"] == 2601
+    (d,) = v["divergences"]
+    assert d["key"] == "[i:2555]", d
 
 
 def boot_retries(port):
