@@ -381,6 +381,8 @@ def main():
         recs = detd.autotuners()
         res["passes"] = sum(1 for t in recs for k in t["keys"] if k.get("timed_here"))
         res["ungoverned"] = sorted({t["name"] for t in recs if not t["governed"]})
+        res["pass_s"] = {f"{t['kernel']}|{k['key']}": dict(k.get("pass_s") or {}, candidates=len(k.get("timings") or {}))
+                         for t in recs for k in t["keys"] if k.get("timed_here")}
         res["audit"] = [dict(name=r["name"], key=r["key"], status=r["status"], differing=r["differing"])
                         for r in detd.audit(enable=False) if r.get("status") != "deterministic"] \
             if os.environ.get("DETD_AUDIT") == "1" else None

@@ -75,7 +75,10 @@ def main():
         if not share and c["shares"] != 0:
             failures.append(f"single: {c['shares']} shares given with sharing off")
         kt_rows, fresh, chosen = kernel_time(c["work"], wargs, c["run1"][0]["configs"], f"kt_{name}")
-        rows.append(dict(name=name, med1=statistics.median(t1), max1=max(t1), med2=statistics.median(t2),
+        ps = [v for r in c["run1"] for v in (r.get("pass_s") or {}).values()]
+        split = dict(keys=len(ps), candidates=sum(v.get("candidates", 0) for v in ps),
+                     first_s=sum(v.get("first", 0.0) for v in ps), recheck_s=sum(v.get("recheck", 0.0) for v in ps))
+        rows.append(dict(name=name, split=split, med1=statistics.median(t1), max1=max(t1), med2=statistics.median(t2),
                          max2=max(t2), passes=c["passes"], counted=counted, shares=c["shares"],
                          kt=chosen / fresh if fresh else float("nan"), keys=len(entries),
                          slower=[r for r in kt_rows if r["detd_ms"] > 1.01 * r["fresh_ms"]]))
@@ -87,6 +90,10 @@ def main():
               f"{r['passes']:>4}/{r['keys']:<2} {r['shares']:6d} {r['kt']:30.4f}")
     if len(rows) == 2:
         print(f"shared / single, run-1 median: {rows[1]['med1'] / rows[0]['med1']:.3f}")
+    for r in rows:
+        x = r["split"]
+        print(f"{r['name']}: the timing passes of run 1: {x['keys']} keys, {x['candidates']} candidates, "
+              f"first round (compile and time each) {x['first_s']:.1f} s, re-measure {x['recheck_s']:.1f} s")
     for r in rows:
         for s in r["slower"]:
             print(f"  {r['name']}: {s['entry']}: {s['detd']} {s['detd_ms']:.4f} ms vs fresh {s['fresh']} "

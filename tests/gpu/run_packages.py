@@ -118,6 +118,10 @@ def run_package(pkg, a, root):
     w1 = statistics.median(r["workload_s"] for r in run1)
     w2 = statistics.median(r["workload_s"] for r in rerun[1:] or rerun)
     row["cold"] = dict(run1_s=w1, rerun_s=w2, ratio=w1 / w2 if w2 > 0 else None)
+    ps = [v for r in run1 for v in (r.get("pass_s") or {}).values()]
+    row["pass_split"] = dict(keys=len(ps), candidates=sum(v.get("candidates", 0) for v in ps),
+                             first_s=sum(v.get("first", 0.0) for v in ps),
+                             recheck_s=sum(v.get("recheck", 0.0) for v in ps))
     row["errors"] += sorted({f"detd {op}: {err}" for r in both for op, err in r["errors"].items()})
 
     if not a.quick:
@@ -172,6 +176,11 @@ def main():
             f"{r['default_multi_digest']}/{len(r['detd_multi_digest'])}", f"{r['passes_run1']}/{r['passes_rerun']}",
             ratio, f"{r['cold']['run1_s']:.1f}/{r['cold']['rerun_s']:.1f} = {r['cold']['ratio']:.2f}x",
             "ok" if r["verify_ok"] else "FAIL", "; ".join(r["audit"]) or "none")))
+    for r in rows:
+        x = r.get("pass_split")
+        if x:
+            print(f"{r['package']}: the timing passes of run 1: {x['keys']} keys, {x['candidates']} candidates, "
+                  f"first round (compile and time each) {x['first_s']:.1f} s, re-measure {x['recheck_s']:.1f} s")
     for r in rows:
         for x in r.get("time_rows") or []:
             if not x["same"]:

@@ -185,6 +185,10 @@ def main():
         res["verify"] = detd.verify(strict=False)
         res["sources"] = {f"{t['kernel']}|{k['key']}": k["source"] for t in detd.autotuners()
                           for k in t["keys"]}
+        # The passes timed here: wall seconds of the first round and the
+        # re-measure, and the candidates timed.
+        res["pass_s"] = {f"{t['kernel']}|{k['key']}": dict(k.get("pass_s") or {}, candidates=len(k.get("timings") or {}))
+                         for t in detd.autotuners() for k in t["keys"] if k.get("timed_here")}
     json.dump(res, open(args.out, "w"))
 
 

@@ -110,11 +110,13 @@ def test_contended_first_measurement_is_outvoted(daemon, tmp_path):
     timed twice more back to back (0.90 both times) and wins on the median
     of its samples. A rule that kept the first pass would commit 32."""
     t = {16: [[1.5]], 32: [[1.0]], 64: [[1.08], [0.90]], 128: [[1.3]]}
-    r = ok(daemon, start(daemon, tmp_path, "w", 0, CS_TIMINGS=json.dumps(t)))
+    r = ok(daemon, start(daemon, tmp_path, "w", 0, CS_TIMINGS=json.dumps(t), CS_BENCH_SLEEP="0.1"))
     assert r["config"] == cfg(64), r
     assert r["measured"] == {"16": 1, "32": 3, "64": 3, "128": 1}, r
     (key,) = r["keys"]
     assert key["timings"][cfg(64)] == [1.08, 0.90, 0.90], key
+    # The pass's wall time, split: 4 measurements of 0.1 s, then 4 more.
+    assert 0.4 <= key["pass_s"]["first"] < 30 and 0.4 <= key["pass_s"]["recheck"] < 30, key
 
 
 def test_remeasure_is_capped_to_the_best_first_medians(daemon, tmp_path):

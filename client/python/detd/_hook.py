@@ -440,7 +440,7 @@ def _pruning_string(cands: _Cands) -> str:
 
 def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: bool, chaos=False,
             timed_here=False, timings=None, note=None, candidates=None, failed=None, waited_ms=None,
-            decided_by=None, shared=None, remeasured=None, lock_waited_s=None):
+            decided_by=None, shared=None, remeasured=None, lock_waited_s=None, pass_s=None):
     with _state.records_lock:
         rec = _state.records.get(info.kernel)
         if rec is None:
@@ -468,6 +468,8 @@ def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: 
             entry["remeasured"] = list(remeasured)
         if lock_waited_s is not None:
             entry["timing_lock"] = lock_waited_s  # (waited s, locked)
+        if pass_s is not None:
+            entry["pass_s"] = pass_s  # {first, recheck}: the pass's wall seconds
         rec["keys"][key_str] = entry
 
 
@@ -647,10 +649,11 @@ def _timing_pass(ctx: _Call, cands: _Cands):
     so one lucky or one contended measurement does not decide.
     Returns (report rows, errors: canonical string -> exception, for the
     candidates that raised, the canonical strings re-measured, the device
-    lock: (seconds waited for it, held))."""
+    lock: (seconds waited for it, held), the pass's wall seconds: {first:
+    every candidate compiled and timed once, recheck: the re-measure})."""
     with _timing_lock() as held:
-        rows, errors, remeasured = _timing_pass_locked(ctx, cands)
-    return rows, errors, remeasured, (round(held.waited_s, 3), held.locked)
+        rows, errors, remeasured, pass_s = _timing_pass_locked(ctx, cands)
+    return rows, errors, remeasured, (round(held.waited_s, 3), held.locked), pass_s
 
 
 def _timing_lock() -> "_devlock.Held":
@@ -670,6 +673,7 @@ def _timing_lock() -> "_devlock.Held":
 def _timing_pass_locked(ctx: _Call, cands: _Cands):
     t0 = time.time()
     timings, errors = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs)
+    t1 = time.time()
     medians = {}
     for config, t in timings.items():
         ms, bad = _normalize_timing(t)
@@ -702,7 +706,8 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands):
         seen.add(s)
         ms, failed = _normalize_timing(t)
         rows.append((s, ms, failed or config in errors))
-    return rows, {_triton.config_string(c): e for c, e in errors.items()}, remeasured
+    pass_s = dict(first=round(t1 - t0, 3), recheck=round(time.time() - t1, 3))
+    return rows, {_triton.config_string(c): e for c, e in errors.items()}, remeasured, pass_s
 
 
 class _Wait:
@@ -836,6 +841,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
     wait = None  # the waiting state, if the daemon was asked
     remeasured = None  # candidates timed twice here (the noise band)
     lock_waited = None  # (s waited for the device's timing lock, locked)
+    pass_s = None  # the pass's wall seconds (first round, re-measure)
 
     override = settings.override_for(info.name, info.kernel)
     if override is not None:
@@ -885,7 +891,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             rounds += 1
             if report_rows is None:
                 t0 = time.monotonic()
-                report_rows, errors, remeasured, lock_waited = _timing_pass(ctx, cands)
+                report_rows, errors, remeasured, lock_waited, pass_s = _timing_pass(ctx, cands)
                 deadline += time.monotonic() - t0
                 timed_here = True
                 timings_out = {s: ms for s, ms, _ in report_rows}
@@ -957,7 +963,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             timed_here=timed_here, timings=timings_out, note=note, candidates=cands.candidates, failed=failed,
             waited_ms=wait.waited_ms(answer) if wait is not None else None, decided_by=by,
             shared=wait.shared if wait is not None else None, remeasured=remeasured,
-            lock_waited_s=lock_waited)
+            lock_waited_s=lock_waited, pass_s=pass_s)
     _observe(tuner, info, key, key_str, cfg, source, True, chaos, candidates=cands.candidates,
              pruning=_pruning_string(cands) if _triton.has_pruner(tuner) else None)
     if _audit.enabled():
