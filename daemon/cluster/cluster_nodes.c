@@ -169,9 +169,8 @@ void cluster_node_call(const struct cluster_node *nd, const char *method,
             break;
         }
         cb(nd->node_id, 0, resp, rlen, arg);
-        int more = pager != NULL
-                       ? pager(req, req_len, resp, rlen, &next, &nlen)
-                       : 0;
+        int more =
+            pager != NULL ? pager(req, req_len, resp, rlen, &next, &nlen) : 0;
         free(resp);
         if (more == 1 && page + 1 >= CLUSTER_MAX_PAGES) {
             char why[96];

@@ -447,8 +447,8 @@ struct verify_op {
     char *ns;
     Detd__V1__ListObservationsResponse **resps;
     size_t n_resps;
-    size_t bytes;       /* of the pages kept (DAEMON_MAX_VERIFY_BYTES) */
-    char *skip;         /* the node whose further pages are ignored */
+    size_t bytes; /* of the pages kept (DAEMON_MAX_VERIFY_BYTES) */
+    char *skip;   /* the node whose further pages are ignored */
     char **checked, **unreachable;
     size_t n_checked, n_unreachable;
     struct verify_op *next;
