@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--dims", default="512,2048,256,512", help="d_in,d_hid,n_cls,batch")
     a = ap.parse_args()
 
     import detd
@@ -52,7 +53,7 @@ def main():
     torch.set_float32_matmul_precision("high")
     torch.manual_seed(0)
     dev = "cuda"
-    d_in, d_hid, n_cls, batch = 512, 2048, 256, 512
+    d_in, d_hid, n_cls, batch = (int(x) for x in a.dims.split(","))
     w1 = (torch.randn(d_hid, d_in, device=dev) / d_in ** 0.5).requires_grad_()
     w2 = (torch.randn(n_cls, d_hid, device=dev) / d_hid ** 0.5).requires_grad_()
     ln_w = torch.ones(d_hid, device=dev, requires_grad=True)

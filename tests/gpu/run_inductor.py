@@ -6,14 +6,17 @@ daemon and store). Prints a table and exits non-zero when a detd claim
 does not hold.
 
     python3 tests/gpu/run_inductor.py [--procs 8] [--steps 40] [--solo-steps 200] [--solo-rounds 2]
-                                      [--skip-default] [--out DIR]
+                                      [--solo-dims D_IN,D_HID,N_CLS,BATCH] [--skip-default] [--out DIR]
 
 Step time is compared twice: in the three runs above (8 processes
 sharing the GPU, so each step also waits for the others), and alone:
 --solo-rounds times one default process, then one detd process against
 the decided store (it times nothing), each by itself on the GPU for
 --solo-steps steps. --skip-default leaves out the 8-process default run
-(the solo comparison still runs default torch.compile).
+(the solo comparison still runs default torch.compile). The default model's
+step is bound by the host's launch time; --solo-dims makes the solo runs'
+model larger (GPU-bound; its keys are new, so the solo detd process times
+them itself, alone on the GPU as the default process does).
 
 Needs the detd binaries bundled by tests/gpu/bundle.sh under .gpu/ (or
 DETD_BIN / DETD_LIBRARY pointing at a build); client/python is put on the
@@ -40,7 +43,7 @@ sys.path.insert(0, HERE)
 from run_gpu import Daemon, counter, env_for  # noqa: E402
 
 
-def run_procs(n, mode, work, tag, steps, extra=None):
+def run_procs(n, mode, work, tag, steps, extra=None, dims=None):
     procs = []
     for r in range(n):
         out = os.path.join(work, f"{tag}_r{r}.json")
@@ -48,7 +51,8 @@ def run_procs(n, mode, work, tag, steps, extra=None):
                      "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, f"inductor_{tag}_r{r}"), **(extra or {})})
         log = open(os.path.join(work, f"{tag}_r{r}.log"), "w")
         procs.append((subprocess.Popen([sys.executable, os.path.join(HERE, "inductor_train.py"), "--mode", mode,
-                                        "--out", out, "--steps", str(steps)], env=e, stdout=log,
+                                        "--out", out, "--steps", str(steps),
+                                        *(["--dims", dims] if dims else [])], env=e, stdout=log,
                                        stderr=subprocess.STDOUT), out, log))
     res = []
     for p, out, log in procs:
@@ -85,6 +89,9 @@ def main():
     ap.add_argument("--solo-steps", type=int, default=200)
     ap.add_argument("--solo-rounds", type=int, default=2)
     ap.add_argument("--skip-default", action="store_true")
+    ap.add_argument("--solo-dims", default="",
+                    help="d_in,d_hid,n_cls,batch of the solo runs (default: the 8-process runs'); other "
+                         "dims are other keys, which the solo detd process then times alone")
     ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="detd-inductor-"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -111,8 +118,8 @@ def main():
         solo = []  # (default, detd) per round
         for i in range(a.solo_rounds if a.solo_steps > 0 else 0):
             sd = run_procs(1, "default", work, f"solo_default{i}", a.solo_steps,
-                           {"DETD_NAMESPACE": f"inductor-solo{i}"})[0]
-            sx = run_procs(1, "detd", work, f"solo_detd{i}", a.solo_steps)[0]
+                           {"DETD_NAMESPACE": f"inductor-solo{i}"}, dims=a.solo_dims)[0]
+            sx = run_procs(1, "detd", work, f"solo_detd{i}", a.solo_steps, dims=a.solo_dims)[0]
             solo.append((sd, sx))
         st3 = d.status()
         v = d.detctl("verify")
@@ -150,8 +157,8 @@ def main():
         print(f"{name}: keys by stage {rs[0]['stages']}; selections {(rs[0]['status'] or {}).get('selections')}")
     solo_ratio = None
     if solo:
-        print(f"alone on the GPU, {a.solo_steps} steps per process, median step ms (detd: the decided store; "
-              f"timing passes {counter(st3, 'timing_passes') - counter(st2, 'timing_passes')}):")
+        print(f"alone on the GPU, {a.solo_steps} steps per process, dims {a.solo_dims or 'as above'}, median "
+              f"step ms (detd timing passes here: {counter(st3, 'timing_passes') - counter(st2, 'timing_passes')}):")
         sums = [0.0, 0.0]
         for i, (pd, px) in enumerate(solo):
             sd, sx = statistics.median(pd["step_ms"]), statistics.median(px["step_ms"])
