@@ -3,17 +3,18 @@
  *
  * Threads. CLUSTER_WORKERS workers take jobs (bootstrap, resync, claim,
  * commit, release) from one queue and make blocking etcd calls; a monitor
- * thread refreshes the endpoint health and the registered nodes for
- * status; the adapter runs the watch and the lease keep-alive on threads
- * of its own. Every result goes through the event queue to the loop.
- * Several workers keep one slow call (a member down, a leader election)
- * from delaying every other key.
+ * thread (cluster_peers.c) refreshes the endpoint health and the
+ * registered nodes for status; the adapter runs the watch and the lease
+ * keep-alive on threads of its own. Every result goes through the event queue
+ * to the loop. Several workers keep one slow call (a member down, a leader
+ * election) from delaying every other key.
  *
  * Locking: c->mu guards the job queue, the event queue, the lease, the
  * watch handle and the status cache. No etcd call is made holding it.
  */
 #define _GNU_SOURCE
 #include "cluster/cluster.h"
+#include "cluster/cluster_int.h"
 #include "cluster/cluster_nodes.h"
 #include "clock.h"
 
@@ -34,95 +35,12 @@
 #include "core/keyid.h"
 #include "grpc_unary.h"
 
-#define CLUSTER_WORKERS 4
-#define CLUSTER_BACKOFF_MS 200
-#define CLUSTER_ATTEMPT_MS 1000
-#define CLUSTER_BUDGET_MS 3000
-#define CLUSTER_RELEASE_MS 15000
-#define CLUSTER_MONITOR_MS 1000
-#define CLUSTER_CLOSE_REVOKE_MS 500
-/* Boot and resync retries: full-jitter exponential backoff (README,
- * "Scale"): the n-th retry waits uniform [0, min(cap, base * 2^n)]. */
-#define CLUSTER_BOOT_RETRY_BASE_MS 100
-#define CLUSTER_BOOT_RETRY_CAP_MS 3000
-
-enum job_kind {
-    JOB_BOOT = 1,
-    JOB_RESYNC,
-    JOB_CLAIM,
-    JOB_COMMIT,
-    JOB_RELEASE,
-    JOB_FANOUT
-};
-
-struct job {
-    enum job_kind kind;
-    char id[KEYID_HEX_LEN + 1];
-    char *value;  /* JOB_COMMIT: the decision JSON; JOB_FANOUT: request */
-    char *method; /* JOB_FANOUT */
-    cluster_pager pager;
-    size_t value_len;
-    int64_t deadline_ms;
-    uint64_t cookie;
-    struct job *next;
-};
-
-struct cev {
-    struct cluster_event ev;
-    char id[KEYID_HEX_LEN + 1];
-    char node[CLUSTER_MAX_NODE_ID + 1];
-    char *value;
-    struct cev *next;
-};
-
-struct cluster {
-    etcd_client *etcd;
-    uv_async_t async;
-    cluster_event_cb cb;
-    void *cb_ctx;
-    char *ns_prefix; /* "/detd/v1/<ns>/" */
-    char *node_key;
-    char *node_value;
-    char *lease_file; /* cluster_options.lease_file (owned), or NULL */
-    char *writer;
-    char *endpoints;
-    char node_id[CLUSTER_MAX_NODE_ID + 1];
-    int64_t lease_ttl_s;
-    char *peer_ca, *peer_cert, *peer_key;
-
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* jobs queued, lease granted, stop */
-    int stopping;
-    struct job *jobs, *jobs_tail;
-    struct cev *evs, *evs_tail;
-    int64_t lease_id;
-    int booting; /* a JOB_BOOT is queued or running */
-    etcd_watch *watch;
-    etcd_keepalive *ka;
-    int64_t start_revision;
-    int64_t watch_rev; /* highest revision the watch delivered */
-    int connected;
-    char last_error[256];
-    uint64_t resyncs;
-    uint64_t boot_retries;
-    uint64_t rng; /* backoff jitter */
-    size_t n_members;
-    struct etcd_member_status members[ETCD_MAX_ENDPOINTS];
-    size_t n_nodes;
-    struct cluster_node *nodes; /* CLUSTER_MAX_NODES */
-
-    pthread_t workers[CLUSTER_WORKERS];
-    int n_workers;
-    pthread_t monitor;
-    int monitor_started;
-};
-
 static int transient(int err) {
     return err == DETD_ETIMEDOUT || err == DETD_EUNAVAILABLE;
 }
 
 /* Wait on c->cv for at most ms (c->mu held). */
-static void timed_wait_locked(cluster *c, int64_t ms) {
+void cluster_timed_wait_locked(cluster *c, int64_t ms) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += ms / 1000;
@@ -138,7 +56,7 @@ static void timed_wait_locked(cluster *c, int64_t ms) {
 static int nap(cluster *c, int64_t ms) {
     pthread_mutex_lock(&c->mu);
     if (!c->stopping)
-        timed_wait_locked(c, ms);
+        cluster_timed_wait_locked(c, ms);
     int stop = c->stopping;
     pthread_mutex_unlock(&c->mu);
     return stop;
@@ -155,7 +73,7 @@ static void retry_nap(cluster *c, unsigned *attempt) {
     nap(c, ms);
 }
 
-static int stopping(cluster *c) {
+int cluster_stopping(cluster *c) {
     pthread_mutex_lock(&c->mu);
     int s = c->stopping;
     pthread_mutex_unlock(&c->mu);
@@ -164,10 +82,6 @@ static int stopping(cluster *c) {
 
 /* Record the outcome of an etcd call for status (and tell the loop when
  * the state flips). */
-static void post(cluster *c, cluster_event_kind kind, const char *id, int err,
-                 int won, const void *value, size_t value_len, int64_t revision,
-                 uint64_t cookie);
-
 static void note(cluster *c, int err, const char *what) {
     pthread_mutex_lock(&c->mu);
     int was = c->connected;
@@ -182,14 +96,14 @@ static void note(cluster *c, int err, const char *what) {
     int flip = was != conn;
     pthread_mutex_unlock(&c->mu);
     if (flip)
-        post(c, CLUSTER_EV_STATE, "", conn ? 0 : err, 0, what, strlen(what), 0,
-             0);
+        cluster_post(c, CLUSTER_EV_STATE, "", conn ? 0 : err, 0, what,
+                     strlen(what), 0, 0);
 }
 
 /* ---- the event queue (any thread -> loop) ---- */
 
 /* Queue an event for the loop thread and wake it. */
-static void deliver(cluster *c, struct cev *e) {
+void cluster_deliver(cluster *c, struct cev *e) {
     pthread_mutex_lock(&c->mu);
     if (c->evs_tail != NULL)
         c->evs_tail->next = e;
@@ -199,9 +113,9 @@ static void deliver(cluster *c, struct cev *e) {
     pthread_mutex_unlock(&c->mu);
     uv_async_send(&c->async);
 }
-static void post(cluster *c, cluster_event_kind kind, const char *id, int err,
-                 int won, const void *value, size_t value_len, int64_t revision,
-                 uint64_t cookie) {
+void cluster_post(cluster *c, cluster_event_kind kind, const char *id, int err,
+                  int won, const void *value, size_t value_len,
+                  int64_t revision, uint64_t cookie) {
     struct cev *e = calloc(1, sizeof(*e));
     if (e == NULL)
         return;
@@ -221,7 +135,7 @@ static void post(cluster *c, cluster_event_kind kind, const char *id, int err,
     e->ev.value_len = value_len;
     e->ev.revision = revision;
     e->ev.cookie = cookie;
-    deliver(c, e);
+    cluster_deliver(c, e);
 }
 
 static void on_async(uv_async_t *h) {
@@ -285,7 +199,7 @@ static char *key_of(const cluster *c, const char *kind, const char *id) {
 static int64_t wait_lease(cluster *c, int64_t deadline_ms) {
     pthread_mutex_lock(&c->mu);
     while (c->lease_id == 0 && !c->stopping && clock_mono_ms() < deadline_ms)
-        timed_wait_locked(c, CLUSTER_BACKOFF_MS);
+        cluster_timed_wait_locked(c, CLUSTER_BACKOFF_MS);
     int64_t id = c->lease_id;
     pthread_mutex_unlock(&c->mu);
     return id;
@@ -303,7 +217,7 @@ static void release_claim(cluster *c, const char *id, int64_t deadline_ms) {
     char *key = key_of(c, "claims", id);
     if (key == NULL)
         return;
-    while (!stopping(c)) {
+    while (!cluster_stopping(c)) {
         struct etcd_kv kv = {0};
         int err = etcd_get(c->etcd, key, &kv, NULL);
         note(c, err, "release claim");
@@ -346,7 +260,7 @@ static void do_claim(cluster *c, struct job *j) {
     for (;;) {
         int64_t lease = wait_lease(c, j->deadline_ms);
         if (lease == 0) {
-            err = stopping(c) ? DETD_ECANCELLED : DETD_EUNAVAILABLE;
+            err = cluster_stopping(c) ? DETD_ECANCELLED : DETD_EUNAVAILABLE;
             goto fail;
         }
         struct etcd_put_result r = {0};
@@ -357,8 +271,8 @@ static void do_claim(cluster *c, struct job *j) {
             cluster_value_writer(r.kv.value, r.kv.value_len, w, sizeof(w));
             int mine = r.won || r.same_value || is_mine(c, w);
             if (!mine) {
-                post(c, CLUSTER_EV_CLAIM_LOST, j->id, 0, 0, r.kv.value,
-                     r.kv.value_len, 0, 0);
+                cluster_post(c, CLUSTER_EV_CLAIM_LOST, j->id, 0, 0, r.kv.value,
+                             r.kv.value_len, 0, 0);
                 etcd_put_result_clear(&r);
                 goto out;
             }
@@ -370,31 +284,32 @@ static void do_claim(cluster *c, struct job *j) {
                 err = etcd_get(c->etcd, dkey, &kv, NULL);
                 note(c, err, "claim");
                 if (!transient(err) || clock_mono_ms() >= j->deadline_ms ||
-                    stopping(c))
+                    cluster_stopping(c))
                     break;
                 nap(c, CLUSTER_BACKOFF_MS);
             }
             if (err == 0) {
-                post(c, CLUSTER_EV_DECISION, j->id, 0, 0, kv.value,
-                     kv.value_len, 0, 0);
+                cluster_post(c, CLUSTER_EV_DECISION, j->id, 0, 0, kv.value,
+                             kv.value_len, 0, 0);
                 etcd_kv_clear(&kv);
                 drop_claim_key(c, ckey);
                 goto out;
             }
             if (err == DETD_ENOTFOUND) {
-                post(c, CLUSTER_EV_CLAIMED, j->id, 0, 1, NULL, 0, 0, 0);
+                cluster_post(c, CLUSTER_EV_CLAIMED, j->id, 0, 1, NULL, 0, 0, 0);
                 goto out;
             }
             /* Unknown: do not time on a guess. */
             drop_claim_key(c, ckey);
             goto fail;
         }
-        if (!transient(err) || clock_mono_ms() >= j->deadline_ms || stopping(c))
+        if (!transient(err) || clock_mono_ms() >= j->deadline_ms ||
+            cluster_stopping(c))
             goto fail;
         nap(c, CLUSTER_BACKOFF_MS);
     }
 fail:
-    post(c, CLUSTER_EV_CLAIM_FAILED, j->id, err, 0, NULL, 0, 0, 0);
+    cluster_post(c, CLUSTER_EV_CLAIM_FAILED, j->id, err, 0, NULL, 0, 0, 0);
 out:
     free(ckey);
     free(dkey);
@@ -417,8 +332,8 @@ static void do_commit(cluster *c, struct job *j) {
             cluster_value_writer((const unsigned char *)j->value, j->value_len,
                                  mine, sizeof(mine));
             int won = r.won || r.same_value || strcmp(w, mine) == 0;
-            post(c, CLUSTER_EV_COMMITTED, j->id, 0, won, r.kv.value,
-                 r.kv.value_len, 0, j->cookie);
+            cluster_post(c, CLUSTER_EV_COMMITTED, j->id, 0, won, r.kv.value,
+                         r.kv.value_len, 0, j->cookie);
             etcd_put_result_clear(&r);
             /* The decision is stored and answered: the claim may go, with
              * its own budget (the job's deadline is for the answer). */
@@ -428,72 +343,15 @@ static void do_commit(cluster *c, struct job *j) {
             free(dkey);
             return;
         }
-        if (!transient(err) || clock_mono_ms() >= j->deadline_ms || stopping(c))
+        if (!transient(err) || clock_mono_ms() >= j->deadline_ms ||
+            cluster_stopping(c))
             break;
         nap(c, CLUSTER_BACKOFF_MS);
     }
 fail:
-    post(c, CLUSTER_EV_COMMITTED, j->id, err != 0 ? err : DETD_EINTERNAL, 0,
-         NULL, 0, 0, j->cookie);
+    cluster_post(c, CLUSTER_EV_COMMITTED, j->id,
+                 err != 0 ? err : DETD_EINTERNAL, 0, NULL, 0, 0, j->cookie);
     free(dkey);
-}
-
-/* ---- verify --cluster ---- */
-
-static void post_peer(cluster *c, const char *node, int err, const void *v,
-                      size_t n, uint64_t cookie) {
-    struct cev *e = calloc(1, sizeof(*e));
-    if (e == NULL)
-        return;
-    e->value = malloc(n + 1);
-    if (e->value == NULL) {
-        free(e);
-        return;
-    }
-    if (n > 0)
-        memcpy(e->value, v, n);
-    e->value[n] = '\0';
-    snprintf(e->node, sizeof(e->node), "%s", node);
-    e->ev.kind = CLUSTER_EV_PEER;
-    e->ev.err = err;
-    e->ev.value_len = n;
-    e->ev.cookie = cookie;
-    deliver(c, e);
-}
-
-struct page_arg {
-    cluster *c;
-    uint64_t cookie;
-};
-
-static void on_page(const char *node, int err, const void *v, size_t n,
-                    void *arg) {
-    struct page_arg *pa = arg;
-    post_peer(pa->c, node, err, v, n, pa->cookie);
-}
-
-static void do_fanout(cluster *c, struct job *j) {
-    struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
-    size_t n = 0;
-    /* The registry as etcd has it now: the monitor's copy may predate
-     * nodes that registered since. Without etcd, fall back to that copy. */
-    if (nodes != NULL &&
-        cluster_nodes_read(c->etcd, c->ns_prefix, nodes, &n) != 0) {
-        pthread_mutex_lock(&c->mu);
-        n = c->n_nodes;
-        memcpy(nodes, c->nodes, n * sizeof(*nodes));
-        pthread_mutex_unlock(&c->mu);
-    }
-    struct grpc_unary_tls tls = {c->peer_ca, c->peer_cert, c->peer_key};
-    int use_tls = c->peer_ca != NULL || c->peer_cert != NULL;
-    struct page_arg pa = {c, j->cookie};
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(nodes[i].node_id, c->node_id) != 0)
-            cluster_node_call(&nodes[i], j->method, j->value, j->value_len,
-                              use_tls ? &tls : NULL, j->deadline_ms, j->pager,
-                              on_page, &pa);
-    free(nodes);
-    post(c, CLUSTER_EV_PEERS_DONE, "", 0, 0, NULL, 0, 0, j->cookie);
 }
 
 /* ---- watch and resync ---- */
@@ -510,8 +368,8 @@ static int resync_cb(const struct etcd_kv *kv, void *arg) {
     struct resync_ctx *r = arg;
     const char *id = kv->key + r->plen;
     if (strlen(id) == KEYID_HEX_LEN) {
-        post(r->c, CLUSTER_EV_DECISION, id, 0, 0, kv->value, kv->value_len, 0,
-             0);
+        cluster_post(r->c, CLUSTER_EV_DECISION, id, 0, 0, kv->value,
+                     kv->value_len, 0, 0);
         r->n++;
     }
     return 0;
@@ -528,13 +386,14 @@ static void do_resync(cluster *c) {
     if (asprintf(&dprefix, "%sdecisions/", c->ns_prefix) < 0)
         return;
     unsigned attempt = 0;
-    while (!stopping(c)) {
+    while (!cluster_stopping(c)) {
         struct resync_ctx r = {c, strlen(dprefix), 0};
         int64_t rev = 0;
         int err = etcd_range_prefix(c->etcd, dprefix, 0, resync_cb, &r, &rev);
         note(c, err, "resync");
         if (err == 0) {
-            post(c, CLUSTER_EV_REVISION, "", 0, 0, "resync", 6, rev, r.n);
+            cluster_post(c, CLUSTER_EV_REVISION, "", 0, 0, "resync", 6, rev,
+                         r.n);
             etcd_watch *w = NULL;
             if (etcd_watch_start(c->etcd, c->ns_prefix, rev + 1, on_watch, c,
                                  &w) == 0) {
@@ -560,6 +419,8 @@ static void on_watch(const struct etcd_event *ev, void *arg) {
         pthread_mutex_lock(&c->mu);
         if (ev->revision > c->watch_rev)
             c->watch_rev = ev->revision;
+        c->nodes_dirty |=
+            ev->key_len > plen && strncmp(ev->key + plen, "nodes/", 6) == 0;
         pthread_mutex_unlock(&c->mu);
         if (ev->key_len <= plen)
             break;
@@ -567,15 +428,16 @@ static void on_watch(const struct etcd_event *ev, void *arg) {
         int put = ev->type == ETCD_EVENT_PUT;
         if (strncmp(rest, "decisions/", 10) == 0) {
             if (put && strlen(rest + 10) == KEYID_HEX_LEN)
-                post(c, CLUSTER_EV_DECISION, rest + 10, 0, 0, ev->value,
-                     ev->value_len, ev->revision, 0);
+                cluster_post(c, CLUSTER_EV_DECISION, rest + 10, 0, 0, ev->value,
+                             ev->value_len, ev->revision, 0);
         } else if (strncmp(rest, "claims/", 7) == 0) {
             if (!put && strlen(rest + 7) == KEYID_HEX_LEN)
-                post(c, CLUSTER_EV_CLAIM_GONE, rest + 7, 0, 0, NULL, 0,
-                     ev->revision, 0);
+                cluster_post(c, CLUSTER_EV_CLAIM_GONE, rest + 7, 0, 0, NULL, 0,
+                             ev->revision, 0);
         }
         /* Every event moves the applied revision forward. */
-        post(c, CLUSTER_EV_REVISION, "", 0, 0, NULL, 0, ev->revision, 0);
+        cluster_post(c, CLUSTER_EV_REVISION, "", 0, 0, NULL, 0, ev->revision,
+                     0);
         break;
     }
     case ETCD_EVENT_CONNECTED:
@@ -609,7 +471,7 @@ static void on_lease_lost(int64_t id, int err, void *arg) {
         return;
     snprintf(c->last_error, sizeof(c->last_error), "node lease lost: %s",
              detd_strerror(err));
-    post(c, CLUSTER_EV_LEASE_LOST, "", err, 0, NULL, 0, 0, 0);
+    cluster_post(c, CLUSTER_EV_LEASE_LOST, "", err, 0, NULL, 0, 0, 0);
     if (boot)
         submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
 }
@@ -619,12 +481,13 @@ static void on_lease_lost(int64_t id, int err, void *arg) {
  * watch. */
 static void do_boot(cluster *c) {
     unsigned attempt = 0;
-    while (!stopping(c)) {
+    while (!cluster_stopping(c)) {
         int revoked = 0; /* the state directory's lock: that run is over */
         int64_t old =
             cluster_lease_file_revoke(c->etcd, c->lease_file, &revoked);
         if (old != 0)
-            post(c, CLUSTER_EV_PREVIOUS_LEASE, "", 0, revoked, NULL, 0, old, 0);
+            cluster_post(c, CLUSTER_EV_PREVIOUS_LEASE, "", 0, revoked, NULL, 0,
+                         old, 0);
         int64_t id = 0, ttl = 0;
         int err = etcd_lease_grant(c->etcd, c->lease_ttl_s, &id, &ttl);
         note(c, err, "grant node lease");
@@ -705,40 +568,13 @@ static void *worker_main(void *arg) {
             release_claim(c, j->id, j->deadline_ms);
             break;
         case JOB_FANOUT:
-            do_fanout(c, j);
+            cluster_do_fanout(c, j);
             break;
         }
         free(j->value);
         free(j->method);
         free(j);
     }
-}
-
-static void *monitor_main(void *arg) {
-    cluster *c = arg;
-    struct cluster_node *nodes = calloc(CLUSTER_MAX_NODES, sizeof(*nodes));
-    struct etcd_member_status *ms = calloc(ETCD_MAX_ENDPOINTS, sizeof(*ms));
-    if (nodes == NULL || ms == NULL)
-        goto out;
-    while (!stopping(c)) {
-        size_t nm = 0, nn = 0;
-        etcd_status(c->etcd, ms, ETCD_MAX_ENDPOINTS, &nm);
-        int err = cluster_nodes_read(c->etcd, c->ns_prefix, nodes, &nn);
-        pthread_mutex_lock(&c->mu);
-        memcpy(c->members, ms, nm * sizeof(*ms));
-        c->n_members = nm;
-        if (err == 0) {
-            memcpy(c->nodes, nodes, nn * sizeof(*nodes));
-            c->n_nodes = nn;
-        }
-        if (!c->stopping)
-            timed_wait_locked(c, CLUSTER_MONITOR_MS);
-        pthread_mutex_unlock(&c->mu);
-    }
-out:
-    free(nodes);
-    free(ms);
-    return NULL;
 }
 
 /* ---- public API ---- */
@@ -868,7 +704,7 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     for (int i = 0; i < CLUSTER_WORKERS; i++)
         if (pthread_create(&c->workers[i], NULL, worker_main, c) == 0)
             c->n_workers++;
-    if (pthread_create(&c->monitor, NULL, monitor_main, c) == 0)
+    if (pthread_create(&c->monitor, NULL, cluster_monitor_main, c) == 0)
         c->monitor_started = 1;
     *ret = c;
     return 0;

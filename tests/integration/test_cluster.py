@@ -630,6 +630,35 @@ def test_verify_cluster_pages_through_every_node(tmpdir_short, etcd, nodes):
     assert d["key"] == "[i:2555]", d
 
 
+def etcd_ranges(etcd):
+    """Range requests every member of the cluster served so far."""
+    import urllib.request
+    total = 0
+    for i in range(etcd.size):
+        with urllib.request.urlopen(etcd.endpoint(i) + "/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("grpc_server_handled_total{") and 'grpc_method="Range"' in line:
+                    total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_idle_daemons_do_not_read_the_registry_every_second(tmpdir_short, etcd, nodes):
+    """The status monitor reads nodes/ when the watch shows a change (and
+    every 30 s), not every second: 3 idle daemons make no Range request in
+    6 s; a node that joins is in every daemon's status within seconds."""
+    ns = nodes(3)
+    wait_for(lambda: all(len(json.loads(detctl("--socket", nd.socket, "status", "--json").stdout)["etcd"]["nodes"])
+                         == 3 for nd in ns), 10, "3 nodes registered")
+    time.sleep(1.5)  # the reads the joins caused are done
+    before = etcd_ranges(etcd)
+    time.sleep(6)
+    idle = etcd_ranges(etcd) - before
+    assert idle == 0, f"{idle} Range requests from 3 idle daemons in 6 s"
+    ns += nodes(1)
+    wait_for(lambda: all(len(json.loads(detctl("--socket", nd.socket, "status", "--json").stdout)["etcd"]["nodes"])
+                         == 4 for nd in ns), 10, "the new node in every daemon's status")
+
+
 def boot_retries(port):
     """detd_etcd_boot_retries_total from the daemon's /metrics."""
     import urllib.request

@@ -1,0 +1,132 @@
+/*
+ * cluster_int: what the etcd backend's translation units share inside
+ * daemon/cluster (cluster.c: jobs, events, boot, claims, the watch;
+ * cluster_peers.c: the verify fan-out and the status monitor). Not for
+ * other layers: they use cluster.h.
+ */
+#ifndef DETD_CLUSTER_INT_H
+#define DETD_CLUSTER_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "cluster/cluster.h"
+#include "cluster/cluster_nodes.h"
+#include "cluster/etcd.h"
+#include "core/keyid.h"
+
+#define CLUSTER_WORKERS 4
+#define CLUSTER_BACKOFF_MS 200
+#define CLUSTER_ATTEMPT_MS 1000
+#define CLUSTER_BUDGET_MS 3000
+#define CLUSTER_RELEASE_MS 15000
+#define CLUSTER_MONITOR_MS 1000
+/* The registry is read again when the watch shows a nodes/ change, and at
+ * least this often (README, "Scale": no read per second per daemon). */
+#define CLUSTER_NODES_REFRESH_MS 30000
+#define CLUSTER_CLOSE_REVOKE_MS 500
+/* Boot and resync retries: full-jitter exponential backoff (README,
+ * "Scale"): the n-th retry waits uniform [0, min(cap, base * 2^n)]. */
+#define CLUSTER_BOOT_RETRY_BASE_MS 100
+#define CLUSTER_BOOT_RETRY_CAP_MS 3000
+
+enum job_kind {
+    JOB_BOOT = 1,
+    JOB_RESYNC,
+    JOB_CLAIM,
+    JOB_COMMIT,
+    JOB_RELEASE,
+    JOB_FANOUT
+};
+
+struct job {
+    enum job_kind kind;
+    char id[KEYID_HEX_LEN + 1];
+    char *value;  /* JOB_COMMIT: the decision JSON; JOB_FANOUT: request */
+    char *method; /* JOB_FANOUT */
+    cluster_pager pager;
+    size_t value_len;
+    int64_t deadline_ms;
+    uint64_t cookie;
+    struct job *next;
+};
+
+struct cev {
+    struct cluster_event ev;
+    char id[KEYID_HEX_LEN + 1];
+    char node[CLUSTER_MAX_NODE_ID + 1];
+    char *value;
+    struct cev *next;
+};
+
+struct cluster {
+    etcd_client *etcd;
+    uv_async_t async;
+    cluster_event_cb cb;
+    void *cb_ctx;
+    char *ns_prefix; /* "/detd/v1/<ns>/" */
+    char *node_key;
+    char *node_value;
+    char *lease_file; /* cluster_options.lease_file (owned), or NULL */
+    char *writer;
+    char *endpoints;
+    char node_id[CLUSTER_MAX_NODE_ID + 1];
+    int64_t lease_ttl_s;
+    char *peer_ca, *peer_cert, *peer_key;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* jobs queued, lease granted, stop */
+    int stopping;
+    struct job *jobs, *jobs_tail;
+    struct cev *evs, *evs_tail;
+    int64_t lease_id;
+    int booting; /* a JOB_BOOT is queued or running */
+    etcd_watch *watch;
+    etcd_keepalive *ka;
+    int64_t start_revision;
+    int64_t watch_rev; /* highest revision the watch delivered */
+    int connected;
+    char last_error[256];
+    uint64_t resyncs;
+    uint64_t boot_retries;
+    uint64_t rng; /* backoff jitter */
+    size_t n_members;
+    struct etcd_member_status members[ETCD_MAX_ENDPOINTS];
+    size_t n_nodes;
+    struct cluster_node *nodes; /* CLUSTER_MAX_NODES */
+    int nodes_dirty;            /* the watch saw a nodes/ key change */
+    int64_t nodes_read_ms;      /* when the monitor last read them */
+
+    pthread_t workers[CLUSTER_WORKERS];
+    int n_workers;
+    pthread_t monitor;
+    int monitor_started;
+};
+
+/* 1 once cluster_close() began (takes c->mu). */
+int cluster_stopping(cluster *c);
+
+/* Wait on c->cv for at most ms (c->mu held). */
+void cluster_timed_wait_locked(cluster *c, int64_t ms);
+
+/* Queue an event for the loop thread and wake it (takes c->mu). */
+void cluster_deliver(cluster *c, struct cev *e);
+
+/* Build and deliver one event (value copied, NUL-terminated). */
+void cluster_post(cluster *c, cluster_event_kind kind, const char *id, int err,
+                  int won, const void *value, size_t value_len,
+                  int64_t revision, uint64_t cookie);
+
+/* JOB_FANOUT on a worker: every registered node but this one, page by
+ * page, then PEERS_DONE (cluster_peers.c). */
+void cluster_do_fanout(cluster *c, struct job *j);
+
+/* The monitor thread: endpoint health every CLUSTER_MONITOR_MS, the
+ * registered nodes when the watch saw them change and at least every
+ * CLUSTER_NODES_REFRESH_MS (cluster_peers.c). */
+void *cluster_monitor_main(void *arg);
+
+#endif
