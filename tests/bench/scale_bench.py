@@ -823,16 +823,16 @@ def model(res, nodes=1000, ranks=8, keys=10000, write_rate=None):
           "the etcd write rate bounds the decide rate at about "
           f"{(rate or 0) / max(1.0, p_key):,.1f} keys/s at N = {N}; the "
           "watch delivers each put and delete to every node (N messages per "
-          "event); the status monitor reads every node key once a second on "
-          "every daemon (idle bytes grow as N^2). What changes it: one "
+          "event); idle, each daemon makes one Status call per member a "
+          "second (it reads the node keys only when the watch shows them "
+          "change, and every 30 s). What changes it: one "
           "claimant per key (a claim owner chosen by rendezvous hashing of "
           "the key over the registered nodes, the others waiting on the watch "
           "and claiming only when the owner's lease goes; reading the claim "
           "key first is not enough, since SPMD ranks ask at the same moment) "
           "makes claims per key ~1; batching claims (several keys per Txn) "
           "divides the proposal count by the batch; an etcd gRPC proxy per "
-          "rack coalesces watchers; the monitor watching nodes/ instead of "
-          "reading it removes the N^2 term.")
+          "rack coalesces watchers.")
     return out
 
 
