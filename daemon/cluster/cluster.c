@@ -39,19 +39,6 @@ static int transient(int err) {
     return err == DETD_ETIMEDOUT || err == DETD_EUNAVAILABLE;
 }
 
-/* Wait on c->cv for at most ms (c->mu held). */
-void cluster_timed_wait_locked(cluster *c, int64_t ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-}
-
 /* Sleep ms unless stopping; returns nonzero when stopping. */
 static int nap(cluster *c, int64_t ms) {
     pthread_mutex_lock(&c->mu);
@@ -71,13 +58,6 @@ static void retry_nap(cluster *c, unsigned *attempt) {
     c->boot_retries++;
     pthread_mutex_unlock(&c->mu);
     nap(c, ms);
-}
-
-int cluster_stopping(cluster *c) {
-    pthread_mutex_lock(&c->mu);
-    int s = c->stopping;
-    pthread_mutex_unlock(&c->mu);
-    return s;
 }
 
 /* Record the outcome of an etcd call for status (and tell the loop when
@@ -101,42 +81,6 @@ static void note(cluster *c, int err, const char *what) {
 }
 
 /* ---- the event queue (any thread -> loop) ---- */
-
-/* Queue an event for the loop thread and wake it. */
-void cluster_deliver(cluster *c, struct cev *e) {
-    pthread_mutex_lock(&c->mu);
-    if (c->evs_tail != NULL)
-        c->evs_tail->next = e;
-    else
-        c->evs = e;
-    c->evs_tail = e;
-    pthread_mutex_unlock(&c->mu);
-    uv_async_send(&c->async);
-}
-void cluster_post(cluster *c, cluster_event_kind kind, const char *id, int err,
-                  int won, const void *value, size_t value_len,
-                  int64_t revision, uint64_t cookie) {
-    struct cev *e = calloc(1, sizeof(*e));
-    if (e == NULL)
-        return;
-    if (value != NULL) {
-        e->value = malloc(value_len + 1);
-        if (e->value == NULL) {
-            free(e);
-            return;
-        }
-        memcpy(e->value, value, value_len);
-        e->value[value_len] = '\0';
-    }
-    snprintf(e->id, sizeof(e->id), "%s", id != NULL ? id : "");
-    e->ev.kind = kind;
-    e->ev.err = err;
-    e->ev.won = won;
-    e->ev.value_len = value_len;
-    e->ev.revision = revision;
-    e->ev.cookie = cookie;
-    cluster_deliver(c, e);
-}
 
 static void on_async(uv_async_t *h) {
     cluster *c = h->data;

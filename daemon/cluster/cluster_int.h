@@ -1,8 +1,9 @@
 /*
  * cluster_int: what the etcd backend's translation units share inside
- * daemon/cluster (cluster.c: jobs, events, boot, claims, the watch;
- * cluster_peers.c: the verify fan-out and the status monitor). Not for
- * other layers: they use cluster.h.
+ * daemon/cluster (cluster.c: jobs, boot, claims, the watch;
+ * cluster_peers.c: the verify fan-out and the status monitor;
+ * cluster_events.c: the stop flag and the event queue, which both use).
+ * Not for other layers: they use cluster.h.
  */
 #ifndef DETD_CLUSTER_INT_H
 #define DETD_CLUSTER_INT_H
@@ -121,7 +122,8 @@ void cluster_post(cluster *c, cluster_event_kind kind, const char *id, int err,
                   int64_t revision, uint64_t cookie);
 
 /* JOB_FANOUT on a worker: every registered node but this one, page by
- * page, then PEERS_DONE (cluster_peers.c). */
+ * page, then PEERS_DONE (cluster_peers.c; the four above:
+ * cluster_events.c). */
 void cluster_do_fanout(cluster *c, struct job *j);
 
 /* The monitor thread: endpoint health every CLUSTER_MONITOR_MS, the
