@@ -635,6 +635,29 @@ def _median(ms: List[float]) -> float:
     return v[n // 2] if n % 2 else v[n // 2 - 1] / 2 + v[n // 2] / 2
 
 
+def recheck_set(order, medians: dict) -> list:
+    """The candidates of ``order`` to re-measure after a pass: those whose
+    first median (``medians``; the ones without did not time) is within
+    :data:`RECHECK_BAND` of the best, at most :data:`RECHECK_MAX` of them
+    (the best medians, list order on ties), in list order; empty when
+    fewer than two."""
+    if not medians:
+        return []
+    best = min(medians.values())
+    near = [c for c in order if c in medians and medians[c] <= best + best * RECHECK_BAND]
+    if len(near) > RECHECK_MAX:
+        keep = set(sorted(near, key=lambda c: medians[c])[:RECHECK_MAX])  # stable: list order on ties
+        near = [c for c in near if c in keep]
+    return near if len(near) > 1 else []
+
+
+def recheck_orders(near: list):
+    """The re-measure's rounds: :data:`RECHECK_ROUNDS` orders of ``near``,
+    reverse first, then as listed, alternating."""
+    for r in range(RECHECK_ROUNDS):
+        yield near[::-1] if r % 2 == 0 else near
+
+
 def _timing_pass(ctx: _Call, cands: _Cands):
     """Time every candidate of the key (the pruned live configs) with the
     tuner's own ``_bench`` (Triton's benchmarker or the kernel's
@@ -680,24 +703,18 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands):
         if not bad and config not in errors:
             medians[config] = _median(ms)
     remeasured = []
-    if medians:
-        best = min(medians.values())
-        near = [c for c in cands.objs if c in medians and medians[c] <= best + best * RECHECK_BAND]
-        if len(near) > RECHECK_MAX:
-            keep = set(sorted(near, key=lambda c: medians[c])[:RECHECK_MAX])  # stable: list order on ties
-            near = [c for c in near if c in keep]
-        if len(near) > 1:
-            samples = {c: _as_list(timings[c]) for c in near}
-            for r in range(RECHECK_ROUNDS):
-                order = near[::-1] if r % 2 == 0 else near
-                again, errors2 = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order)
-                for c in order:
-                    if c in errors2:
-                        errors[c] = errors2[c]
-                    samples[c] += _as_list(again[c])
-            timings.update(samples)
-            remeasured = [_triton.config_string(c) for c in near]
-            _triton.set_timings(ctx.tuner, timings, time.time() - t0)
+    near = recheck_set(cands.objs, medians)
+    if near:
+        samples = {c: _as_list(timings[c]) for c in near}
+        for order in recheck_orders(near):
+            again, errors2 = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order)
+            for c in order:
+                if c in errors2:
+                    errors[c] = errors2[c]
+                samples[c] += _as_list(again[c])
+        timings.update(samples)
+        remeasured = [_triton.config_string(c) for c in near]
+        _triton.set_timings(ctx.tuner, timings, time.time() - t0)
     rows, seen = [], set()
     for config, t in timings.items():
         s = _triton.config_string(config)

@@ -490,24 +490,17 @@ def _rows(pairs) -> List[Tuple[str, List[float], bool]]:
 
 
 def _recheck(rows, bench, pick):
-    """The Triton hook's re-measure (``_hook.RECHECK_BAND``,
-    ``RECHECK_ROUNDS``, ``RECHECK_MAX``) for a selection: the choices within the band of
+    """The Triton hook's re-measure (``_hook.recheck_set``,
+    ``recheck_orders``) for a selection: the choices within the band of
     the best are benchmarked again back to back, in reverse order and then
     in order (``bench(strings)`` returns Inductor's timings, ``pick(timings,
     string)`` one choice's), and report all their measurements."""
     ok = {s: ms[0] for s, ms, failed in rows if not failed}
-    if not ok:
-        return rows
-    best = min(ok.values())
-    near = [s for s, t in ok.items() if t <= best + best * _hook.RECHECK_BAND]
-    if len(near) > _hook.RECHECK_MAX:
-        keep = set(sorted(near, key=lambda x: ok[x])[:_hook.RECHECK_MAX])
-        near = [s for s in near if s in keep]
-    if len(near) < 2:
+    near = _hook.recheck_set(list(ok), ok)
+    if not near:
         return rows
     extra = {s: [] for s in near}
-    for r in range(_hook.RECHECK_ROUNDS):
-        order = near[::-1] if r % 2 == 0 else near
+    for order in _hook.recheck_orders(near):
         t = bench(order)
         for x in order:
             try:
