@@ -180,6 +180,10 @@ struct detd_answer {
     int32_t holder_pid;
     uint32_t held_ms;
     uint32_t share_index;
+    /* Added in 0.5, with share_index (DETD_DECIDE_BENCH): a benchmark
+     * share: take candidates with detd_share() and benchmark them on
+     * this process's device (detd_client_set_device()). */
+    int bench;
 };
 
 /*
@@ -215,6 +219,13 @@ int detd_client_connect(detd_client *client, int64_t timeout_ms);
  * caller helps the pass (compiles candidates) and asks again. Without a
  * claim held there, the call is answered as without the flag. */
 #define DETD_DECIDE_SHARE 0x2
+/* Added in 0.5, with DETD_DECIDE_SHARE: offer to benchmark a share of the
+ * pass on this process's device (detd_client_set_device(); without one the
+ * flag is ignored). The daemon gives a benchmark share (answer->bench)
+ * when the timing rank opened a split (detd_share()) and this device is
+ * neither the timing rank's nor another helper's of that pass; else a
+ * compile share. */
+#define DETD_DECIDE_BENCH 0x4
 
 /*
  * Ask which config to use for key. Waits server-side while another rank
@@ -317,6 +328,71 @@ int detd_vote(detd_client *client, const struct detd_key *key,
 
 /* Free an answer. NULL is a no-op. */
 void detd_answer_free(struct detd_answer *answer);
+
+/*
+ * Added in 0.5: the device this process benchmarks on, e.g.
+ * "gpu-<UUID>" (at most 256 bytes, no NUL inside, valid UTF-8), sent
+ * with DETD_DECIDE_BENCH asks and a holder's first detd_share() call.
+ * NULL or "": none. The string is copied. Returns 0, DETD_EINVAL or
+ * DETD_ENOMEM.
+ */
+int detd_client_set_device(detd_client *client, const char *device);
+
+/*
+ * A call of the split of a timing pass's benchmarks (added in 0.5; see
+ * ShareRequest in proto/detd.proto for the protocol). The holder (the
+ * designated process) passes its claim_id; a helper given a benchmark
+ * share passes 0. Every pointer member may be NULL when unused.
+ */
+struct detd_share {
+    uint64_t claim_id; /* the holder's live claim; 0: a helper */
+    const char *take;  /* a candidate to benchmark here, or NULL */
+    int reclaim;       /* holder, with take: also from a late helper */
+    const struct detd_timing *timings; /* helper: candidates it took */
+    size_t n_timings;
+    const double *reference_ms; /* helper: its reference samples */
+    size_t n_reference_ms;
+    int collect; /* holder: answer with given and pending */
+};
+
+/* A helper's result, as given (struct detd_share_answer). */
+struct detd_share_timing {
+    char *config;
+    double *ms;
+    size_t n_ms;
+    int failed;
+    char *device; /* where it was measured */
+    double *reference_ms;
+    size_t n_reference_ms;
+    uint32_t helper; /* that helper's share_index */
+};
+
+/* The answer to detd_share(); freed with detd_share_answer_free(). */
+struct detd_share_answer {
+    int open;        /* the split is live; 0: the pass is over */
+    int granted;     /* take: this caller benchmarks it */
+    char *reference; /* the candidate every helper benchmarks first, or NULL */
+    struct detd_share_timing *given; /* collect */
+    size_t n_given;
+    char **pending; /* collect: taken by helpers, not given yet */
+    size_t n_pending;
+};
+
+/*
+ * One Share call for key (the key the claim is for, candidates
+ * included). Not retried across a daemon restart: a split ends with its
+ * claim. Waits at most timeout_ms (<= 0: 30 s). On success
+ * *ret_answer holds the answer. Errors: DETD_EINVAL (NULL arguments, a
+ * config outside the candidates, a bad sample: the daemon's message
+ * names the field), DETD_EDENIED, DETD_ESTALE (the holder's claim is not
+ * live), DETD_ECONNECT, DETD_ETIMEDOUT, DETD_EPROTO, ...
+ */
+int detd_share(detd_client *client, const struct detd_key *key,
+               const struct detd_share *share, int64_t timeout_ms,
+               struct detd_share_answer **ret_answer);
+
+/* Free a share answer. NULL is a no-op. */
+void detd_share_answer_free(struct detd_share_answer *answer);
 
 /*
  * The detail of the last failure of a detd_* call on the calling thread:
