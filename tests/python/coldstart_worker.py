@@ -2,7 +2,8 @@
 
     python coldstart_worker.py OUT.json
 
-An autotuned kernel with 4 candidates (BLOCK 16, 32, 64, 128) whose
+An autotuned kernel with 4 candidates (BLOCK 16, 32, 64, 128; ``CS_BLOCKS``:
+another comma-separated list) whose
 ``do_bench=`` returns timings the test sets, run once under detd
 (``detd.install()`` from the environment). Controls:
 
@@ -10,6 +11,9 @@ An autotuned kernel with 4 candidates (BLOCK 16, 32, 64, 128) whose
   by BLOCK: the n-th measurement of a candidate returns its n-th list (the
   last one again after that); default: 1.0 for every call.
 - ``CS_BENCH_SLEEP``: seconds each measurement sleeps (a long pass).
+- ``CS_SCALE``: every measurement is multiplied by it (a slower GPU).
+- ``CS_DIE_ON``: a BLOCK whose measurement kills the process (exit 9),
+  after creating ``$CS_DYING`` (when set).
 - ``CS_IN_PASS``: a file created when the first measurement starts.
 - ``CS_GATE``: the first measurement waits until this file exists.
 - ``CS_N``: the kernel's N (default 256): another N is another key.
@@ -41,7 +45,7 @@ import triton.language as tl  # noqa: E402
 import detd  # noqa: E402
 from detd import _triton  # noqa: E402
 
-BLOCKS = (16, 32, 64, 128)
+BLOCKS = tuple(int(b) for b in os.environ.get("CS_BLOCKS", "16,32,64,128").split(","))
 MEASURED = {}  # BLOCK -> measurements made
 _current = [None]
 TIMINGS = {int(k): v for k, v in json.loads(os.environ.get("CS_TIMINGS", "{}")).items()}
@@ -61,6 +65,10 @@ def cs_do_bench(kernel_call, quantiles=None, **kw):
         while not os.path.exists(gate) and time.monotonic() < deadline:
             time.sleep(0.01)
     t_start = time.monotonic()
+    if os.environ.get("CS_DIE_ON") and _current[0] == int(os.environ["CS_DIE_ON"]):
+        if os.environ.get("CS_DYING"):
+            open(os.environ["CS_DYING"], "w").close()
+        os._exit(9)
     if os.environ.get("CS_BENCH_SLEEP"):
         time.sleep(float(os.environ["CS_BENCH_SLEEP"]))
     kernel_call()
@@ -71,10 +79,11 @@ def cs_do_bench(kernel_call, quantiles=None, **kw):
     n = MEASURED.get(b, 0)
     MEASURED[b] = n + 1
     lists = TIMINGS.get(b)
+    scale = float(os.environ.get("CS_SCALE", "1"))
     if not lists:
-        ms = 1.0 + BLOCKS.index(b)
+        ms = (1.0 + BLOCKS.index(b)) * scale
         return [ms, ms, ms] if quantiles else ms
-    return list(lists[min(n, len(lists) - 1)])
+    return [x * scale for x in lists[min(n, len(lists) - 1)]]
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=4, num_stages=1, pre_hook=_note) for b in BLOCKS],

@@ -118,7 +118,7 @@ import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _audit, _canon, _devlock, _native, _policy, _triton
+from . import _audit, _canon, _devlock, _native, _policy, _split, _triton
 from ._policy import Settings
 
 
@@ -200,6 +200,8 @@ class _State:
         self.wait_log_after_s = WAIT_LOG_AFTER_S
         self.wait_log_every_s = WAIT_LOG_EVERY_S
         self.share_pass = True
+        self.split_bench = False  # DETD_SPLIT_BENCH (see detd._split)
+        self.bench_device: Optional[Tuple[int, Optional[str]]] = None  # (pid, device) for the split
         self.timing_lock = _devlock.Settings()
         self.timing_lock_key: Optional[Tuple[int, Optional[str]]] = None  # (pid, device key)
 
@@ -365,7 +367,32 @@ def client() -> _native.Client:
                 device_name=ident["device_name"], arch=ident["arch"], sm_count=ident["sm_count"],
                 job=_state.settings.job)
             _state.client_pid = pid
+            _state.bench_device = None  # a new handle: told the device again
         return _state.client
+
+
+def _split_device() -> Optional[str]:
+    """This process's device for splitting benchmarks (see
+    :mod:`detd._split`), when the split is on and libdetd can do it, else
+    None. Read when first needed, not at install(): a rank usually picks
+    its GPU (``torch.cuda.set_device``) after installing detd."""
+    if not _state.split_bench:
+        return None
+    c = client()
+    if not c.can_share_bench():
+        return None
+    pid = os.getpid()
+    if _state.bench_device is None or _state.bench_device[0] != pid:
+        dev = _split.device()
+        if dev is not None:
+            try:
+                c.set_device(dev)
+            except _native.DetdError as e:
+                _warn_once("split-device", f"detd: device {dev!r} refused for splitting benchmarks: {e}; "
+                           "this process times and helps as without the split")
+                dev = None
+        _state.bench_device = (pid, dev)
+    return _state.bench_device[1]
 
 
 # ---------------------------------------------------------------- tuners
@@ -440,7 +467,7 @@ def _pruning_string(cands: _Cands) -> str:
 
 def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: bool, chaos=False,
             timed_here=False, timings=None, note=None, candidates=None, failed=None, waited_ms=None,
-            decided_by=None, shared=None, remeasured=None, lock_waited_s=None, pass_s=None):
+            decided_by=None, shared=None, remeasured=None, lock_waited_s=None, pass_s=None, split=None):
     with _state.records_lock:
         rec = _state.records.get(info.kernel)
         if rec is None:
@@ -470,6 +497,8 @@ def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: 
             entry["timing_lock"] = lock_waited_s  # (waited s, locked)
         if pass_s is not None:
             entry["pass_s"] = pass_s  # {first, recheck}: the pass's wall seconds
+        if split:
+            entry["split"] = split  # the benchmark split: as holder or as helper
         rec["keys"][key_str] = entry
 
 
@@ -658,7 +687,7 @@ def recheck_orders(near: list):
         yield near[::-1] if r % 2 == 0 else near
 
 
-def _timing_pass(ctx: _Call, cands: _Cands):
+def _timing_pass(ctx: _Call, cands: _Cands, split=None):
     """Time every candidate of the key (the pruned live configs) with the
     tuner's own ``_bench`` (Triton's benchmarker or the kernel's
     ``do_bench=``), as Triton's ``benchmark()`` does. A candidate that
@@ -670,13 +699,16 @@ def _timing_pass(ctx: _Call, cands: _Cands):
     sample list: the daemon's rule takes the median of all of them, and
     ties inside :data:`WINNER_EPSILON` go to the smallest config string,
     so one lucky or one contended measurement does not decide.
+    ``split``: (claim id, decision key) to split the first round's
+    benchmarks with helpers on the node's other GPUs (:mod:`detd._split`).
     Returns (report rows, errors: canonical string -> exception, for the
     candidates that raised, the canonical strings re-measured, the device
     lock: (seconds waited for it, held), the pass's wall seconds: {first:
-    every candidate compiled and timed once, recheck: the re-measure})."""
+    every candidate compiled and timed once, recheck: the re-measure},
+    the split's record or None)."""
     with _timing_lock() as held:
-        rows, errors, remeasured, pass_s = _timing_pass_locked(ctx, cands)
-    return rows, errors, remeasured, (round(held.waited_s, 3), held.locked), pass_s
+        rows, errors, remeasured, pass_s, done = _timing_pass_locked(ctx, cands, split)
+    return rows, errors, remeasured, (round(held.waited_s, 3), held.locked), pass_s, done
 
 
 def _timing_lock() -> "_devlock.Held":
@@ -693,9 +725,22 @@ def _timing_lock() -> "_devlock.Held":
     return held
 
 
-def _timing_pass_locked(ctx: _Call, cands: _Cands):
+def _bench(ctx: _Call, record: bool = True):
+    """The tuner's own benchmarker over some configs of the call."""
+    return lambda configs: _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, configs, record=record)
+
+
+def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
     t0 = time.time()
-    timings, errors = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs)
+    first, done = None, None
+    if split is not None:
+        first = _split.holder_round(client(), split[1], split[0], cands.objs, cands.candidates, _bench(ctx))
+    if first is not None:
+        timings, errors, out = first
+        done = out.record()
+        _triton.set_timings(ctx.tuner, timings, time.time() - t0)
+    else:
+        timings, errors = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs)
     t1 = time.time()
     medians = {}
     for config, t in timings.items():
@@ -724,7 +769,7 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands):
         ms, failed = _normalize_timing(t)
         rows.append((s, ms, failed or config in errors))
     pass_s = dict(first=round(t1 - t0, 3), recheck=round(time.time() - t1, 3))
-    return rows, {_triton.config_string(c): e for c, e in errors.items()}, remeasured, pass_s
+    return rows, {_triton.config_string(c): e for c, e in errors.items()}, remeasured, pass_s, done
 
 
 class _Wait:
@@ -736,11 +781,12 @@ class _Wait:
     Triton's cache; the timing rank starts at the front and never waits
     for a helper)."""
 
-    __slots__ = ("info", "key_str", "share", "shared", "t0", "next_log", "logged", "last")
+    __slots__ = ("info", "key_str", "share", "shared", "benched", "t0", "next_log", "logged", "last")
 
     def __init__(self, info: _TunerInfo, key_str: str, share: bool):
         self.info, self.key_str, self.share = info, key_str, share
         self.shared: List[str] = []
+        self.benched: Optional[dict] = None  # a benchmark share's record (detd._split)
         self.t0 = time.monotonic()
         after = _state.wait_log_after_s
         self.next_log = self.t0 + after if after > 0 else None
@@ -785,12 +831,20 @@ class _Wait:
         log.log(level, "detd: waiting %.1f s for kernel %s key %s: %s", now - self.t0, self.info.kernel,
                 self.key_str, self._who(answer))
 
-    def help(self, ctx: _Call, cands: _Cands, answer):
+    def help(self, ctx: _Call, cands: _Cands, dkey, answer):
         """Compile the share the daemon gave (share_index i: candidate n-i,
         never the first, which the timing rank compiles at once); a share
         past the list ends the help. A candidate that fails to compile is
         the timing rank's to report: logged at debug level only."""
         self.last = answer
+        if answer.bench:
+            # A benchmark share: candidates benchmarked on this GPU, under
+            # its timing lock (a pass of another key may run on it).
+            self.share = False
+            with _timing_lock():
+                self.benched = _split.helper(client(), dkey, cands.objs, cands.candidates, _bench(ctx, False))
+            self.benched["helper"] = answer.share_index
+            return
         pos = len(cands.objs) - answer.share_index
         if pos < 1:
             self.share = False
@@ -815,6 +869,16 @@ class _Wait:
         else:
             log.info("detd: stopped waiting for kernel %s key %s after %.1f s", self.info.kernel, self.key_str,
                      waited)
+
+
+def _ask(ask: tuple, share: bool):
+    """One Decide: with a share asked for while waiting, and a benchmark
+    share offered when this process can split benchmarks."""
+    if not share:
+        return client().decide(*ask)
+    if _split_device() is not None:
+        return client().decide(*ask, share=True, bench=True)
+    return client().decide(*ask, share=True)
 
 
 def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str, cands: Optional[_Cands] = None):
@@ -859,6 +923,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
     remeasured = None  # candidates timed twice here (the noise band)
     lock_waited = None  # (s waited for the device's timing lock, locked)
     pass_s = None  # the pass's wall seconds (first round, re-measure)
+    split_done = None  # the benchmark split's record, as holder
 
     override = settings.override_for(info.name, info.kernel)
     if override is not None:
@@ -893,13 +958,13 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
                 break  # reason: the last report's failure
             try:
                 ask = (dkey, settings.mode == "pinned", wait.ask_ms(left_ms))
-                answer = client().decide(*ask, share=True) if wait.share else client().decide(*ask)
+                answer = _ask(ask, wait.share)
             except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
                 answer, reason = None, f"daemon request failed: {e}"
                 break
             if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
                 if answer.share_index:
-                    wait.help(ctx, cands, answer)
+                    wait.help(ctx, cands, dkey, answer)
                 else:
                     wait.waiting(answer)
                 continue
@@ -908,7 +973,8 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             rounds += 1
             if report_rows is None:
                 t0 = time.monotonic()
-                report_rows, errors, remeasured, lock_waited, pass_s = _timing_pass(ctx, cands)
+                split = (answer.claim_id, dkey) if _split_device() is not None else None
+                report_rows, errors, remeasured, lock_waited, pass_s, split_done = _timing_pass(ctx, cands, split)
                 deadline += time.monotonic() - t0
                 timed_here = True
                 timings_out = {s: ms for s, ms, _ in report_rows}
@@ -980,7 +1046,8 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             timed_here=timed_here, timings=timings_out, note=note, candidates=cands.candidates, failed=failed,
             waited_ms=wait.waited_ms(answer) if wait is not None else None, decided_by=by,
             shared=wait.shared if wait is not None else None, remeasured=remeasured,
-            lock_waited_s=lock_waited, pass_s=pass_s)
+            lock_waited_s=lock_waited, pass_s=pass_s,
+            split=split_done or (wait.benched if wait is not None else None))
     _observe(tuner, info, key, key_str, cfg, source, True, chaos, candidates=cands.candidates,
              pruning=_pruning_string(cands) if _triton.has_pruner(tuner) else None)
     if _audit.enabled():
@@ -1250,6 +1317,8 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
 
 def configure(settings: Settings):
     _state.wait_log_after_s, _state.wait_log_every_s, _state.share_pass = wait_options()
+    _state.split_bench = _split.parse()
+    _state.bench_device = None
     _state.timing_lock = _devlock.parse()
     _state.timing_lock_key = None
     _gen[0] += 1  # caches renew: observed keys reset

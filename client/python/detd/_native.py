@@ -51,6 +51,7 @@ SOURCE_NAMES = {0: "unspecified", 1: "timed", 2: "table", 3: "override", 4: "imp
 
 DECIDE_NO_CLAIM = 0x1
 DECIDE_SHARE = 0x2
+DECIDE_BENCH = 0x4  # libdetd 0.5: with DECIDE_SHARE, a benchmark share
 OBSERVE_GOVERNED = 0x1
 OBSERVE_CHAOS = 0x2
 OBSERVE_FAILED = 0x4  # libdetd 0.3 (detd_observe_ex)
@@ -127,6 +128,45 @@ class _Answer(ctypes.Structure):
         ("holder_pid", c_int32),
         ("held_ms", c_uint32),
         ("share_index", c_uint32),
+        ("bench", c_int),  # libdetd 0.5
+    ]
+
+
+class _Share(ctypes.Structure):
+    _fields_ = [
+        ("claim_id", c_uint64),
+        ("take", c_char_p),
+        ("reclaim", c_int),
+        ("timings", ctypes.POINTER(_Timing)),
+        ("n_timings", c_size_t),
+        ("reference_ms", ctypes.POINTER(ctypes.c_double)),
+        ("n_reference_ms", c_size_t),
+        ("collect", c_int),
+    ]
+
+
+class _ShareTiming(ctypes.Structure):
+    _fields_ = [
+        ("config", c_char_p),
+        ("ms", ctypes.POINTER(ctypes.c_double)),
+        ("n_ms", c_size_t),
+        ("failed", c_int),
+        ("device", c_char_p),
+        ("reference_ms", ctypes.POINTER(ctypes.c_double)),
+        ("n_reference_ms", c_size_t),
+        ("helper", c_uint32),
+    ]
+
+
+class _ShareAnswer(ctypes.Structure):
+    _fields_ = [
+        ("open", c_int),
+        ("granted", c_int),
+        ("reference", c_char_p),
+        ("given", ctypes.POINTER(_ShareTiming)),
+        ("n_given", c_size_t),
+        ("pending", ctypes.POINTER(c_char_p)),
+        ("n_pending", c_size_t),
     ]
 
 
@@ -150,6 +190,25 @@ class Answer(NamedTuple):
     holder_pid: int = 0
     held_ms: int = 0
     share_index: int = 0
+    bench: bool = False  # a benchmark share (DECIDE_BENCH; libdetd 0.5)
+
+
+class Given(NamedTuple):
+    """A helper's result in a split pass (``Client.share(collect=True)``)."""
+    config: str
+    ms: Tuple[float, ...]
+    failed: bool
+    device: str
+    reference_ms: Tuple[float, ...]
+    helper: int
+
+
+class ShareAnswer(NamedTuple):
+    open: bool  # the split is live; False: the pass is over
+    granted: bool  # take: this caller benchmarks it
+    reference: Optional[str]  # the candidate every helper benchmarks first
+    given: Tuple[Given, ...] = ()  # collect
+    pending: Tuple[str, ...] = ()  # collect: taken by helpers, not given
 
 
 class DetdError(RuntimeError):
@@ -229,6 +288,13 @@ def _bind(lib):
     if hasattr(lib, "detd_client_last_error"):
         lib.detd_client_last_error.argtypes = []
         lib.detd_client_last_error.restype = c_char_p
+    if hasattr(lib, "detd_share"):  # libdetd 0.5
+        lib.detd_client_set_device.argtypes = [ctypes.c_void_p, c_char_p]
+        lib.detd_client_set_device.restype = c_int
+        lib.detd_share.argtypes = [ctypes.c_void_p, P(_Key), P(_Share), c_int64, P(P(_ShareAnswer))]
+        lib.detd_share.restype = c_int
+        lib.detd_share_answer_free.argtypes = [P(_ShareAnswer)]
+        lib.detd_share_answer_free.restype = None
 
 
 def load():
@@ -290,9 +356,31 @@ def _answer(lib, p) -> Answer:
         return Answer(a.outcome, _s(a.config), a.source, _s(a.decision_id), a.claim_id, a.lease_ms,
                       bool(a.takeover), bool(a.superseded), _s(a.decided_by_host), a.decided_by_rank,
                       a.decided_by_pid, a.waited_ms, _s(a.holder_host), a.holder_rank, a.holder_pid, a.held_ms,
-                      a.share_index)
+                      a.share_index, bool(a.bench) if _has_share(lib) else False)
     finally:
         lib.detd_answer_free(p)
+
+
+def _has_share(lib) -> bool:
+    """Whether lib is libdetd 0.5 or later (the split of a pass's
+    benchmarks: ``detd_share``, and ``detd_answer.bench``)."""
+    return hasattr(lib, "detd_share")
+
+
+def _timings_array(timings: Sequence[Tuple[str, Sequence[float], bool]]):
+    """(array of detd_timing, the buffers it points into: keep them alive)."""
+    keep = []
+    arr = (_Timing * max(1, len(timings)))()
+    for i, (cfg, ms, failed) in enumerate(timings):
+        buf = (ctypes.c_double * max(1, len(ms)))(*ms)
+        cb = _b(cfg)
+        keep.append((buf, cb))
+        arr[i] = _Timing(cb, ctypes.cast(buf, ctypes.POINTER(ctypes.c_double)), len(ms), 1 if failed else 0)
+    return arr, keep
+
+
+def _doubles(p, n) -> Tuple[float, ...]:
+    return tuple(float(p[i]) for i in range(n)) if n else ()
 
 
 class Client:
@@ -313,12 +401,16 @@ class Client:
     def connect(self, timeout_ms: int = 5000):
         _check(self._lib, "detd_client_connect", self._lib.detd_client_connect(self._h, timeout_ms))
 
-    def decide(self, key: Key, no_claim: bool, timeout_ms: int, share: bool = False) -> Answer:
+    def decide(self, key: Key, no_claim: bool, timeout_ms: int, share: bool = False, bench: bool = False) -> Answer:
         """``detd_decide``; ``share``: ask for a share of a timing pass in
-        progress (answered at once, see ``DETD_DECIDE_SHARE``)."""
+        progress (answered at once, see ``DETD_DECIDE_SHARE``); ``bench``:
+        offer to benchmark it on this process's device (``set_device``;
+        ``DETD_DECIDE_BENCH``, libdetd 0.5)."""
         ck = _CKey(key)
         p = ctypes.POINTER(_Answer)()
         flags = (DECIDE_NO_CLAIM if no_claim else 0) | (DECIDE_SHARE if share else 0)
+        if share and bench and _has_share(self._lib):
+            flags |= DECIDE_BENCH
         rc = self._lib.detd_decide(self._h, ctypes.byref(ck.s), flags, timeout_ms, ctypes.byref(p))
         _check(self._lib, "detd_decide", rc)
         return _answer(self._lib, p)
@@ -326,13 +418,7 @@ class Client:
     def report(self, claim_id: int, key: Key, timings: Sequence[Tuple[str, Sequence[float], bool]],
                triton_version: str, timeout_ms: int) -> Answer:
         ck = _CKey(key)
-        keep = []
-        arr = (_Timing * max(1, len(timings)))()
-        for i, (cfg, ms, failed) in enumerate(timings):
-            buf = (ctypes.c_double * max(1, len(ms)))(*ms)
-            cb = _b(cfg)
-            keep.append((buf, cb))
-            arr[i] = _Timing(cb, ctypes.cast(buf, ctypes.POINTER(ctypes.c_double)), len(ms), 1 if failed else 0)
+        arr, _keep = _timings_array(timings)
         p = ctypes.POINTER(_Answer)()
         rc = self._lib.detd_report(self._h, claim_id, ctypes.byref(ck.s), arr, len(timings), _b(triton_version),
                                    timeout_ms, ctypes.byref(p))
@@ -372,16 +458,48 @@ class Client:
         if not hasattr(self._lib, "detd_vote"):
             raise DetdError("detd_vote", -1, "ENOSYS", "this libdetd has no detd_vote (older than 0.2)")
         ck = _CKey(key)
-        keep = []
-        arr = (_Timing * max(1, len(timings)))()
-        for i, (cfg, ms, failed) in enumerate(timings):
-            buf = (ctypes.c_double * max(1, len(ms)))(*ms)
-            cb = _b(cfg)
-            keep.append((buf, cb))
-            arr[i] = _Timing(cb, ctypes.cast(buf, ctypes.POINTER(ctypes.c_double)), len(ms), 1 if failed else 0)
+        arr, _keep = _timings_array(timings)
         _check(self._lib, "detd_vote",
                self._lib.detd_vote(self._h, ctypes.byref(ck.s), _b(config), arr, len(timings), _b(triton_version),
                                    _b(table_key), timeout_ms))
+
+    def can_share_bench(self) -> bool:
+        """Whether this libdetd can split a pass's benchmarks (0.5+)."""
+        return _has_share(self._lib)
+
+    def set_device(self, device: Optional[str]):
+        """``detd_client_set_device``: the device this process benchmarks
+        on (``gpu-<UUID>``), sent with benchmark-share asks and a holder's
+        first ``share`` call."""
+        if not _has_share(self._lib):
+            raise DetdError("detd_client_set_device", -1, "ENOSYS", "this libdetd has no benchmark split (older than 0.5)")
+        _check(self._lib, "detd_client_set_device", self._lib.detd_client_set_device(self._h, _b(device)))
+
+    def share(self, key: Key, claim_id: int = 0, take: Optional[str] = None, reclaim: bool = False,
+              timings: Sequence[Tuple[str, Sequence[float], bool]] = (), reference_ms: Sequence[float] = (),
+              collect: bool = False, timeout_ms: int = 10_000) -> ShareAnswer:
+        """``detd_share``: one call of a split pass (see ShareRequest in
+        proto/detd.proto). The holder passes its ``claim_id``; a helper 0."""
+        if not _has_share(self._lib):
+            raise DetdError("detd_share", -1, "ENOSYS", "this libdetd has no benchmark split (older than 0.5)")
+        ck = _CKey(key)
+        arr, _keep = _timings_array(timings)
+        ref = (ctypes.c_double * max(1, len(reference_ms)))(*reference_ms)
+        req = _Share(claim_id, _b(take), 1 if reclaim else 0, arr if timings else None, len(timings),
+                     ctypes.cast(ref, ctypes.POINTER(ctypes.c_double)) if reference_ms else None, len(reference_ms),
+                     1 if collect else 0)
+        p = ctypes.POINTER(_ShareAnswer)()
+        _check(self._lib, "detd_share", self._lib.detd_share(self._h, ctypes.byref(ck.s), ctypes.byref(req),
+                                                             timeout_ms, ctypes.byref(p)))
+        try:
+            a = p.contents
+            given = tuple(Given(_s(g.config) or "", _doubles(g.ms, g.n_ms), bool(g.failed), _s(g.device) or "",
+                                _doubles(g.reference_ms, g.n_reference_ms), int(g.helper))
+                          for g in (a.given[i] for i in range(a.n_given)))
+            pending = tuple(_s(a.pending[i]) or "" for i in range(a.n_pending))
+            return ShareAnswer(bool(a.open), bool(a.granted), _s(a.reference), given, pending)
+        finally:
+            self._lib.detd_share_answer_free(p)
 
     def close(self):
         if self._h and self.pid == os.getpid():

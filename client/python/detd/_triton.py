@@ -295,7 +295,7 @@ def prune(tuner, args, kwargs) -> List[Any]:
     return list(_original_prune(tuner, kwargs))
 
 
-def time_candidates(tuner, args, kwargs, pruned) -> tuple:
+def time_candidates(tuner, args, kwargs, pruned, record: bool = True) -> tuple:
     """Time each config of ``pruned`` (the list :func:`prune` returned) with
     the tuner's own ``_bench`` (Triton's benchmarker or the kernel's
     ``do_bench=``), as Triton's ``benchmark()`` does, and set
@@ -307,6 +307,8 @@ def time_candidates(tuner, args, kwargs, pruned) -> tuple:
     Triton lacks) is caught here, the candidate counts as failed (``inf``,
     as Triton's benchmarker treats the ones it knows), and the exception is
     returned so the caller can raise it when every candidate failed.
+    ``record`` False leaves ``configs_timings`` and ``bench_time`` as they
+    were (a rank benchmarking a share of another rank's pass).
     Returns ``(timings, errors)``: ``Config -> timing`` (a float or a list
     of them) and ``Config -> exception``."""
     tuner.nargs = dict(zip(tuner.arg_names, args))
@@ -320,8 +322,9 @@ def time_candidates(tuner, args, kwargs, pruned) -> tuple:
             errors[config] = e
             timings[config] = [float("inf"), float("inf"), float("inf")]
         tuner.nargs = dict(zip(tuner.arg_names, args))  # a hook may have cleared it
-    tuner.bench_time = time.time() - start
-    tuner.configs_timings = timings
+    if record:
+        tuner.bench_time = time.time() - start
+        tuner.configs_timings = timings
     return timings, errors
 
 

@@ -1,0 +1,237 @@
+"""The benchmarks of one timing pass split across the node's GPUs.
+
+A timing pass is one rank benchmarking every candidate of a key while the
+ranks waiting for that key sit idle. With the split on
+(``DETD_SPLIT_BENCH=1``), a waiting rank on another GPU benchmarks part of
+the candidates on its own device, through the daemon's ``Share`` call
+(proto/detd.proto, ShareRequest):
+
+* The timing rank (the holder) opens the split by taking its first
+  candidate, the **reference**, and benchmarks the candidates from the
+  front, taking each from the daemon before it starts it.
+* A waiting rank asks for a share with its device; the daemon gives a
+  **benchmark share** when that device is neither the holder's nor another
+  helper's of this pass (else it gets a compile share, as without the
+  split). The helper takes candidates one at a time from the end of the
+  list, benchmarks the reference once and each candidate it took on its
+  own GPU, and gives each result with its next take.
+* Where the two meet, the holder stops taking. It collects what the
+  helpers gave and waits for what they are still benchmarking at most
+  :data:`WAIT_FACTOR` times its own mean time per candidate (at least
+  :data:`WAIT_MIN_S`); what is still missing then it takes back
+  (``reclaim``) and benchmarks itself. A helper that dies or stalls
+  therefore costs the pass that wait and the candidate it held, never
+  more.
+* A helper's timings are scaled by the ratio of the reference's medians,
+  the holder's over the helper's, so that every figure is on the holder's
+  scale; the candidates within the re-measure band are then re-measured
+  on the holder's own device (the hook's rule), so the final comparison
+  among close candidates is always made on one GPU.
+
+Then the holder reports every candidate in one ``Report``, as without the
+split: the committed answer is still one per key, made by the daemon's
+winner rule from the reported timings.
+
+The device is the CUDA device's UUID (``gpu-<UUID>``), or
+``DETD_BENCH_DEVICE`` when set (for example, where the UUID is not
+available). Without a device the split is off for this process. The
+device is the client's word: the daemon cannot check it against the
+kernel, so a rank that names another's GPU only makes the pass share that
+GPU (slower, still one committed answer).
+
+This module is flow only: it never imports ``triton``; the caller hands it
+the candidates' canonical strings, the live configs and a ``bench``
+callable (``configs -> (timings, errors)``, the tuner's own benchmarker).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import _devlock, _native
+
+log = logging.getLogger("detd")
+
+WAIT_FACTOR = 2.0  # the holder waits for helpers this many of its candidate times
+WAIT_MIN_S = 0.05
+POLL_S = 0.005  # between collects while waiting for helpers
+
+
+def parse(environ=None) -> bool:
+    """``DETD_SPLIT_BENCH`` (0 or 1, default 0); ValueError naming it."""
+    env = os.environ if environ is None else environ
+    v = str(env.get("DETD_SPLIT_BENCH", "")).strip().lower()
+    if v not in ("", "0", "1", "true", "false", "on", "off", "yes", "no"):
+        raise ValueError(f"detd: invalid DETD_SPLIT_BENCH={v!r}: expected 0 or 1")
+    return v in ("1", "true", "on", "yes")
+
+
+def device(environ=None) -> Optional[str]:
+    """The device this process benchmarks on: ``DETD_BENCH_DEVICE``, else
+    the CUDA device's UUID (``gpu-<UUID>``), else None (no split here)."""
+    env = os.environ if environ is None else environ
+    d = str(env.get("DETD_BENCH_DEVICE", "")).strip()
+    if d:
+        return d
+    key = _devlock.device_key("auto")
+    return key if key is not None and key.startswith("gpu-") else None
+
+
+def _median(ms: Sequence[float]) -> float:
+    v = sorted(ms)
+    n = len(v)
+    return v[n // 2] if n % 2 else v[n // 2 - 1] / 2 + v[n // 2] / 2
+
+
+def _valid(ms: Sequence[float]) -> bool:
+    return bool(ms) and all(x == x and x != float("inf") and x >= 0 for x in ms)
+
+
+def _as_list(t) -> List[float]:
+    return [float(x) for x in t] if isinstance(t, (list, tuple)) else [float(t)]
+
+
+Bench = Callable[[list], Tuple[dict, dict]]
+
+
+class Outcome:
+    """What a split pass did, for the key's record: ``helpers`` (share
+    indices that gave), ``given`` (canonical string -> the device it was
+    measured on), ``reclaimed`` (taken back from a late helper),
+    ``scale`` (helper index -> the factor applied), ``waited_s``."""
+
+    __slots__ = ("helpers", "given", "reclaimed", "scale", "waited_s")
+
+    def __init__(self):
+        self.helpers: List[int] = []
+        self.given: Dict[str, str] = {}
+        self.reclaimed: List[str] = []
+        self.scale: Dict[int, float] = {}
+        self.waited_s = 0.0
+
+    def record(self) -> dict:
+        return dict(helpers=sorted(self.helpers), given=dict(self.given), reclaimed=list(self.reclaimed),
+                    scale={str(k): round(v, 6) for k, v in sorted(self.scale.items())},
+                    waited_s=round(self.waited_s, 3))
+
+
+def holder_round(client, dkey, claim_id: int, objs: list, strs: List[str], bench: Bench):
+    """The holder's first round of a split pass: every candidate measured
+    once, here or by a helper (scaled). Returns ``(timings, errors,
+    outcome)`` (``Config -> timing``, ``Config -> exception``), or None
+    when the split cannot open (then the caller times as without it)."""
+    try:
+        a = client.share(dkey, claim_id=claim_id, take=strs[0])
+    except _native.DetdError as e:
+        log.debug("detd: benchmark split not opened for %s: %s", dkey.key, e)
+        return None
+    if not a.granted:
+        return None
+    out = Outcome()
+    timings, errors, spent = {}, {}, []
+    here = set()
+
+    def run(i):
+        t0 = time.monotonic()
+        t, e = bench([objs[i]])
+        spent.append(time.monotonic() - t0)
+        timings.update(t)
+        errors.update(e)
+        here.add(i)
+
+    run(0)
+    stop = len(objs)
+    for i in range(1, len(objs)):
+        try:
+            got = client.share(dkey, claim_id=claim_id, take=strs[i]).granted
+        except _native.DetdError as e:  # the claim is gone: time the rest, the report says
+            log.debug("detd: benchmark split of %s ended: %s", dkey.key, e)
+            got = True
+        if not got:
+            stop = i  # every candidate from here on was taken by a helper
+            break
+        run(i)
+    given = {}
+    if stop < len(objs):
+        deadline = time.monotonic() + max(WAIT_MIN_S, WAIT_FACTOR * sum(spent) / len(spent))
+        t_wait = time.monotonic()
+        while True:
+            try:
+                c = client.share(dkey, claim_id=claim_id, collect=True)
+            except _native.DetdError as e:
+                log.debug("detd: collecting the benchmark split of %s failed: %s", dkey.key, e)
+                break
+            given = {g.config: g for g in c.given}
+            if not c.pending or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        out.waited_s = time.monotonic() - t_wait
+    ref_ms = _as_list(timings[objs[0]])
+    ref_ok = objs[0] not in errors and _valid(ref_ms) and _median(ref_ms) > 0
+    for i in range(stop, len(objs)):
+        g = given.get(strs[i])
+        if g is not None and ref_ok and _valid(g.reference_ms) and _median(g.reference_ms) > 0:
+            f = _median(ref_ms) / _median(g.reference_ms)
+            out.scale[g.helper] = f
+            out.given[strs[i]] = g.device
+            if g.helper not in out.helpers:
+                out.helpers.append(g.helper)
+            if g.failed or not _valid(g.ms):
+                timings[objs[i]] = [float("inf")] * 3
+                errors.setdefault(objs[i], RuntimeError(f"failed on {g.device} (a benchmark share)"))
+            else:
+                timings[objs[i]] = [x * f for x in g.ms]
+            continue
+        # Not given in time (or not comparable): taken back, timed here.
+        try:
+            client.share(dkey, claim_id=claim_id, take=strs[i], reclaim=True)
+        except _native.DetdError as e:
+            log.debug("detd: reclaiming %s of %s: %s", strs[i], dkey.key, e)
+        out.reclaimed.append(strs[i])
+        run(i)
+    ordered = {c: timings[c] for c in objs if c in timings}
+    return ordered, errors, out
+
+
+def helper(client, dkey, objs: list, strs: List[str], bench: Bench) -> Dict[str, object]:
+    """A benchmark share: take candidates from the end of the list, time
+    the reference once and each one taken, give each result with the next
+    take. Returns what it did (``taken``: canonical strings given,
+    ``reference``), for the key's record; never raises for the daemon's
+    answers (a pass that ended stops the help)."""
+    done: List[str] = []
+    i = len(objs) - 1
+    try:
+        a = client.share(dkey, take=strs[i])
+    except _native.DetdError as e:
+        log.debug("detd: benchmark share of %s refused: %s", dkey.key, e)
+        return dict(taken=done)
+    if not (a.open and a.granted and a.reference):
+        return dict(taken=done)
+    ref = next((c for c, s in zip(objs, strs) if s == a.reference), None)
+    if ref is None:
+        return dict(taken=done)
+    t, e = bench([ref])
+    ref_ms = _as_list(t[ref])
+    if ref in e or not _valid(ref_ms) or _median(ref_ms) <= 0:
+        return dict(taken=done, reference=a.reference)  # not comparable: the holder takes it back
+    while True:
+        t, e = bench([objs[i]])
+        ms = _as_list(t[objs[i]])
+        failed = objs[i] in e or not _valid(ms)
+        nxt = i - 1
+        take = strs[nxt] if nxt >= 0 and strs[nxt] != a.reference else None
+        try:
+            a2 = client.share(dkey, timings=[(strs[i], ms if not failed else [float("inf")], failed)],
+                              reference_ms=ref_ms, take=take)
+        except _native.DetdError as e2:
+            log.debug("detd: giving %s of %s failed: %s", strs[i], dkey.key, e2)
+            break
+        done.append(strs[i])
+        if take is None or not (a2.open and a2.granted):
+            break
+        i = nxt
+    return dict(taken=done, reference=a.reference)
