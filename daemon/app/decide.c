@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 
+#include "app/benchsplit.h"
 #include "app/commit.h"
 #include "app/coord.h"
 #include "app/daemon.h"
@@ -325,6 +326,8 @@ int decide_fast(struct daemon *d, struct rpc_event *ev) {
     /* Quiet checks: anything wrong goes to the loop, which answers it. */
     if (validate_identity(NULL, req->client) != 0 ||
         validate_key(d->cfg->ns, NULL, req->key, &vk) != 0 ||
+        validate_str(NULL, "device", req->device, DAEMON_MAX_IDENTITY_STRING,
+                     0) != 0 ||
         !hotcache_get(d->hot, vk.id, packed, sizeof(packed), &npacked))
         return 0;
     atomic_fetch_add(&d->fast_decide_hits, 1);
@@ -367,7 +370,9 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
     struct decision row;
     d->counters.decide_calls++;
     if (validate_identity(ev->call, req->client) != 0 ||
-        validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0) {
+        validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0 ||
+        validate_str(ev->call, "device", req->device,
+                     DAEMON_MAX_IDENTITY_STRING, 0) != 0) {
         d->counters.rejected++;
         goto free_msg;
     }
@@ -430,6 +435,10 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         struct reply_holder h;
         holder_of(d, vk.id, &h);
         h.share_index = share;
+        /* With bench, on a GPU of its own: it benchmarks a share too. */
+        if (req->bench)
+            h.bench =
+                benchsplit_admit(d, vk.id, s, req->device, &h.share_index);
         d->counters.shares++;
         reply_timeout(ev->call, 0, &h);
         goto free_msg;
