@@ -227,8 +227,8 @@ int client_check_key(const struct detd_key *k) {
     return 0;
 }
 
-/* See client_int.h (protobuf-c wants char *). */
-Detd__V1__DecisionKey client_key_msg(const struct detd_key *k) {
+/* A protobuf view of k; borrows k's strings (protobuf-c wants char *). */
+static Detd__V1__DecisionKey client_key_msg_(const struct detd_key *k) {
     Detd__V1__DecisionKey m = DETD__V1__DECISION_KEY__INIT;
     if (k->namespace_ != NULL)
         m.namespace_ = (char *)k->namespace_;
@@ -240,6 +240,14 @@ Detd__V1__DecisionKey client_key_msg(const struct detd_key *k) {
     if (k->table_key != NULL)
         m.table_key = (char *)k->table_key;
     return m;
+}
+
+/* See client_int.h. */
+void client_head_init(const detd_client *c, const struct detd_key *key,
+                      struct client_head *ret) {
+    ret->id = c->identity;
+    ret->id.pid = (int32_t)getpid(); /* the caller's, after a fork too */
+    ret->km = client_key_msg_(key);
 }
 
 static char *client_dup_nonempty_(const char *s) {
@@ -482,14 +490,13 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
                 wire_set_error("decide: the deadline passed while attaching");
                 return DETD_ETIMEDOUT;
             }
-            Detd__V1__ClientIdentity id = client->identity;
-            id.pid = (int32_t)getpid();
-            Detd__V1__DecisionKey km = client_key_msg(key);
+            struct client_head h;
+            client_head_init(client, key, &h);
             Detd__V1__DecideRequest req = DETD__V1__DECIDE_REQUEST__INIT;
             req.api_version = DETD_API_VERSION;
-            req.client = &id;
+            req.client = &h.id;
             req.session_id = sid;
-            req.key = &km;
+            req.key = &h.km;
             req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0;
             req.share = (flags & DETD_DECIDE_SHARE) != 0;
             /* Without a device the offer means nothing (client.h). */
@@ -636,15 +643,14 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
             continue; /* attached anew meanwhile: the claim is void */
         }
         if (rc == 0) {
-            Detd__V1__ClientIdentity id = client->identity;
-            id.pid = (int32_t)getpid();
-            Detd__V1__DecisionKey km = client_key_msg(key);
+            struct client_head h;
+            client_head_init(client, key, &h);
             Detd__V1__ReportRequest req = DETD__V1__REPORT_REQUEST__INIT;
             req.api_version = DETD_API_VERSION;
-            req.client = &id;
+            req.client = &h.id;
             req.session_id = sid;
             req.claim_id = claim_id;
-            req.key = &km;
+            req.key = &h.km;
             req.n_timings = n_timings;
             req.timings = tmp;
             if (triton_version != NULL)
@@ -760,13 +766,12 @@ DETD_EXPORT int detd_observe_ex(detd_client *client, const struct detd_key *key,
         uint64_t sid = 0;
         rc = client_acquire(client, 0, deadline, &ch, &sid, NULL);
         if (rc == 0) {
-            Detd__V1__ClientIdentity id = client->identity;
-            id.pid = (int32_t)getpid();
-            Detd__V1__DecisionKey km = client_key_msg(key);
+            struct client_head h;
+            client_head_init(client, key, &h);
             Detd__V1__ObserveRequest req = DETD__V1__OBSERVE_REQUEST__INIT;
             req.api_version = DETD_API_VERSION;
-            req.client = &id;
-            req.key = &km;
+            req.client = &h.id;
+            req.key = &h.km;
             req.config = (char *)config;
             req.source = (Detd__V1__Source)source;
             req.governed = (flags & DETD_OBSERVE_GOVERNED) != 0;
@@ -832,13 +837,12 @@ DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
         uint64_t sid = 0;
         rc = client_acquire(client, 0, deadline, &ch, &sid, NULL);
         if (rc == 0) {
-            Detd__V1__ClientIdentity id = client->identity;
-            id.pid = (int32_t)getpid();
-            Detd__V1__DecisionKey km = client_key_msg(key);
+            struct client_head h;
+            client_head_init(client, key, &h);
             Detd__V1__VoteRequest req = DETD__V1__VOTE_REQUEST__INIT;
             req.api_version = DETD_API_VERSION;
-            req.client = &id;
-            req.key = &km;
+            req.client = &h.id;
+            req.key = &h.km;
             req.config = (char *)config;
             req.n_timings = n_timings;
             req.timings = tmp;

@@ -33,8 +33,15 @@ int client_conn_err(const detd_client *c, int rc);
  * the thread's error message naming the bad member. */
 int client_check_key(const struct detd_key *k);
 
-/* A protobuf view of k (checked); borrows k's strings. */
-Detd__V1__DecisionKey client_key_msg(const struct detd_key *k);
+/* What every request of c about a key carries: the identity (this
+ * process's pid) and the key (checked). Borrows c's and key's strings. */
+struct client_head {
+    Detd__V1__ClientIdentity id;
+    Detd__V1__DecisionKey km;
+};
+
+void client_head_init(const detd_client *c, const struct detd_key *key,
+                      struct client_head *ret);
 
 /* timeout_ms, or dflt when timeout_ms <= 0. */
 int64_t client_timeout(int64_t timeout_ms, int64_t dflt);

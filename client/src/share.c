@@ -187,14 +187,13 @@ DETD_EXPORT int detd_share(detd_client *client, const struct detd_key *key,
         rc = DETD_ESTALE;
         goto out;
     }
-    Detd__V1__ClientIdentity id = client->identity;
-    id.pid = (int32_t)getpid();
-    Detd__V1__DecisionKey km = client_key_msg(key);
+    struct client_head h;
+    client_head_init(client, key, &h);
     Detd__V1__ShareRequest req = DETD__V1__SHARE_REQUEST__INIT;
     req.api_version = DETD_API_VERSION;
-    req.client = &id;
+    req.client = &h.id;
     req.session_id = sid;
-    req.key = &km;
+    req.key = &h.km;
     req.claim_id = share->claim_id;
     if (share->claim_id != 0 && client->device != NULL)
         req.device = client->device;

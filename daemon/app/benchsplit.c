@@ -551,10 +551,6 @@ void benchsplit_share(struct daemon *d, struct rpc_event *ev) {
                  "take '%.200s' is not one of the key's candidates", req->take);
         goto free_msg;
     }
-    if (d->draining) {
-        rpc_fail(ev->call, RPC_UNAVAILABLE, "daemon is shutting down");
-        goto free_msg;
-    }
     struct session *s;
     if (session_of_call(d, ev->call, req->session_id, &s) != 0)
         goto free_msg;

@@ -420,10 +420,6 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         reply_miss(ev->call);
         goto free_msg;
     }
-    if (d->draining) {
-        rpc_fail(ev->call, RPC_UNAVAILABLE, "daemon is shutting down");
-        goto free_msg;
-    }
     struct session *s;
     if (session_of_call(d, ev->call, req->session_id, &s) != 0)
         goto free_msg;

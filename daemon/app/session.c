@@ -36,6 +36,10 @@ int session_is_caller(const struct session *s, const rpc_call *call) {
 /* See session.h. */
 int session_of_call(struct daemon *d, rpc_call *call, uint64_t id,
                     struct session **ret) {
+    if (d->draining) {
+        rpc_fail(call, RPC_UNAVAILABLE, "daemon is shutting down");
+        return -1;
+    }
     struct session *s = id != 0 ? session_find(d, id) : NULL;
     if (s != NULL && !session_is_caller(s, call)) {
         int32_t pid;

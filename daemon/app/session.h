@@ -25,10 +25,11 @@ void session_peer(const rpc_call *call, int32_t *ret_pid, uint32_t *ret_uid);
 int session_is_caller(const struct session *s, const rpc_call *call);
 
 /*
- * The session a call names (id; 0: none): *ret is the attached session
- * (NULL when id is 0 or names no attached session) and 0 is returned. A
- * session attached by another process: the call is answered
- * PERMISSION_DENIED, counted in d's calls_refused_session, and -1 is
+ * The session a call that takes part in a timing pass names (id; 0:
+ * none): *ret is the attached session (NULL when id is 0 or names no
+ * attached session) and 0 is returned. While d drains, the call is
+ * answered UNAVAILABLE; for a session attached by another process,
+ * PERMISSION_DENIED (counted in d's calls_refused_session); -1 is then
  * returned (*ret untouched).
  */
 int session_of_call(struct daemon *d, rpc_call *call, uint64_t id,
