@@ -215,10 +215,15 @@ int benchsplit_admit(struct daemon *d, const char *id, const struct session *s,
  */
 static int check_samples(rpc_call *call, const char *what, const double *v,
                          size_t n, int failed, int positive) {
-    if ((!failed && n == 0) || n > DAEMON_MAX_TIMING_SAMPLES) {
+    if (n > DAEMON_MAX_TIMING_SAMPLES) {
         rpc_fail(call, RPC_INVALID_ARGUMENT,
-                 "%s has %zu samples: must be %d to %d", what, n,
-                 failed ? 0 : 1, DAEMON_MAX_TIMING_SAMPLES);
+                 "%s has %zu samples, over the limit of %d", what, n,
+                 DAEMON_MAX_TIMING_SAMPLES);
+        return -1;
+    }
+    if (!failed && n == 0) {
+        rpc_fail(call, RPC_INVALID_ARGUMENT,
+                 "%s has no samples: at least 1 is required", what);
         return -1;
     }
     for (size_t i = 0; !failed && i < n; i++) {

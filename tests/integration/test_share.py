@@ -18,6 +18,7 @@ import pytest
 
 from conftest import CLIENT, Daemon, counter
 from test_promises import KERNEL, _f, dkey, identity, poll, raw_call
+from test_metrics import free_port, scrape, val
 from test_trust_claims import session_of
 
 CANDS = [f"BLOCK={16 << i},num_warps=4" for i in range(6)]
@@ -243,7 +244,17 @@ def test_split_take_give_collect_reclaim_report(daemon, actors):
     assert fresh["outcome"] == DESIGNATED, fresh
 
 
-def test_holder_calls_and_devices(daemon, actors):
+@pytest.fixture
+def mdaemon(tmpdir_short):
+    port = free_port()
+    d = Daemon(tmpdir_short, ["--metrics", f"127.0.0.1:{port}"]).start()
+    d.port = port
+    yield d
+    d.stop()
+
+
+def test_holder_calls_and_devices(mdaemon, actors):
+    daemon = mdaemon
     holder = Actor(daemon, 0, "gpu-A")
     actors.append(holder)
     claim = holder.decide()["claim_id"]
@@ -262,6 +273,12 @@ def test_holder_calls_and_devices(daemon, actors):
     assert not h.decide("share", "bench")["bench"]
     assert h.call(op="device", device="gpu-Z")["rc"] == 0
     assert h.decide("share", "bench")["bench"]
+    # The exporter counts the split and its helper.
+    samples, _ = scrape(daemon.port)
+    assert val(samples, "detd_bench_splits_total") == 1
+    assert val(samples, "detd_bench_helpers_total") == 1
+    assert val(samples, "detd_bench_given_total") == 0
+    assert val(samples, "detd_bench_reclaimed_total") == 0
     # DETD_DECIDE_BENCH needs DETD_DECIDE_SHARE.
     r = h.call(op="decide", key="i:0", flags=["bench"])
     assert r["rc"] == EINVAL and "DETD_DECIDE_SHARE" in r["error"], r

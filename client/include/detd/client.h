@@ -361,8 +361,8 @@ struct detd_share_timing {
     double *ms;
     size_t n_ms;
     int failed;
-    char *device; /* where it was measured */
-    double *reference_ms;
+    char *device;         /* where it was measured */
+    double *reference_ms; /* that helper's latest reference samples */
     size_t n_reference_ms;
     uint32_t helper; /* that helper's share_index */
 };
