@@ -542,10 +542,8 @@ static void share_helper(struct daemon *d, rpc_call *call,
 void benchsplit_share(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__ShareRequest *req = (Detd__V1__ShareRequest *)ev->msg;
     struct vkey vk;
-    if (validate_identity(ev->call, req->client) != 0 ||
-        validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0 ||
-        validate_str(ev->call, "device", req->device,
-                     DAEMON_MAX_IDENTITY_STRING, 0) != 0) {
+    if (validate_pass_call(d->cfg->ns, ev->call, req->client, req->key,
+                           req->device, &vk) != 0) {
         d->counters.rejected++;
         goto free_msg;
     }

@@ -324,10 +324,8 @@ int decide_fast(struct daemon *d, struct rpc_event *ev) {
     uint8_t packed[HOTCACHE_MAX_ENTRY];
     size_t npacked;
     /* Quiet checks: anything wrong goes to the loop, which answers it. */
-    if (validate_identity(NULL, req->client) != 0 ||
-        validate_key(d->cfg->ns, NULL, req->key, &vk) != 0 ||
-        validate_str(NULL, "device", req->device, DAEMON_MAX_IDENTITY_STRING,
-                     0) != 0 ||
+    if (validate_pass_call(d->cfg->ns, NULL, req->client, req->key, req->device,
+                           &vk) != 0 ||
         !hotcache_get(d->hot, vk.id, packed, sizeof(packed), &npacked))
         return 0;
     atomic_fetch_add(&d->fast_decide_hits, 1);
@@ -369,10 +367,8 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
     struct vkey vk;
     struct decision row;
     d->counters.decide_calls++;
-    if (validate_identity(ev->call, req->client) != 0 ||
-        validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0 ||
-        validate_str(ev->call, "device", req->device,
-                     DAEMON_MAX_IDENTITY_STRING, 0) != 0) {
+    if (validate_pass_call(d->cfg->ns, ev->call, req->client, req->key,
+                           req->device, &vk) != 0) {
         d->counters.rejected++;
         goto free_msg;
     }

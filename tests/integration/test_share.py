@@ -18,7 +18,7 @@ import pytest
 
 from conftest import CLIENT, Daemon, counter
 from test_promises import KERNEL, _f, dkey, identity, poll, raw_call
-from test_metrics import free_port, scrape, val
+from test_metrics import mdaemon, scrape, val  # noqa: F401 (mdaemon: a daemon with --metrics)
 from test_trust_claims import session_of
 
 CANDS = [f"BLOCK={16 << i},num_warps=4" for i in range(6)]
@@ -242,15 +242,6 @@ def test_split_take_give_collect_reclaim_report(daemon, actors):
     assert late.decide()["config"] == CANDS[0]
     fresh = late.decide(key="i:1")
     assert fresh["outcome"] == DESIGNATED, fresh
-
-
-@pytest.fixture
-def mdaemon(tmpdir_short):
-    port = free_port()
-    d = Daemon(tmpdir_short, ["--metrics", f"127.0.0.1:{port}"]).start()
-    d.port = port
-    yield d
-    d.stop()
 
 
 def test_holder_calls_and_devices(mdaemon, actors):
