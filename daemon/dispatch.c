@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "dispatch.h"
 
+#include "app/benchsplit.h"
 #include "app/decide.h"
 #include "app/imports.h"
 #include "ops/admin.h"

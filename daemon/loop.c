@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "loop.h"
 
+#include "app/benchsplit.h"
 #include "app/commit.h"
 #include "app/coord.h"
 #include "app/daemon.h"
@@ -448,7 +449,7 @@ int daemon_run(const struct daemon_config *cfg) {
     pthread_mutex_init(&d->qmu, NULL);
     uv_loop_init(&d->loop);
     d->listen_fd = -1;
-    if (waiters_new(&d->waiters) != 0 ||
+    if (waiters_new(&d->waiters) != 0 || benchsplit_new(&d->splits) != 0 ||
         admin_verifies_new(&d->verifies) != 0) {
         log_error("out of memory");
         goto out_loop;
@@ -717,6 +718,7 @@ out_loop:
     commit_state_free(d->commits);
     admin_verifies_free(d->verifies);
     waiters_free(d->waiters);
+    benchsplit_free(d->splits);
     free(d->queue);
     free(d->work);
     pthread_mutex_destroy(&d->qmu);

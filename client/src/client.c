@@ -14,22 +14,14 @@
 #include <unistd.h>
 
 #include "detd.pb-c.h"
+#include "client_int.h"
 #include "session.h"
 #include "wire.h"
 
-#define DETD_EXPORT __attribute__((visibility("default")))
-
 #define CLIENT_CONNECT_TIMEOUT_MS 5000
 #define CLIENT_DECIDE_TIMEOUT_MS (10 * 60 * 1000)
-#define CLIENT_CALL_TIMEOUT_MS 30000
 /* Retries of a call the daemon asked to make again (no outage). */
 #define CLIENT_MAX_AGAIN 16
-
-struct detd_client {
-    char *socket_path;
-    Detd__V1__ClientIdentity identity; /* strings owned; pid unused */
-    struct session session;
-};
 
 static char *client_strdup_or_empty_(const char *s) {
     return strdup(s != NULL ? s : "");
@@ -157,6 +149,7 @@ DETD_EXPORT void detd_client_close(detd_client *client) {
     session_destroy(&client->session);
     client_identity_free_(&client->identity);
     free(client->socket_path);
+    free(client->device);
     free(client);
 }
 
@@ -168,8 +161,8 @@ DETD_EXPORT const char *detd_client_last_error(void) {
     return wire_last_error();
 }
 
-/* Name the daemon in connection failures; keep gRPC's reason. */
-static int client_conn_err_(const detd_client *c, int rc) {
+/* See client_int.h: gRPC's reason is kept. */
+int client_conn_err(const detd_client *c, int rc) {
     if (rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE) {
         char detail[400];
         snprintf(detail, sizeof(detail), "%s", wire_last_error());
@@ -191,11 +184,11 @@ DETD_EXPORT int detd_client_connect(detd_client *client, int64_t timeout_ms) {
     uint64_t sid;
     int rc = session_acquire(&client->session, 1, clock_mono_ms() + timeout_ms,
                              &ch, &sid, NULL);
-    return client_conn_err_(client, rc);
+    return client_conn_err(client, rc);
 }
 
-/* Check a key before it goes out; name the limit on failure. */
-static int client_check_key_(const struct detd_key *k) {
+/* See client_int.h. */
+int client_check_key(const struct detd_key *k) {
     if (k == NULL) {
         wire_set_error("key is NULL");
         return DETD_EINVAL;
@@ -249,6 +242,14 @@ static Detd__V1__DecisionKey client_key_msg_(const struct detd_key *k) {
     return m;
 }
 
+/* See client_int.h. */
+void client_head_init(const detd_client *c, const struct detd_key *key,
+                      struct client_head *ret) {
+    ret->id = c->identity;
+    ret->id.pid = (int32_t)getpid(); /* the caller's, after a fork too */
+    ret->km = client_key_msg_(key);
+}
+
 static char *client_dup_nonempty_(const char *s) {
     return s != NULL && s[0] != '\0' ? strdup(s) : NULL;
 }
@@ -283,15 +284,14 @@ nomem:
     return DETD_ENOMEM;
 }
 
-static int64_t client_timeout_(int64_t timeout_ms, int64_t dflt) {
+/* See client_int.h. */
+int64_t client_timeout(int64_t timeout_ms, int64_t dflt) {
     return timeout_ms > 0 ? timeout_ms : dflt;
 }
 
-/* Get the channel and session for a call that ends at deadline. The
- * error, if any, is left for the caller to name (client_conn_err_()). */
-static int client_acquire_(detd_client *c, int attach, int64_t deadline,
-                           struct wire_channel **ch, uint64_t *sid,
-                           uint64_t *gen) {
+/* See client_int.h. */
+int client_acquire(detd_client *c, int attach, int64_t deadline,
+                   struct wire_channel **ch, uint64_t *sid, uint64_t *gen) {
     int64_t attach_deadline = deadline;
     if (attach_deadline - clock_mono_ms() > CLIENT_CONNECT_TIMEOUT_MS * 2)
         attach_deadline = clock_mono_ms() + CLIENT_CONNECT_TIMEOUT_MS * 2;
@@ -409,15 +409,10 @@ static int client_retry_(detd_client *c, struct client_retry *r, int rc,
     }
 }
 
-/*
- * Check timings and wrap them as CandidateTiming messages that borrow the
- * caller's strings and arrays. On success *ret_tm and *ret_tmp (NULL when
- * n is 0) are the caller's to free(); on failure nothing is allocated and
- * the thread's error message names the bad timing.
- */
-static int client_pack_timings_(const struct detd_timing *timings, size_t n,
-                                Detd__V1__CandidateTiming **ret_tm,
-                                Detd__V1__CandidateTiming ***ret_tmp) {
+/* See client_int.h. */
+int client_pack_timings(const struct detd_timing *timings, size_t n,
+                        Detd__V1__CandidateTiming **ret_tm,
+                        Detd__V1__CandidateTiming ***ret_tmp) {
     *ret_tm = NULL;
     *ret_tmp = NULL;
     if (n > DETD_MAX_CANDIDATES) {
@@ -467,14 +462,19 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
         wire_set_error("%s is NULL", client == NULL ? "client" : "ret_answer");
         return DETD_EINVAL;
     }
-    if ((flags & ~(DETD_DECIDE_NO_CLAIM | DETD_DECIDE_SHARE)) != 0) {
+    if ((flags & ~(DETD_DECIDE_NO_CLAIM | DETD_DECIDE_SHARE |
+                   DETD_DECIDE_BENCH)) != 0) {
         wire_set_error("unknown flags 0x%x", (unsigned)flags);
         return DETD_EINVAL;
     }
-    rc = client_check_key_(key);
+    if ((flags & DETD_DECIDE_BENCH) != 0 && (flags & DETD_DECIDE_SHARE) == 0) {
+        wire_set_error("flags: DETD_DECIDE_BENCH needs DETD_DECIDE_SHARE");
+        return DETD_EINVAL;
+    }
+    rc = client_check_key(key);
     if (rc < 0)
         return rc;
-    int64_t timeout = client_timeout_(timeout_ms, CLIENT_DECIDE_TIMEOUT_MS);
+    int64_t timeout = client_timeout(timeout_ms, CLIENT_DECIDE_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
 
     struct client_retry retry;
@@ -483,23 +483,27 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
     for (;;) {
         struct wire_channel *ch;
         uint64_t sid = 0;
-        rc = client_acquire_(client, 1, deadline, &ch, &sid, &gen);
+        rc = client_acquire(client, 1, deadline, &ch, &sid, &gen);
         if (rc == 0) {
             int64_t left = deadline - clock_mono_ms();
             if (left <= 0) {
                 wire_set_error("decide: the deadline passed while attaching");
                 return DETD_ETIMEDOUT;
             }
-            Detd__V1__ClientIdentity id = client->identity;
-            id.pid = (int32_t)getpid();
-            Detd__V1__DecisionKey km = client_key_msg_(key);
+            struct client_head h;
+            client_head_init(client, key, &h);
             Detd__V1__DecideRequest req = DETD__V1__DECIDE_REQUEST__INIT;
             req.api_version = DETD_API_VERSION;
-            req.client = &id;
+            req.client = &h.id;
             req.session_id = sid;
-            req.key = &km;
+            req.key = &h.km;
             req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0;
             req.share = (flags & DETD_DECIDE_SHARE) != 0;
+            /* Without a device the offer means nothing (client.h). */
+            if ((flags & DETD_DECIDE_BENCH) != 0 && client->device != NULL) {
+                req.bench = 1;
+                req.device = client->device;
+            }
             /* Let the daemon answer OUTCOME_TIMEOUT before our deadline. */
             int64_t margin = left / 10 < 1000 ? left / 10 : 1000;
             req.wait_ms =
@@ -518,7 +522,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
             break;
     }
     if (rc < 0)
-        return client_conn_err_(client, rc);
+        return client_conn_err(client, rc);
 
     switch (resp->outcome) {
     case DETD__V1__OUTCOME__OUTCOME_DECIDED:
@@ -567,6 +571,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
             a->held_ms = resp->held_ms;
         }
         a->share_index = resp->share_index;
+        a->bench = resp->share_index != 0 && resp->bench;
     }
     *ret_answer = a;
 out:
@@ -595,13 +600,13 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
         wire_set_error("claim_id is 0");
         return DETD_EINVAL;
     }
-    rc = client_check_key_(key);
+    rc = client_check_key(key);
     if (rc < 0)
         return rc;
-    rc = client_pack_timings_(timings, n_timings, &tm, &tmp);
+    rc = client_pack_timings(timings, n_timings, &tm, &tmp);
     if (rc < 0)
         return rc;
-    int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
+    int64_t timeout = client_timeout(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
     /* The claim belongs to the session (generation) that received it. A
      * report is sent again only to that same session: after the daemon
@@ -628,7 +633,7 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
                 goto out;
             }
         }
-        rc = client_acquire_(client, 1, deadline, &ch, &sid, &gen);
+        rc = client_acquire(client, 1, deadline, &ch, &sid, &gen);
         if (rc == 0 && !known) {
             /* Not remembered (an old or foreign claim): from now on it
              * belongs to the session it is first sent with. */
@@ -638,15 +643,14 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
             continue; /* attached anew meanwhile: the claim is void */
         }
         if (rc == 0) {
-            Detd__V1__ClientIdentity id = client->identity;
-            id.pid = (int32_t)getpid();
-            Detd__V1__DecisionKey km = client_key_msg_(key);
+            struct client_head h;
+            client_head_init(client, key, &h);
             Detd__V1__ReportRequest req = DETD__V1__REPORT_REQUEST__INIT;
             req.api_version = DETD_API_VERSION;
-            req.client = &id;
+            req.client = &h.id;
             req.session_id = sid;
             req.claim_id = claim_id;
-            req.key = &km;
+            req.key = &h.km;
             req.n_timings = n_timings;
             req.timings = tmp;
             if (triton_version != NULL)
@@ -667,7 +671,7 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
             !client_retry_(client, &retry, rc, sid)) {
             if (rc == DETD_ESTALE || rc == DETD_ENOTFOUND)
                 session_claim_find(&client->session, claim_id, 1, &claim_gen);
-            client_conn_err_(client, rc);
+            client_conn_err(client, rc);
             goto out;
         }
     }
@@ -750,25 +754,24 @@ DETD_EXPORT int detd_observe_ex(detd_client *client, const struct detd_key *key,
         wire_set_error("unknown source %d", (int)source);
         return DETD_EINVAL;
     }
-    int rc = client_check_key_(key);
+    int rc = client_check_key(key);
     if (rc < 0)
         return rc;
-    int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
+    int64_t timeout = client_timeout(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
     struct client_retry retry;
     client_retry_init_(&retry, deadline);
     for (;;) {
         struct wire_channel *ch;
         uint64_t sid = 0;
-        rc = client_acquire_(client, 0, deadline, &ch, &sid, NULL);
+        rc = client_acquire(client, 0, deadline, &ch, &sid, NULL);
         if (rc == 0) {
-            Detd__V1__ClientIdentity id = client->identity;
-            id.pid = (int32_t)getpid();
-            Detd__V1__DecisionKey km = client_key_msg_(key);
+            struct client_head h;
+            client_head_init(client, key, &h);
             Detd__V1__ObserveRequest req = DETD__V1__OBSERVE_REQUEST__INIT;
             req.api_version = DETD_API_VERSION;
-            req.client = &id;
-            req.key = &km;
+            req.client = &h.id;
+            req.key = &h.km;
             req.config = (char *)config;
             req.source = (Detd__V1__Source)source;
             req.governed = (flags & DETD_OBSERVE_GOVERNED) != 0;
@@ -794,7 +797,7 @@ DETD_EXPORT int detd_observe_ex(detd_client *client, const struct detd_key *key,
         }
         /* An observation is idempotent: send it again after a restart. */
         if (!client_retry_(client, &retry, rc, 0))
-            return client_conn_err_(client, rc);
+            return client_conn_err(client, rc);
     }
     protobuf_c_message_free_unpacked(resp, NULL);
     return 0;
@@ -814,7 +817,7 @@ DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
                                                       : "timings");
         return DETD_EINVAL;
     }
-    int rc = client_check_key_(key);
+    int rc = client_check_key(key);
     if (rc < 0)
         return rc;
     if (table_key != NULL && strlen(table_key) > DETD_MAX_KEY_BYTES) {
@@ -822,25 +825,24 @@ DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
                        strlen(table_key));
         return DETD_ELIMIT;
     }
-    rc = client_pack_timings_(timings, n_timings, &tm, &tmp);
+    rc = client_pack_timings(timings, n_timings, &tm, &tmp);
     if (rc < 0)
         return rc;
-    int64_t timeout = client_timeout_(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
+    int64_t timeout = client_timeout(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
     struct client_retry retry;
     client_retry_init_(&retry, deadline);
     for (;;) {
         struct wire_channel *ch;
         uint64_t sid = 0;
-        rc = client_acquire_(client, 0, deadline, &ch, &sid, NULL);
+        rc = client_acquire(client, 0, deadline, &ch, &sid, NULL);
         if (rc == 0) {
-            Detd__V1__ClientIdentity id = client->identity;
-            id.pid = (int32_t)getpid();
-            Detd__V1__DecisionKey km = client_key_msg_(key);
+            struct client_head h;
+            client_head_init(client, key, &h);
             Detd__V1__VoteRequest req = DETD__V1__VOTE_REQUEST__INIT;
             req.api_version = DETD_API_VERSION;
-            req.client = &id;
-            req.key = &km;
+            req.client = &h.id;
+            req.key = &h.km;
             req.config = (char *)config;
             req.n_timings = n_timings;
             req.timings = tmp;
@@ -859,7 +861,7 @@ DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
         }
         /* A vote replaces this process's earlier one: send it again. */
         if (!client_retry_(client, &retry, rc, 0)) {
-            client_conn_err_(client, rc);
+            client_conn_err(client, rc);
             goto out;
         }
     }

@@ -29,6 +29,7 @@
 #define WIRE_METHOD_ATTACH "/detd.v1.Decider/Attach"
 #define WIRE_METHOD_DECIDE "/detd.v1.Decider/Decide"
 #define WIRE_METHOD_REPORT "/detd.v1.Decider/Report"
+#define WIRE_METHOD_SHARE "/detd.v1.Decider/Share"
 #define WIRE_METHOD_OBSERVE "/detd.v1.Decider/Observe"
 #define WIRE_METHOD_STATUS "/detd.v1.Admin/Status"
 #define WIRE_METHOD_LIST_DECISIONS "/detd.v1.Admin/ListDecisions"

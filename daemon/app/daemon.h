@@ -8,7 +8,8 @@
  * event to its method's handler (one table, io/rpc_methods.h). The state
  * below is touched by the loop thread only, except the event queue (its
  * mutex), the hot cache (its own mutex) and the atomics. Modules own
- * their state: the waiters (waiters.c), the cluster claims (coord.c),
+ * their state: the waiters (waiters.c), the benchmark splits
+ * (benchsplit.c), the cluster claims (coord.c),
  * the etcd commits in flight (commit.c) and the verify gatherings
  * (ops/admin.c) are opaque here.
  */
@@ -44,7 +45,11 @@ struct daemon_counters {
     uint64_t takeovers;
     uint64_t waits;
     uint64_t wait_timeouts;
-    uint64_t shares; /* shares of timing passes given to waiters */
+    uint64_t shares;          /* shares of timing passes given to waiters */
+    uint64_t bench_splits;    /* benchmark splits opened (Share) */
+    uint64_t bench_helpers;   /* waiters admitted to benchmark a share */
+    uint64_t bench_given;     /* candidate results given by helpers */
+    uint64_t bench_reclaimed; /* candidates the holder took back */
     uint64_t reports;
     uint64_t reports_stale;
     uint64_t reports_repeated;
@@ -100,6 +105,7 @@ struct admin_verifies;
 struct coord;
 struct commit_state;
 struct waiters;
+struct benchsplit;
 
 struct daemon {
     const struct daemon_config *cfg;
@@ -134,7 +140,8 @@ struct daemon {
     size_t nsessions, capsessions;
     uint64_t next_session;
 
-    struct waiters *waiters; /* held Decide calls (waiters.c) */
+    struct waiters *waiters;   /* held Decide calls (waiters.c) */
+    struct benchsplit *splits; /* benchmark splits (benchsplit.c) */
     char node[256]; /* --node-id, else the hostname (decide.c sets it) */
     uint64_t next_token;
 

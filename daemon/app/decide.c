@@ -15,11 +15,13 @@
 
 #include <jansson.h>
 
+#include "app/benchsplit.h"
 #include "app/commit.h"
 #include "app/coord.h"
 #include "app/daemon.h"
 #include "app/imports.h"
 #include "app/reply.h"
+#include "app/session.h"
 #include "app/validate.h"
 #include "app/waiters.h"
 #include "clock.h"
@@ -85,29 +87,7 @@ int decide_engine_setup(struct daemon *d) {
     return engine_set_options(d->engine, &o);
 }
 
-/* The caller's peer credentials (pid 0, uid -1 when unknown). */
-static void peer_of(const rpc_call *call, int32_t *ret_pid, uint32_t *ret_uid) {
-    const struct rpc_peer_cred *pc = rpc_call_cred(call);
-    *ret_pid = pc != NULL ? (int32_t)pc->pid : 0;
-    *ret_uid = pc != NULL ? (uint32_t)pc->uid : UINT32_MAX;
-}
-
-/* Whether call comes from the process that attached s. */
-static int peer_is(const struct session *s, const rpc_call *call) {
-    int32_t pid;
-    uint32_t uid;
-    peer_of(call, &pid, &uid);
-    return pid == s->peer_pid && uid == s->peer_uid;
-}
-
 /* ---- sessions -------------------------------------------------------- */
-
-static struct session *session_find(struct daemon *d, uint64_t id) {
-    for (size_t i = 0; i < d->nsessions; i++)
-        if (d->sessions[i]->id == id)
-            return d->sessions[i];
-    return NULL;
-}
 
 static struct session *session_by_call(struct daemon *d, rpc_call *call,
                                        size_t *ret_index) {
@@ -152,7 +132,7 @@ void decide_attach(struct daemon *d, struct rpc_event *ev) {
     s->call = ev->call; /* keeps the REQUEST reference until the end */
     s->req = req;
     s->attached_at_ms = clock_unix_ms();
-    peer_of(ev->call, &s->peer_pid, &s->peer_uid);
+    session_peer(ev->call, &s->peer_pid, &s->peer_uid);
     s->rank = req->client != NULL ? req->client->rank : -1;
     d->sessions[d->nsessions++] = s;
     engine_session_attach(d->engine, s->id, clock_mono_ms());
@@ -344,8 +324,8 @@ int decide_fast(struct daemon *d, struct rpc_event *ev) {
     uint8_t packed[HOTCACHE_MAX_ENTRY];
     size_t npacked;
     /* Quiet checks: anything wrong goes to the loop, which answers it. */
-    if (validate_identity(NULL, req->client) != 0 ||
-        validate_key(d->cfg->ns, NULL, req->key, &vk) != 0 ||
+    if (validate_pass_call(d->cfg->ns, NULL, req->client, req->key, req->device,
+                           &vk) != 0 ||
         !hotcache_get(d->hot, vk.id, packed, sizeof(packed), &npacked))
         return 0;
     atomic_fetch_add(&d->fast_decide_hits, 1);
@@ -387,8 +367,8 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
     struct vkey vk;
     struct decision row;
     d->counters.decide_calls++;
-    if (validate_identity(ev->call, req->client) != 0 ||
-        validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0) {
+    if (validate_pass_call(d->cfg->ns, ev->call, req->client, req->key,
+                           req->device, &vk) != 0) {
         d->counters.rejected++;
         goto free_msg;
     }
@@ -436,29 +416,10 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         reply_miss(ev->call);
         goto free_msg;
     }
-    if (d->draining) {
-        rpc_fail(ev->call, RPC_UNAVAILABLE, "daemon is shutting down");
+    struct session *s;
+    if (session_of_call(d, ev->call, req->session_id, &s) != 0)
         goto free_msg;
-    }
-    uint64_t session = 0;
-    if (req->session_id != 0) {
-        struct session *s = session_find(d, req->session_id);
-        if (s != NULL && !peer_is(s, ev->call)) {
-            int32_t pid;
-            uint32_t uid;
-            peer_of(ev->call, &pid, &uid);
-            d->counters.calls_refused_session++;
-            rpc_fail(ev->call, RPC_PERMISSION_DENIED,
-                     "session %" PRIu64 " belongs to the process that "
-                     "attached it (pid %d uid %u), not to this caller (pid %d "
-                     "uid %u)",
-                     s->id, (int)s->peer_pid, (unsigned)s->peer_uid, (int)pid,
-                     (unsigned)uid);
-            goto free_msg;
-        }
-        if (s != NULL)
-            session = s->id;
-    }
+    uint64_t session = s != NULL ? s->id : 0;
     uint32_t share;
     if (req->share && engine_claim_share(d->engine, vk.id, session, &share)) {
         /* A waiter that helps the pass (compiles its share): answered
@@ -466,6 +427,10 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         struct reply_holder h;
         holder_of(d, vk.id, &h);
         h.share_index = share;
+        /* With bench, on a GPU of its own: it benchmarks a share too. */
+        if (req->bench)
+            h.bench =
+                benchsplit_admit(d, vk.id, s, req->device, &h.share_index);
         d->counters.shares++;
         reply_timeout(ev->call, 0, &h);
         goto free_msg;
@@ -637,12 +602,12 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
     struct session *sess = session_find(d, req->session_id);
     int32_t ppid;
     uint32_t puid;
-    peer_of(ev->call, &ppid, &puid);
+    session_peer(ev->call, &ppid, &puid);
     int er =
         engine_report_from(d->engine, vk.id, req->claim_id, req->session_id);
     if (er == ENGINE_REPORT_FOREIGN ||
         (er == ENGINE_REPORT_ACCEPT &&
-         (sess == NULL || !peer_is(sess, ev->call)))) {
+         (sess == NULL || !session_is_caller(sess, ev->call)))) {
         d->counters.reports_refused++;
         log_warn("refused a report for claim %" PRIu64 " on key %.12s from pid "
                  "%d uid %u (session %" PRIu64 "): %s",
@@ -794,7 +759,7 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
     const Detd__V1__ClientIdentity *c = req->client;
     int32_t ppid;
     uint32_t puid;
-    peer_of(ev->call, &ppid, &puid);
+    session_peer(ev->call, &ppid, &puid);
     /* The rank is the one the process attached with: a process attached
      * as rank 1 cannot observe as rank 0. */
     int32_t claimed_rank = c ? c->rank : -1;
@@ -802,7 +767,7 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
     size_t n_own = 0;
     for (size_t i = 0; i < d->nsessions; i++) {
         const struct session *s = d->sessions[i];
-        if (!peer_is(s, ev->call))
+        if (!session_is_caller(s, ev->call))
             continue;
         n_own++;
         if (s->rank == claimed_rank)

@@ -78,8 +78,10 @@ void reply_timeout(rpc_call *call, uint32_t waited_ms,
         resp.holder_pid = h->pid;
         resp.held_ms = h->held_ms;
     }
-    if (h != NULL)
+    if (h != NULL) {
         resp.share_index = h->share_index;
+        resp.bench = h->bench != 0;
+    }
     rpc_reply(call, &resp.base);
 }
 

@@ -35,6 +35,7 @@ struct reply_holder {
     int32_t pid;
     uint32_t held_ms;
     uint32_t share_index; /* 0: no share given */
+    int bench;            /* with share_index: a benchmark share */
 };
 
 /* TIMEOUT after waited_ms: not decided yet (apply on_miss when the

@@ -116,6 +116,17 @@ int validate_key(const char *default_ns, rpc_call *call,
 }
 
 /* See validate.h. */
+int validate_pass_call(const char *default_ns, rpc_call *call,
+                       const Detd__V1__ClientIdentity *c,
+                       const Detd__V1__DecisionKey *k, const char *device,
+                       struct vkey *ret) {
+    if (validate_identity(call, c) != 0 ||
+        validate_key(default_ns, call, k, ret) != 0)
+        return -1;
+    return validate_str(call, "device", device, DAEMON_MAX_IDENTITY_STRING, 0);
+}
+
+/* See validate.h. */
 int validate_has_candidate(const Detd__V1__DecisionKey *k, const char *config) {
     for (size_t i = 0; i < k->n_candidates; i++)
         if (strcmp(k->candidates[i], config) == 0)

@@ -52,6 +52,16 @@ int validate_candidates(rpc_call *call, const char *what,
 int validate_key(const char *default_ns, rpc_call *call,
                  const Detd__V1__DecisionKey *k, struct vkey *ret);
 
+/*
+ * The fields a call about a timing pass (Decide, Share) carries: the
+ * identity c, key k (validate_key(), into *ret) and the device the caller
+ * benchmarks on (may be NULL; at most DAEMON_MAX_IDENTITY_STRING bytes).
+ */
+int validate_pass_call(const char *default_ns, rpc_call *call,
+                       const Detd__V1__ClientIdentity *c,
+                       const Detd__V1__DecisionKey *k, const char *device,
+                       struct vkey *ret);
+
 /* 1 when config is one of k's candidates, else 0. */
 int validate_has_candidate(const Detd__V1__DecisionKey *k, const char *config);
 

@@ -26,5 +26,14 @@
 #define DAEMON_DEFAULT_MAX_VOTES 1000000
 /* Bytes of rows in one ListVotes / ExportDecisions answer (then paged). */
 #define DAEMON_MAX_PAGE_BYTES (512 * 1024)
+/* Splits of timing passes' benchmarks open at once (app/benchsplit.c):
+ * past it, after the splits of ended passes are dropped, a holder's
+ * opening Share is refused. */
+#define DAEMON_MAX_BENCH_SPLITS 256
+/* Helpers of one split; past it, a waiter gets a compile share. */
+#define DAEMON_MAX_BENCH_HELPERS 16
+/* Samples one split holds (given timings and reference samples): what the
+ * holder collects must fit in one answer and its one Report. */
+#define DAEMON_MAX_BENCH_SAMPLES 65536
 
 #endif /* DETD_LIMITS_H */

@@ -13,63 +13,11 @@
 #include <string.h>
 
 #include "detd/error.h"
+#include "utf8.h"
 
 /* Fields of one message whose occurrences are counted for "[i]". */
 #define WIRECHECK_MAX_FIELDS 64
 #define WIRECHECK_PATH 256
-
-/* See wirecheck.h. */
-wirecheck_utf8_result wirecheck_utf8(const uint8_t *s, size_t n,
-                                     size_t *ret_offset) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t need;
-        uint8_t lo = 0x80, hi = 0xbf; /* range of the second byte */
-        if (c == 0) {
-            if (ret_offset != NULL)
-                *ret_offset = i;
-            return WIRECHECK_UTF8_NUL;
-        }
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf) {
-            need = 1;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            need = 2;
-            if (c == 0xe0)
-                lo = 0xa0; /* overlong below U+0800 */
-            else if (c == 0xed)
-                hi = 0x9f; /* U+D800..U+DFFF: surrogates */
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            need = 3;
-            if (c == 0xf0)
-                lo = 0x90; /* overlong below U+10000 */
-            else if (c == 0xf4)
-                hi = 0x8f; /* above U+10FFFF */
-        } else {
-            /* 0x80..0xc1: a continuation byte or an overlong lead;
-             * 0xf5..0xff: never in UTF-8. */
-            goto bad;
-        }
-        if (n - i - 1 < need)
-            goto bad;
-        if (s[i + 1] < lo || s[i + 1] > hi)
-            goto bad;
-        for (size_t k = 2; k <= need; k++)
-            if ((s[i + k] & 0xc0) != 0x80)
-                goto bad;
-        i += need + 1;
-        continue;
-    bad:
-        if (ret_offset != NULL)
-            *ret_offset = i;
-        return WIRECHECK_UTF8_INVALID;
-    }
-    return WIRECHECK_UTF8_OK;
-}
 
 struct walk {
     const uint8_t *base; /* the whole message, for offsets */
@@ -213,11 +161,10 @@ static int walk_message(struct walk *w, const ProtobufCMessageDescriptor *d,
             int rc = 0;
             if (f->type == PROTOBUF_C_TYPE_STRING) {
                 size_t off = 0;
-                wirecheck_utf8_result r =
-                    wirecheck_utf8(p + at, (size_t)len, &off);
-                if (r != WIRECHECK_UTF8_OK) {
+                utf8_result r = utf8_check(p + at, (size_t)len, &off);
+                if (r != UTF8_OK) {
                     if (w->why != NULL && w->why_len > 0) {
-                        if (r == WIRECHECK_UTF8_NUL)
+                        if (r == UTF8_NUL)
                             snprintf(w->why, w->why_len, "%s holds a NUL byte",
                                      w->path);
                         else

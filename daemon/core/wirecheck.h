@@ -21,23 +21,10 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "utf8.h"
+
 /* Deepest nesting of sub-messages walked; deeper is refused. */
 #define WIRECHECK_MAX_DEPTH 32
-
-/* What wirecheck_utf8() found. */
-typedef enum wirecheck_utf8_result {
-    WIRECHECK_UTF8_OK = 0,
-    WIRECHECK_UTF8_NUL = 1,     /* a NUL byte */
-    WIRECHECK_UTF8_INVALID = 2, /* not a valid UTF-8 sequence */
-} wirecheck_utf8_result;
-
-/*
- * Check n bytes at s (borrowed for the call; NULL allowed when n is 0):
- * valid UTF-8 without a NUL byte. On a problem *ret_offset (may be NULL)
- * is the offset of the first byte of the offending sequence.
- */
-wirecheck_utf8_result wirecheck_utf8(const uint8_t *s, size_t n,
-                                     size_t *ret_offset);
 
 /*
  * Check every string field of the message encoded in buf[0..len) (both

@@ -27,6 +27,8 @@
       detd__v1__decide_request__descriptor, 0, 0, decide_decide)               \
     X(REPORT, "/detd.v1.Decider/Report",                                       \
       detd__v1__report_request__descriptor, 0, 0, decide_report)               \
+    X(SHARE, "/detd.v1.Decider/Share",                                         \
+      detd__v1__share_request__descriptor, 0, 0, benchsplit_share)             \
     X(OBSERVE, "/detd.v1.Decider/Observe",                                     \
       detd__v1__observe_request__descriptor, 0, 0, decide_observe)             \
     X(VOTE, "/detd.v1.Decider/Vote",                                           \

@@ -138,6 +138,20 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
     counter(&b, "detd_pass_shares_total",
             "Shares of timing passes given to waiting ranks (compile help).",
             c->shares);
+    counter(&b, "detd_bench_splits_total",
+            "Timing passes whose benchmarks were split across the node's "
+            "GPUs (Share).",
+            c->bench_splits);
+    counter(&b, "detd_bench_helpers_total",
+            "Waiting ranks admitted to benchmark a share of a pass on a GPU "
+            "of their own.",
+            c->bench_helpers);
+    counter(&b, "detd_bench_given_total",
+            "Candidate timings given by helpers to the timing rank.",
+            c->bench_given);
+    counter(&b, "detd_bench_reclaimed_total",
+            "Candidates the timing rank took back from a late helper.",
+            c->bench_reclaimed);
     metrics_family(&b, "detd_wait_duration_seconds", "histogram",
                    "How long held Decide calls waited, in seconds.");
     metrics_histogram(&b, "detd_wait_duration_seconds", NULL,

@@ -88,6 +88,7 @@ detd_fuzz_target(NAME decision
 
 detd_fuzz_target(NAME wirecheck LIBS detd_core detd_proto
                  CLANG_SOURCES ${CMAKE_SOURCE_DIR}/daemon/core/wirecheck.c
+                               ${CMAKE_SOURCE_DIR}/common/utf8.c
                                ${PROTO_SRCS}
                  CLANG_FLAGS -I${PROTO_OUT} ${PROTOBUFC_LDFLAGS})
 if(TARGET fuzz_wirecheck_libfuzzer)

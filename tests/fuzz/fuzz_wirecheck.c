@@ -50,7 +50,7 @@ static int strings_valid(const ProtobufCMessage *m) {
             if (v == NULL)
                 continue;
             if (f->type == PROTOBUF_C_TYPE_STRING &&
-                wirecheck_utf8(v, strlen(v), NULL) != WIRECHECK_UTF8_OK)
+                utf8_check(v, strlen(v), NULL) != UTF8_OK)
                 return 0;
             if (f->type == PROTOBUF_C_TYPE_MESSAGE && !strings_valid(v))
                 return 0;

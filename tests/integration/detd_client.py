@@ -13,6 +13,11 @@ observes CONFIG instead of the answer (a deliberately diverging rank);
 --use other observes the candidate after the answer.
 Writes {"keys": {key: {"config", "outcome", "timed", "source"}}, ...}.
 
+Serve mode: --serve reads one JSON command per line from stdin and answers
+each with one JSON line on stdout (serve() below): decide, report, device,
+share. Each process is one handle, one session: a test drives a holder and
+its helpers as separate processes.
+
 Record mode: --vote I[,J...] votes (detd_vote) instead of deciding: key i
 gets candidate number I, J, ... (cycled), with pseudo-timings that make it
 the fastest; --vote-config S votes the string S instead (a non-candidate
@@ -57,10 +62,33 @@ class Answer(ctypes.Structure):
                 ("decision_id", ctypes.c_char_p), ("claim_id", ctypes.c_uint64), ("lease_ms", ctypes.c_uint32),
                 ("takeover", ctypes.c_int), ("superseded", ctypes.c_int), ("decided_by_host", ctypes.c_char_p),
                 ("decided_by_rank", ctypes.c_int32), ("decided_by_pid", ctypes.c_int32),
-                ("waited_ms", ctypes.c_uint32)]
+                ("waited_ms", ctypes.c_uint32), ("holder_host", ctypes.c_char_p), ("holder_rank", ctypes.c_int32),
+                ("holder_pid", ctypes.c_int32), ("held_ms", ctypes.c_uint32), ("share_index", ctypes.c_uint32),
+                ("bench", ctypes.c_int)]
+
+
+class Share(ctypes.Structure):  # struct detd_share
+    _fields_ = [("claim_id", ctypes.c_uint64), ("take", ctypes.c_char_p), ("reclaim", ctypes.c_int),
+                ("timings", ctypes.POINTER(Timing)), ("n_timings", ctypes.c_size_t),
+                ("reference_ms", ctypes.POINTER(ctypes.c_double)), ("n_reference_ms", ctypes.c_size_t),
+                ("collect", ctypes.c_int)]
+
+
+class ShareTiming(ctypes.Structure):  # struct detd_share_timing
+    _fields_ = [("config", ctypes.c_char_p), ("ms", ctypes.POINTER(ctypes.c_double)), ("n_ms", ctypes.c_size_t),
+                ("failed", ctypes.c_int), ("device", ctypes.c_char_p),
+                ("reference_ms", ctypes.POINTER(ctypes.c_double)), ("n_reference_ms", ctypes.c_size_t),
+                ("helper", ctypes.c_uint32)]
+
+
+class ShareAnswer(ctypes.Structure):  # struct detd_share_answer
+    _fields_ = [("open", ctypes.c_int), ("granted", ctypes.c_int), ("reference", ctypes.c_char_p),
+                ("given", ctypes.POINTER(ShareTiming)), ("n_given", ctypes.c_size_t),
+                ("pending", ctypes.POINTER(ctypes.c_char_p)), ("n_pending", ctypes.c_size_t)]
 
 
 DECIDED, DESIGNATED, MISS, TIMEOUT = 1, 2, 3, 4
+DECIDE_NO_CLAIM, DECIDE_SHARE, DECIDE_BENCH = 0x1, 0x2, 0x4
 
 
 def load():
@@ -76,6 +104,10 @@ def load():
     lib.detd_vote.argtypes = [ctypes.c_void_p, ctypes.POINTER(Key), ctypes.c_char_p, ctypes.POINTER(Timing),
                               ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64]
     lib.detd_answer_free.argtypes = [ctypes.POINTER(Answer)]
+    lib.detd_client_set_device.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.detd_share.argtypes = [ctypes.c_void_p, ctypes.POINTER(Key), ctypes.POINTER(Share), ctypes.c_int64,
+                               ctypes.POINTER(ctypes.POINTER(ShareAnswer))]
+    lib.detd_share_answer_free.argtypes = [ctypes.POINTER(ShareAnswer)]
     lib.detd_client_close.argtypes = [ctypes.c_void_p]
     lib.detd_strerror.restype = ctypes.c_char_p
     lib.detd_client_last_error.restype = ctypes.c_char_p
@@ -85,6 +117,88 @@ def load():
 def err(lib, keystr, rc, what):
     detail = lib.detd_client_last_error() or b""
     return [keystr.decode(), rc, lib.detd_strerror(rc).decode(), detail.decode(errors="replace"), what]
+
+
+def timing_array(timings):
+    """[{"config", "ms", "failed"}] as a Timing array (and what keeps its
+    sample arrays alive)."""
+    keep = []
+    tms = []
+    for t in timings:
+        samples = (ctypes.c_double * max(1, len(t["ms"])))(*t["ms"])
+        keep.append(samples)
+        tms.append(Timing(t["config"].encode(), samples, len(t["ms"]), int(t.get("failed", False))))
+    return (Timing * max(1, len(tms)))(*tms), len(tms), keep
+
+
+def share_call(lib, cl, key, cmd):
+    """One detd_share() call of a serve command: the answer as a dict."""
+    tarr, n, keep = timing_array(cmd.get("timings", []))
+    ref = cmd.get("reference_ms", [])
+    rarr = (ctypes.c_double * max(1, len(ref)))(*ref)
+    take = cmd.get("take")
+    sh = Share(cmd.get("claim_id", 0), take.encode() if take is not None else None, int(cmd.get("reclaim", False)),
+               tarr, n, rarr, len(ref), int(cmd.get("collect", False)))
+    ans = ctypes.POINTER(ShareAnswer)()
+    rc = lib.detd_share(cl, ctypes.byref(key), ctypes.byref(sh), cmd.get("timeout_ms", 30000), ctypes.byref(ans))
+    del keep
+    if rc != 0:
+        return {"rc": rc, "error": (lib.detd_client_last_error() or b"").decode(errors="replace")}
+    a = ans.contents
+    out = {"rc": 0, "open": bool(a.open), "granted": bool(a.granted),
+           "reference": a.reference.decode() if a.reference else None, "given": [],
+           "pending": [a.pending[i].decode() for i in range(a.n_pending)]}
+    for i in range(a.n_given):
+        g = a.given[i]
+        out["given"].append({"config": g.config.decode(), "ms": [g.ms[j] for j in range(g.n_ms)],
+                             "failed": bool(g.failed), "device": g.device.decode(),
+                             "reference_ms": [g.reference_ms[j] for j in range(g.n_reference_ms)],
+                             "helper": g.helper})
+    lib.detd_share_answer_free(ans)
+    return out
+
+
+def serve(lib, cl, make_key):
+    """Answer JSON commands from stdin, one line each, until EOF:
+    {"op": "decide", "key", "flags": ["share", "bench", "no_claim"]},
+    {"op": "report", "key", "claim_id", "timings"}, {"op": "device", "device"},
+    {"op": "share", "key", "claim_id", "take", "reclaim", "timings",
+    "reference_ms", "collect"}."""
+    flag_bits = {"no_claim": DECIDE_NO_CLAIM, "share": DECIDE_SHARE, "bench": DECIDE_BENCH}
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        key = make_key(cmd.get("key", "i:0"))
+        if op == "device":
+            dev = cmd.get("device")
+            rc = lib.detd_client_set_device(cl, dev.encode() if dev is not None else None)
+            out = {"rc": rc}
+        elif op == "decide":
+            flags = sum(flag_bits[f] for f in cmd.get("flags", []))
+            ans = ctypes.POINTER(Answer)()
+            rc = lib.detd_decide(cl, ctypes.byref(key), flags, cmd.get("timeout_ms", 30000), ctypes.byref(ans))
+            out = {"rc": rc}
+            if rc == 0:
+                a = ans.contents
+                out.update(outcome=a.outcome, claim_id=a.claim_id, share_index=a.share_index, bench=bool(a.bench),
+                           config=a.config.decode() if a.config else None)
+                lib.detd_answer_free(ans)
+        elif op == "report":
+            tarr, n, keep = timing_array(cmd["timings"])
+            rep = ctypes.POINTER(Answer)()
+            rc = lib.detd_report(cl, cmd["claim_id"], ctypes.byref(key), tarr, n, b"3.6.0", 30000, ctypes.byref(rep))
+            out = {"rc": rc}
+            if rc == 0:
+                out["config"] = rep.contents.config.decode()
+                lib.detd_answer_free(rep)
+        elif op == "share":
+            out = share_call(lib, cl, key, cmd)
+        else:
+            out = {"rc": -1, "error": f"unknown op {op}"}
+        if out["rc"] != 0 and "error" not in out:
+            out["error"] = (lib.detd_client_last_error() or b"").decode(errors="replace")
+        out["pid"] = os.getpid()
+        print(json.dumps(out), flush=True)
 
 
 def main():
@@ -113,6 +227,7 @@ def main():
     ap.add_argument("--full-configs", action="store_true")
     ap.add_argument("--host", default="node-a")
     ap.add_argument("--device", default="Test GPU")
+    ap.add_argument("--serve", action="store_true", help="answer JSON commands from stdin (serve())")
     a = ap.parse_args()
 
     lib = load()
@@ -127,6 +242,10 @@ def main():
     if a.cands:
         cands = [c.encode() for c in a.cands.split(";")]
     arr = (ctypes.c_char_p * len(cands))(*cands)
+    if a.serve:
+        serve(lib, cl, lambda k: Key(None, a.arch.encode(), a.kernel.encode(), k.encode(), arr, len(cands), None))
+        lib.detd_client_close(cl)
+        return
     if a.wait_start:
         while not os.path.exists(a.wait_start):
             time.sleep(0.001)

@@ -252,6 +252,63 @@ TEST(never_reached_is_not_waited_for) {
     detd_client_close(c);
 }
 
+TEST(share_and_device_validate_before_sending) {
+    detd_client *c = open_missing_();
+    struct detd_share_answer *a = NULL;
+    struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2, NULL};
+    struct detd_share sh = {.claim_id = 7, .take = cands_[0]};
+    CHECK_EQ_INT(detd_share(NULL, &k, &sh, 1000, &a), DETD_EINVAL);
+    CHECK_EQ_INT(detd_share(c, &k, NULL, 1000, &a), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "share") != NULL);
+    CHECK_EQ_INT(detd_share(c, &k, &sh, 1000, NULL), DETD_EINVAL);
+    CHECK_EQ_INT(detd_share(c, NULL, &sh, 1000, &a), DETD_EINVAL);
+    double ms[] = {1.0};
+    struct detd_timing t[] = {{cands_[1], ms, 1, 0}};
+    /* The holder gives nothing; a helper neither collects nor reclaims. */
+    struct detd_share bad = sh;
+    bad.timings = t;
+    bad.n_timings = 1;
+    CHECK_EQ_INT(detd_share(c, &k, &bad, 1000, &a), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "timings") != NULL);
+    bad = (struct detd_share){.collect = 1};
+    CHECK_EQ_INT(detd_share(c, &k, &bad, 1000, &a), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "collect") != NULL);
+    bad = (struct detd_share){.claim_id = 7, .reclaim = 1};
+    CHECK_EQ_INT(detd_share(c, &k, &bad, 1000, &a), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "reclaim") != NULL);
+    bad = (struct detd_share){.n_reference_ms = 2};
+    CHECK_EQ_INT(detd_share(c, &k, &bad, 1000, &a), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "reference_ms") != NULL);
+    bad = (struct detd_share){.timings = NULL, .n_timings = 1};
+    CHECK_EQ_INT(detd_share(c, &k, &bad, 1000, &a), DETD_EINVAL);
+    struct detd_timing tn[] = {{NULL, ms, 1, 0}};
+    bad = (struct detd_share){.timings = tn, .n_timings = 1};
+    CHECK_EQ_INT(detd_share(c, &k, &bad, 1000, &a), DETD_EINVAL);
+    CHECK(a == NULL);
+    detd_share_answer_free(NULL);
+
+    /* The device: at most 256 bytes of UTF-8; NULL and "" clear it. */
+    char dev[300];
+    memset(dev, 'g', sizeof dev - 1);
+    dev[sizeof dev - 1] = '\0';
+    CHECK_EQ_INT(detd_client_set_device(c, dev), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "device") != NULL);
+    dev[256] = '\0';
+    CHECK_EQ_INT(detd_client_set_device(c, dev), 0);
+    CHECK_EQ_INT(detd_client_set_device(c, "gpu-\xc3\x28"), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "UTF-8") != NULL);
+    CHECK_EQ_INT(detd_client_set_device(c, "gpu-\xc3\xa9"), 0);
+    CHECK_EQ_INT(detd_client_set_device(c, NULL), 0);
+    CHECK_EQ_INT(detd_client_set_device(c, ""), 0);
+    CHECK_EQ_INT(detd_client_set_device(NULL, "gpu-0"), DETD_EINVAL);
+    /* DETD_DECIDE_BENCH asks for a share: alone it is refused. */
+    struct detd_answer *da = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, DETD_DECIDE_BENCH, 1000, &da), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "DETD_DECIDE_SHARE") != NULL);
+    CHECK(da == NULL);
+    detd_client_close(c);
+}
+
 TEST(connect_null) {
     CHECK_EQ_INT(detd_client_connect(NULL, 100), DETD_EINVAL);
 }

@@ -95,8 +95,8 @@ static const ProtobufCMessageDescriptor *decide_desc(void) {
 
 /* ---- UTF-8 ---- */
 
-static wirecheck_utf8_result utf8(const char *s, size_t n, size_t *off) {
-    return wirecheck_utf8((const uint8_t *)s, n, off);
+static utf8_result utf8(const char *s, size_t n, size_t *off) {
+    return utf8_check((const uint8_t *)s, n, off);
 }
 
 TEST(utf8_valid_multibyte) {
@@ -120,21 +120,21 @@ TEST(utf8_valid_multibyte) {
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         size_t off = 99;
-        CHECK_EQ_INT(utf8(ok[i], strlen(ok[i]), &off), WIRECHECK_UTF8_OK);
+        CHECK_EQ_INT(utf8(ok[i], strlen(ok[i]), &off), UTF8_OK);
     }
-    CHECK_EQ_INT(wirecheck_utf8(NULL, 0, NULL), WIRECHECK_UTF8_OK);
+    CHECK_EQ_INT(utf8_check(NULL, 0, NULL), UTF8_OK);
 }
 
 TEST(utf8_nul) {
     size_t off = 99;
-    CHECK_EQ_INT(utf8("\0", 1, &off), WIRECHECK_UTF8_NUL);
+    CHECK_EQ_INT(utf8("\0", 1, &off), UTF8_NUL);
     CHECK_EQ_INT(off, 0);
-    CHECK_EQ_INT(utf8("k\0x", 3, &off), WIRECHECK_UTF8_NUL);
+    CHECK_EQ_INT(utf8("k\0x", 3, &off), UTF8_NUL);
     CHECK_EQ_INT(off, 1);
-    CHECK_EQ_INT(utf8("ab\0", 3, &off), WIRECHECK_UTF8_NUL);
+    CHECK_EQ_INT(utf8("ab\0", 3, &off), UTF8_NUL);
     CHECK_EQ_INT(off, 2);
     /* An overlong NUL (C0 80, "modified UTF-8") is invalid, not a NUL. */
-    CHECK_EQ_INT(utf8("a\xc0\x80", 3, &off), WIRECHECK_UTF8_INVALID);
+    CHECK_EQ_INT(utf8("a\xc0\x80", 3, &off), UTF8_INVALID);
     CHECK_EQ_INT(off, 1);
 }
 
@@ -171,7 +171,7 @@ TEST(utf8_invalid_classes) {
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         size_t off = 99;
-        if (utf8(bad[i].s, strlen(bad[i].s), &off) != WIRECHECK_UTF8_INVALID ||
+        if (utf8(bad[i].s, strlen(bad[i].s), &off) != UTF8_INVALID ||
             off != bad[i].off) {
             fprintf(stderr, "case %zu: off %zu\n", i, off);
             CHECK(0);
@@ -221,12 +221,10 @@ TEST(utf8_against_reference) {
     uint8_t s[4];
     for (unsigned a = 0; a < 256; a++) {
         s[0] = (uint8_t)a;
-        CHECK_EQ_INT(wirecheck_utf8(s, 1, NULL) == WIRECHECK_UTF8_OK,
-                     ref_valid(s, 1));
+        CHECK_EQ_INT(utf8_check(s, 1, NULL) == UTF8_OK, ref_valid(s, 1));
         for (unsigned b = 0; b < 256; b++) {
             s[1] = (uint8_t)b;
-            CHECK_EQ_INT(wirecheck_utf8(s, 2, NULL) == WIRECHECK_UTF8_OK,
-                         ref_valid(s, 2));
+            CHECK_EQ_INT(utf8_check(s, 2, NULL) == UTF8_OK, ref_valid(s, 2));
         }
     }
     /* Every 3- and 4-byte sequence with a lead of E0..F4 and one of the
@@ -242,11 +240,9 @@ TEST(utf8_against_reference) {
                     s[1] = conts[i];
                     s[2] = conts[j];
                     s[3] = conts[k];
-                    CHECK_EQ_INT(wirecheck_utf8(s, 3, NULL) ==
-                                     WIRECHECK_UTF8_OK,
+                    CHECK_EQ_INT(utf8_check(s, 3, NULL) == UTF8_OK,
                                  ref_valid(s, 3));
-                    CHECK_EQ_INT(wirecheck_utf8(s, 4, NULL) ==
-                                     WIRECHECK_UTF8_OK,
+                    CHECK_EQ_INT(utf8_check(s, 4, NULL) == UTF8_OK,
                                  ref_valid(s, 4));
                 }
 }

@@ -361,8 +361,8 @@ struct detd_share_timing {
     double *ms;
     size_t n_ms;
     int failed;
-    char *device; /* where it was measured */
-    double *reference_ms;
+    char *device;         /* where it was measured */
+    double *reference_ms; /* that helper's latest reference samples */
     size_t n_reference_ms;
     uint32_t helper; /* that helper's share_index */
 };
@@ -387,9 +387,18 @@ struct detd_share_answer {
  * names the field), DETD_EDENIED, DETD_ESTALE (the holder's claim is not
  * live), DETD_ECONNECT, DETD_ETIMEDOUT, DETD_EPROTO, ...
  */
+#if defined(__cplusplus) && defined(__GNUC__)
+/* C++ allows a function named like a struct (as stat() and struct stat);
+ * GCC's -Wshadow would still call it hiding the struct's constructor. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#endif
 int detd_share(detd_client *client, const struct detd_key *key,
                const struct detd_share *share, int64_t timeout_ms,
                struct detd_share_answer **ret_answer);
+#if defined(__cplusplus) && defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 /* Free a share answer. NULL is a no-op. */
 void detd_share_answer_free(struct detd_share_answer *answer);
