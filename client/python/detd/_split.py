@@ -197,41 +197,58 @@ def holder_round(client, dkey, claim_id: int, objs: list, strs: List[str], bench
 
 
 def helper(client, dkey, objs: list, strs: List[str], bench: Bench) -> Dict[str, object]:
-    """A benchmark share: take candidates from the end of the list, time
-    the reference once and each one taken, give each result with the next
-    take. Returns what it did (``taken``: canonical strings given,
-    ``reference``), for the key's record; never raises for the daemon's
-    answers (a pass that ended stops the help)."""
+    """A benchmark share: take the last free candidate (helpers skip what
+    other helpers hold, so the ones taken by helpers stay a suffix of the
+    list), time the reference once and each one taken, give each result
+    with the next take. Returns what it did (``taken``: canonical strings
+    given, ``reference``), for the key's record; never raises for the
+    daemon's answers (a pass that ended stops the help)."""
     done: List[str] = []
-    i = len(objs) - 1
+    reference = None
+
+    def scan(i, a):
+        """From answer a to the take of strs[i], down: the index granted, or None."""
+        while True:
+            if not a.open:
+                return None
+            if a.granted:
+                return i
+            i -= 1
+            if i < 0 or (reference is not None and strs[i] == reference):
+                return None
+            a = client.share(dkey, take=strs[i])
+
     try:
-        a = client.share(dkey, take=strs[i])
+        i = len(objs) - 1
+        first = client.share(dkey, take=strs[i])
+        reference = first.reference
+        i = scan(i, first) if reference else None
     except _native.DetdError as e:
         log.debug("detd: benchmark share of %s refused: %s", dkey.key, e)
         return dict(taken=done)
-    if not (a.open and a.granted and a.reference):
-        return dict(taken=done)
-    ref = next((c for c, s in zip(objs, strs) if s == a.reference), None)
+    if i is None:
+        return dict(taken=done, reference=reference)
+    ref = next((c for c, s in zip(objs, strs) if s == reference), None)
+    ref_ms: List[float] = []
+    if ref is not None:
+        t, e = bench([ref])
+        ref_ms = _as_list(t[ref])
+        if ref in e or not _valid(ref_ms) or _median(ref_ms) <= 0:
+            ref = None
     if ref is None:
-        return dict(taken=done)
-    t, e = bench([ref])
-    ref_ms = _as_list(t[ref])
-    if ref in e or not _valid(ref_ms) or _median(ref_ms) <= 0:
-        return dict(taken=done, reference=a.reference)  # not comparable: the holder takes it back
-    while True:
+        return dict(taken=done, reference=reference)  # not comparable: the holder takes it back
+    while i is not None:
         t, e = bench([objs[i]])
         ms = _as_list(t[objs[i]])
         failed = objs[i] in e or not _valid(ms)
         nxt = i - 1
-        take = strs[nxt] if nxt >= 0 and strs[nxt] != a.reference else None
+        take = strs[nxt] if nxt >= 0 and strs[nxt] != reference else None
         try:
-            a2 = client.share(dkey, timings=[(strs[i], ms if not failed else [float("inf")], failed)],
-                              reference_ms=ref_ms, take=take)
+            a = client.share(dkey, timings=[(strs[i], ms if not failed else [float("inf")], failed)],
+                             reference_ms=ref_ms, take=take)
+            done.append(strs[i])
+            i = scan(nxt, a) if take is not None else None
         except _native.DetdError as e2:
             log.debug("detd: giving %s of %s failed: %s", strs[i], dkey.key, e2)
             break
-        done.append(strs[i])
-        if take is None or not (a2.open and a2.granted):
-            break
-        i = nxt
-    return dict(taken=done, reference=a.reference)
+    return dict(taken=done, reference=reference)
