@@ -43,13 +43,7 @@ static void session_forget_(struct session *s) {
 }
 
 static int session_cond_init_(pthread_cond_t *cond) {
-    pthread_condattr_t attr;
-    if (pthread_condattr_init(&attr) != 0)
-        return DETD_EINTERNAL;
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(cond, &attr);
-    pthread_condattr_destroy(&attr);
-    return rc == 0 ? 0 : DETD_EINTERNAL;
+    return clock_cond_init(cond) == 0 ? 0 : DETD_EINTERNAL;
 }
 
 /* fork(): hold every session still so the child sees a consistent copy.
@@ -184,14 +178,7 @@ static void session_wait_until_(struct session *s, int64_t abs_ms) {
     int64_t left = abs_ms - clock_mono_ms();
     if (left <= 0)
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += left / 1000;
-    ts.tv_nsec += (left % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = clock_after(left);
     pthread_cond_timedwait(&s->cond, &s->mu, &ts);
 }
 

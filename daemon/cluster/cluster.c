@@ -577,7 +577,7 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     if (c == NULL)
         return DETD_ENOMEM;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    clock_cond_init(&c->cv); /* cluster_timed_wait_locked() */
     c->cb = cb;
     c->cb_ctx = ctx;
     c->start_revision = opt->start_revision;

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "cluster/cluster_int.h"
+#include "clock.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -14,14 +15,7 @@
 
 /* Wait on c->cv for at most ms (c->mu held). */
 void cluster_timed_wait_locked(cluster *c, int64_t ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = clock_after(ms);
     pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 }
 

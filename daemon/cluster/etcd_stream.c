@@ -55,13 +55,7 @@ struct owner {
 };
 
 static int owner_init(struct owner *o) {
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0)
-        return DETD_ENOMEM;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&o->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0)
+    if (clock_cond_init(&o->cv) != 0)
         return DETD_ENOMEM;
     if (pthread_mutex_init(&o->mu, NULL) != 0) {
         pthread_cond_destroy(&o->cv);
@@ -95,14 +89,7 @@ static int owner_stopping(struct owner *o) {
 
 /* Sleep up to ms unless stopped; returns the stop flag. */
 static int owner_wait(struct owner *o, int64_t ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = clock_after(ms);
     pthread_mutex_lock(&o->mu);
     while (!o->stop && pthread_cond_timedwait(&o->cv, &o->mu, &ts) == 0)
         ;

@@ -787,6 +787,7 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
     if (srv == NULL)
         return DETD_ENOMEM;
     pthread_mutex_init(&srv->mu, NULL);
+    clock_cond_init(&srv->cond); /* the stop's timed wait */
     pthread_mutex_init(&srv->lat_mu, NULL);
     srv->cb = cb;
     srv->cb_ctx = cb_ctx;
@@ -920,15 +921,7 @@ void rpc_server_stop(rpc_server *srv, int64_t grace_ms) {
         int64_t now = clock_mono_ms();
         if (now >= until)
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t left = until - now;
-        ts.tv_sec += left / 1000;
-        ts.tv_nsec += (left % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = clock_after(until - now);
         pthread_cond_timedwait(&srv->cond, &srv->mu, &ts);
     }
     pthread_mutex_unlock(&srv->mu);

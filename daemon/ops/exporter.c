@@ -14,6 +14,7 @@
 #include "app/coord.h"
 #include "app/daemon.h"
 #include "app/waiters.h"
+#include "clock.h"
 #include "detd/client.h"
 #include "detd/error.h"
 
@@ -279,14 +280,7 @@ static void on_async(uv_async_t *h) {
 /* HTTP thread. */
 static int render_cb(void *ctx, char **ret_text, size_t *ret_len) {
     exporter *e = ctx;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += EXPORTER_WAIT_MS / 1000;
-    until.tv_nsec += (long)(EXPORTER_WAIT_MS % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    struct timespec until = clock_after(EXPORTER_WAIT_MS);
     pthread_mutex_lock(&e->mu);
     uint64_t gen = ++e->asked;
     uv_async_send(&e->async);
@@ -321,7 +315,7 @@ int exporter_open(struct daemon *d, const char *addr, exporter **ret,
         return DETD_ENOMEM;
     e->d = d;
     pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->cond, NULL);
+    clock_cond_init(&e->cond); /* render_cb()'s timed wait */
     uv_async_init(&d->loop, &e->async, on_async);
     e->async.data = e;
     int rc = metrics_http_start(addr, render_cb, serving_cb, e, &e->http,

@@ -24,6 +24,7 @@ if(TARGET detd_config)
 endif()
 # Tables: the format module and the loaded set (test files in tests/tables).
 detd_unit_test(test_tablefmt detd_common)
+detd_unit_test(test_clock detd_common Threads::Threads)
 detd_unit_test(test_tables detd_data)
 foreach(t test_tablefmt test_tables)
   target_compile_definitions(${t} PRIVATE
