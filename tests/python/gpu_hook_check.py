@@ -99,7 +99,7 @@ def main():
     ident = _triton.kernel_identity(row_sum_gpu)
     checks["guard_from_cache_key"] = _triton.code_guard(row_sum_gpu) == hashlib.sha256(
         ("cache_key:" + row_sum_gpu.fn.cache_key).encode()).hexdigest()[:16]
-    checks["arch"] = _hook._identity()["arch"]
+    checks["arch"] = _hook.identity()["arch"]
     major, minor = torch.cuda.get_device_capability()
     checks["arch_ok"] = checks["arch"] == f"sm{major}{minor}"
 

@@ -64,7 +64,7 @@ def sha_for_block(block):
     live = [c for c in rk.row_sum_kernel.configs if c.kwargs["BLOCK"] == block][0]
     rk.row_sum_kernel.cache.clear()
     dict.__setitem__(rk.row_sum_kernel.cache, KEY, live)
-    was = _hook._state.active
+    was = _hook.active()
     _hook._state.active = False
     try:
         out = rk.row_sum(x)
@@ -167,7 +167,7 @@ def test_designated_on_the_direct_path_times_once_and_uses_committed(hooked, mon
     # Bits of the committed config, launched by plain Triton.
     live = [c for c in tuner.configs if c.kwargs["BLOCK"] == 128][0]
     plain = dict(tuner.cache)
-    was = _hook._state.active
+    was = _hook.active()
     _hook._state.active = False
     try:
         tuner.__dict__["cache"] = {new_key: live}
@@ -372,7 +372,7 @@ def test_asks_share_one_timeout(hooked):
     with pytest.raises(detd.MissError) as e:
         run_once()
     assert "report failed" in str(e.value)
-    assert len(timeouts) == _hook._MAX_ASKS
+    assert len(timeouts) == _hook.MAX_ASKS
     assert all(0 < t <= 5000 for t in timeouts) and timeouts == sorted(timeouts, reverse=True)
 
 

@@ -100,15 +100,15 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
 def installed() -> bool:
     from . import _hook
 
-    return _hook._state.active
+    return _hook.active()
 
 
 def settings() -> Settings:
     """The settings in force (defaults from the environment before install)."""
     from . import _hook
 
-    if _hook._state.active:
-        return _hook._state.settings
+    if _hook.active():
+        return _hook.settings()
     return _policy.parse()
 
 

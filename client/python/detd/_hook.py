@@ -124,7 +124,7 @@ from ._policy import Settings
 
 # Decide/Report rounds for one key: a claim can be lost to a daemon restart
 # or passed on; each loss costs one more round (bounded by timeout_ms too).
-_MAX_ASKS = 8
+MAX_ASKS = 8
 
 # The noise band of the daemon's winner rule (ENGINE_WINNER_EPSILON in
 # daemon/core/engine.h, the same value): ties inside it go to the
@@ -172,14 +172,14 @@ class PassFailedError(RuntimeError):
 # libdetd's DETD_ENOCAND (detd/error.h): no candidate has a valid timing.
 _ENOCAND = -1017
 # The daemon's reason for a report in which every candidate failed.
-_NOCAND_TEXT = "no candidate has a valid timing"
+NOCAND_TEXT = "no candidate has a valid timing"
 
 
-def _pass_failed(e) -> bool:
+def pass_failed(e) -> bool:
     """Whether a libdetd error says the key's timing pass failed for every
     candidate (the reporter's own report, or the reason the daemon sends
     every waiter of that claim)."""
-    return getattr(e, "code", None) == _ENOCAND or _NOCAND_TEXT in str(e)
+    return getattr(e, "code", None) == _ENOCAND or NOCAND_TEXT in str(e)
 
 
 # ---------------------------------------------------------------- state
@@ -277,7 +277,7 @@ if hasattr(os, "register_at_fork"):
 log = logging.getLogger("detd")
 
 
-def _warn_once(tag: str, msg: str):
+def warn_once(tag: str, msg: str):
     if tag not in _state.warned:
         _state.warned.add(tag)
         if log.hasHandlers():
@@ -341,7 +341,7 @@ def detect_device(settings: Settings) -> Tuple[str, Optional[str], int]:
     return settings.arch or "cpu", None, 0
 
 
-def _identity() -> dict:
+def identity() -> dict:
     ident = _state.identity
     if ident is None:
         rank, local_rank, world = rank_identity()
@@ -352,6 +352,16 @@ def _identity() -> dict:
     return ident
 
 
+def active() -> bool:
+    """Whether ``detd.install()`` is in effect (asked by the adapters)."""
+    return _state.active
+
+
+def settings() -> Settings:
+    """The settings ``install()`` configured."""
+    return _state.settings
+
+
 def client() -> _native.Client:
     """This process's libdetd handle (re-opened after fork)."""
     c = _state.client
@@ -360,7 +370,7 @@ def client() -> _native.Client:
         return c
     with _state.client_lock:
         if _state.client is None or _state.client_pid != pid:
-            ident = _identity()
+            ident = identity()
             _state.client = _native.Client(
                 _state.settings.socket, host=_native.default_host(), rank=ident["rank"],
                 local_rank=ident["local_rank"], world_size=ident["world_size"],
@@ -388,7 +398,7 @@ def _split_device() -> Optional[str]:
             try:
                 c.set_device(dev)
             except _native.DetdError as e:
-                _warn_once("split-device", f"detd: device {dev!r} refused for splitting benchmarks: {e}; "
+                warn_once("split-device", f"detd: device {dev!r} refused for splitting benchmarks: {e}; "
                            "this process times and helps as without the split")
                 dev = None
         _state.bench_device = (pid, dev)
@@ -428,7 +438,7 @@ def _info(tuner) -> _TunerInfo:
 
 
 def _dkey(info: _TunerInfo, key_str: str, table_key: Optional[str] = None, candidates=None) -> _native.Key:
-    return _native.Key(_state.settings.namespace, _identity()["arch"], info.kernel, key_str,
+    return _native.Key(_state.settings.namespace, identity()["arch"], info.kernel, key_str,
                        tuple(candidates) if candidates is not None else info.candidates, table_key)
 
 
@@ -520,11 +530,11 @@ def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: in
             # The companion key: the unpruned list as candidates, what the
             # pruner kept as the "config". Same key, different pruning:
             # verify reports the ranks disagreeing on kernel K#pruning.
-            pk = _native.Key(_state.settings.namespace, _identity()["arch"], info.kernel + _PRUNING_SUFFIX,
+            pk = _native.Key(_state.settings.namespace, identity()["arch"], info.kernel + _PRUNING_SUFFIX,
                              key_str, info.candidates)
             client().observe(pk, pruning, _native.SOURCE_LOCAL, governed, False)
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-        _warn_once("observe", f"detd: cannot record observations: {e}")
+        warn_once("observe", f"detd: cannot record observations: {e}")
 
 
 def _cheapest(configs: List[Any]):
@@ -706,12 +716,12 @@ def _timing_pass(ctx: _Call, cands: _Cands, split=None):
     lock: (seconds waited for it, held), the pass's wall seconds: {first:
     every candidate compiled and timed once, recheck: the re-measure},
     the split's record or None)."""
-    with _timing_lock() as held:
+    with timing_lock() as held:
         rows, errors, remeasured, pass_s, done = _timing_pass_locked(ctx, cands, split)
     return rows, errors, remeasured, (round(held.waited_s, 3), held.locked), pass_s, done
 
 
-def _timing_lock() -> "_devlock.Held":
+def timing_lock() -> "_devlock.Held":
     """This device's timing lock (see :mod:`detd._devlock`): one pass at a
     time per GPU, so that a pass is not measured against another."""
     pid = os.getpid()
@@ -719,7 +729,7 @@ def _timing_lock() -> "_devlock.Held":
         _state.timing_lock_key = (pid, _devlock.device_key(_state.timing_lock.mode))
     held = _devlock.acquire(_state.timing_lock, _state.timing_lock_key[1])
     if held.timed_out:
-        _warn_once("timing-lock", f"detd: waited {held.waited_s:.1f} s for another timing pass on device "
+        warn_once("timing-lock", f"detd: waited {held.waited_s:.1f} s for another timing pass on device "
                    f"{held.key} (DETD_TIMING_LOCK_WAIT_S={_state.timing_lock.wait_s:g}); timing without "
                    "the lock: this pass may be measured under contention")
     return held
@@ -841,7 +851,7 @@ class _Wait:
             # A benchmark share: candidates benchmarked on this GPU, under
             # its timing lock (a pass of another key may run on it).
             self.share = False
-            with _timing_lock():
+            with timing_lock():
                 self.benched = _split.helper(client(), dkey, cands.objs, cands.candidates, _bench(ctx, False))
             self.benched["helper"] = answer.share_index
             return
@@ -893,7 +903,7 @@ def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str, cands: Option
     # (source fallback) and observed, so that verify fails.
     with _state.records_lock:
         _state.fallbacks += 1
-    _warn_once(f"miss:{info.kernel}:{key_str}",
+    warn_once(f"miss:{info.kernel}:{key_str}",
                f"detd: no decision for kernel {info.kernel} key {key_str}: {reason}; "
                f"using on_miss={policy}")
     return chosen, _native.SOURCE_FALLBACK, f"{reason}; on_miss={policy}"
@@ -954,7 +964,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             if left_ms <= 0:
                 answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
                 break
-            if rounds >= _MAX_ASKS:
+            if rounds >= MAX_ASKS:
                 break  # reason: the last report's failure
             try:
                 ask = (dkey, settings.mode == "pinned", wait.ask_ms(left_ms))
@@ -1008,7 +1018,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             _record(info, key_str, None, "failed", True, timed_here=True, timings=timings_out,
                     note=reason, candidates=cands.candidates, failed=failed)
             raise _all_failed(info, key_str, cands, errors)
-        if reason is not None and _NOCAND_TEXT in reason:
+        if reason is not None and NOCAND_TEXT in reason:
             # Another rank's pass failed for every candidate: the daemon's
             # reason, at once (no config would launch, whatever on_miss).
             _record(info, key_str, None, "failed", True, note=reason, candidates=cands.candidates)
@@ -1033,7 +1043,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         cfg = _triton.config_string(chosen)
         if len(order) > 1 and cfg in cands.live:
             base = order.index(cfg)
-            rank = max(_identity()["rank"], 0)
+            rank = max(identity()["rank"], 0)
             chosen = cands.live[order[(base + 1 + rank) % len(order)]]
             note = "chaos: deliberately not the decided config"
 
@@ -1144,7 +1154,7 @@ def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_t
                       min(_state.settings.timeout_ms, 10_000))
         return True
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-        _warn_once("vote", f"detd: cannot send record-mode votes: {e}")
+        warn_once("vote", f"detd: cannot send record-mode votes: {e}")
         return False
 
 
@@ -1217,7 +1227,7 @@ def _send_audit(info: _TunerInfo, key_str: str, result: Optional[dict]):
                          inv.get(rec["source"], _native.SOURCE_UNSPECIFIED), rec["governed"],
                          bool(rec.get("chaos")), audit=result["status"], differing=result.get("differing") or ())
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-        _warn_once("audit-send", f"detd: cannot send audit results to the daemon: {e}")
+        warn_once("audit-send", f"detd: cannot send audit results to the daemon: {e}")
 
 
 # tuner -> keys whose launch raised and was observed as failed (this process).
@@ -1249,7 +1259,7 @@ def _launch_failed(tuner, top, e: BaseException):
         _observe(tuner, info, key, key_str, _triton.config_string(config) if config is not None else "", source,
                  governed, candidates=rec.get("candidates") if rec and governed else None, failed=msg)
     except Exception as e2:  # noqa: BLE001 - reporting never hides the launch's own error
-        _warn_once("launch-failed", f"detd: cannot record a failed launch: {e2}")
+        warn_once("launch-failed", f"detd: cannot record a failed launch: {e2}")
 
 
 def _bypassed(tuner, cls: str, args, kwargs):
@@ -1270,7 +1280,7 @@ def _bypassed(tuner, cls: str, args, kwargs):
         _record(info, key_str, cfg, "local", False, note="bypasses Autotuner.run")
         _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
     except Exception as e:  # noqa: BLE001 - listing never breaks the caller's launch
-        _warn_once("bypassed", f"detd: cannot list an ungoverned autotuner ({cls}): {e}")
+        warn_once("bypassed", f"detd: cannot list an ungoverned autotuner ({cls}): {e}")
 
 
 def _resolve_direct(tuner, st, cache, key, args, kwargs):
@@ -1290,7 +1300,7 @@ def _resolve_direct(tuner, st, cache, key, args, kwargs):
 def _check_version():
     msg = _triton.version_warning()
     if msg:
-        _warn_once("version", msg)
+        warn_once("version", msg)
 
 
 def patch():

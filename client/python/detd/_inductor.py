@@ -194,8 +194,8 @@ def status() -> dict:
 # ---------------------------------------------------------------- install
 
 def _governing() -> bool:
-    s = _hook._state.settings
-    return _hook._state.active and _st.patched and s.mode in ("pinned", "coordinated")
+    s = _hook.settings()
+    return _hook.active() and _st.patched and s.mode in ("pinned", "coordinated")
 
 
 def _apply_settings():
@@ -204,8 +204,8 @@ def _apply_settings():
     read a cache, unless this torch release is refused."""
     if _st.status == "refused":
         return
-    settings = _hook._state.settings
-    if not (_hook._state.active and settings.mode in ("pinned", "coordinated")):
+    settings = _hook.settings()
+    if not (_hook.active() and settings.mode in ("pinned", "coordinated")):
         if _st.patched:
             _st.status, _st.why = "ungoverned", f"mode {settings.mode}"
         return
@@ -244,7 +244,7 @@ def _try_patch():
         why = refusal(_st.torch, heur)
         if why is not None:
             _st.status, _st.why = "refused", why
-            _hook._warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
+            _hook.warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
             return
         cls = heur.CachingAutotuner
         _orig["a2o"] = cls.autotune_to_one_config
@@ -268,7 +268,7 @@ def _patch_select():
             if why is not None:
                 _unpatch()
                 _st.status, _st.why = "refused", why
-                _hook._warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
+                _hook.warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
                 return
             cls = sel.AlgorithmSelectorCache
             _orig["lookup"] = cls.lookup
@@ -333,7 +333,7 @@ def _on_import():
         _apply_settings()
     except Exception as e:  # noqa: BLE001 - never break the user's import of torch
         _st.status, _st.why = "refused", f"patching Inductor failed: {type(e).__name__}: {e}"
-        _hook._warn_once("inductor-patch", f"detd: {_st.why}")
+        _hook.warn_once("inductor-patch", f"detd: {_st.why}")
 
 
 def install():
@@ -472,7 +472,7 @@ class Outcome:
 
 
 def governed(name: str) -> bool:
-    return _governing() and _hook._state.settings.is_governed(name)
+    return _governing() and _hook.settings().is_governed(name)
 
 
 def _rows(pairs) -> List[Tuple[str, List[float], bool]]:
@@ -524,9 +524,9 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     each a candidate string with its timings), then ``on_miss``. Observed
     once and recorded; raises MissError or PassFailedError as the Triton
     hook does."""
-    settings = _hook._state.settings
+    settings = _hook.settings()
     cands = tuple(candidates)
-    dkey = _native.Key(settings.namespace, _hook._identity()["arch"], kernel, key, cands)
+    dkey = _native.Key(settings.namespace, _hook.identity()["arch"], kernel, key, cands)
     out: Optional[Outcome] = None
     override = settings.override_for(name, kernel)
     if override is not None and override in cands:
@@ -537,7 +537,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     if out is None and reason is None:
         deadline = time.monotonic() + settings.timeout_ms / 1000.0
         rows, timings = None, None
-        for _attempt in range(_hook._MAX_ASKS):
+        for _attempt in range(_hook.MAX_ASKS):
             left = int((deadline - time.monotonic()) * 1000)
             if left <= 0:
                 reason = f"no decision within timeout_ms={settings.timeout_ms}"
@@ -561,7 +561,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
                 break
             if rows is None:
                 t0 = time.monotonic()
-                with _hook._timing_lock():  # one pass at a time per GPU, as Triton's
+                with _hook.timing_lock():  # one pass at a time per GPU, as Triton's
                     rows = [r for r in time_pass() if r[0] in cands]
                 deadline += time.monotonic() - t0
                 timings = {s: ms[0] if len(ms) == 1 else ms for s, ms, _ in rows}
@@ -573,7 +573,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             except _native.DetdError as e:
                 if e.code == _native.ESTALE:
                     continue  # the claim moved on: ask again
-                if _hook._pass_failed(e):
+                if _hook.pass_failed(e):
                     raise _hook.PassFailedError(kernel, key, str(e)) from e
                 reason = f"report failed: {e}"
                 break
@@ -582,7 +582,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             else:
                 reason = f"the daemon's config {rep.config!r} matches no candidate"
             break
-        if out is None and reason is not None and _hook._NOCAND_TEXT in reason:
+        if out is None and reason is not None and _hook.NOCAND_TEXT in reason:
             raise _hook.PassFailedError(kernel, key, reason)
     if out is None:
         policy = settings.on_miss
@@ -591,7 +591,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
                                                    note=reason, candidates=list(cands)))
             raise _hook.MissError(kernel, key, reason or "no answer")
         chosen = cands[0] if policy == "first" else cheapest(cands)
-        _hook._warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
+        _hook.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
                          f"using on_miss={policy}")
         out = Outcome(chosen, _native.SOURCE_FALLBACK, note=f"{reason}; on_miss={policy}")
     _finish(kernel, name, key, cands, out)
@@ -607,16 +607,16 @@ def _finish(kernel, name, key, cands, out: Outcome):
         entry["note"] = out.note
     _record(kernel, name, cands, key, entry)
     try:
-        settings = _hook._state.settings
-        dkey = _native.Key(settings.namespace, _hook._identity()["arch"], kernel, key, tuple(cands))
+        settings = _hook.settings()
+        dkey = _native.Key(settings.namespace, _hook.identity()["arch"], kernel, key, tuple(cands))
         _hook.client().observe(dkey, out.config, out.source, out.governed, False)
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-        _hook._warn_once("observe", f"detd: cannot record observations: {e}")
+        _hook.warn_once("observe", f"detd: cannot record observations: {e}")
 
 
 def _observe_local(kernel, name, key, cands, config, timed=None):
     """An ungoverned choice: listed and observed as Inductor's own."""
-    if not _hook._state.active:
+    if not _hook.active():
         return
     _finish(kernel, name, key, cands, Outcome(config, _native.SOURCE_LOCAL, timed_here=bool(timed),
                                               governed=False))
@@ -765,7 +765,7 @@ def _patched_coordesc(self, launcher, *args, **kwargs):
         _observe_local(kernel, name, key, cands, won, timed=True)
         return winner
     if space is None:
-        _hook._warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has more "
+        _hook.warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has more "
                          f"than {MAX_CANDIDATES} configs: not searched, the committed config {start_s} is kept")
         start.found_by_coordesc = True
         _finish(kernel, name, key, (start_s,), Outcome(start_s, _native.SOURCE_LOCAL,
@@ -814,7 +814,7 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     name = PREFIX + str(op)
     _st.lookups += 1
     _st.lookups_timed += benchmark is not None and len(choices) > 0
-    if benchmark is None or len(choices) == 0 or not _hook._state.active:
+    if benchmark is None or len(choices) == 0 or not _hook.active():
         return _orig["lookup"](self, choices, op, inputs, benchmark, hint_override)
     live: Dict[str, Any] = {}
     for c in choices:
