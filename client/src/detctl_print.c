@@ -179,6 +179,14 @@ json_t *detctl_print_json_identity(const Detd__V1__ClientIdentity *id) {
         "client_version", id->client_version, "job", id->job);
 }
 
+json_t *detctl_print_json_peer(const Detd__V1__PeerIdentity *p) {
+    if (p == NULL)
+        return json_null();
+    return json_pack("{s:i, s:I, s:s, s:i}", "pid", (int)p->pid, "uid",
+                     (json_int_t)p->uid, "node", p->node != NULL ? p->node : "",
+                     "claimed_pid", (int)p->claimed_pid);
+}
+
 json_t *detctl_print_json_decision(const Detd__V1__Decision *d) {
     json_t *timings = json_array();
     for (size_t i = 0; timings != NULL && i < d->n_timings; i++) {
@@ -192,14 +200,15 @@ json_t *detctl_print_json_decision(const Detd__V1__Decision *d) {
     }
     return json_pack(
         "{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:I, s:o, s:s, s:I, "
-        "s:s, s:i}",
+        "s:s, s:i, s:o}",
         "id", d->id, "namespace", d->namespace_, "arch", d->arch, "kernel",
         d->kernel, "key", d->key, "candidates_fp", d->candidates_fp, "config",
         d->config, "source", detctl_print_source(d->source), "decided_by",
         detctl_print_json_identity(d->decided_by), "claim_id",
         (json_int_t)d->claim_id, "timings", timings, "triton_version",
         d->triton_version, "decided_at_ms", (json_int_t)d->decided_at_ms,
-        "table_file", d->table_file, "n_candidates", (int)d->n_candidates);
+        "table_file", d->table_file, "n_candidates", (int)d->n_candidates,
+        "decided_peer", detctl_print_json_peer(d->decided_peer));
 }
 
 json_t *detctl_print_json_status(const Detd__V1__StatusResponse *s) {
@@ -272,13 +281,9 @@ json_t *detctl_print_json_verify(const Detd__V1__VerifyResponse *v) {
                 json_array_append_new(
                     who, detctl_print_json_identity(d->uses[j]->clients[k]));
             /* Who the daemon saw (SO_PEERCRED), one per client. */
-            for (size_t k = 0; k < d->uses[j]->n_peers; k++) {
-                const Detd__V1__PeerIdentity *p = d->uses[j]->peers[k];
+            for (size_t k = 0; k < d->uses[j]->n_peers; k++)
                 json_array_append_new(
-                    peers, json_pack("{s:i, s:I, s:s, s:i}", "pid", (int)p->pid,
-                                     "uid", (json_int_t)p->uid, "node", p->node,
-                                     "claimed_pid", (int)p->claimed_pid));
-            }
+                    peers, detctl_print_json_peer(d->uses[j]->peers[k]));
             json_array_append_new(
                 uses, json_pack("{s:s, s:o, s:b, s:o}", "config",
                                 d->uses[j]->config, "clients", who, "chaos",

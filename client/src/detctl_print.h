@@ -63,6 +63,8 @@ const char *detctl_print_source(Detd__V1__Source s);
 
 /* JSON forms. Each returns a new reference, or NULL when out of memory. */
 json_t *detctl_print_json_identity(const Detd__V1__ClientIdentity *id);
+/* {pid, uid, node, claimed_pid}: who the daemon saw; null when p is NULL. */
+json_t *detctl_print_json_peer(const Detd__V1__PeerIdentity *p);
 json_t *detctl_print_json_decision(const Detd__V1__Decision *d);
 json_t *detctl_print_json_status(const Detd__V1__StatusResponse *s);
 json_t *detctl_print_json_verify(const Detd__V1__VerifyResponse *v);

@@ -85,11 +85,7 @@ static json_t *client_json(const Detd__V1__ClientIdentity *c,
         c ? str0(c->host) : "", "pid", c ? (int)c->pid : 0, "local_rank",
         c ? (int)c->local_rank : -1, "job", c ? str0(c->job) : "", "who", who);
     if (o != NULL && p != NULL)
-        json_object_set_new(o, "seen",
-                            json_pack("{s:i, s:I, s:s, s:i}", "pid",
-                                      (int)p->pid, "uid", (json_int_t)p->uid,
-                                      "node", str0(p->node), "claimed_pid",
-                                      (int)p->claimed_pid));
+        json_object_set_new(o, "seen", detctl_print_json_peer(p));
     return o;
 }
 

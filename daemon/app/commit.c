@@ -64,6 +64,8 @@ void commit_log_decision(const struct decision *r, const char *origin,
         LOG_STR("host", r->by_host),
         LOG_NUM("pid", r->by_pid),
         LOG_NUM("rank", r->by_rank),
+        LOG_NUM("uid", r->by_uid),
+        LOG_STR("node", r->by_node),
         LOG_STR("origin", origin),
         LOG_STR("via", via),
     };

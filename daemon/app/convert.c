@@ -30,6 +30,12 @@ void convert_decision_fill(const struct decision *r, struct convert_decision *p,
     p->by.device_name = r->by_device ? r->by_device : "";
     p->by.arch = r->by_arch ? r->by_arch : "";
     p->msg.decided_by = &p->by;
+    detd__v1__peer_identity__init(&p->peer);
+    p->peer.pid = r->by_pid;
+    p->peer.uid = r->by_uid;
+    p->peer.node = r->by_node ? r->by_node : "";
+    p->peer.claimed_pid = r->by_claimed_pid;
+    p->msg.decided_peer = &p->peer;
     if (!with_timings || r->timings_json == NULL)
         return;
     p->json = json_loads(r->timings_json, 0, NULL);

@@ -13,6 +13,7 @@
 struct convert_decision {
     Detd__V1__Decision msg;
     Detd__V1__ClientIdentity by;
+    Detd__V1__PeerIdentity peer;        /* msg.decided_peer */
     Detd__V1__CandidateTiming *timings; /* array */
     Detd__V1__CandidateTiming **ptrs;
     double *samples;

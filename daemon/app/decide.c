@@ -310,6 +310,9 @@ static void commit_entry(struct daemon *d, rpc_call *call,
         .timings_json = "[]",
         .table_file = (char *)file,
         .decided_at_ms = clock_unix_ms(),
+        .by_uid = -1,
+        .by_claimed_pid = 0,
+        .by_node = "",
     };
     commit_decision(d, call, COMMIT_ANSWER_DECIDE, &row, what,
                     wait_deadline(call, 0, clock_mono_ms()));
@@ -728,6 +731,9 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         .timings_json = tj,
         .table_file = "",
         .decided_at_ms = clock_unix_ms(),
+        .by_uid = puid == UINT32_MAX ? -1 : (int64_t)puid,
+        .by_claimed_pid = c ? c->pid : 0,
+        .by_node = d->node,
     };
     log_info("report for claim %" PRIu64 " on key %.12s from session %" PRIu64
              " (pid %d uid %u on %s, rank %d)",

@@ -45,6 +45,17 @@ static int get_int(json_t *o, const char *name, int64_t min, int64_t max,
     return 0;
 }
 
+/* An optional integer: absent is dflt (a record of an older daemon),
+ * anything else must be an integer in [min, max]. */
+static int get_int_or(json_t *o, const char *name, int64_t min, int64_t max,
+                      int64_t dflt, int64_t *ret) {
+    if (json_object_get(o, name) == NULL) {
+        *ret = dflt;
+        return 0;
+    }
+    return get_int(o, name, min, max, ret);
+}
+
 /* See cluster.h. */
 int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
                             char **ret_writer) {
@@ -59,7 +70,7 @@ int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
         json_decref(o);
         return DETD_EPROTO;
     }
-    int64_t n_cand, source, claim, pid, rank, lrank, at;
+    int64_t n_cand, source, claim, pid, rank, lrank, at, uid, claimed;
     const size_t big = 1024 * 1024;
     int err;
     if ((err = get_str(o, "id", KEYID_HEX_LEN, 1, &d.id)) < 0 ||
@@ -83,7 +94,12 @@ int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
         (err = get_int(o, "by_pid", INT32_MIN, INT32_MAX, &pid)) < 0 ||
         (err = get_int(o, "by_rank", INT32_MIN, INT32_MAX, &rank)) < 0 ||
         (err = get_int(o, "by_local_rank", INT32_MIN, INT32_MAX, &lrank)) < 0 ||
-        (err = get_int(o, "decided_at_ms", INT64_MIN, INT64_MAX, &at)) < 0)
+        (err = get_int(o, "decided_at_ms", INT64_MIN, INT64_MAX, &at)) < 0 ||
+        /* Who the receiving daemon saw: absent from older records. */
+        (err = get_str(o, "by_node", CLUSTER_MAX_NODE_ID, 0, &d.by_node)) < 0 ||
+        (err = get_int_or(o, "by_uid", -1, UINT32_MAX, -1, &uid)) < 0 ||
+        (err = get_int_or(o, "by_claimed_pid", INT32_MIN, INT32_MAX, 0,
+                          &claimed)) < 0)
         goto fail;
     d.n_candidates = (int32_t)n_cand;
     d.source = (int32_t)source;
@@ -92,6 +108,8 @@ int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
     d.by_rank = (int32_t)rank;
     d.by_local_rank = (int32_t)lrank;
     d.decided_at_ms = at;
+    d.by_uid = uid;
+    d.by_claimed_pid = (int32_t)claimed;
     /* The id must be what the key fields hash to. */
     char id[KEYID_HEX_LEN + 1];
     keyid_decision_id(d.ns, d.arch, d.kernel, d.key, d.candidates_fp, id);
@@ -119,7 +137,7 @@ int cluster_decision_encode(const struct decision *r, const char *writer,
 #define S(x) ((x) != NULL ? (x) : "")
     json_t *o = json_pack(
         "{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:I, s:s, "
-        "s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s, s:I}",
+        "s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s, s:i}",
         "v", 1, "writer", writer, "id", r->id, "ns", S(r->ns), "arch",
         S(r->arch), "kernel", S(r->kernel), "key", S(r->key), "candidates_fp",
         S(r->candidates_fp), "n_candidates", (int)r->n_candidates, "config",
@@ -129,7 +147,8 @@ int cluster_decision_encode(const struct decision *r, const char *writer,
         (int)r->by_local_rank, "by_device", S(r->by_device), "by_arch",
         S(r->by_arch), "triton_version", S(r->triton_version), "timings",
         S(r->timings_json), "table_file", S(r->table_file), "decided_at_ms",
-        (json_int_t)r->decided_at_ms);
+        (json_int_t)r->decided_at_ms, "by_uid", (json_int_t)r->by_uid,
+        "by_node", S(r->by_node), "by_claimed_pid", (int)r->by_claimed_pid);
 #undef S
     char *v = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);

@@ -28,6 +28,8 @@ struct cluster_node {
  * Decode a decision value into *ret (strings are heap copies: clear with
  * decision_clear()). The id must be the one the key fields hash to
  * (keyid.h). *ret_writer (may be NULL) gets a heap copy of the writer id.
+ * A record of an older daemon has no by_uid, by_node or by_claimed_pid:
+ * they read as -1, "" and 0. by_node is at most CLUSTER_MAX_NODE_ID bytes.
  * Returns 0, DETD_EPROTO (malformed), DETD_ELIMIT or DETD_ENOMEM.
  */
 int cluster_decision_decode(const char *json, size_t len, struct decision *ret,

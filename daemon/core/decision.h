@@ -22,8 +22,8 @@ struct decision {
     char *config;      /* the chosen canonical config string */
     int32_t source;    /* detd_source */
     uint64_t claim_id; /* stored as its int64 bit pattern */
-    char *by_host;     /* who timed it ("" for tables) */
-    int32_t by_pid;
+    char *by_host;     /* who timed it, as it claimed ("" for tables) */
+    int32_t by_pid;    /* the reporter's pid as the kernel saw it */
     int32_t by_rank;
     int32_t by_local_rank;
     char *by_device;
@@ -32,10 +32,24 @@ struct decision {
     char *timings_json; /* [{"config":..,"ms":[..],"failed":bool},..] */
     char *table_file;
     int64_t decided_at_ms;
+    /* Who the daemon saw send the report (SO_PEERCRED), beside what the
+     * client claimed: its uid (-1: unknown, and for tables, imports and
+     * rows older than schema 8), the pid it wrote in its identity (0:
+     * unknown) and the node whose daemon received it (--node-id, else the
+     * hostname; "" when not from a report). */
+    int64_t by_uid;
+    int32_t by_claimed_pid;
+    char *by_node;
 };
 
 /* Free the strings of a row (not the row itself) and zero it. NULL is a
  * no-op. */
 void decision_clear(struct decision *d);
+
+/* Copy src into *ret with strings of its own (a NULL string becomes "");
+ * with_timings 0 leaves ret->timings_json NULL. The caller clears *ret
+ * (decision_clear()). Returns 0 or DETD_ENOMEM, *ret untouched then. */
+int decision_copy(const struct decision *src, int with_timings,
+                  struct decision *ret);
 
 #endif /* DETD_DECISION_H */

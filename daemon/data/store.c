@@ -157,6 +157,16 @@ static const struct store_migration store_migrations[] = {
         " audit_differing, why FROM observations_v6 ORDER BY rowid;"
         "DROP TABLE observations_v6;"
         "CREATE INDEX observations_ns_id ON observations(ns, id);"},
+    /* Who the daemon saw send a decision's report (SO_PEERCRED), as an
+     * observation keeps it: by_pid has been the peer's pid all along; the
+     * peer's uid (-1: unknown), the node whose daemon received the report
+     * and the pid the client wrote are kept beside it. Tables, imports and
+     * rows of older versions read as uid -1, node "", claimed pid 0. */
+    {8, "ALTER TABLE decisions ADD COLUMN by_uid INTEGER NOT NULL"
+        " DEFAULT -1;"
+        "ALTER TABLE decisions ADD COLUMN by_node TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE decisions ADD COLUMN by_claimed_pid INTEGER NOT NULL"
+        " DEFAULT 0;"},
 };
 
 #define STORE_SCHEMA_VERSION                                                   \
@@ -182,7 +192,10 @@ enum {
     DC_TRITON_VERSION,
     DC_TIMINGS_JSON,
     DC_TABLE_FILE,
-    DC_DECIDED_AT_MS
+    DC_DECIDED_AT_MS,
+    DC_BY_UID,
+    DC_BY_NODE,
+    DC_BY_CLAIMED_PID
 };
 
 /* The string fields of a decision and their columns. */
@@ -203,6 +216,7 @@ static const struct {
     {DC_TRITON_VERSION, offsetof(struct decision, triton_version)},
     {DC_TIMINGS_JSON, offsetof(struct decision, timings_json)},
     {DC_TABLE_FILE, offsetof(struct decision, table_file)},
+    {DC_BY_NODE, offsetof(struct decision, by_node)},
 };
 #define N_DECISION_STRINGS                                                     \
     (sizeof decision_strings / sizeof decision_strings[0])
@@ -211,7 +225,8 @@ static const char sql_get_decision[] =
     "SELECT " DECISION_COLS " FROM decisions WHERE id = ?1";
 static const char sql_put_decision[] =
     "INSERT INTO decisions (" DECISION_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, "
-    "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) "
+    "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
+    "?21, ?22, ?23) "
     "ON CONFLICT (id) DO NOTHING";
 
 /* See store_int.h. */
@@ -242,7 +257,11 @@ int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
         (err = store_col_int32(s, st, DC_BY_LOCAL_RANK, INT32_MIN, INT32_MAX,
                                op, &d.by_local_rank)) < 0 ||
         (err = store_col_int(s, st, DC_DECIDED_AT_MS, INT64_MIN, INT64_MAX, op,
-                             &d.decided_at_ms)) < 0)
+                             &d.decided_at_ms)) < 0 ||
+        (err = store_col_int(s, st, DC_BY_UID, -1, UINT32_MAX, op, &d.by_uid)) <
+            0 ||
+        (err = store_col_int32(s, st, DC_BY_CLAIMED_PID, INT32_MIN, INT32_MAX,
+                               op, &d.by_claimed_pid)) < 0)
         goto out;
     *ret = d;
     return 0;
@@ -503,6 +522,9 @@ static int store_check_decision(store *s, const struct decision *d,
     if (d->source < 0 || d->source >= STORE_N_SOURCES)
         return store_failf(s, DETD_EINVAL, "%s: source %d out of range", op,
                            d->source);
+    if (d->by_uid < -1 || d->by_uid > (int64_t)UINT32_MAX)
+        return store_failf(s, DETD_EINVAL, "%s: by_uid %lld out of range", op,
+                           (long long)d->by_uid);
     return 0;
 }
 
@@ -528,6 +550,9 @@ static int store_insert_decision(store *s, const struct decision *d,
         (err = store_bind_int(s, st, DC_BY_LOCAL_RANK + 1, d->by_local_rank,
                               op)) < 0 ||
         (err = store_bind_int(s, st, DC_DECIDED_AT_MS + 1, d->decided_at_ms,
+                              op)) < 0 ||
+        (err = store_bind_int(s, st, DC_BY_UID + 1, d->by_uid, op)) < 0 ||
+        (err = store_bind_int(s, st, DC_BY_CLAIMED_PID + 1, d->by_claimed_pid,
                               op)) < 0)
         goto out;
     int rc = sqlite3_step(st);

@@ -109,6 +109,7 @@ struct salvage {
                  error there must not poison the fresh store's writes) */
     const struct salvage_table *t;
     char cols[1024]; /* column list */
+    char sel[1024];  /* what the scan selects for cols (salvage_select()) */
     int ncols;       /* rowid is column ncols of the scan */
     int is_int[64];  /* declared INTEGER (the others are TEXT) */
     sqlite3_stmt *scan, *probe, *insert;
@@ -149,6 +150,73 @@ static int salvage_columns(struct salvage *v) {
         v->ncols = 1;
         for (const char *p = v->cols; *p != '\0'; p++)
             v->ncols += *p == ',';
+    }
+    return 0;
+}
+
+/* The columns of table t in db, as ",a,b,c," into buf. */
+static int salvage_names(store *db, const char *t, char *buf, size_t cap) {
+    static const char op[] = "repair: read the schema";
+    char sql[128];
+    snprintf(sql, sizeof sql, "PRAGMA main.table_info(%s)", t);
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(db, sql, 0, &st, op);
+    if (err < 0)
+        return err;
+    size_t len = (size_t)snprintf(buf, cap, ",");
+    while ((err = store_step(db, st, op)) > 0) {
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        if (name == NULL || len + strlen(name) + 2 > cap) {
+            err = store_failf(db, DETD_ECORRUPT, "%s: table %s", op, t);
+            break;
+        }
+        len += (size_t)snprintf(buf + len, cap - len, "%s,", name);
+    }
+    sqlite3_finalize(st);
+    return err;
+}
+
+/* What the scan selects: v->cols, where a column the damaged table lacks
+ * (a file of an older schema version) reads as the fresh schema's default
+ * for it, as the migration that added the column fills older rows. */
+static int salvage_select(struct salvage *v) {
+    static const char op[] = "repair: read the schema";
+    char have[2048], tok[128], sql[256];
+    int err = salvage_names(v->o, v->t->name, have, sizeof have);
+    if (err < 0)
+        return err;
+    size_t len = 0;
+    v->sel[0] = '\0';
+    for (const char *p = v->cols; *p != '\0';) {
+        size_t n = strcspn(p, ", ");
+        if (n >= sizeof tok - 2)
+            return store_failf(v->s, DETD_EINTERNAL, "%s: column", op);
+        snprintf(tok, sizeof tok, ",%.*s,", (int)n, p);
+        p += n;
+        p += strspn(p, ", ");
+        int missing = strstr(have, tok) == NULL;
+        tok[n + 1] = '\0'; /* tok + 1: the column's name */
+        char dflt[64] = "";
+        if (missing) {
+            snprintf(sql, sizeof sql,
+                     "SELECT dflt_value FROM pragma_table_info('%s')"
+                     " WHERE name = '%s'",
+                     v->t->name, tok + 1);
+            sqlite3_stmt *st = NULL;
+            if ((err = store_prepare(v->s, sql, 0, &st, op)) < 0)
+                return err;
+            if (store_step(v->s, st, op) > 0 &&
+                sqlite3_column_type(st, 0) == SQLITE_TEXT)
+                snprintf(dflt, sizeof dflt, "%s",
+                         (const char *)sqlite3_column_text(st, 0));
+            sqlite3_finalize(st);
+        }
+        /* No default: the scan fails, naming the column. */
+        int w = snprintf(v->sel + len, sizeof v->sel - len, "%s%s",
+                         len > 0 ? ", " : "", dflt[0] ? dflt : tok + 1);
+        if (w < 0 || len + (size_t)w >= sizeof v->sel)
+            return store_failf(v->s, DETD_EINTERNAL, "%s: column list", op);
+        len += (size_t)w;
     }
     return 0;
 }
@@ -276,12 +344,12 @@ static int salvage_table(store *s, store *o, const struct salvage_table *t,
     v.o = o;
     v.t = t;
     int err = salvage_columns(&v);
-    if (err < 0)
+    if (err < 0 || (err = salvage_select(&v)) < 0)
         return err;
     char sql[2048];
     snprintf(sql, sizeof sql,
-             "SELECT %s, rowid FROM %s WHERE rowid >= ?1 ORDER BY rowid",
-             v.cols, t->name);
+             "SELECT %s, rowid FROM %s WHERE rowid >= ?1 ORDER BY rowid", v.sel,
+             t->name);
     if ((err = store_prepare(o, sql, 0, &v.scan, op)) < 0)
         goto out;
     snprintf(sql, sizeof sql,

@@ -237,35 +237,15 @@ struct list_ctx {
     int oom;
 };
 
-static char *dup0(const char *s) {
-    return strdup(s != NULL ? s : "");
-}
-
 static int list_cb(void *ctx, const struct decision *r) {
     struct list_ctx *l = ctx;
     if (l->n == l->cap)
         return 1;
     struct decision *c = &l->rows[l->n];
-    c->id = dup0(r->id);
-    c->ns = dup0(r->ns);
-    c->arch = dup0(r->arch);
-    c->kernel = dup0(r->kernel);
-    c->key = dup0(r->key);
-    c->candidates_fp = dup0(r->candidates_fp);
-    c->n_candidates = r->n_candidates;
-    c->config = dup0(r->config);
-    c->source = r->source;
-    c->claim_id = r->claim_id;
-    c->by_host = dup0(r->by_host);
-    c->by_pid = r->by_pid;
-    c->by_rank = r->by_rank;
-    c->by_local_rank = r->by_local_rank;
-    c->by_device = dup0(r->by_device);
-    c->by_arch = dup0(r->by_arch);
-    c->triton_version = dup0(r->triton_version);
-    c->timings_json = dup0(r->timings_json);
-    c->table_file = dup0(r->table_file);
-    c->decided_at_ms = r->decided_at_ms;
+    if (decision_copy(r, 1, c) != 0) {
+        l->oom = 1;
+        return 1;
+    }
     convert_decision_fill(c, &l->pbs[l->n], 1);
     l->items[l->n] = &l->pbs[l->n].msg;
     l->n++;
@@ -297,6 +277,10 @@ void admin_list(struct daemon *d, struct rpc_event *ev) {
     if (store_each_decision(d->store, ns, kernel, limit + 1, list_cb, &l) !=
         0) {
         rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        goto out;
+    }
+    if (l.oom) {
+        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     Detd__V1__ListDecisionsResponse resp =

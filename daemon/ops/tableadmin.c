@@ -251,6 +251,7 @@ struct find_ctx {
     const char *key;
     struct decision row;
     int found;
+    int oom;
     size_t matches;
 };
 
@@ -262,27 +263,10 @@ static int find_cb(void *ctx, const struct decision *r) {
     if (f->found)
         return 0;
     /* Borrowed for the callback only: copy what the answer needs. */
-    struct decision *c = &f->row;
-    c->id = strdup(r->id);
-    c->ns = strdup(r->ns);
-    c->arch = strdup(r->arch);
-    c->kernel = strdup(r->kernel);
-    c->key = strdup(r->key);
-    c->candidates_fp = strdup(r->candidates_fp);
-    c->n_candidates = r->n_candidates;
-    c->config = strdup(r->config);
-    c->source = r->source;
-    c->claim_id = r->claim_id;
-    c->by_host = strdup(r->by_host);
-    c->by_pid = r->by_pid;
-    c->by_rank = r->by_rank;
-    c->by_local_rank = r->by_local_rank;
-    c->by_device = strdup(r->by_device);
-    c->by_arch = strdup(r->by_arch);
-    c->triton_version = strdup(r->triton_version);
-    c->timings_json = strdup(r->timings_json);
-    c->table_file = strdup(r->table_file);
-    c->decided_at_ms = r->decided_at_ms;
+    if (decision_copy(r, 1, &f->row) != 0) {
+        f->oom = 1;
+        return 1;
+    }
     f->found = 1;
     return 0;
 }
@@ -365,6 +349,10 @@ void tableadmin_explain(struct daemon *d, struct rpc_event *ev) {
             0) {
             rpc_fail(ev->call, RPC_INTERNAL, "store: %s",
                      store_errmsg(d->store));
+            goto out;
+        }
+        if (fc.oom) {
+            rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
         }
         if (fc.matches > 1 &&

@@ -314,33 +314,10 @@ static int dec_page_cb(void *ctx, const struct decision *r) {
         return 1;
     }
     struct decision *c = &pg->rows[pg->n];
-    memset(c, 0, sizeof(*c));
-    c->id = dup0(r->id);
-    c->ns = dup0(r->ns);
-    c->arch = dup0(r->arch);
-    c->kernel = dup0(r->kernel);
-    c->key = dup0(r->key);
-    c->candidates_fp = dup0(r->candidates_fp);
-    c->config = dup0(r->config);
-    c->by_host = dup0(r->by_host);
-    c->by_device = dup0(r->by_device);
-    c->by_arch = dup0(r->by_arch);
-    c->triton_version = dup0(r->triton_version);
-    c->table_file = dup0(r->table_file);
-    if (!c->id || !c->ns || !c->arch || !c->kernel || !c->key ||
-        !c->candidates_fp || !c->config || !c->by_host || !c->by_device ||
-        !c->by_arch || !c->triton_version || !c->table_file) {
-        decision_clear(c);
+    if (decision_copy(r, 0, c) != 0) {
         pg->oom = 1;
         return 1;
     }
-    c->n_candidates = r->n_candidates;
-    c->source = r->source;
-    c->claim_id = r->claim_id;
-    c->by_pid = r->by_pid;
-    c->by_rank = r->by_rank;
-    c->by_local_rank = r->by_local_rank;
-    c->decided_at_ms = r->decided_at_ms;
     /* Export needs no timings: rows stay small. */
     convert_decision_fill(c, &pg->conv[pg->n], 0);
     size_t sz =

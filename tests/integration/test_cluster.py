@@ -400,6 +400,46 @@ def test_restart_catches_up_then_resyncs_after_compaction(tmpdir_short, etcd,
     assert all(e["outcome"] == 1 for e in hit[0]["keys"].values())
 
 
+def etcd_decision_values(cluster):
+    """{etcd key: decoded JSON value} of every decision in etcd."""
+    r = cluster.ctl("get", "--prefix", f"/detd/v1/{NS}/decisions/", "-w", "json")
+    return {base64.b64decode(kv["key"]).decode(): json.loads(base64.b64decode(kv["value"]))
+            for kv in json.loads(r.stdout).get("kvs", [])}
+
+
+def peers_by_key(node):
+    """{key: decided_peer} as detctl decisions --json shows them."""
+    out = node.detctl("decisions", "--json", check=True).stdout
+    return {x["key"]: x["decided_peer"] for x in json.loads(out)["decisions"]}
+
+
+def test_decided_peer_is_the_same_on_every_node(tmpdir_short, etcd, nodes):
+    n0, n1 = nodes(2)
+    (res,) = finish([spawn_client(tmpdir_short, n0, 0, 2, "p:", 10)])
+    want = {"pid": res["pid"], "uid": os.getuid(), "node": "n0", "claimed_pid": res["pid"]}
+    values = etcd_decision_values(etcd)
+    assert len(values) == 2
+    for v in values.values():
+        assert (v["by_pid"], v["by_uid"], v["by_node"], v["by_claimed_pid"]) == \
+            (res["pid"], os.getuid(), "n0", res["pid"]), v
+    for nd in (n0, n1):
+        wait_for(lambda: len(nd.decisions()) == 2, 10, f"{nd.name} has both decisions")
+        assert peers_by_key(nd) == {"p:0": want, "p:1": want}, nd.name
+
+    # p:1 as a daemon older than these fields wrote it (none of them): a
+    # node reading it from etcd serves it with the peer unknown.
+    (k1,) = [k for k, v in values.items() if v["key"] == "p:1"]
+    old = {f: x for f, x in values[k1].items() if f not in ("by_uid", "by_node", "by_claimed_pid")}
+    etcd.ctl("put", k1, json.dumps(old, separators=(",", ":")))
+    (n2,) = nodes(1)
+    wait_for(lambda: len(n2.decisions()) == 2, 15, "the new node read both decisions")
+    assert "malformed" not in n2.read_log()
+    assert peers_by_key(n2) == {"p:0": want,
+                                "p:1": {"pid": res["pid"], "uid": -1, "node": "", "claimed_pid": 0}}
+    # The nodes that stored it first keep what they stored.
+    assert peers_by_key(n1) == {"p:0": want, "p:1": want}
+
+
 def test_designated_client_killed_waiter_on_other_node_takes_over(
         tmpdir_short, etcd, nodes):
     ns = nodes(4)

@@ -8,6 +8,7 @@ etcd backend, a decision learned from a peer is logged once on that node
 too, naming the node it came from.
 """
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -25,7 +26,7 @@ from etcd_cluster import EtcdCluster  # noqa: E402
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 HUMAN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (error|warn |info |debug) detd: \S")
 FIELDS = ("id", "namespace", "arch", "kernel", "key", "config", "source",
-          "claim", "host", "pid", "rank", "origin", "via")
+          "claim", "host", "pid", "rank", "uid", "node", "origin", "via")
 # A key with characters JSON must escape, and non-ASCII text.
 PREFIX = 'q"\\ü✓:'
 
@@ -75,6 +76,7 @@ def test_json_lines_each_decision_once(tmpdir_short):
         assert e["namespace"] == "default" and e["source"] == "timed"
         assert e["origin"] == "local" and e["via"] == "report"
         assert isinstance(e["pid"], int) and isinstance(e["claim"], int)
+        assert e["uid"] == os.getuid() and e["node"] != "", e
     # Every process launched the logged config.
     logged = {e["key"]: e["config"] for e in decided}
     for out in outs:

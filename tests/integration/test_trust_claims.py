@@ -164,6 +164,31 @@ def test_unattached_decide_is_never_designated(daemon, tmpdir_short):
     assert result(tmpdir_short / "a.json")["keys"]["i:0"]["timed"] is True
 
 
+def test_a_decision_records_who_the_daemon_saw_report_it(tmpdir_short):
+    d = Daemon(tmpdir_short, ["--node-id", "peer-node-7"]).start()
+    try:
+        p = d.client("--keys", 1, "--rank", 2, out=tmpdir_short / "r.json")
+        assert p.wait(DEADLINE) == 0
+        r = result(tmpdir_short / "r.json")
+        assert r["keys"]["i:0"]["timed"] is True, r
+        out = d.detctl("decisions", "--json", check=True).stdout
+        (dec,) = json.loads(out)["decisions"]
+        assert dec["source"] == "timed" and dec["config"] == r["keys"]["i:0"]["config"], dec
+        # What the client claimed (libdetd writes its own pid) ...
+        assert dec["decided_by"]["pid"] == r["pid"] and dec["decided_by"]["rank"] == 2, dec
+        # ... and what the kernel said about the socket's other end.
+        assert dec["decided_peer"] == {"pid": p.pid, "uid": os.getuid(),
+                                       "node": "peer-node-7", "claimed_pid": r["pid"]}, dec
+        assert p.pid == r["pid"]
+        # The same from the store, across a restart.
+        d.stop()
+        d.start()
+        again = json.loads(d.detctl("decisions", "--json", check=True).stdout)["decisions"]
+        assert again[0]["decided_peer"] == dec["decided_peer"], again
+    finally:
+        d.stop()
+
+
 # ---- observations ---------------------------------------------------------------
 
 @requires(IS_ROOT, "needs root to switch users")

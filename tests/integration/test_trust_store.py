@@ -155,6 +155,44 @@ def test_repair_of_a_sound_store_changes_nothing(tmpdir_short):
     assert list(Path(d.state).glob("detd.sqlite.corrupt-*")) == []
 
 
+def test_a_version_7_store_keeps_its_decisions_with_unknown_peers(tmpdir_short):
+    d = Daemon(tmpdir_short, ["--node-id", "node-7"]).start()
+    first = run_client(d, tmpdir_short / "w.json", keys=3, extra=("--key-prefix", "old:"))
+    assert first["errors"] == []
+    before = {x["key"]: x for x in json.loads(d.detctl("decisions", "--json", check=True).stdout)["decisions"]}
+    assert len(before) == 3 and all(x["decided_peer"]["uid"] == os.getuid() for x in before.values())
+    assert d.stop() == 0
+    # The file as detd of schema version 7 left it: no by_uid, by_node or
+    # by_claimed_pid in decisions.
+    store = Path(d.state) / "detd.sqlite"
+    db = sqlite3.connect(store)
+    db.executescript("ALTER TABLE decisions DROP COLUMN by_uid;"
+                     "ALTER TABLE decisions DROP COLUMN by_node;"
+                     "ALTER TABLE decisions DROP COLUMN by_claimed_pid;"
+                     "PRAGMA user_version = 7;")
+    db.close()
+    d.start()
+    after = {x["key"]: x for x in json.loads(d.detctl("decisions", "--json", check=True).stdout)["decisions"]}
+    assert set(after) == set(before)
+    for k, x in after.items():
+        assert x["config"] == before[k]["config"] and x["decided_by"] == before[k]["decided_by"], x
+        # The pid the daemon saw was always kept; the rest was not.
+        assert x["decided_peer"] == {"pid": first["pid"], "uid": -1, "node": "", "claimed_pid": 0}, x
+    # Served from the store: nothing is timed again.
+    again = run_client(d, tmpdir_short / "a.json", keys=3, extra=("--key-prefix", "old:"))
+    assert not any(e["timed"] for e in again["keys"].values()), again
+    assert {k: e["config"] for k, e in again["keys"].items()} == {k: x["config"] for k, x in after.items()}
+    # A decision made now records its reporter in full.
+    new = run_client(d, tmpdir_short / "n.json", keys=1, extra=("--key-prefix", "new:"))
+    (fresh,) = [x for x in json.loads(d.detctl("decisions", "--json", check=True).stdout)["decisions"]
+                if x["key"] == "new:0"]
+    assert fresh["decided_peer"] == {"pid": new["pid"], "uid": os.getuid(), "node": "node-7",
+                                     "claimed_pid": new["pid"]}, fresh
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as ro:
+        assert ro.execute("PRAGMA user_version").fetchone()[0] == 8
+    assert d.stop() == 0
+
+
 def test_second_daemon_on_one_state_dir_refuses(tmpdir_short):
     first = Daemon(tmpdir_short, name="one").start()
     out = run_client(first, tmpdir_short / "one.json", keys=5)

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 static char tmp_dir[256];
 
 static void tmp_cleanup(void) {
@@ -49,6 +51,26 @@ static const char *tmp_path(const char *name) {
     }
     snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
     return path;
+}
+
+/* SQL that takes the decisions table of a fresh store back to schema 7
+ * (before who the daemon saw was kept); the caller sets user_version. */
+#define STORE_FX_DECISIONS_V7                                                  \
+    "ALTER TABLE decisions DROP COLUMN by_uid;"                                \
+    "ALTER TABLE decisions DROP COLUMN by_node;"                               \
+    "ALTER TABLE decisions DROP COLUMN by_claimed_pid;"
+
+/* Take the closed store at path back to schema 7, as detd of that
+ * version left it. */
+static inline void store_fx_to_v7(const char *path) {
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
+                 SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_exec(db,
+                              STORE_FX_DECISIONS_V7 "PRAGMA user_version = 7;",
+                              NULL, NULL, NULL),
+                 SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_close(db), SQLITE_OK);
 }
 
 /* Open the store at path; the test fails unless that succeeds cleanly. */

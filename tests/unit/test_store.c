@@ -96,6 +96,9 @@ static void dec_make(struct dec *b, const char *ns, const char *kernel,
         .timings_json = b->timings,
         .table_file = "",
         .decided_at_ms = 1700000000000 + i,
+        .by_uid = 1000 + i % 3,
+        .by_claimed_pid = 4000 + i % 2,
+        .by_node = "node-b",
     };
 }
 
@@ -124,6 +127,9 @@ static void check_dec_eq(const struct decision *a, const struct decision *b) {
     CHECK_STR(nz(a->timings_json), nz(b->timings_json));
     CHECK_STR(nz(a->table_file), nz(b->table_file));
     CHECK_EQ_INT(a->decided_at_ms, b->decided_at_ms);
+    CHECK_EQ_INT(a->by_uid, b->by_uid);
+    CHECK_EQ_INT(a->by_claimed_pid, b->by_claimed_pid);
+    CHECK_STR(nz(a->by_node), nz(b->by_node));
 }
 
 static void check_stored(store *s, const struct decision *want) {
@@ -248,10 +254,10 @@ TEST(open_close_reopen_keeps_data) {
     /* The schema and its bookkeeping, seen from outside. */
     char v[64];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "7");
+    CHECK_STR(v, "8");
     sql_on_side(path, "SELECT value FROM meta WHERE name = 'schema_version'", v,
                 sizeof v);
-    CHECK_STR(v, "7");
+    CHECK_STR(v, "8");
     sql_on_side(path,
                 "SELECT CAST(value AS INTEGER) > 1600000000000 FROM meta"
                 " WHERE name = 'created_at_ms'",
@@ -350,6 +356,11 @@ TEST(put_decision_rejects_bad_input_and_stores_nothing) {
     a.d.source = 8;
     CHECK_EQ_INT(store_put_decision(s, &a.d, NULL), DETD_EINVAL);
     a.d.source = DETD_SOURCE_TIMED;
+    a.d.by_uid = -2; /* -1 is "unknown", a uid is 32 bits */
+    CHECK_EQ_INT(store_put_decision(s, &a.d, NULL), DETD_EINVAL);
+    a.d.by_uid = (int64_t)UINT32_MAX + 1;
+    CHECK_EQ_INT(store_put_decision(s, &a.d, NULL), DETD_EINVAL);
+    a.d.by_uid = -1;
 
     /* Over the size cap: refused inside the transaction, rolled back. */
     size_t big = DETD_MAX_MESSAGE_BYTES + 1;
@@ -626,24 +637,62 @@ TEST(count_by_source) {
 TEST(newer_schema_version_is_refused_naming_both_versions) {
     const char *path = tmp_path("s.db");
     store_close(open_ok(path));
-    sql_on_side(path, "PRAGMA user_version = 8", NULL, 0);
+    sql_on_side(path, "PRAGMA user_version = 9", NULL, 0);
 
     store *s = (store *)0x1;
     char *msg = NULL;
     CHECK_EQ_INT(store_open(path, &s, &msg), DETD_ECORRUPT);
     CHECK(s == (store *)0x1);
     CHECK(msg != NULL);
+    CHECK(strstr(msg, "version 9") != NULL);
     CHECK(strstr(msg, "version 8") != NULL);
-    CHECK(strstr(msg, "version 7") != NULL);
     CHECK(strstr(msg, path) != NULL);
     free(msg);
 
-    /* Nothing was changed: a build that knows version 8 still finds it. */
+    /* Nothing was changed: a build that knows version 9 still finds it. */
+    char v[16];
+    sql_on_side(path, "PRAGMA user_version", v, sizeof v);
+    CHECK_STR(v, "9");
+    /* ret_errmsg is optional. */
+    CHECK_EQ_INT(store_open(path, &s, NULL), DETD_ECORRUPT);
+    tmp_cleanup();
+}
+
+TEST(migration_from_version_7_reads_decisions_as_unknown_peer) {
+    const char *path = tmp_path("s.db");
+    struct dec a;
+    dec_make(&a, "ns1", "m:k@1", "(i:7,)", 7);
+    store *s = open_ok(path);
+    CHECK_EQ_INT(store_put_decision(s, &a.d, NULL), 0);
+    store_close(s);
+    /* The decisions table as schema 7 had it, with the row. */
+    store_fx_to_v7(path);
+
+    s = open_ok(path);
+    struct decision got;
+    CHECK_EQ_INT(store_get_decision(s, a.id, &got), 0);
+    CHECK_STR(got.config, a.config);
+    CHECK_EQ_INT(got.by_pid, a.d.by_pid);
+    CHECK_EQ_INT(got.by_uid, -1);
+    CHECK_STR(got.by_node, "");
+    CHECK_EQ_INT(got.by_claimed_pid, 0);
+    decision_clear(&got);
+    /* New rows keep what they carry beside the old one. */
+    struct dec b;
+    dec_make(&b, "ns1", "m:k@1", "(i:8,)", 8);
+    CHECK_EQ_INT(store_put_decision(s, &b.d, NULL), 0);
+    check_stored(s, &b.d);
+    store_close(s);
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
     CHECK_STR(v, "8");
-    /* ret_errmsg is optional. */
-    CHECK_EQ_INT(store_open(path, &s, NULL), DETD_ECORRUPT);
+
+    /* A value no daemon writes is corruption, not a uid. */
+    sql_on_side(path, "UPDATE decisions SET by_uid = -7", NULL, 0);
+    s = open_ok(path);
+    CHECK_EQ_INT(store_get_decision(s, a.id, &got), DETD_ECORRUPT);
+    CHECK(strstr(store_errmsg(s), "by_uid") != NULL);
+    store_close(s);
     tmp_cleanup();
 }
 
