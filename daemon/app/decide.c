@@ -560,11 +560,13 @@ static void report_rejected(struct daemon *d, rpc_call *call,
 }
 
 /* Keep the failure of the pass on vk (every candidate failed) for the
- * askers that come after (answer_failed_pass()). A store that cannot keep
- * it only costs a rerun its timing pass: logged, not answered. */
+ * askers that come after (answer_failed_pass()), with who the daemon saw
+ * report it (ppid, puid: SO_PEERCRED) beside what the client wrote. A
+ * store that cannot keep it only costs a rerun its timing pass: logged,
+ * not answered. */
 static void record_failed_pass(struct daemon *d, const struct vkey *vk,
-                               const Detd__V1__ClientIdentity *c,
-                               const char *why) {
+                               const Detd__V1__ClientIdentity *c, int32_t ppid,
+                               uint32_t puid, const char *why) {
     struct store_failure f = {
         .id = (char *)vk->id,
         .ns = (char *)vk->ns,
@@ -573,9 +575,13 @@ static void record_failed_pass(struct daemon *d, const struct vkey *vk,
         .key = vk->k->key ? vk->k->key : "",
         .reason = (char *)why,
         .by_host = c != NULL && c->host != NULL ? c->host : "",
-        .by_pid = c != NULL ? c->pid : 0,
+        /* What the kernel saw, not what the caller wrote. */
+        .by_pid = ppid != 0 ? ppid : (c != NULL ? c->pid : 0),
         .by_rank = c != NULL ? c->rank : -1,
         .at_ms = clock_unix_ms(),
+        .by_claimed_pid = c != NULL ? c->pid : 0,
+        .by_uid = puid == UINT32_MAX ? -1 : (int64_t)puid,
+        .by_node = d->node,
     };
     if (store_put_failure(d->store, &f) != 0) {
         log_error("record the failed timing pass of key %.12s: %s", vk->id,
@@ -584,8 +590,10 @@ static void record_failed_pass(struct daemon *d, const struct vkey *vk,
     }
     d->counters.failed_passes++;
     log_warn("timing pass of %s key %s failed on every candidate: %s; "
-             "recorded, not timed again until its code changes or a reset",
-             vk->k->kernel, vk->k->key ? vk->k->key : "", why);
+             "reported by pid %d uid %u on %s, rank %d; recorded, not timed "
+             "again until its code changes or a reset",
+             vk->k->kernel, vk->k->key ? vk->k->key : "", why, (int)f.by_pid,
+             (unsigned)puid, d->node, (int)f.by_rank);
 }
 
 /* See decide.h. */
@@ -703,7 +711,7 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         static const char all_failed[] =
             "timings: no candidate has a valid timing "
             "(all failed, empty or not finite)";
-        record_failed_pass(d, &vk, req->client, all_failed);
+        record_failed_pass(d, &vk, req->client, ppid, puid, all_failed);
         report_rejected(d, ev->call, &vk, req->claim_id, all_failed);
         goto free_msg;
     }

@@ -167,6 +167,17 @@ static const struct store_migration store_migrations[] = {
         "ALTER TABLE decisions ADD COLUMN by_node TEXT NOT NULL DEFAULT '';"
         "ALTER TABLE decisions ADD COLUMN by_claimed_pid INTEGER NOT NULL"
         " DEFAULT 0;"},
+    /* Who the daemon saw send the report of a failed timing pass
+     * (SO_PEERCRED), as a decision keeps it: by_pid is the peer's pid from
+     * this version on; the pid the client wrote, the peer's uid (-1:
+     * unknown) and the node whose daemon received the report are kept
+     * beside it. Rows of older versions keep in by_pid the pid the client
+     * wrote (it is all they had) and read as claimed_pid 0, uid -1,
+     * node "". */
+    {9, "ALTER TABLE failures ADD COLUMN claimed_pid INTEGER NOT NULL"
+        " DEFAULT 0;"
+        "ALTER TABLE failures ADD COLUMN by_uid INTEGER NOT NULL DEFAULT -1;"
+        "ALTER TABLE failures ADD COLUMN by_node TEXT NOT NULL DEFAULT '';"},
 };
 
 #define STORE_SCHEMA_VERSION                                                   \

@@ -355,11 +355,15 @@ struct store_failure {
     char *arch;
     char *kernel;
     char *key;
-    char *reason; /* why the pass failed, as the daemon answered it */
-    char *by_host;
-    int32_t by_pid;
+    char *reason;   /* why the pass failed, as the daemon answered it */
+    char *by_host;  /* the client's own claim */
+    int32_t by_pid; /* the reporting peer's pid (SO_PEERCRED); rows of
+                       schema 8 and older: the pid the client wrote */
     int32_t by_rank;
-    int64_t at_ms; /* unix time */
+    int64_t at_ms;          /* unix time */
+    int32_t by_claimed_pid; /* the pid the client wrote (0: older row) */
+    int64_t by_uid;         /* the peer's uid; -1: unknown */
+    char *by_node;          /* the receiving daemon's node ("": older row) */
 };
 
 /* Record f (replacing an older record of its id). Returns 0 or an error

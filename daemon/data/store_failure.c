@@ -13,30 +13,37 @@
 #include "detd/error.h"
 
 #define FAILURE_COLS                                                           \
-    "id, ns, arch, kernel, key, reason, by_host, by_pid, by_rank, at_ms"
+    "id, ns, arch, kernel, key, reason, by_host, by_pid, by_rank, at_ms, "     \
+    "claimed_pid, by_uid, by_node"
 
 /* See store.h. */
 int store_put_failure(store *s, const struct store_failure *f) {
     static const char op[] = "record a failed timing pass";
     if (s == NULL || f == NULL || f->id == NULL)
         return store_einval(s, op, "a NULL argument");
+    if (f->by_uid < -1 || f->by_uid > (int64_t)UINT32_MAX)
+        return store_einval(s, op, "by_uid out of range");
     sqlite3_stmt *st = NULL;
     int err =
         store_prepare(s,
                       "INSERT OR REPLACE INTO failures (" FAILURE_COLS
-                      ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                      ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
+                      "?12, ?13)",
                       0, &st, op);
     if (err < 0)
         return err;
-    const char *strs[] = {f->id,  f->ns,     f->arch,   f->kernel,
-                          f->key, f->reason, f->by_host};
-    for (int i = 0; i < 7; i++)
-        if ((err = store_bind_text(s, st, i + 1, strs[i] ? strs[i] : "", op)) <
-            0)
+    const char *strs[] = {f->id,  f->ns,     f->arch,    f->kernel,
+                          f->key, f->reason, f->by_host, f->by_node};
+    static const int str_cols[] = {1, 2, 3, 4, 5, 6, 7, 13};
+    for (int i = 0; i < 8; i++)
+        if ((err = store_bind_text(s, st, str_cols[i], strs[i] ? strs[i] : "",
+                                   op)) < 0)
             goto out;
     if ((err = store_bind_int(s, st, 8, f->by_pid, op)) < 0 ||
         (err = store_bind_int(s, st, 9, f->by_rank, op)) < 0 ||
-        (err = store_bind_int(s, st, 10, f->at_ms, op)) < 0)
+        (err = store_bind_int(s, st, 10, f->at_ms, op)) < 0 ||
+        (err = store_bind_int(s, st, 11, f->by_claimed_pid, op)) < 0 ||
+        (err = store_bind_int(s, st, 12, f->by_uid, op)) < 0)
         goto out;
     if ((err = store_step(s, st, op)) > 0)
         err = store_failf(s, DETD_ESTORE, "%s: an INSERT returned a row", op);
@@ -63,18 +70,22 @@ int store_get_failure(store *s, const char *id, struct store_failure *ret) {
         err = store_failf(s, DETD_ENOTFOUND, "%s: none for %s", op, id);
     if (err < 0)
         goto out;
-    char **strs[] = {&f.id,  &f.ns,     &f.arch,   &f.kernel,
-                     &f.key, &f.reason, &f.by_host};
-    int64_t pid, rank;
-    for (int i = 0; i < 7; i++)
-        if ((err = store_col_strdup(s, st, i, op, strs[i])) < 0)
+    char **strs[] = {&f.id,  &f.ns,     &f.arch,    &f.kernel,
+                     &f.key, &f.reason, &f.by_host, &f.by_node};
+    static const int str_cols[] = {0, 1, 2, 3, 4, 5, 6, 12};
+    for (int i = 0; i < 8; i++)
+        if ((err = store_col_strdup(s, st, str_cols[i], op, strs[i])) < 0)
             goto out;
-    if ((err = store_col_int(s, st, 7, INT32_MIN, INT32_MAX, op, &pid)) < 0 ||
-        (err = store_col_int(s, st, 8, INT32_MIN, INT32_MAX, op, &rank)) < 0 ||
-        (err = store_col_int(s, st, 9, INT64_MIN, INT64_MAX, op, &f.at_ms)) < 0)
+    if ((err = store_col_int32(s, st, 7, INT32_MIN, INT32_MAX, op, &f.by_pid)) <
+            0 ||
+        (err = store_col_int32(s, st, 8, INT32_MIN, INT32_MAX, op,
+                               &f.by_rank)) < 0 ||
+        (err = store_col_int(s, st, 9, INT64_MIN, INT64_MAX, op, &f.at_ms)) <
+            0 ||
+        (err = store_col_int32(s, st, 10, INT32_MIN, INT32_MAX, op,
+                               &f.by_claimed_pid)) < 0 ||
+        (err = store_col_int(s, st, 11, -1, UINT32_MAX, op, &f.by_uid)) < 0)
         goto out;
-    f.by_pid = (int32_t)pid;
-    f.by_rank = (int32_t)rank;
     *ret = f;
     memset(&f, 0, sizeof f);
     err = 0;
@@ -88,9 +99,9 @@ out:
 void store_failure_clear(struct store_failure *f) {
     if (f == NULL)
         return;
-    char *strs[] = {f->id,  f->ns,     f->arch,   f->kernel,
-                    f->key, f->reason, f->by_host};
-    for (int i = 0; i < 7; i++)
+    char *strs[] = {f->id,  f->ns,     f->arch,    f->kernel,
+                    f->key, f->reason, f->by_host, f->by_node};
+    for (int i = 0; i < 8; i++)
         free(strs[i]);
     memset(f, 0, sizeof *f);
 }

@@ -9,9 +9,11 @@ run as uid 65534 through setpriv (root only, as in test_access.py).
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -291,6 +293,38 @@ def test_rejected_report_ends_the_claim_and_every_waiter_gets_the_reason_at_once
         assert st["open_claims"] == 0 and st["waiters"] == 0 and st["decisions"] == 0, st
     finally:
         d.stop()
+
+
+def test_a_failed_pass_records_who_the_daemon_saw_report_it(tmpdir_short):
+    d = Daemon(tmpdir_short, ["--node-id", "fail-node-3"]).start()
+    try:
+        go = tmpdir_short / "go"
+        go.write_text("")
+        h = subprocess.Popen([sys.executable, "-c", REJECTING_RANK, str(CLIENT), d.socket, str(go), KERNEL],
+                             stdout=subprocess.PIPE, text=True)
+        assert h.stdout.readline().strip() == "DESIGNATED"
+        line = h.stdout.readline().split()
+        assert line[0] == "REPORTED" and int(line[1]) != 0, line
+        assert h.wait(DEADLINE) == 0
+        d.wait_log(f"reported by pid {h.pid} uid {os.getuid()} on fail-node-3")
+        # A rerun gets the failure at once, naming the reporting process.
+        w = d.client("--keys", 1, "--rank", 1, "--timeout-ms", 30000, out=tmpdir_short / "w.json")
+        assert w.wait(DEADLINE) == 0
+        res = result(tmpdir_short / "w.json")
+        assert res["keys"] == {} and len(res["errors"]) == 1, res
+        assert f"pid {h.pid} " in res["errors"][0][3], res
+        assert counter(d.status(), "timing_passes") == 1
+    finally:
+        d.stop()
+    store = Path(d.state) / "detd.sqlite"
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as ro:
+        rows = ro.execute("SELECT by_pid, claimed_pid, by_uid, by_node, by_rank, reason"
+                          " FROM failures").fetchall()
+    # The pid and uid the kernel saw, the daemon's node; libdetd writes
+    # its own pid, so the claim agrees here.
+    assert len(rows) == 1, rows
+    assert rows[0][:5] == (h.pid, h.pid, os.getuid(), "fail-node-3", 0), rows
+    assert "no candidate has a valid timing" in rows[0][5], rows
 
 
 def test_hung_timing_rank_loses_its_claim_at_the_pass_deadline(tmpdir_short):

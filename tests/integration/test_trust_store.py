@@ -163,10 +163,14 @@ def test_a_version_7_store_keeps_its_decisions_with_unknown_peers(tmpdir_short):
     assert len(before) == 3 and all(x["decided_peer"]["uid"] == os.getuid() for x in before.values())
     assert d.stop() == 0
     # The file as detd of schema version 7 left it: no by_uid, by_node or
-    # by_claimed_pid in decisions.
+    # by_claimed_pid in decisions, no claimed_pid, by_uid or by_node in
+    # failures.
     store = Path(d.state) / "detd.sqlite"
     db = sqlite3.connect(store)
-    db.executescript("ALTER TABLE decisions DROP COLUMN by_uid;"
+    db.executescript("ALTER TABLE failures DROP COLUMN claimed_pid;"
+                     "ALTER TABLE failures DROP COLUMN by_uid;"
+                     "ALTER TABLE failures DROP COLUMN by_node;"
+                     "ALTER TABLE decisions DROP COLUMN by_uid;"
                      "ALTER TABLE decisions DROP COLUMN by_node;"
                      "ALTER TABLE decisions DROP COLUMN by_claimed_pid;"
                      "PRAGMA user_version = 7;")
@@ -189,7 +193,7 @@ def test_a_version_7_store_keeps_its_decisions_with_unknown_peers(tmpdir_short):
     assert fresh["decided_peer"] == {"pid": new["pid"], "uid": os.getuid(), "node": "node-7",
                                      "claimed_pid": new["pid"]}, fresh
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as ro:
-        assert ro.execute("PRAGMA user_version").fetchone()[0] == 8
+        assert ro.execute("PRAGMA user_version").fetchone()[0] == 9
     assert d.stop() == 0
 
 

@@ -60,17 +60,32 @@ static const char *tmp_path(const char *name) {
     "ALTER TABLE decisions DROP COLUMN by_node;"                               \
     "ALTER TABLE decisions DROP COLUMN by_claimed_pid;"
 
-/* Take the closed store at path back to schema 7, as detd of that
- * version left it. */
-static inline void store_fx_to_v7(const char *path) {
+/* SQL that takes the failures table of a fresh store back to schema 8
+ * (before who the daemon saw report a failed pass was kept). */
+#define STORE_FX_FAILURES_V8                                                   \
+    "ALTER TABLE failures DROP COLUMN claimed_pid;"                            \
+    "ALTER TABLE failures DROP COLUMN by_uid;"                                 \
+    "ALTER TABLE failures DROP COLUMN by_node;"
+
+static inline void store_fx_exec(const char *path, const char *sql) {
     sqlite3 *db = NULL;
     CHECK_EQ_INT(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
                  SQLITE_OK);
-    CHECK_EQ_INT(sqlite3_exec(db,
-                              STORE_FX_DECISIONS_V7 "PRAGMA user_version = 7;",
-                              NULL, NULL, NULL),
-                 SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
     CHECK_EQ_INT(sqlite3_close(db), SQLITE_OK);
+}
+
+/* Take the closed store at path back to schema 8, as detd of that
+ * version left it. */
+static inline void store_fx_to_v8(const char *path) {
+    store_fx_exec(path, STORE_FX_FAILURES_V8 "PRAGMA user_version = 8;");
+}
+
+/* Take the closed store at path back to schema 7, as detd of that
+ * version left it. */
+static inline void store_fx_to_v7(const char *path) {
+    store_fx_exec(path, STORE_FX_FAILURES_V8 STORE_FX_DECISIONS_V7
+                  "PRAGMA user_version = 7;");
 }
 
 /* Open the store at path; the test fails unless that succeeds cleanly. */

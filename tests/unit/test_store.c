@@ -254,10 +254,10 @@ TEST(open_close_reopen_keeps_data) {
     /* The schema and its bookkeeping, seen from outside. */
     char v[64];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "8");
+    CHECK_STR(v, "9");
     sql_on_side(path, "SELECT value FROM meta WHERE name = 'schema_version'", v,
                 sizeof v);
-    CHECK_STR(v, "8");
+    CHECK_STR(v, "9");
     sql_on_side(path,
                 "SELECT CAST(value AS INTEGER) > 1600000000000 FROM meta"
                 " WHERE name = 'created_at_ms'",
@@ -637,22 +637,22 @@ TEST(count_by_source) {
 TEST(newer_schema_version_is_refused_naming_both_versions) {
     const char *path = tmp_path("s.db");
     store_close(open_ok(path));
-    sql_on_side(path, "PRAGMA user_version = 9", NULL, 0);
+    sql_on_side(path, "PRAGMA user_version = 10", NULL, 0);
 
     store *s = (store *)0x1;
     char *msg = NULL;
     CHECK_EQ_INT(store_open(path, &s, &msg), DETD_ECORRUPT);
     CHECK(s == (store *)0x1);
     CHECK(msg != NULL);
+    CHECK(strstr(msg, "version 10") != NULL);
     CHECK(strstr(msg, "version 9") != NULL);
-    CHECK(strstr(msg, "version 8") != NULL);
     CHECK(strstr(msg, path) != NULL);
     free(msg);
 
-    /* Nothing was changed: a build that knows version 9 still finds it. */
+    /* Nothing was changed: a build that knows version 10 still finds it. */
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "9");
+    CHECK_STR(v, "10");
     /* ret_errmsg is optional. */
     CHECK_EQ_INT(store_open(path, &s, NULL), DETD_ECORRUPT);
     tmp_cleanup();
@@ -685,7 +685,7 @@ TEST(migration_from_version_7_reads_decisions_as_unknown_peer) {
     store_close(s);
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "8");
+    CHECK_STR(v, "9");
 
     /* A value no daemon writes is corruption, not a uid. */
     sql_on_side(path, "UPDATE decisions SET by_uid = -7", NULL, 0);
@@ -976,7 +976,10 @@ TEST(failed_passes_are_kept_and_reset_with_their_kernel) {
                                   .by_host = "h1",
                                   .by_pid = 40 + i,
                                   .by_rank = i,
-                                  .at_ms = 1000 + i};
+                                  .at_ms = 1000 + i,
+                                  .by_claimed_pid = 50 + i,
+                                  .by_uid = 1000 + i,
+                                  .by_node = "node-f"};
         CHECK_EQ_INT(store_put_failure(s, &f), 0);
     }
     struct store_failure got;
@@ -987,6 +990,9 @@ TEST(failed_passes_are_kept_and_reset_with_their_kernel) {
     CHECK_EQ_INT(got.by_pid, 41);
     CHECK_EQ_INT(got.by_rank, 1);
     CHECK_EQ_INT(got.at_ms, 1001);
+    CHECK_EQ_INT(got.by_claimed_pid, 51);
+    CHECK_EQ_INT(got.by_uid, 1001);
+    CHECK_STR(got.by_node, "node-f");
     store_failure_clear(&got);
     CHECK_EQ_INT(store_get_failure(s, "nope", &got), DETD_ENOTFOUND);
     /* A second failure of the same key replaces the first. */
@@ -999,11 +1005,19 @@ TEST(failed_passes_are_kept_and_reset_with_their_kernel) {
                                   .by_host = "h2",
                                   .by_pid = 9,
                                   .by_rank = 5,
-                                  .at_ms = 2000};
+                                  .at_ms = 2000,
+                                  .by_uid = -1};
     CHECK_EQ_INT(store_put_failure(s, &again), 0);
     CHECK_EQ_INT(store_get_failure(s, "fb", &got), 0);
     CHECK_STR(got.reason, "again");
+    CHECK_EQ_INT(got.by_uid, -1);
+    CHECK_STR(got.by_node, "");
     store_failure_clear(&got);
+    /* A uid no kernel reports is refused, not stored. */
+    again.by_uid = -2;
+    CHECK_EQ_INT(store_put_failure(s, &again), DETD_EINVAL);
+    again.by_uid = (int64_t)UINT32_MAX + 1;
+    CHECK_EQ_INT(store_put_failure(s, &again), DETD_EINVAL);
     /* A reset of a kernel forgets its failures (and only its, in its
      * namespace): the key is timed again. */
     uint64_t removed = 99;
@@ -1018,6 +1032,62 @@ TEST(failed_passes_are_kept_and_reset_with_their_kernel) {
     CHECK_EQ_INT(store_get_failure(s, "fb", &got), DETD_ENOTFOUND);
     CHECK_EQ_INT(store_get_failure(s, "fc", &got), 0);
     store_failure_clear(&got);
+    store_close(s);
+    tmp_cleanup();
+}
+
+TEST(migration_from_version_8_reads_failures_as_unknown_peer) {
+    const char *path = tmp_path("s.db");
+    store *s = open_ok(path);
+    struct store_failure f = {.id = "fold",
+                              .ns = "ns1",
+                              .arch = "sm90",
+                              .kernel = "m:k@1",
+                              .key = "[i:1]",
+                              .reason = "every candidate failed",
+                              .by_host = "h1",
+                              .by_pid = 77,
+                              .by_rank = 2,
+                              .at_ms = 1234};
+    CHECK_EQ_INT(store_put_failure(s, &f), 0);
+    store_close(s);
+    /* The failures table as schema 8 had it, with the row. */
+    store_fx_to_v8(path);
+
+    s = open_ok(path);
+    struct store_failure got;
+    CHECK_EQ_INT(store_get_failure(s, "fold", &got), 0);
+    CHECK_STR(got.reason, "every candidate failed");
+    CHECK_STR(got.by_host, "h1");
+    CHECK_EQ_INT(got.by_pid, 77); /* what the client wrote, then */
+    CHECK_EQ_INT(got.by_rank, 2);
+    CHECK_EQ_INT(got.at_ms, 1234);
+    CHECK_EQ_INT(got.by_claimed_pid, 0);
+    CHECK_EQ_INT(got.by_uid, -1);
+    CHECK_STR(got.by_node, "");
+    store_failure_clear(&got);
+    /* A new row keeps who reported it beside the old one. */
+    struct store_failure n = f;
+    n.id = "fnew";
+    n.by_claimed_pid = 78;
+    n.by_uid = 4242;
+    n.by_node = "node-9";
+    CHECK_EQ_INT(store_put_failure(s, &n), 0);
+    CHECK_EQ_INT(store_get_failure(s, "fnew", &got), 0);
+    CHECK_EQ_INT(got.by_pid, 77);
+    CHECK_EQ_INT(got.by_claimed_pid, 78);
+    CHECK_EQ_INT(got.by_uid, 4242);
+    CHECK_STR(got.by_node, "node-9");
+    store_failure_clear(&got);
+    store_close(s);
+    char v[16];
+    sql_on_side(path, "PRAGMA user_version", v, sizeof v);
+    CHECK_STR(v, "9");
+
+    /* A value no daemon writes is corruption, not a uid. */
+    sql_on_side(path, "UPDATE failures SET by_uid = -7", NULL, 0);
+    s = open_ok(path);
+    CHECK_EQ_INT(store_get_failure(s, "fold", &got), DETD_ECORRUPT);
     store_close(s);
     tmp_cleanup();
 }

@@ -102,7 +102,10 @@ static void fill_store(const char *path) {
                                   .by_host = "h",
                                   .by_pid = 7,
                                   .by_rank = 1,
-                                  .at_ms = 1000 + i};
+                                  .at_ms = 1000 + i,
+                                  .by_claimed_pid = 8,
+                                  .by_uid = 1000,
+                                  .by_node = "node-r"};
         CHECK_EQ_INT(store_put_failure(s, &f), 0);
     }
     CHECK_EQ_INT(store_set_meta(s, "etcd_revision", "42"), 0);
@@ -229,6 +232,16 @@ TEST(repair_of_an_older_schema_fills_the_columns_it_lacks) {
                  0);
     CHECK_EQ_INT(n, N_DEC);
     CHECK_EQ_INT(m, N_DEC);
+    CHECK_STR(rep.t[4].table, "failures");
+    CHECK_EQ_INT(rep.t[4].kept, 2);
+    CHECK_EQ_INT(rep.t[4].lost, 0);
+    struct store_failure f;
+    CHECK_EQ_INT(store_get_failure(s, "failed1", &f), 0);
+    CHECK_EQ_INT(f.by_pid, 7);
+    CHECK_EQ_INT(f.by_claimed_pid, 0);
+    CHECK_EQ_INT(f.by_uid, -1);
+    CHECK_STR(f.by_node, "");
+    store_failure_clear(&f);
     store_close(s);
     unlink(aside);
 }

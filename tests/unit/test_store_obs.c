@@ -163,7 +163,7 @@ TEST(migration_from_version_5_keeps_observations_with_empty_new_fields) {
     CHECK_EQ_INT(store_put_observations(s, &o, 1), 0);
     store_close(s);
     /* Take the file back to schema 5 as an older detd wrote it. */
-    sql_side(path, STORE_FX_DECISIONS_V7
+    sql_side(path, STORE_FX_FAILURES_V8 STORE_FX_DECISIONS_V7
              "ALTER TABLE observations DROP COLUMN job;"
              "ALTER TABLE observations DROP COLUMN failed;"
              "ALTER TABLE observations DROP COLUMN error;"
@@ -209,7 +209,7 @@ TEST(migration_from_version_6_keys_rows_by_process_with_start_0) {
     store *s = open_ok(path);
     store_close(s);
     /* The observations table exactly as schema 6 had it, one row. */
-    sql_side(path, STORE_FX_DECISIONS_V7
+    sql_side(path, STORE_FX_FAILURES_V8 STORE_FX_DECISIONS_V7
              "DROP TABLE observations;"
              "CREATE TABLE observations ("
              " id TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,"
