@@ -57,6 +57,13 @@ def wait_file(path, timeout=60):
         time.sleep(0.01)
 
 
+def wait_until(cond, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.05)
+
+
 def status(daemon):
     st = daemon.detctl("status", "--json")
     assert st.returncode == 0, st.stderr
@@ -168,10 +175,15 @@ def test_waiting_rank_logs_who_times_the_key(daemon, tmp_path):
     after 0.5 s and then every 1 s: it logs at least twice who is timing
     which kernel and key, with rank 0's pid and host, then how it ended,
     and it times nothing."""
-    marker = str(tmp_path / "in-pass")
-    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.9", CS_IN_PASS=marker)
+    marker, gate = str(tmp_path / "in-pass"), str(tmp_path / "go")
+    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.9", CS_IN_PASS=marker, CS_GATE=gate)
     wait_file(marker)
     waiter = start(daemon, tmp_path, "r1", 1, DETD_WAIT_LOG_AFTER_S="0.5", DETD_WAIT_LOG_EVERY_S="1")
+    # The pass goes on once the waiter is held (however long its start-up
+    # took on a loaded machine) and has been for 2 s: two lines are due.
+    wait_until(lambda: status(daemon)["waiters"] >= 1)
+    time.sleep(2.2)
+    open(gate, "w").close()
     r0 = ok(daemon, timer)
     r1 = ok(daemon, waiter)
     assert r1["config"] == r0["config"] and r1["measured"] == {}, (r0, r1)
@@ -228,10 +240,14 @@ def test_helpers_take_disjoint_shares_from_the_end(daemon, tmp_path):
     candidates from the back: together exactly BLOCK 128, 64 and 32, each
     once, never BLOCK=16 (the timing rank's first). Each helper asks until
     a share falls off the list: 3 candidate shares + 2 ending ones."""
-    marker = str(tmp_path / "in-pass")
-    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.5", CS_IN_PASS=marker)
+    marker, gate = str(tmp_path / "in-pass"), str(tmp_path / "go")
+    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.5", CS_IN_PASS=marker, CS_GATE=gate)
     wait_file(marker)
     helpers = [start(daemon, tmp_path, f"r{i}", i, DETD_SHARE_PASS="1") for i in (1, 2)]
+    # The pass goes on once every share was given, whatever the helpers'
+    # start-up took: 3 candidates, then one past the list for each helper.
+    wait_until(lambda: counter(status(daemon), "pass_shares") >= 5)
+    open(gate, "w").close()
     r0 = ok(daemon, timer)
     rs = [ok(daemon, h) for h in helpers]
     shared = [s for r in rs for s in r["keys"][0].get("shared", [])]

@@ -13,7 +13,7 @@ every process launches the one committed config.
 
 import json
 
-from test_coldstart import cfg, counter, finish, ok, start, status, wait_file
+from test_coldstart import cfg, counter, finish, ok, start, status, wait_file, wait_until
 
 BLOCKS = (16, 32, 64, 128, 256, 512)
 ENV = dict(CS_BLOCKS=",".join(str(b) for b in BLOCKS), DETD_SPLIT_BENCH="1")
@@ -91,12 +91,14 @@ def test_a_helper_on_the_timing_ranks_gpu_only_compiles(daemon, tmp_path):
     """A waiting rank on the timing rank's own device gets a compile
     share, not a benchmark share: benchmarks on one GPU at once would
     measure each other."""
-    marker = str(tmp_path / "in-pass")
-    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.4", CS_IN_PASS=marker, DETD_BENCH_DEVICE="d0",
-                  **ENV)
+    marker, gate = str(tmp_path / "in-pass"), str(tmp_path / "go")
+    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.1", CS_IN_PASS=marker, CS_GATE=gate,
+                  DETD_BENCH_DEVICE="d0", **ENV)
     wait_file(marker)
-    r1 = ok(daemon, start(daemon, tmp_path, "r1", 1, DETD_BENCH_DEVICE="d0", **ENV))
-    r0 = ok(daemon, timer)
+    helper = start(daemon, tmp_path, "r1", 1, DETD_BENCH_DEVICE="d0", **ENV)
+    wait_until(lambda: counter(status(daemon), "pass_shares") >= 1)  # it is helping: go on
+    open(gate, "w").close()
+    r1, r0 = ok(daemon, helper), ok(daemon, timer)
     assert r1["config"] == r0["config"] and r1["measured"] == {}, r1
     assert "split" not in r1["keys"][0] and r1["keys"][0].get("shared"), r1["keys"]
     assert r0["measured"] == {str(b): 1 for b in BLOCKS}, r0
@@ -108,12 +110,14 @@ def test_split_is_off_by_default(daemon, tmp_path):
     """Without DETD_SPLIT_BENCH a rank on another device compiles only."""
     env = dict(ENV)
     del env["DETD_SPLIT_BENCH"]
-    marker = str(tmp_path / "in-pass")
-    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.4", CS_IN_PASS=marker, DETD_BENCH_DEVICE="d0",
-                  **env)
+    marker, gate = str(tmp_path / "in-pass"), str(tmp_path / "go")
+    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.1", CS_IN_PASS=marker, CS_GATE=gate,
+                  DETD_BENCH_DEVICE="d0", **env)
     wait_file(marker)
-    r1 = ok(daemon, start(daemon, tmp_path, "r1", 1, DETD_BENCH_DEVICE="d1", **env))
-    r0 = ok(daemon, timer)
+    helper = start(daemon, tmp_path, "r1", 1, DETD_BENCH_DEVICE="d1", **env)
+    wait_until(lambda: counter(status(daemon), "pass_shares") >= 1)  # asked while the pass runs
+    open(gate, "w").close()
+    r1, r0 = ok(daemon, helper), ok(daemon, timer)
     assert r1["measured"] == {} and r0["measured"] == {str(b): 1 for b in BLOCKS}, (r0, r1)
     assert "split" not in r0["keys"][0] and "split" not in r1["keys"][0]
     assert counter(status(daemon), "bench_helpers") == 0
