@@ -118,7 +118,7 @@ import warnings
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _audit, _canon, _devlock, _native, _policy, _split, _triton
+from . import _audit, _canon, _devlock, _native, _policy, _samples, _split, _triton
 from ._policy import Settings
 
 
@@ -650,28 +650,9 @@ class DetdCache(dict):
         return DetdCache({copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()})
 
 
-def _normalize_timing(t) -> Tuple[List[float], bool]:
-    if isinstance(t, (list, tuple)):
-        ms = [float(x) for x in t]
-    else:
-        ms = [float(t)]
-    failed = not ms or any(x != x or x == float("inf") for x in ms)
-    return ms, failed
-
-
 def _error_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
-
-
-def _as_list(t) -> List[Any]:
-    return list(t) if isinstance(t, (list, tuple)) else [t]
-
-
-def _median(ms: List[float]) -> float:
-    v = sorted(ms)
-    n = len(v)
-    return v[n // 2] if n % 2 else v[n // 2 - 1] / 2 + v[n // 2] / 2
 
 
 def recheck_set(order, medians: dict) -> list:
@@ -754,19 +735,19 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
     t1 = time.time()
     medians = {}
     for config, t in timings.items():
-        ms, bad = _normalize_timing(t)
+        ms, bad = _samples.normalize(t)
         if not bad and config not in errors:
-            medians[config] = _median(ms)
+            medians[config] = _samples.median(ms)
     remeasured = []
     near = recheck_set(cands.objs, medians)
     if near:
-        samples = {c: _as_list(timings[c]) for c in near}
+        samples = {c: _samples.as_list(timings[c]) for c in near}
         for order in recheck_orders(near):
             again, errors2 = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order)
             for c in order:
                 if c in errors2:
                     errors[c] = errors2[c]
-                samples[c] += _as_list(again[c])
+                samples[c] += _samples.as_list(again[c])
         timings.update(samples)
         remeasured = [_triton.config_string(c) for c in near]
         _triton.set_timings(ctx.tuner, timings, time.time() - t0)
@@ -776,7 +757,7 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
         if s in seen:
             continue
         seen.add(s)
-        ms, failed = _normalize_timing(t)
+        ms, failed = _samples.normalize(t)
         rows.append((s, ms, failed or config in errors))
     pass_s = dict(first=round(t1 - t0, 3), recheck=round(time.time() - t1, 3))
     return rows, {_triton.config_string(c): e for c, e in errors.items()}, remeasured, pass_s, done
@@ -845,7 +826,9 @@ class _Wait:
         """Compile the share the daemon gave (share_index i: candidate n-i,
         never the first, which the timing rank compiles at once); a share
         past the list ends the help. A candidate that fails to compile is
-        the timing rank's to report: logged at debug level only."""
+        the timing rank's to report: logged at debug level only. A
+        benchmark share (``answer.bench``) instead benchmarks candidates
+        on this GPU for the timing rank (:func:`detd._split.helper`), once."""
         self.last = answer
         if answer.bench:
             # A benchmark share: candidates benchmarked on this GPU, under
@@ -1115,7 +1098,7 @@ def _after_run(tuner, ctx: _Call):
         timings = None
         ct = _triton.last_timings(tuner)
         if ct is not None:
-            timings = {_triton.config_string(c): _normalize_timing(t)[0] for c, t in ct.items()}
+            timings = {_triton.config_string(c): _samples.normalize(t)[0] for c, t in ct.items()}
         voted = timings is not None and _state.settings.is_recorded(info.name) and _vote(tuner, info, ctx, key_str,
                                                                                          cfg, ct)
         _record(info, key_str, cfg, "local", False, timed_here=timings is not None, timings=timings,
@@ -1142,7 +1125,7 @@ def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_t
         if s in seen:
             continue
         seen.add(s)
-        ms, failed = _normalize_timing(t)
+        ms, failed = _samples.normalize(t)
         rows.append((s, ms, failed))
     try:
         table_key = _triton.megatron_key(tuner, ctx.args, ctx.kw)

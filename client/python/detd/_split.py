@@ -49,9 +49,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from . import _devlock, _native
+from . import _devlock, _native, _samples
 
 log = logging.getLogger("detd")
 
@@ -80,40 +80,32 @@ def device(environ=None) -> Optional[str]:
     return key if key is not None and key.startswith("gpu-") else None
 
 
-def _median(ms: Sequence[float]) -> float:
-    v = sorted(ms)
-    n = len(v)
-    return v[n // 2] if n % 2 else v[n // 2 - 1] / 2 + v[n // 2] / 2
-
-
-def _valid(ms: Sequence[float]) -> bool:
-    return bool(ms) and all(x == x and x != float("inf") and x >= 0 for x in ms)
-
-
-def _as_list(t) -> List[float]:
-    return [float(x) for x in t] if isinstance(t, (list, tuple)) else [float(t)]
+def _sound(t) -> Tuple[List[float], bool]:
+    """(the samples as floats, usable): not failed and none negative, as
+    the daemon takes a helper's samples."""
+    ms, failed = _samples.normalize(t)
+    return ms, not failed and min(ms) >= 0
 
 
 Bench = Callable[[list], Tuple[dict, dict]]
 
 
 class Outcome:
-    """What a split pass did, for the key's record: ``helpers`` (share
-    indices that gave), ``given`` (canonical string -> the device it was
-    measured on), ``reclaimed`` (taken back from a late helper),
-    ``scale`` (helper index -> the factor applied), ``waited_s``."""
+    """What a split pass did, for the key's record: ``given`` (canonical
+    string -> the device it was measured on), ``reclaimed`` (taken back
+    from a late helper), ``scale`` (helper index -> the factor applied:
+    the helpers that gave), ``waited_s``."""
 
-    __slots__ = ("helpers", "given", "reclaimed", "scale", "waited_s")
+    __slots__ = ("given", "reclaimed", "scale", "waited_s")
 
     def __init__(self):
-        self.helpers: List[int] = []
         self.given: Dict[str, str] = {}
         self.reclaimed: List[str] = []
         self.scale: Dict[int, float] = {}
         self.waited_s = 0.0
 
     def record(self) -> dict:
-        return dict(helpers=sorted(self.helpers), given=dict(self.given), reclaimed=list(self.reclaimed),
+        return dict(helpers=sorted(self.scale), given=dict(self.given), reclaimed=list(self.reclaimed),
                     scale={str(k): round(v, 6) for k, v in sorted(self.scale.items())},
                     waited_s=round(self.waited_s, 3))
 
@@ -132,7 +124,6 @@ def holder_round(client, dkey, claim_id: int, objs: list, strs: List[str], bench
         return None
     out = Outcome()
     timings, errors, spent = {}, {}, []
-    here = set()
 
     def run(i):
         t0 = time.monotonic()
@@ -140,7 +131,6 @@ def holder_round(client, dkey, claim_id: int, objs: list, strs: List[str], bench
         spent.append(time.monotonic() - t0)
         timings.update(t)
         errors.update(e)
-        here.add(i)
 
     run(0)
     stop = len(objs)
@@ -169,17 +159,16 @@ def holder_round(client, dkey, claim_id: int, objs: list, strs: List[str], bench
                 break
             time.sleep(POLL_S)
         out.waited_s = time.monotonic() - t_wait
-    ref_ms = _as_list(timings[objs[0]])
-    ref_ok = objs[0] not in errors and _valid(ref_ms) and _median(ref_ms) > 0
+    ref_ms, ref_ok = _sound(timings[objs[0]])
+    ref_ok = ref_ok and objs[0] not in errors and _samples.median(ref_ms) > 0
     for i in range(stop, len(objs)):
         g = given.get(strs[i])
-        if g is not None and ref_ok and _valid(g.reference_ms) and _median(g.reference_ms) > 0:
-            f = _median(ref_ms) / _median(g.reference_ms)
+        g_ref, g_ok = _sound(g.reference_ms) if g is not None else ([], False)
+        if g_ok and ref_ok and _samples.median(g_ref) > 0:
+            f = _samples.median(ref_ms) / _samples.median(g_ref)
             out.scale[g.helper] = f
             out.given[strs[i]] = g.device
-            if g.helper not in out.helpers:
-                out.helpers.append(g.helper)
-            if g.failed or not _valid(g.ms):
+            if g.failed or not _sound(g.ms)[1]:
                 timings[objs[i]] = [float("inf")] * 3
                 errors.setdefault(objs[i], RuntimeError(f"failed on {g.device} (a benchmark share)"))
             else:
@@ -232,15 +221,15 @@ def helper(client, dkey, objs: list, strs: List[str], bench: Bench) -> Dict[str,
     ref_ms: List[float] = []
     if ref is not None:
         t, e = bench([ref])
-        ref_ms = _as_list(t[ref])
-        if ref in e or not _valid(ref_ms) or _median(ref_ms) <= 0:
+        ref_ms, ok = _sound(t[ref])
+        if ref in e or not ok or _samples.median(ref_ms) <= 0:
             ref = None
     if ref is None:
         return dict(taken=done, reference=reference)  # not comparable: the holder takes it back
     while i is not None:
         t, e = bench([objs[i]])
-        ms = _as_list(t[objs[i]])
-        failed = objs[i] in e or not _valid(ms)
+        ms, ok = _sound(t[objs[i]])
+        failed = objs[i] in e or not ok
         nxt = i - 1
         take = strs[nxt] if nxt >= 0 and strs[nxt] != reference else None
         try:
