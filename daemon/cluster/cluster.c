@@ -345,6 +345,10 @@ static void do_resync(cluster *c) {
                 c->watch = w;
                 c->watch_rev = rev;
                 c->resyncs++;
+                /* A node that registered before this snapshot is in no
+                 * event of the new watch, and the monitor's last read may
+                 * predate it: read the registry again. */
+                c->nodes_dirty = 1;
                 pthread_mutex_unlock(&c->mu);
                 break;
             }
@@ -460,6 +464,7 @@ static void do_boot(cluster *c) {
                     pthread_mutex_lock(&c->mu);
                     c->watch = w;
                     c->watch_rev = from;
+                    c->nodes_dirty = 1; /* as in do_resync */
                     pthread_mutex_unlock(&c->mu);
                 } else if (need_watch) {
                     do_resync(c);
