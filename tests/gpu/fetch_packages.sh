@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Fetch the packages of the real-package GPU run (run_packages.py) from
+# PyPI into the folders it reads, for a GPU machine that has no network:
+#
+#   .whl/      liger-kernel 0.8.5, fla-core 0.6.0 (pure-Python wheels)
+#   .pkgsrc/   mamba_ssm 2.3.2.post1 (its Python package only: the Triton
+#              kernels need none of its CUDA extensions) and
+#              gemlite-0.6.0.post2/gemlite, unpacked from their sdists
+#
+#   tests/gpu/fetch_packages.sh
+#
+# Both folders are git-ignored: name them in what travels to the GPU
+# machine. mamba_ssm's sdist imports torch to describe itself, so its
+# download runs with $PYTHON (default: the Triton 3.6.0 venv of
+# tests/python/run_matrix.sh, else python3), which must have torch;
+# MAMBA_SKIP_CUDA_BUILD keeps it from compiling anything.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+VENVS=${DETD_VENV_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/detd-venvs}
+PY=${PYTHON:-}
+if [[ -z $PY ]]; then
+    PY=python3
+    [[ -x $VENVS/triton-3.6.0/bin/python ]] && PY=$VENVS/triton-3.6.0/bin/python
+fi
+"$PY" -c 'import torch' 2>/dev/null || {
+    echo "fetch_packages: $PY cannot import torch (mamba_ssm's sdist needs it); set PYTHON" >&2
+    exit 1
+}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$REPO"
+mkdir -p .whl .pkgsrc
+
+python3 -m pip download -q --no-deps --only-binary=:all: -d .whl \
+    liger-kernel==0.8.5 fla-core==0.6.0
+python3 -m pip download -q --no-deps --no-binary=:all: -d "$tmp" gemlite==0.6.0.post2
+MAMBA_SKIP_CUDA_BUILD=TRUE "$PY" -m pip download -q --no-deps --no-build-isolation \
+    --no-binary=:all: -d "$tmp" mamba_ssm==2.3.2.post1
+
+rm -rf .pkgsrc/gemlite-0.6.0.post2 .pkgsrc/mamba_ssm
+tar -xzf "$tmp/gemlite-0.6.0.post2.tar.gz" -C .pkgsrc
+tar -xzf "$tmp/mamba_ssm-2.3.2.post1.tar.gz" -C "$tmp"
+mv "$tmp/mamba_ssm-2.3.2.post1/mamba_ssm" .pkgsrc/mamba_ssm
+
+for p in .whl/liger_kernel-0.8.5-py3-none-any.whl .whl/fla_core-0.6.0-py3-none-any.whl \
+    .pkgsrc/gemlite-0.6.0.post2/gemlite/__init__.py .pkgsrc/mamba_ssm/ops/triton/ssd_combined.py; do
+    [[ -e $p ]] || { echo "fetch_packages: $p missing after the download" >&2; exit 1; }
+done
+du -sh .whl .pkgsrc
