@@ -41,8 +41,9 @@ struct coord {
     char error[256];
 };
 
-static int real_claim(void *ctx, const char *id, int64_t deadline_ms) {
-    return cluster_claim(ctx, id, deadline_ms);
+static int real_claim(void *ctx, const char *id, int recheck,
+                      int64_t deadline_ms) {
+    return cluster_claim(ctx, id, recheck, deadline_ms);
 }
 
 static int real_release(void *ctx, const char *id) {
@@ -178,10 +179,12 @@ static void drop_held(coord *c, struct ckey *k) {
     engine_release(c->d->engine, k->id, claim, clock_mono_ms());
 }
 
-static void start_claim(coord *c, struct ckey *k) {
+/* recheck: the periodic re-check of a claim held elsewhere, or a retry
+ * after etcd failed (cluster_claim reads before it writes). */
+static void start_claim(coord *c, struct ckey *k, int recheck) {
     if (k->claiming || k->held == NULL)
         return;
-    if (c->ops.claim(c->ops.ctx, k->id, k->held->deadline_ms) == 0)
+    if (c->ops.claim(c->ops.ctx, k->id, recheck, k->held->deadline_ms) == 0)
         k->claiming = 1;
 }
 
@@ -221,7 +224,7 @@ void coord_hold(coord *c, struct pending *p) {
     k->held = p;
     waiters_add(c->d->waiters, p);
     if (!k->remote)
-        start_claim(c, k);
+        start_claim(c, k, 0);
     else if (k->retry_at == 0)
         k->retry_at = clock_mono_ms() + COORD_RECLAIM_MS;
 }
@@ -282,7 +285,7 @@ int64_t coord_tick(coord *c, int64_t now) {
         }
         if (k->held != NULL && k->remote && !k->claiming &&
             k->retry_at <= now) {
-            start_claim(c, k);
+            start_claim(c, k, 1);
             k->retry_at = now + COORD_RECLAIM_MS;
         }
         if (k->held != NULL) {
@@ -372,7 +375,7 @@ void coord_event(coord *c, const struct cluster_event *ev) {
         k = ckey_find(c, ev->id);
         if (k != NULL && k->held != NULL && !k->ours) {
             k->remote = 0;
-            start_claim(c, k);
+            start_claim(c, k, 0);
         }
         break;
     case CLUSTER_EV_REVISION:

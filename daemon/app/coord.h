@@ -9,7 +9,9 @@
  *   - lost: keep holding it until the decision arrives (coord_decided(),
  *     from commit.c: answer DECIDED), or the other node's claim key
  *     disappears without a decision (its lease expired, its client
- *     died): claim again;
+ *     died): claim again; the watch reports that at once, and a
+ *     re-check every second (a read of the claim key, a transaction
+ *     only when it is gone) covers an event the watch missed;
  *   - etcd unreachable: keep trying until the asker's deadline, then
  *     answer UNAVAILABLE naming etcd. Never decide locally.
  * If the held asker goes away (cancelled, deadline) the local claim
@@ -37,7 +39,7 @@ typedef struct coord coord;
  * functions (coord_cluster_of()), or a test's. ctx is passed back. */
 struct coord_cluster {
     void *ctx;
-    int (*claim)(void *ctx, const char *id, int64_t deadline_ms);
+    int (*claim)(void *ctx, const char *id, int recheck, int64_t deadline_ms);
     int (*release)(void *ctx, const char *id);
     int (*commit)(void *ctx, const struct decision *row, uint64_t claim_id,
                   int64_t deadline_ms, uint64_t cookie);

@@ -207,6 +207,30 @@ static void do_claim(cluster *c, struct job *j) {
             err = cluster_stopping(c) ? DETD_ECANCELLED : DETD_EUNAVAILABLE;
             goto fail;
         }
+        if (j->recheck) {
+            /* Held by another node (the usual answer while its pass
+             * runs): say so without a write. Absent or ours: claim. */
+            struct etcd_kv kv = {0};
+            err = etcd_get(c->etcd, ckey, &kv, NULL);
+            note(c, err, "claim");
+            if (err == 0) {
+                char w[512];
+                cluster_value_writer(kv.value, kv.value_len, w, sizeof(w));
+                if (!is_mine(c, w)) {
+                    cluster_post(c, CLUSTER_EV_CLAIM_LOST, j->id, 0, 0,
+                                 kv.value, kv.value_len, 0, 0);
+                    etcd_kv_clear(&kv);
+                    goto out;
+                }
+                etcd_kv_clear(&kv);
+            } else if (err != DETD_ENOTFOUND) {
+                if (!transient(err) || clock_mono_ms() >= j->deadline_ms ||
+                    cluster_stopping(c))
+                    goto fail;
+                nap(c, CLUSTER_BACKOFF_MS);
+                continue;
+            }
+        }
         struct etcd_put_result r = {0};
         err = etcd_put_if_absent(c->etcd, ckey, val, strlen(val), lease, &r);
         note(c, err, "claim");
@@ -698,8 +722,17 @@ void cluster_close(cluster *c) {
 }
 
 /* See cluster.h. */
-int cluster_claim(cluster *c, const char *id, int64_t deadline_ms) {
-    return submit(c, JOB_CLAIM, id, NULL, 0, deadline_ms, 0);
+int cluster_claim(cluster *c, const char *id, int recheck,
+                  int64_t deadline_ms) {
+    struct job *j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return DETD_ENOMEM;
+    j->kind = JOB_CLAIM;
+    snprintf(j->id, sizeof(j->id), "%s", id);
+    j->deadline_ms = deadline_ms;
+    j->recheck = recheck != 0;
+    enqueue(c, j);
+    return 0;
 }
 
 /* See cluster.h. timeout_ms rides in the job's deadline field. */

@@ -154,10 +154,14 @@ void cluster_close(cluster *c);
 /*
  * Take the cluster-wide claim for id, retrying until deadline_ms
  * (clock_mono_ms clock). Answers CLAIMED, CLAIM_LOST, CLAIM_FAILED, or
- * DECISION when the key turns out to be decided. Returns 0 or
- * DETD_ENOMEM. Loop thread.
+ * DECISION when the key turns out to be decided. recheck: read the claim
+ * key first and send the claim transaction only when it is absent or
+ * this node's, so that re-checking a claim another node holds costs etcd
+ * a read, not a Raft proposal (a first claim skips the read: in the
+ * common case nobody holds it yet). Returns 0 or DETD_ENOMEM. Loop
+ * thread.
  */
-int cluster_claim(cluster *c, const char *id, int64_t deadline_ms);
+int cluster_claim(cluster *c, const char *id, int recheck, int64_t deadline_ms);
 
 /*
  * Commit a decision row (first writer wins, never leased), retrying until

@@ -52,6 +52,7 @@ struct job {
     size_t value_len;
     int64_t deadline_ms;
     uint64_t cookie;
+    int recheck; /* JOB_CLAIM: read the claim key before the transaction */
     struct job *next;
 };
 

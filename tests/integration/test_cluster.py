@@ -670,16 +670,21 @@ def test_verify_cluster_pages_through_every_node(tmpdir_short, etcd, nodes):
     assert d["key"] == "[i:2555]", d
 
 
-def etcd_ranges(etcd):
-    """Range requests every member of the cluster served so far."""
+def etcd_calls(etcd, method="Range"):
+    """Requests of a gRPC method (Range, Txn, ...) every member of the
+    cluster served so far."""
     import urllib.request
     total = 0
     for i in range(etcd.size):
         with urllib.request.urlopen(etcd.endpoint(i) + "/metrics", timeout=5) as r:
             for line in r.read().decode().splitlines():
-                if line.startswith("grpc_server_handled_total{") and 'grpc_method="Range"' in line:
+                if line.startswith("grpc_server_handled_total{") and f'grpc_method="{method}"' in line:
                     total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def etcd_ranges(etcd):
+    return etcd_calls(etcd, "Range")
 
 
 def test_idle_daemons_do_not_read_the_registry_every_second(tmpdir_short, etcd, nodes):
@@ -697,6 +702,27 @@ def test_idle_daemons_do_not_read_the_registry_every_second(tmpdir_short, etcd, 
     ns += nodes(1)
     wait_for(lambda: all(len(json.loads(detctl("--socket", nd.socket, "status", "--json").stdout)["etcd"]["nodes"])
                          == 4 for nd in ns), 10, "the new node in every daemon's status")
+
+
+def test_waiting_nodes_recheck_a_held_claim_by_reading_it(tmpdir_short, etcd, nodes):
+    """While one node's rank times a key for 4 s, the nodes waiting for it
+    re-check the claim every second by reading the claim key, not by
+    writing: the whole pass costs etcd one claim transaction per node and
+    the commit's, however long it runs (one re-claim transaction per
+    waiting node and second before)."""
+    ns = nodes(3)
+    wait_for(lambda: all(len(json.loads(detctl("--socket", nd.socket, "status", "--json").stdout)["etcd"]["nodes"])
+                         == 3 for nd in ns), 10, "3 nodes registered")
+    time.sleep(1.5)
+    txn0, range0 = etcd_calls(etcd, "Txn"), etcd_calls(etcd, "Range")
+    res = storm(tmpdir_short, ns, 1, 1, "recheck:", sleep_ms=4000)
+    txn, ranges = etcd_calls(etcd, "Txn") - txn0, etcd_calls(etcd, "Range") - range0
+    passes = check_agreement(res, ns, etcd, 1, "recheck:")
+    assert list(passes.values()) == [1], passes
+    # 3 claims, the decision's put-if-absent, the claim key's release.
+    assert txn <= 3 + 2, f"{txn} Txn requests for one key timed for 4 s on 3 nodes"
+    # The two waiting nodes re-checked about every second, by reading.
+    assert ranges >= 2 * 2, f"{ranges} Range requests: the waiting nodes did not re-check"
 
 
 def boot_retries(port):

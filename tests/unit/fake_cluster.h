@@ -27,15 +27,18 @@ struct fake_cluster {
     int n_claims, n_releases, n_commits;
     char claims[FAKE_CLUSTER_MAX][65];
     int64_t claim_deadlines[FAKE_CLUSTER_MAX];
+    int claim_rechecks[FAKE_CLUSTER_MAX]; /* the recheck argument */
     char releases[FAKE_CLUSTER_MAX][65];
     struct fake_commit commits[FAKE_CLUSTER_MAX];
 };
 
-static int fake_claim(void *ctx, const char *id, int64_t deadline_ms) {
+static int fake_claim(void *ctx, const char *id, int recheck,
+                      int64_t deadline_ms) {
     struct fake_cluster *f = ctx;
     CHECK(f->n_claims < FAKE_CLUSTER_MAX);
     snprintf(f->claims[f->n_claims], 65, "%s", id);
     f->claim_deadlines[f->n_claims] = deadline_ms;
+    f->claim_rechecks[f->n_claims] = recheck;
     f->n_claims++;
     return f->claim_rc;
 }

@@ -155,6 +155,7 @@ TEST(claim_won_designates_the_first_asker) {
     CHECK_EQ_INT(FC.n_claims, 1);
     CHECK_STR(FC.claims[0], R1.id);
     CHECK_EQ_INT(FC.claim_deadlines[0], dl);
+    CHECK_EQ_INT(FC.claim_rechecks[0], 0); /* a first claim writes at once */
     rpc_call *b = ask(R1.id, 2, 2, dl, INT64_MAX, &des);
     CHECK_EQ_INT(des, 0);
     CHECK_EQ_INT(FC.n_claims, 1);
@@ -201,12 +202,14 @@ TEST(claim_lost_holds_and_retries) {
     next = coord_tick(D.coord, next - 1);
     CHECK_EQ_INT(FC.n_claims, 1);
     CHECK(next >= before + RECLAIM_MS && next <= after + RECLAIM_MS);
-    /* At it: claimed again, with the asker's deadline. */
+    /* At it: claimed again, with the asker's deadline, as a re-check (a
+     * read of the claim key first: no etcd write while it is held). */
     int64_t t = after + RECLAIM_MS;
     coord_tick(D.coord, t);
     CHECK_EQ_INT(FC.n_claims, 2);
     CHECK_STR(FC.claims[1], R1.id);
     CHECK_EQ_INT(FC.claim_deadlines[1], dl);
+    CHECK_EQ_INT(FC.claim_rechecks[1], 1);
     /* In flight: the next ticks do not claim twice. */
     coord_tick(D.coord, t + 5 * RECLAIM_MS);
     CHECK_EQ_INT(FC.n_claims, 2);
@@ -228,10 +231,12 @@ TEST(claim_gone_claims_again) {
     rpc_call *a = ask(R1.id, 1, 1, clock_mono_ms() + 600000, INT64_MAX, NULL);
     event(CLUSTER_EV_CLAIM_LOST, R1.id, 0, NULL);
     CHECK_EQ_INT(FC.n_claims, 1);
-    /* The other node's claim key went away: claim at once, no tick. */
+    /* The other node's claim key went away: claim at once, no tick, and
+     * no read first (the watch said it is gone). */
     event(CLUSTER_EV_CLAIM_GONE, R1.id, 0, NULL);
     CHECK_EQ_INT(FC.n_claims, 2);
     CHECK_STR(FC.claims[1], R1.id);
+    CHECK_EQ_INT(FC.claim_rechecks[1], 0);
     /* Again while that claim is in flight: not twice. */
     event(CLUSTER_EV_CLAIM_GONE, R1.id, 0, NULL);
     CHECK_EQ_INT(FC.n_claims, 2);
