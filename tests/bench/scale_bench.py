@@ -19,7 +19,9 @@ address on that bridge (a veth pair each), are measured in phases:
            keep-alives, the status monitor), per daemon and second.
   seq      --keys new keys, one at a time; for each, one client on every
            node asks at once (threads, libdetd through ctypes). The node that
-           gets DESIGNATED reports at once (no timing pass): miss latency
+           gets DESIGNATED reports after --pass-ms (default 0: at once; a
+           timing pass's length shows what the waiting nodes cost etcd
+           while it runs): miss latency
            (to DESIGNATED), commit latency (Report), cluster-wide latency
            (until the last node's answer) and propagation (the committing
            daemon's log line to the slowest other daemon's, ms timestamps).
@@ -435,8 +437,8 @@ class Clients:
         for c in self.cl:
             self.lib.detd_client_close(c)
 
-    def ask(self, i, keystr, timeout_ms):
-        """Decide on node i; report at once when designated. Returns
+    def ask(self, i, keystr, timeout_ms, pass_s=0.0):
+        """Decide on node i; report after pass_s when designated. Returns
         (outcome, t_decide_s, t_report_s or None) or an error string."""
         key = Key(None, b"sm90", b"scale:kernel@0", keystr.encode(), self.arr, 4)
         ans = ctypes.POINTER(Answer)()
@@ -450,6 +452,7 @@ class Clients:
         claim = ans.contents.claim_id
         self.lib.detd_answer_free(ans)
         if out == DESIGNATED:
+            time.sleep(pass_s)  # the timing pass
             rep = ctypes.POINTER(Answer)()
             rc = self.lib.detd_report(self.cl[i], claim, ctypes.byref(key),
                                       self.tarr, 4, b"3.6.0", timeout_ms,
@@ -464,7 +467,7 @@ class Clients:
         return (out, t1 - t0, None)
 
 
-def seq_phase(fleet, cl, prefix, keys, deadline):
+def seq_phase(fleet, cl, prefix, keys, deadline, pass_s=0.0):
     n = len(cl.idx)
     rows, errors = [], []
     bar = threading.Barrier(n + 1)
@@ -478,7 +481,7 @@ def seq_phase(fleet, cl, prefix, keys, deadline):
             if k is None:
                 return
             t = time.perf_counter()
-            r = cl.ask(i, k, 30000)
+            r = cl.ask(i, k, 30000 + int(pass_s * 1000), pass_s)
             res[i] = (r, time.perf_counter() - t) if not isinstance(r, str) else r
             bar.wait()
 
@@ -602,10 +605,10 @@ def run_config(root, net, etcd, m, n, a):
             epids = [x["pid"] for x in etcd.members if x.get("pid")]
             c0 = (sum(cpu_s(p) for p in fleet.pids()), sum(cpu_s(p) for p in epids))
             s0 = etcd_snapshot(etcd)
-            rows, errors = seq_phase(fleet, cl, f"{ns_name}q", a.keys, deadline)
+            rows, errors = seq_phase(fleet, cl, f"{ns_name}q", a.keys, deadline, a.pass_ms / 1e3)
             s1 = etcd_snapshot(etcd)
             c1 = (sum(cpu_s(p) for p in fleet.pids()), sum(cpu_s(p) for p in epids))
-            out["seq"] = {"keys": len(rows), "asked": a.keys, "errors": errors[:5],
+            out["seq"] = {"keys": len(rows), "asked": a.keys, "pass_ms": a.pass_ms, "errors": errors[:5],
                           "n_errors": len(errors),
                           "miss": [r["miss"] * 1e3 for r in rows],
                           "commit": [r["commit"] * 1e3 for r in rows],
@@ -698,8 +701,10 @@ def table(res):
               f"{f1(pct(s['commit'], 50))} | {f1(pct(s['commit'], 99))} | "
               f"{f1(pct(s['all'], 50))} | {f1(pct(s['all'], 99))} | "
               f"{f1(pct(r['prop'], 50))} | {f1(pct(r['prop'], 99))} | {kps} |")
+    passes = sorted({r["seq"].get("pass_ms", 0) for r in res if r.get("seq")})
     print("\netcd cost per decided key (every node asking it; the idle rate "
-          "subtracted), idle load per daemon, memory.")
+          "subtracted; the timing pass held " + "/".join(map(str, passes or [0])) +
+          " ms), idle load per daemon, memory.")
     print("| etcd | N | requests/key | writes/key (Txn, Put, Delete) | Txn/key (claims + commit) |"
           " Raft proposals/key | WAL bytes/key | watch msgs/key | bytes sent/key |"
           " bytes recv/key | CPU ms/key: daemons, etcd | idle req/daemon/s |"
@@ -842,6 +847,8 @@ def main():
     ap.add_argument("--members", default="3,5")
     ap.add_argument("--keys", type=int, default=30)
     ap.add_argument("--burst", type=int, default=60)
+    ap.add_argument("--pass-ms", type=int, default=0,
+                    help="seq: the designated node reports after this long")
     ap.add_argument("--idle-s", type=float, default=10.0)
     ap.add_argument("--storm-timeout", type=float, default=90.0)
     ap.add_argument("--late-s", type=float, default=5.0,
