@@ -114,12 +114,15 @@ static void enqueue(cluster *c, struct job *j) {
     pthread_mutex_unlock(&c->mu);
 }
 
-static int submit(cluster *c, enum job_kind kind, const char *id, char *value,
-                  size_t value_len, int64_t deadline_ms, uint64_t cookie) {
+/* A job of kind for id (NULL: none) owning value; NULL when out of
+ * memory, value freed. */
+static struct job *job_new(enum job_kind kind, const char *id, char *value,
+                           size_t value_len, int64_t deadline_ms,
+                           uint64_t cookie) {
     struct job *j = calloc(1, sizeof(*j));
     if (j == NULL) {
         free(value);
-        return DETD_ENOMEM;
+        return NULL;
     }
     j->kind = kind;
     snprintf(j->id, sizeof(j->id), "%s", id != NULL ? id : "");
@@ -127,6 +130,14 @@ static int submit(cluster *c, enum job_kind kind, const char *id, char *value,
     j->value_len = value_len;
     j->deadline_ms = deadline_ms;
     j->cookie = cookie;
+    return j;
+}
+
+static int submit(cluster *c, enum job_kind kind, const char *id, char *value,
+                  size_t value_len, int64_t deadline_ms, uint64_t cookie) {
+    struct job *j = job_new(kind, id, value, value_len, deadline_ms, cookie);
+    if (j == NULL)
+        return DETD_ENOMEM;
     enqueue(c, j);
     return 0;
 }
@@ -149,11 +160,13 @@ static int64_t wait_lease(cluster *c, int64_t deadline_ms) {
     return id;
 }
 
-/* Our writer prefix followed by '/' (or the end): this process wrote it. */
-static int is_mine(const cluster *c, const char *writer) {
-    size_t n = strlen(c->writer);
-    return strncmp(writer, c->writer, n) == 0 &&
-           (writer[n] == '\0' || writer[n] == '/');
+/* Whether the claim value v (n bytes) names our writer prefix followed by
+ * '/' (or the end): this process wrote it. */
+static int value_is_mine(const cluster *c, const unsigned char *v, size_t n) {
+    char w[512];
+    cluster_value_writer(v, n, w, sizeof(w));
+    size_t len = strlen(c->writer);
+    return strncmp(w, c->writer, len) == 0 && (w[len] == '\0' || w[len] == '/');
 }
 
 /* Delete our claim key for id if it still holds our writer. */
@@ -166,10 +179,9 @@ static void release_claim(cluster *c, const char *id, int64_t deadline_ms) {
         int err = etcd_get(c->etcd, key, &kv, NULL);
         note(c, err, "release claim");
         if (err == 0) {
-            char w[512];
-            cluster_value_writer(kv.value, kv.value_len, w, sizeof(w));
+            int mine = value_is_mine(c, kv.value, kv.value_len);
             etcd_kv_clear(&kv);
-            if (!is_mine(c, w))
+            if (!mine)
                 break;
             err = etcd_delete(c->etcd, key, 0, NULL, NULL);
             note(c, err, "release claim");
@@ -213,31 +225,22 @@ static void do_claim(cluster *c, struct job *j) {
             struct etcd_kv kv = {0};
             err = etcd_get(c->etcd, ckey, &kv, NULL);
             note(c, err, "claim");
-            if (err == 0) {
-                char w[512];
-                cluster_value_writer(kv.value, kv.value_len, w, sizeof(w));
-                if (!is_mine(c, w)) {
-                    cluster_post(c, CLUSTER_EV_CLAIM_LOST, j->id, 0, 0,
-                                 kv.value, kv.value_len, 0, 0);
-                    etcd_kv_clear(&kv);
-                    goto out;
-                }
-                etcd_kv_clear(&kv);
-            } else if (err != DETD_ENOTFOUND) {
-                if (!transient(err) || clock_mono_ms() >= j->deadline_ms ||
-                    cluster_stopping(c))
-                    goto fail;
-                nap(c, CLUSTER_BACKOFF_MS);
-                continue;
-            }
+            int lost = err == 0 && !value_is_mine(c, kv.value, kv.value_len);
+            if (lost)
+                cluster_post(c, CLUSTER_EV_CLAIM_LOST, j->id, 0, 0, kv.value,
+                             kv.value_len, 0, 0);
+            etcd_kv_clear(&kv);
+            if (lost)
+                goto out;
+            if (err != 0 && err != DETD_ENOTFOUND)
+                goto retry;
         }
         struct etcd_put_result r = {0};
         err = etcd_put_if_absent(c->etcd, ckey, val, strlen(val), lease, &r);
         note(c, err, "claim");
         if (err == 0) {
-            char w[512];
-            cluster_value_writer(r.kv.value, r.kv.value_len, w, sizeof(w));
-            int mine = r.won || r.same_value || is_mine(c, w);
+            int mine = r.won || r.same_value ||
+                       value_is_mine(c, r.kv.value, r.kv.value_len);
             if (!mine) {
                 cluster_post(c, CLUSTER_EV_CLAIM_LOST, j->id, 0, 0, r.kv.value,
                              r.kv.value_len, 0, 0);
@@ -271,6 +274,7 @@ static void do_claim(cluster *c, struct job *j) {
             drop_claim_key(c, ckey);
             goto fail;
         }
+    retry:
         if (!transient(err) || clock_mono_ms() >= j->deadline_ms ||
             cluster_stopping(c))
             goto fail;
@@ -724,12 +728,9 @@ void cluster_close(cluster *c) {
 /* See cluster.h. */
 int cluster_claim(cluster *c, const char *id, int recheck,
                   int64_t deadline_ms) {
-    struct job *j = calloc(1, sizeof(*j));
+    struct job *j = job_new(JOB_CLAIM, id, NULL, 0, deadline_ms, 0);
     if (j == NULL)
         return DETD_ENOMEM;
-    j->kind = JOB_CLAIM;
-    snprintf(j->id, sizeof(j->id), "%s", id);
-    j->deadline_ms = deadline_ms;
     j->recheck = recheck != 0;
     enqueue(c, j);
     return 0;
@@ -747,19 +748,13 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
         return DETD_ENOMEM;
     }
     memcpy(v, req, req_len);
-    struct job *j = calloc(1, sizeof(*j));
+    struct job *j = job_new(JOB_FANOUT, NULL, v, req_len, timeout_ms, cookie);
     if (j == NULL) {
-        free(v);
         free(m);
         return DETD_ENOMEM;
     }
-    j->kind = JOB_FANOUT;
-    j->value = v;
-    j->value_len = req_len;
     j->method = m;
     j->pager = pager;
-    j->deadline_ms = timeout_ms;
-    j->cookie = cookie;
     enqueue(c, j);
     return 0;
 }

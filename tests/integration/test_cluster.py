@@ -683,8 +683,10 @@ def etcd_calls(etcd, method="Range"):
     return total
 
 
-def etcd_ranges(etcd):
-    return etcd_calls(etcd, "Range")
+def wait_registered(ns, n, what):
+    """Until every daemon of ns lists n registered nodes in its status."""
+    wait_for(lambda: all(len(json.loads(detctl("--socket", nd.socket, "status", "--json").stdout)["etcd"]["nodes"])
+                         == n for nd in ns), 10, what)
 
 
 def test_idle_daemons_do_not_read_the_registry_every_second(tmpdir_short, etcd, nodes):
@@ -692,16 +694,14 @@ def test_idle_daemons_do_not_read_the_registry_every_second(tmpdir_short, etcd, 
     every 30 s), not every second: 3 idle daemons make no Range request in
     6 s; a node that joins is in every daemon's status within seconds."""
     ns = nodes(3)
-    wait_for(lambda: all(len(json.loads(detctl("--socket", nd.socket, "status", "--json").stdout)["etcd"]["nodes"])
-                         == 3 for nd in ns), 10, "3 nodes registered")
+    wait_registered(ns, 3, "3 nodes registered")
     time.sleep(1.5)  # the reads the joins caused are done
-    before = etcd_ranges(etcd)
+    before = etcd_calls(etcd, "Range")
     time.sleep(6)
-    idle = etcd_ranges(etcd) - before
+    idle = etcd_calls(etcd, "Range") - before
     assert idle == 0, f"{idle} Range requests from 3 idle daemons in 6 s"
     ns += nodes(1)
-    wait_for(lambda: all(len(json.loads(detctl("--socket", nd.socket, "status", "--json").stdout)["etcd"]["nodes"])
-                         == 4 for nd in ns), 10, "the new node in every daemon's status")
+    wait_registered(ns, 4, "the new node in every daemon's status")
 
 
 def test_waiting_nodes_recheck_a_held_claim_by_reading_it(tmpdir_short, etcd, nodes):
@@ -711,8 +711,7 @@ def test_waiting_nodes_recheck_a_held_claim_by_reading_it(tmpdir_short, etcd, no
     the commit's, however long it runs (one re-claim transaction per
     waiting node and second before)."""
     ns = nodes(3)
-    wait_for(lambda: all(len(json.loads(detctl("--socket", nd.socket, "status", "--json").stdout)["etcd"]["nodes"])
-                         == 3 for nd in ns), 10, "3 nodes registered")
+    wait_registered(ns, 3, "3 nodes registered")
     time.sleep(1.5)
     txn0, range0 = etcd_calls(etcd, "Txn"), etcd_calls(etcd, "Range")
     res = storm(tmpdir_short, ns, 1, 1, "recheck:", sleep_ms=4000)
