@@ -373,8 +373,9 @@ class Harness:
                                                 do_partition, do_daemon_down):
                 heapq.heappop(actions)
                 continue
-            if t > now():
-                time.sleep(min(t - now(), 0.05))
+            wait = t - now()  # read the clock once: it moves between two reads
+            if wait > 0:
+                time.sleep(min(wait, 0.05))
                 continue
             heapq.heappop(actions)
             fn(*args)
