@@ -16,7 +16,8 @@ Writes JSON: ``choices`` ((kernel, key) -> the config or choice used),
 ``sources`` (its source: timed, local, ...), ``timed`` (the keys this process ran a timing pass for), ``losses`` (exact
 bit patterns, every step), ``grads`` (SHA-256 of all gradients' bytes,
 every step), ``step_ms`` (CUDA-event time of each step after warm-up) and
-``compile_s``.
+``compile_s``; with --profile-steps, ``kernels_us`` (GPU kernel name ->
+[launches, microseconds per step]).
 """
 
 import argparse
@@ -37,6 +38,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--profile-steps", type=int, default=0,
+                    help="after the timed steps, run this many more under torch.profiler and write "
+                         "each GPU kernel's count and total time (``kernels_us``)")
     ap.add_argument("--dims", default="512,2048,256,512", help="d_in,d_hid,n_cls,batch")
     a = ap.parse_args()
 
@@ -93,6 +97,26 @@ def main():
         if i >= a.warmup:
             step_ms.append(start.elapsed_time(end))
 
+    kernels_us = {}
+    if a.profile_steps > 0:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(a.profile_steps):
+                loss = compiled(xs[i], ys[i], *params)
+                loss.backward()
+                with torch.no_grad():
+                    for p in params:
+                        p -= 0.05 * p.grad
+                        p.grad = None
+            torch.cuda.synchronize()
+        for ev in prof.key_averages():
+            us = getattr(ev, "device_time_total", None)
+            if us is None:
+                us = getattr(ev, "cuda_time_total", 0)
+            if us > 0:
+                kernels_us[ev.key] = [ev.count, us / a.profile_steps]
+
     choices, sources, timed, kernels = {}, {}, [], 0
     for t in detd.autotuners():
         if t.get("kind") != "inductor" or t["kernel"] == "inductor::*":
@@ -110,7 +134,7 @@ def main():
         st = ident.split(" ", 1)[1].split(",", 1)[0].lstrip("[").replace('s:"', "").rstrip('"')
         stages[st] = stages.get(st, 0) + 1
     doc = dict(pid=os.getpid(), mode=a.mode, stages=stages, choices=choices, sources=sources, timed=timed, kernels=kernels, losses=losses,
-               grads=grads, step_ms=step_ms, compile_s=compile_s, status=status[0] if status else None,
+               grads=grads, step_ms=step_ms, compile_s=compile_s, kernels_us=kernels_us, status=status[0] if status else None,
                torch=torch.__version__, device=torch.cuda.get_device_name())
     with open(a.out, "w") as f:
         json.dump(doc, f)
