@@ -18,9 +18,12 @@ unpacked source in .pkgsrc/ (mamba_ssm, gemlite-0.6.0.post2/gemlite).
 Each package runs in its own try block: one that fails prints its error
 line and the others go on. Binaries: .gpu/ from tests/gpu/bundle.sh (as
 run_gpu.py). --quick: 4 processes, fewer ops and shapes, no kernel-time
-comparison. The whole run is sized for about 8 minutes (Triton's compile
-cache is shared by every process of a package, so only the first run
-compiles).
+comparison. Triton's compile cache is shared by every process of a
+package, so only the first run compiles. Each phase prints a progress line
+(package, phase, seconds so far) as it ends, so a run cut off by a time
+limit still shows how far it got. liger and fla together did not finish
+in 440 s on the H200 (2026-12-02): under a 10-minute limit per command, run
+one or two packages per command.
 """
 
 import argparse
@@ -80,7 +83,11 @@ def run_package(pkg, a, root):
     work = tempfile.mkdtemp(prefix=f"{pkg}-", dir=root)
     row = dict(package=pkg)
     t0 = time.time()
+    def progress(phase):
+        print(f"{pkg}: {phase} done, {time.time() - t0:.0f} s", flush=True)
+
     default = procs(a.procs, pkg, "default", work, "default", a.quick)
+    progress("default Triton")
     row["errors"] = sorted({f"{op}: {err}" for r in default for op, err in r["errors"].items()})
     cd, dd = spread(default, "configs"), spread(default, "digests")
     row["keys"] = len(cd)
@@ -92,9 +99,11 @@ def run_package(pkg, a, root):
     try:
         run1 = procs(a.procs, pkg, "detd", work, "detd1", a.quick, extra={"DETD_MODE": "coordinated"})
         st1 = d.status()
+        progress("detd run 1")
         rerun = procs(a.procs, pkg, "detd", work, "detd2", a.quick, extra={"DETD_MODE": "coordinated"},
                       per_rank=lambda r: {"DETD_AUDIT": "1"} if r == 0 else {})
         st2 = d.status()
+        progress("detd rerun")
         v = d.detctl("verify", "--json")
         verify = json.loads(v.stdout) if v.stdout.strip() else {}
     finally:
@@ -134,6 +143,7 @@ def run_package(pkg, a, root):
         row["time_entries"] = len(fresh["compare"])
         row["time_rows"] = fresh["compare"]
     row["seconds"] = round(time.time() - t0, 1)
+    progress("kernel time" if not a.quick else "all")
     return row
 
 
