@@ -62,6 +62,41 @@ def selections(r):
     return {k: v for k, v in r["choices"].items() if '[s:"select"' in k}
 
 
+def summarize(rows, default, detd, passes):
+    """The comparison, from the rounds' rows ((round, order, default ms,
+    detd ms, compile s, compile s)), the processes' results and the detd
+    timing passes of each round."""
+    md = statistics.median(r[2] for r in rows)
+    mx = statistics.median(r[3] for r in rows)
+    mean_ratio = statistics.mean(r[3] for r in rows) / statistics.mean(r[2] for r in rows)
+    sel_x = selections(detd[0])
+    others = {k: c for k, c in detd[0]["choices"].items() if k not in sel_x}
+
+    def per_kernel(rs):
+        names = {n for r in rs for n in r.get("kernels_us") or {}}
+        return {n: statistics.mean((r.get("kernels_us") or {}).get(n, [0, 0.0])[1] for r in rs) for n in names}
+
+    detd_choices = [r["choices"] for r in detd]
+    detd_losses = [r["losses"] for r in detd]
+    return dict(
+        default_ms=md, detd_ms=mx, ratio=mx / md, mean_ratio=mean_ratio,
+        default_spread=max(r[2] for r in rows) / min(r[2] for r in rows),
+        detd_spread=max(r[3] for r in rows) / min(r[3] for r in rows),
+        selections=sel_x,
+        same_selection={k: sum(1 for r in default if selections(r).get(k) == c) for k, c in sel_x.items()},
+        other_keys=len(others),
+        differ={k: [str(r["choices"].get(k)) for r in default] for k, c in others.items()
+                if any(r["choices"].get(k) != c for r in default)},
+        kernels_default=per_kernel(default), kernels_detd=per_kernel(detd),
+        checks={
+            "detd step time within 1% of default (median over rounds)": mx / md <= 1.01,
+            "first detd process timed its keys": passes[0] > 0,
+            "later detd processes timed nothing": all(p == 0 for p in passes[1:]),
+            "detd choices identical in every round": all(c == detd_choices[0] for c in detd_choices),
+            "detd losses bit-identical in every round": all(x == detd_losses[0] for x in detd_losses),
+        })
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -110,55 +145,37 @@ def main():
           f"{'compile s def/detd':>18s} {'detd passes':>11s}")
     for (i, order, sd, sx, cd, cx), p in zip(rows, passes):
         print(f"{i:5d} {order:16s} {sd:10.3f} {sx:9.3f} {sx / sd:11.4f}x {cd:8.1f}/{cx:<9.1f} {p:11d}")
-    md = statistics.median(r[2] for r in rows)
-    mx = statistics.median(r[3] for r in rows)
-    spread = max(r[2] for r in rows) / min(r[2] for r in rows)
-    spread_x = max(r[3] for r in rows) / min(r[3] for r in rows)
-    ratio = mx / md
-    print(f"median over rounds: default {md:.3f} ms, detd {mx:.3f} ms: detd/default {ratio:.4f}x "
-          f"({(ratio - 1) * 100:+.2f}%)")
-    print(f"noise floor: the default's own rounds span {((spread - 1) * 100):.2f}% (max/min); "
-          f"detd's rounds span {((spread_x - 1) * 100):.2f}%")
-    sel_x = selections(detd[0])
-    same_sel = {k: sum(1 for r in default if selections(r).get(k) == c) for k, c in sel_x.items()}
+    m = summarize(rows, default, detd, passes)
+    print(f"median over rounds: default {m['default_ms']:.3f} ms, detd {m['detd_ms']:.3f} ms: detd/default "
+          f"{m['ratio']:.4f}x ({(m['ratio'] - 1) * 100:+.2f}%); means: {m['mean_ratio']:.4f}x")
+    print(f"noise floor: the default's own rounds span {((m['default_spread'] - 1) * 100):.2f}% (max/min); "
+          f"detd's rounds span {((m['detd_spread'] - 1) * 100):.2f}%")
+    sel_x = m["selections"]
     print(f"GEMM selections: {len(sel_x)} keys; default rounds choosing detd's algorithm, per key: "
-          f"{sorted(same_sel.values())} of {len(default)}")
+          f"{sorted(m['same_selection'].values())} of {len(default)}")
     for k, c in sorted(sel_x.items()):
         dflt = sorted({str(selections(r).get(k)) for r in default})
         print(f"  {k[:90]}\n      detd {c}; default {dflt}")
-    others = {k: c for k, c in detd[0]["choices"].items() if k not in sel_x}
-    differ = {k: [str(r["choices"].get(k)) for r in default] for k, c in others.items()
-              if any(r["choices"].get(k) != c for r in default)}
-    print(f"pointwise/reduction keys: {len(others)}; on which a default round chose another config: {len(differ)}")
-    for k in sorted(differ):
-        print(f"  {k[:90]}\n      detd {others[k]}; default {differ[k]}")
-    if detd[0].get("kernels_us"):
-        def per_kernel(rs):
-            names = {n for r in rs for n in r["kernels_us"]}
-            return {n: statistics.mean(r["kernels_us"].get(n, [0, 0.0])[1] for r in rs) for n in names}
-        kd, kx = per_kernel(default), per_kernel(detd)
+    print(f"pointwise/reduction keys: {m['other_keys']}; on which a default round chose another config: "
+          f"{len(m['differ'])}")
+    for k in sorted(m["differ"]):
+        print(f"  {k[:90]}\n      detd {detd[0]['choices'][k]}; default {m['differ'][k]}")
+    kd, kx = m["kernels_default"], m["kernels_detd"]
+    if kx:
         print(f"GPU time per step by kernel (torch.profiler, {a.profile_steps} steps per process, mean over "
               f"rounds): default {sum(kd.values()) / 1000:.3f} ms, detd {sum(kx.values()) / 1000:.3f} ms; "
               f"largest differences:")
         names = sorted(set(kd) | set(kx), key=lambda n: -abs(kx.get(n, 0) - kd.get(n, 0)))
         for n in names[:12]:
             print(f"  {kd.get(n, 0):9.1f} us {kx.get(n, 0):9.1f} us {kx.get(n, 0) - kd.get(n, 0):+8.1f}  {n[:80]}")
-    detd_choices = [r["choices"] for r in detd]
-    detd_losses = [r["losses"] for r in detd]
-    checks = {
-        "detd step time within 1% of default (median over rounds)": ratio <= 1.01,
-        "first detd process timed its keys": passes[0] > 0,
-        "later detd processes timed nothing": all(p == 0 for p in passes[1:]),
-        "detd choices identical in every round": all(c == detd_choices[0] for c in detd_choices),
-        "detd losses bit-identical in every round": all(x == detd_losses[0] for x in detd_losses),
-        "detctl verify": v.returncode == 0,
-    }
+    checks = dict(m["checks"], **{"detctl verify": v.returncode == 0})
     print(f"detctl verify exit {v.returncode}: {v.stdout.strip().splitlines()[-1] if v.stdout.strip() else ''}; "
           f"daemon exit {rc}; wall {time.time() - t_start:.0f} s")
     for name, ok in checks.items():
         print(f"  {'ok ' if ok else 'FAIL'} {name}")
-    json.dump(dict(dims=a.dims, steps=a.steps, rows=rows, passes=passes, ratio=ratio, default_spread=spread,
-                   detd_spread=spread_x, checks=checks,
+    json.dump(dict(dims=a.dims, steps=a.steps, rows=rows, passes=passes, ratio=m["ratio"],
+                   mean_ratio=m["mean_ratio"], default_spread=m["default_spread"],
+                   detd_spread=m["detd_spread"], checks=checks,
                    step_ms={"default": [r["step_ms"] for r in default], "detd": [r["step_ms"] for r in detd]},
                    choices={"detd": detd[0]["choices"], "default": [r["choices"] for r in default]},
                    kernels_us={"detd": [r["kernels_us"] for r in detd],

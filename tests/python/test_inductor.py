@@ -255,3 +255,37 @@ def test_gpu_script_summary():
     assert s["keys"] == 2 and s["disagree"] == 1 and s["timing_passes"] == 2
     assert s["timed"]["k1 key"] == 1 and not s["losses_identical"] and s["grads_identical"]
     assert s["step_ms"] == 2.0
+
+
+def test_gpu_step_script_summary():
+    """The GPU step-time comparison (tests/gpu/run_inductor_step.py) on the
+    five rounds the README quotes, with made-up choices and profiles: the
+    ratios, the default's spread, the keys chosen differently, and a
+    check that fails when a later detd process timed a key."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
+    import run_inductor_step as ris
+
+    sel = 'inductor::mm@1 [s:"select",s:"x"]'
+    red = 'inductor::triton_red_1@2 [s:"coordesc",s:"y"]'
+
+    def proc(red_cfg, us, losses=("1",)):
+        return dict(choices={sel: "extern:mm@a", red: red_cfg}, losses=list(losses),
+                    kernels_us={"gemm": [6, 9000.0], "triton_red_1": [1, us]})
+
+    ms = [(10.121, 10.258), (10.177, 10.079), (10.109, 10.107), (10.015, 10.175), (10.179, 10.132)]
+    rows = [(i + 1, "default/detd", d, x, 70.0, 30.0) for i, (d, x) in enumerate(ms)]
+    default = [proc("R0_BLOCK=2048", 284.0) for _ in ms]
+    detd = [proc("R0_BLOCK=1024", 320.0) for _ in ms]
+    m = ris.summarize(rows, default, detd, [17, 0, 0, 0, 0])
+    assert round(m["ratio"], 4) == 1.0011 and round(m["mean_ratio"], 4) == 1.0030
+    assert round((m["default_spread"] - 1) * 100, 2) == 1.64
+    assert m["selections"] == {sel: "extern:mm@a"} and m["same_selection"] == {sel: 5}
+    assert m["other_keys"] == 1 and m["differ"] == {red: ["R0_BLOCK=2048"] * 5}
+    assert m["kernels_detd"]["triton_red_1"] - m["kernels_default"]["triton_red_1"] == 36.0
+    assert all(m["checks"].values()), m["checks"]
+
+    bad = ris.summarize(rows, default, detd[:4] + [proc("R0_BLOCK=1024", 320.0, ("2",))], [17, 0, 3, 0, 0])
+    assert not bad["checks"]["later detd processes timed nothing"]
+    assert not bad["checks"]["detd losses bit-identical in every round"]
+    slow = ris.summarize([(1, "default/detd", 10.0, 10.2, 70.0, 70.0)], default[:1], detd[:1], [17])
+    assert not slow["checks"]["detd step time within 1% of default (median over rounds)"]
