@@ -54,7 +54,16 @@ a fault costs a waiter at most:
   daemon_kill / daemon_term        the planned down time + RESTART_S (the
                                    new daemon serves and the client has
                                    reattached); the drain is not excused
-  etcd_kill                        the planned down time + one lease
+  etcd_kill of a follower           the planned down time + one lease
+  etcd_kill of the leader          the longer of the down time and the
+                                   election (2 election timeouts: no write
+                                   commits until a follower's randomized
+                                   timer fires and a new leader is elected)
+                                   + one etcd call attempt (a write the
+                                   followers forwarded to the dead leader
+                                   before they noticed is lost without an
+                                   answer; the call retries when its attempt
+                                   times out) + one lease
   partition                        its duration + one lease
 Faults count when they overlap the key's attempts (first attempt to the
 death); daemon faults count for the process's own daemon, or for any
@@ -66,6 +75,11 @@ RESTART_S = 0.5
 # One timing pass and the calls around it (s): the campaign's passes are
 # at most 300 ms.
 PASS_S = 0.5
+# The daemon's etcd calls time out an attempt after this (s) and retry
+# (CLUSTER_ATTEMPT_MS in daemon/cluster/cluster_int.h).
+ETCD_ATTEMPT_S = 1.0
+# etcd's election timeout when the run does not say (ms).
+ELECTION_MS = 1000
 
 DECIDED_OPS = ("decide", "report")
 
@@ -242,7 +256,11 @@ def fault_cost(run, f, proc, key=None, answers=()):
             return 0.0
         return f.get("down", 0.0) + RESTART_S
     if kind == "etcd_kill":
-        return f.get("down", 0.0) + lease
+        down = f.get("down", 0.0)
+        if f.get("leader", True):  # unknown counts as the leader
+            election = 2 * run.get("election_ms", ELECTION_MS) / 1000.0
+            down = max(down, election) + ETCD_ATTEMPT_S
+        return down + lease
     if kind == "partition":
         return f.get("dur", 0.0) + lease
     return 0.0

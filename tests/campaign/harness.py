@@ -332,7 +332,14 @@ class Harness:
             if any(not cluster.alive(i) for i in range(cluster.size)):
                 counts["etcd_kill_skipped"] = counts.get("etcd_kill_skipped", 0) + 1
                 return  # keep quorum: one member down at a time
-            f = fault("etcd_kill", member=ev["member"], down=ev["down"])
+            # Whether the victim leads: a leader's death stops every write
+            # until the others elect a new one (checker.fault_cost).
+            try:
+                lead = cluster.leader(timeout=1.0)
+            except Exception:  # noqa: BLE001 - unknown counts as the leader
+                lead = None
+            f = fault("etcd_kill", member=ev["member"], down=ev["down"],
+                      leader=lead is None or lead == ev["member"])
             cluster.kill(ev["member"])
             at(now() + ev["down"], do_etcd_up, ev["member"], f)
 
@@ -460,6 +467,7 @@ class Harness:
         run = {"seed": sched["seed"], "kind": sched["kind"], "tolerance_ms": TOLERANCE_MS,
                "pass_bound_ms": pass_ms + TAKEOVER_SLACK_MS, "lease_ms": lease,
                "deadline_ms": sched["deadline_ms"], "records": records,
+               "election_ms": EtcdCluster.ELECTION_TIMEOUT_MS,
                "procs": procs, "stores": stores, "faults": faults, "schedule": sched}
         res = checker.check(run)
         res["wall_s"] = round(time.monotonic() - self.t0, 2)

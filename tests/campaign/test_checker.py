@@ -238,3 +238,25 @@ def test_a_hung_rank_timing_another_key_costs_nothing():
     res = _death_after_faults([hang], timing=other)
     assert res["over_budget"] == []
     assert len([v for v in res["violations"] if v["property"] == "client-died"]) == 1
+
+
+def test_etcd_leader_kill_costs_the_election_and_a_lost_attempt():
+    # seed 5 of a CI run: a member down 1.198 s, a client dead after its
+    # 3 s budget. Were it a follower, that costs 1.198 s + one lease: a
+    # death within the budget is a finding.
+    kill = {"fault": "etcd_kill", "member": 0, "down": 1.198, "start": 5.5, "end": 6.7}
+    res = _death_after_faults([dict(kill, leader=False)])
+    v = [v for v in res["violations"] if v["property"] == "client-died"]
+    assert len(v) == 1 and res["over_budget"] == []
+    assert "cost 2.198 s of its 3.000 s budget" in v[0]["message"], v[0]["message"]
+    # The leader: no write commits for up to 2 election timeouts (2 s),
+    # a write forwarded to it meanwhile is lost for one attempt (1 s), then
+    # one lease: 4 s, over the budget. A record without the flag counts as
+    # the leader.
+    for f in (dict(kill, leader=True), kill):
+        res = _death_after_faults([f])
+        assert [v for v in res["violations"] if v["property"] == "client-died"] == []
+        assert len(res["over_budget"]) == 1 and res["over_budget"][0]["fault_cost_s"] == 4.0
+    # A down time longer than the election counts instead.
+    res = _death_after_faults([dict(kill, leader=True, down=2.5)])
+    assert res["over_budget"][0]["fault_cost_s"] == 4.5

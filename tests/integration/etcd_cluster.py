@@ -77,6 +77,12 @@ class EtcdError(RuntimeError):
 
 
 class EtcdCluster:
+    # Raft timing of every member (etcd's defaults): a follower starts an
+    # election when it has heard no heartbeat for a randomized time in
+    # [ELECTION_TIMEOUT_MS, 2 * ELECTION_TIMEOUT_MS).
+    HEARTBEAT_MS = 100
+    ELECTION_TIMEOUT_MS = 1000
+
     def __init__(self, base_dir, size=3, auth_token_ttl=None,
                  etcd_bin=None, etcdctl_bin=None, tls=False, host="127.0.0.1"):
         self.base = os.path.abspath(str(base_dir))
@@ -186,8 +192,8 @@ class EtcdCluster:
             "--initial-cluster", initial,
             "--initial-cluster-token", "detd-test-" + str(os.getpid()),
             "--initial-cluster-state", "new",
-            "--heartbeat-interval", "100",
-            "--election-timeout", "1000",
+            "--heartbeat-interval", str(self.HEARTBEAT_MS),
+            "--election-timeout", str(self.ELECTION_TIMEOUT_MS),
             "--logger", "zap", "--log-level", "warn",
         ]
         if self.auth_token_ttl:
