@@ -43,7 +43,10 @@ sys.path.insert(0, HERE)
 from run_gpu import Daemon, counter, env_for  # noqa: E402
 
 
-def run_procs(n, mode, work, tag, steps, extra=None, dims=None):
+def run_procs(n, mode, work, tag, steps, extra=None, dims=None, profile_steps=0):
+    """n inductor_train.py processes at once (ranks 0..n-1, each with its
+    own Inductor cache folder); their results, in rank order.
+    profile_steps > 0 adds a torch.profiler pass (kernels_us)."""
     procs = []
     for r in range(n):
         out = os.path.join(work, f"{tag}_r{r}.json")
@@ -52,7 +55,9 @@ def run_procs(n, mode, work, tag, steps, extra=None, dims=None):
         log = open(os.path.join(work, f"{tag}_r{r}.log"), "w")
         procs.append((subprocess.Popen([sys.executable, os.path.join(HERE, "inductor_train.py"), "--mode", mode,
                                         "--out", out, "--steps", str(steps),
-                                        *(["--dims", dims] if dims else [])], env=e, stdout=log,
+                                        *(["--dims", dims] if dims else []),
+                                        *(["--profile-steps", str(profile_steps)] if profile_steps else [])],
+                                       env=e, stdout=log,
                                        stderr=subprocess.STDOUT), out, log))
     res = []
     for p, out, log in procs:

@@ -32,29 +32,19 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run_gpu import Daemon, counter, env_for  # noqa: E402
+from run_gpu import Daemon, counter  # noqa: E402
+from run_inductor import run_procs  # noqa: E402
 
 
 def run_one(mode, work, tag, steps, dims, extra, profile_steps):
-    out = os.path.join(work, f"{tag}.json")
-    e = env_for({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
-                 "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, f"inductor_{tag}"), **extra})
-    with open(os.path.join(work, f"{tag}.log"), "w") as log:
-        rc = subprocess.call([sys.executable, os.path.join(HERE, "inductor_train.py"), "--mode", mode,
-                              "--out", out, "--steps", str(steps), "--dims", dims,
-                              "--profile-steps", str(profile_steps)],
-                             env=e, stdout=log, stderr=subprocess.STDOUT)
-    if rc != 0:
-        sys.stdout.write(open(os.path.join(work, f"{tag}.log")).read()[-4000:])
-        raise SystemExit(f"{tag}: process exited {rc}")
-    return json.load(open(out))
+    """One process alone on the GPU (run_inductor.run_procs with n = 1)."""
+    return run_procs(1, mode, work, tag, steps, extra, dims, profile_steps)[0]
 
 
 def selections(r):

@@ -289,3 +289,37 @@ def test_gpu_step_script_summary():
     assert not bad["checks"]["detd losses bit-identical in every round"]
     slow = ris.summarize([(1, "default/detd", 10.0, 10.2, 70.0, 70.0)], default[:1], detd[:1], [17])
     assert not slow["checks"]["detd step time within 1% of default (median over rounds)"]
+
+
+def test_gpu_step_script_runs_one_process_through_run_procs(tmp_path, monkeypatch):
+    """run_inductor_step.run_one starts one rank-0 process through
+    run_inductor.run_procs, with --dims, --profile-steps, its own Inductor
+    cache folder and the extra environment; a failing process ends the
+    script naming its tag. inductor_train.py needs CUDA: a stand-in that
+    records its arguments and environment takes its place."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
+    import run_inductor
+    import run_inductor_step as ris
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "inductor_train.py").write_text(
+        "import json, os, sys\n"
+        "a = sys.argv[1:]\n"
+        "if os.environ.get('FAIL'): sys.exit(5)\n"
+        "json.dump({'argv': a, 'rank': os.environ['RANK'], 'world': os.environ['WORLD_SIZE'],\n"
+        "           'cache': os.environ['TORCHINDUCTOR_CACHE_DIR'], 'x': os.environ.get('X')},\n"
+        "          open(a[a.index('--out') + 1], 'w'))\n")
+    monkeypatch.setattr(run_inductor, "HERE", str(fake))
+    r = ris.run_one("coordinated", str(tmp_path), "detd0", 40, "64,128,32,16", {"X": "1"}, 10)
+    argv = r["argv"]
+    assert argv[argv.index("--mode") + 1] == "coordinated" and argv[argv.index("--steps") + 1] == "40"
+    assert argv[argv.index("--dims") + 1] == "64,128,32,16"
+    assert argv[argv.index("--profile-steps") + 1] == "10"
+    assert (r["rank"], r["world"], r["x"]) == ("0", "1", "1")
+    assert r["cache"] == str(tmp_path / "inductor_detd0_r0")
+    # without profiling, no --profile-steps at all (the 8-process proofs)
+    rs = run_inductor.run_procs(2, "auto", str(tmp_path), "dflt", 5)
+    assert [x["rank"] for x in rs] == ["0", "1"] and all("--profile-steps" not in x["argv"] for x in rs)
+    with pytest.raises(SystemExit, match="bad: process exited 5"):
+        ris.run_one("auto", str(tmp_path), "bad", 5, "", {"FAIL": "1"}, 0)
