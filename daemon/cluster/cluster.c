@@ -459,11 +459,19 @@ static void do_boot(cluster *c) {
     unsigned attempt = 0;
     while (!cluster_stopping(c)) {
         int revoked = 0; /* the state directory's lock: that run is over */
+        int rerr = 0;
         int64_t old =
-            cluster_lease_file_revoke(c->etcd, c->lease_file, &revoked);
+            cluster_lease_file_revoke(c->etcd, c->lease_file, &revoked, &rerr);
         if (old != 0)
             cluster_post(c, CLUSTER_EV_PREVIOUS_LEASE, "", 0, revoked, NULL, 0,
                          old, 0);
+        if (transient(rerr)) {
+            /* etcd is unreachable: the grant would spend its whole budget
+             * failing too. The attempt has failed; count it and back off. */
+            note(c, rerr, "revoke previous lease");
+            retry_nap(c, &attempt);
+            continue;
+        }
         int64_t id = 0, ttl = 0;
         int err = etcd_lease_grant(c->etcd, c->lease_ttl_s, &id, &ttl);
         note(c, err, "grant node lease");

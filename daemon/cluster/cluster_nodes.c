@@ -92,14 +92,17 @@ int cluster_lease_file_write(const char *path, int64_t id) {
 
 /* See cluster_nodes.h. */
 int64_t cluster_lease_file_revoke(etcd_client *e, const char *path,
-                                  int *ret_revoked) {
+                                  int *ret_revoked, int *ret_err) {
     *ret_revoked = 0;
+    *ret_err = 0;
     int64_t old = cluster_lease_file_read(path);
     if (old == 0)
         return 0;
     int err = etcd_lease_revoke(e, old);
-    if (err != 0 && err != DETD_ENOTFOUND)
+    if (err != 0 && err != DETD_ENOTFOUND) {
+        *ret_err = err;
         return 0;
+    }
     cluster_lease_file_write(path, 0);
     *ret_revoked = err == 0;
     return old;

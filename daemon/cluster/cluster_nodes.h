@@ -57,10 +57,11 @@ int cluster_lease_file_write(const char *path, int64_t id);
  * is over): revoke it, so that its claims and node key go now rather than
  * when it expires, and remove the file. Returns that lease's id once it is
  * gone (*ret_revoked 1: revoked now; 0: it had expired), 0 when there was
- * none or etcd could not be asked (the file stays for the next attempt).
+ * none or etcd could not be asked (the file stays for the next attempt;
+ * *ret_err is then the revoke's error, else 0).
  */
 int64_t cluster_lease_file_revoke(etcd_client *e, const char *path,
-                                  int *ret_revoked);
+                                  int *ret_revoked, int *ret_err);
 
 /*
  * Retry delay of the boot (lease grant, node registration, first resync):

@@ -519,6 +519,35 @@ def test_restarted_daemon_revokes_its_killed_runs_lease_at_once(
     assert not (Path(victim.state) / "etcd-lease").exists()
 
 
+def test_restart_while_etcd_is_down_fails_the_boot_at_the_revoke(
+        tmpdir_short, etcd, nodes):
+    """A node killed -9 leaves its lease file; it starts again while no
+    etcd member runs. Each boot attempt then fails at the revoke of that
+    lease (named in the status's etcd error, counted as a boot retry) and
+    backs off, without spending a lease grant's budget too; the file stays
+    for the next attempt. Once etcd is back, the old lease is revoked and
+    the node registers under a new one."""
+    port = free_port()
+    victim = nodes(1, extra=["--metrics", f"127.0.0.1:{port}"])[0]
+    lease_file = Path(victim.state) / "etcd-lease"
+    wait_for(lease_file.exists, 10, "the node's lease file")
+    first = int(lease_file.read_text())
+    victim.kill9()
+    etcd.stop()
+    mark = victim.log_size()
+    victim.start()
+    wait_for(lambda: boot_retries(port) >= 1, 15, "a counted boot retry")
+    st = json.loads(detctl("--socket", victim.socket, "status", "--json").stdout)
+    assert st["etcd"]["error"].startswith("revoke previous lease: "), st["etcd"]
+    assert int(lease_file.read_text()) == first  # kept for the next attempt
+    etcd.resume()
+    victim.wait_log(f"revoked lease {first:x}", after=mark, timeout=20)
+    wait_for(lambda: lease_file.exists() and int(lease_file.read_text()) != first, 20,
+             "a new lease in the lease file")
+    r = etcd.ctl("get", f"/detd/v1/{NS}/nodes/{victim.name}", "--keys-only")
+    assert victim.name in r.stdout
+
+
 def test_cut_off_daemon_never_decides_alone_and_catches_up(tmpdir_short, etcd,
                                                            nodes):
     proxies = [Proxy(m["client_port"]) for m in etcd.members]
