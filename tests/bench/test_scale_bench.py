@@ -91,9 +91,9 @@ def test_bench_smallest_run_leaves_nothing(tmp_path):
     c = res[0]
     assert c["storm"]["up"] == 2 and c["restart"]["up"] == 2
     # Started while etcd was down: both retried (counted), both came up.
-    # etcd stays down 9 s: a boot attempt fails only after its calls' 3 s
-    # budgets, two calls when the restart phase's stop could not revoke the
-    # node lease in time (the boot then revokes it first), plus the start.
+    # etcd stays down 9 s: a boot attempt fails only after its call's 3 s
+    # budget (the revoke of a lease the restart phase's stop left, else the
+    # grant), then waits up to 3 s of backoff; two failed attempts each.
     assert c["late"]["up"] == 2 and c["late"]["retries_seen"] == 2
     assert c["late"]["retries"] >= 2
     assert c["seq"]["keys"] == 3 and c["seq"]["n_errors"] == 0
