@@ -54,7 +54,7 @@ a fault costs a waiter at most:
   daemon_kill / daemon_term        the planned down time + RESTART_S (the
                                    new daemon serves and the client has
                                    reattached); the drain is not excused
-  etcd_kill of a follower           the planned down time + one lease
+  etcd_kill of a follower          the planned down time + one lease
   etcd_kill of the leader          the longer of the down time and the
                                    election (2 election timeouts: no write
                                    commits until a follower's randomized
