@@ -11,17 +11,15 @@ Per trial, seconds after the kill: when etcd took a write again (an
 etcdctl put, 300 ms attempts), when A's report returned, when B was
 answered (DECIDED, or DESIGNATED once A's pass ran past the 1 s pass bound;
 B then times once for 0.14 s and reports, and while its report is refused
-asks again and reports the same timings; B's reports are counted), B's whole time on the key, and the
-configs both ended with (they must agree). The last column is the fault
-cost the campaign's checker allows (tests/campaign/checker.py fault_cost).
+asks again and reports the same timings; B's reports are counted), B's
+whole time on the key, and the configs both ended with (they must agree).
+The last column is the fault cost the campaign's checker allows
+(tests/campaign/checker.py fault_cost).
 Exit status 1 when A and B ended with different configs.
 """
 
 import argparse
-import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,43 +31,18 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "tests" / "campaign"))
 
 import checker  # noqa: E402
-from conftest import Daemon  # noqa: E402
+from conftest import Daemon, ServeClient  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 
-CLIENT = REPO / "tests" / "integration" / "detd_client.py"
 DESIGNATED = 2
 CONFIG_A = "BLOCK=16,num_warps=4"
 CONFIG_B = "BLOCK=32,num_warps=4"
 
 
-class Actor:
-    """One detd_client.py --serve process (one libdetd handle)."""
-
-    def __init__(self, d, rank):
-        self.p = subprocess.Popen([sys.executable, str(CLIENT), "--socket", d.socket, "--serve",
-                                   "--rank", str(rank)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def call(self, **cmd):
-        self.p.stdin.write(json.dumps(cmd) + "\n")
-        self.p.stdin.flush()
-        line = self.p.stdout.readline()
-        if not line:
-            raise RuntimeError(f"client {self.p.pid} exited {self.p.poll()}")
-        return json.loads(line)
-
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(30)
-
-
 def writable_after(cluster, t0, limit=15.0):
-    """Seconds from t0 until an etcdctl put succeeds."""
-    env = dict(os.environ, ETCDCTL_API="3")
+    """Seconds from t0 until an etcdctl put succeeds (300 ms attempts)."""
     while time.monotonic() - t0 < limit:
-        r = subprocess.run(["etcdctl", "--endpoints", cluster.endpoints, "--command-timeout=300ms",
-                            "put", "/probe", "v"], capture_output=True, env=env)
-        if r.returncode == 0:
+        if cluster.ctl("--command-timeout=300ms", "put", "/probe", "v", check=False).returncode == 0:
             return time.monotonic() - t0
     return None
 
@@ -159,7 +132,7 @@ def run(trials=6, victim="leader", down=1.2):
         for d in daemons:
             d.wait_ready(15)
         time.sleep(2)  # both registered
-        actors = [Actor(daemons[0], 0), Actor(daemons[1], 1)]
+        actors = [ServeClient(daemons[0], 0), ServeClient(daemons[1], 1)]
         for t in range(trials):
             rows.append(trial(cluster, actors[0], actors[1], f"lk:{t}", victim, down))
             time.sleep(2.5)
@@ -168,9 +141,7 @@ def run(trials=6, victim="leader", down=1.2):
         for x in actors:
             x.close()
         for d in daemons:
-            if d.proc is not None and d.proc.poll() is None:
-                d.proc.terminate()
-                d.proc.wait(15)
+            d.stop()
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
     return rows

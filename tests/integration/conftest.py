@@ -50,6 +50,28 @@ def pytest_runtest_setup(item):
             pytest.skip(m.kwargs["reason"])
 
 
+class ServeClient:
+    """One detd_client.py --serve process: one libdetd handle, one session,
+    answering one JSON command per line (detd_client.serve())."""
+
+    def __init__(self, d, rank, extra=()):
+        self.p = subprocess.Popen([sys.executable, str(CLIENT), "--socket", d.socket, "--serve",
+                                   "--rank", str(rank), *extra],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.pid = self.p.pid
+
+    def call(self, **cmd):
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        assert line, f"client {self.pid} exited {self.p.poll()}"
+        return json.loads(line)
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(30)
+
+
 class Daemon:
     """One detd process with its own socket and state directory."""
 

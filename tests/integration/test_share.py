@@ -8,15 +8,12 @@ waiters asking with share+bench on a device of their own become helpers,
 take candidates from the end, give their timings with their reference
 samples; the holder takes from the front, takes back, collects, reports.
 """
-import json
 import math
 import struct
-import subprocess
-import sys
 
 import pytest
 
-from conftest import CLIENT, Daemon, counter
+from conftest import Daemon, ServeClient, counter
 from test_promises import KERNEL, _f, dkey, identity, poll, raw_call
 from test_metrics import mdaemon, scrape, val  # noqa: F401 (mdaemon: a daemon with --metrics)
 from test_trust_claims import session_of
@@ -27,23 +24,13 @@ EINVAL, ESTALE, EDENIED = -1000, -1007, -1010
 PERMISSION_DENIED, FAILED_PRECONDITION = 7, 9
 
 
-class Actor:
-    """One detd_client.py --serve process: one libdetd handle."""
+class Actor(ServeClient):
+    """A serve-mode client with the share tests' candidates (and device)."""
 
     def __init__(self, d, rank, device=None):
-        self.p = subprocess.Popen([sys.executable, str(CLIENT), "--socket", d.socket, "--serve", "--rank", str(rank),
-                                   "--cands", ";".join(CANDS)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.pid = self.p.pid
+        super().__init__(d, rank, ["--cands", ";".join(CANDS)])
         if device is not None:
             assert self.call(op="device", device=device)["rc"] == 0
-
-    def call(self, **cmd):
-        self.p.stdin.write(json.dumps(cmd) + "\n")
-        self.p.stdin.flush()
-        line = self.p.stdout.readline()
-        assert line, f"actor {self.pid} exited {self.p.poll()}"
-        return json.loads(line)
 
     def decide(self, *flags, key="i:0"):
         r = self.call(op="decide", key=key, flags=list(flags))
@@ -52,10 +39,6 @@ class Actor:
 
     def share(self, **kw):
         return self.call(op="share", key="i:0", **kw)
-
-    def close(self):
-        self.p.stdin.close()
-        self.p.wait(30)
 
 
 def timing(config, ms, failed=False):
