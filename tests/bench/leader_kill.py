@@ -37,6 +37,10 @@ from etcd_cluster import EtcdCluster  # noqa: E402
 DESIGNATED = 2
 CONFIG_A = "BLOCK=16,num_warps=4"
 CONFIG_B = "BLOCK=32,num_warps=4"
+B_DECIDE_MS = 10000  # each of B's Decide calls
+# A node registers within this once etcd serves (README "Scale": the call
+# under way, one backoff step and one attempt).
+REGISTER_S = 10.0
 
 
 def writable_after(cluster, t0, limit=15.0):
@@ -47,7 +51,23 @@ def writable_after(cluster, t0, limit=15.0):
     return None
 
 
-def trial(cluster, a, b, key, victim_kind, down):
+def settled(cluster, daemons):
+    """Until every member serves, both nodes are registered in etcd (their
+    keys under their leases) and each daemon says it reaches etcd."""
+    cluster.wait_healthy(timeout=30)
+    want = sorted(f"/detd/v1/default/nodes/n{i}" for i in range(len(daemons)))
+    end = time.monotonic() + REGISTER_S
+    while True:
+        r = cluster.ctl("get", "--prefix", "/detd/v1/default/nodes/", "--keys-only", check=False)
+        if sorted(x for x in r.stdout.split() if x) == want and \
+                all(d.status()["etcd"]["connected"] for d in daemons):
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"nodes not registered within {REGISTER_S} s: {r.stdout!r}")
+        time.sleep(0.1)
+
+
+def trial(cluster, a, b, key, victim_kind, down, b_node):
     ans_a = a.call(op="decide", key=key, timeout_ms=5000)
     if ans_a.get("outcome") != DESIGNATED:
         raise RuntimeError(f"rank A was not designated: {ans_a}")
@@ -57,7 +77,7 @@ def trial(cluster, a, b, key, victim_kind, down):
         t = time.monotonic()
         reports = 0
         for _ in range(10):
-            r = b.call(op="decide", key=key, timeout_ms=10000)
+            r = b.call(op="decide", key=key, timeout_ms=B_DECIDE_MS)
             if "b_first" not in out:
                 out["b_first"] = time.monotonic()
                 out["b_first_outcome"] = {1: "decided", DESIGNATED: "designated"}.get(
@@ -81,15 +101,24 @@ def trial(cluster, a, b, key, victim_kind, down):
         out["b_done"] = time.monotonic()
         out["b_start"] = t
 
+    mark = b_node.log_size()
     tb = threading.Thread(target=wait_b)
     tb.start()
-    time.sleep(0.1)
+    # B waits for A's claim (its node found it held by n0) before the kill,
+    # or was answered already; bound: B's Decide deadline.
+    end = time.monotonic() + B_DECIDE_MS / 1000
+    while "held elsewhere" not in b_node.read_log()[mark:] and "b_first" not in out:
+        if time.monotonic() > end:
+            raise RuntimeError("rank B never waited for rank A's claim")
+        time.sleep(0.01)
     lead = cluster.leader()
     victim = lead if victim_kind == "leader" else (lead + 1) % cluster.size
     t0 = time.monotonic()
     cluster.kill(victim)
     restart = threading.Timer(down, cluster._spawn, (victim,))
     restart.start()
+    # A's report goes 0.1 s after the kill: inside the leaderless window,
+    # which lasts at least the members' election timeout (1 s).
     time.sleep(0.1)
 
     def report_a():
@@ -131,12 +160,11 @@ def run(trials=6, victim="leader", down=1.2):
             daemons.append(d)
         for d in daemons:
             d.wait_ready(15)
-        time.sleep(2)  # both registered
+        settled(cluster, daemons)
         actors = [ServeClient(daemons[0], 0), ServeClient(daemons[1], 1)]
         for t in range(trials):
-            rows.append(trial(cluster, actors[0], actors[1], f"lk:{t}", victim, down))
-            time.sleep(2.5)
-            cluster.wait_healthy(timeout=30)
+            rows.append(trial(cluster, actors[0], actors[1], f"lk:{t}", victim, down, daemons[1]))
+            settled(cluster, daemons)
     finally:
         for x in actors:
             x.close()

@@ -590,9 +590,13 @@ def run_config(root, net, etcd, m, n, a):
         out["live"] = len(fleet.live)
         if out["live"] < n:
             out["notes"].append(f"key phases on the {out['live']} daemons up")
-        time.sleep(2.0)  # let the restart's calls settle
+        # Every daemon is up (registered, resynced): what its boot still
+        # owes etcd is the registry read its resync marked due, made on its
+        # status monitor's next round (every 1 s, CLUSTER_MONITOR_MS). Two
+        # rounds, so that the idle figure below counts only idle requests.
+        time.sleep(2.0)
         i0 = etcd_snapshot(etcd)
-        time.sleep(a.idle_s)
+        time.sleep(a.idle_s)  # the idle window measured (--idle-s)
         idle = delta(i0, etcd_snapshot(etcd))
         out["idle"] = {"s": idle["s"],
                        "req_per_daemon_s": sum(idle["req"].values()) / n / idle["s"],
@@ -634,7 +638,14 @@ def run_config(root, net, etcd, m, n, a):
                 out["notes"].append("burst: skipped (configuration time bound)")
         finally:
             cl.close()
-        time.sleep(1.0)
+        # Every decided key's line is in every live daemon's log (what
+        # propagation() reads) before the figures are taken. Bound: a watch's
+        # longest reconnect wait (2 s) and a resync call's budget (3 s),
+        # twice over (PROPAGATE_S in tests/integration/test_cluster.py).
+        end = time.monotonic() + 2 * (2.0 + 3.0)
+        while time.monotonic() < end and \
+                len(propagation(fleet, [dict(r) for r in rows], fleet.live)) < len(rows):
+            time.sleep(0.05)
         out["rss_daemon_kb"] = [rss_kb(p) for p in fleet.pids()]
         out["rss_etcd_kb"] = [rss_kb(x["pid"]) for x in etcd.members if x.get("pid")]
         out["prop"] = propagation(fleet, [dict(r) for r in rows], fleet.live)

@@ -441,9 +441,13 @@ class Harness:
         for r in records:
             if checker.acknowledged(r):
                 acked[checker.key_of(r)] = r["config"]
-        # etcd: the daemons apply the watch; give them a bounded while
+        # etcd: the daemons apply the watch; give them a bounded while. The
+        # bound: a daemon whose node lease ran out while it was cut off
+        # boots again after its watch's longest reconnect wait (2 s,
+        # RECONNECT_MAX_MS): its calls (revoke, grant, put, the resync's
+        # read, the watch) each within the 3 s budget (CLUSTER_BUDGET_MS).
         stores = {}
-        limit = time.monotonic() + (8.0 if cluster is not None else 0.0)
+        limit = time.monotonic() + (2.0 + 5 * 3.0 if cluster is not None else 0.0)
         while True:
             stores = {d.name: (d.decisions() if ready[d.name] else None) for d in daemons}
             if all(st is not None and all(k in st for k in acked) for st in stores.values()):

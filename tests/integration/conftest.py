@@ -197,3 +197,21 @@ def daemon(tmpdir_short):
 
 def counter(status, name):
     return int(status.get("counters", {}).get(name, 0))
+
+
+def release_clients(start, procs, timeout):
+    """Touch the start line `start` once every detd_client.py --wait-start
+    process of procs is up (it created START.ready.PID: library loaded,
+    handle open), so that they race from one moment however slowly each
+    interpreter started. timeout: the bound the caller gives each client's
+    whole run; a client that exits first fails the test."""
+    end = time.monotonic() + timeout
+    for p in procs:
+        ready = Path(f"{start}.ready.{p.pid}")
+        while not ready.exists():
+            if p.poll() is not None:
+                raise AssertionError(f"client {p.pid} exited {p.returncode} before the start line")
+            if time.monotonic() > end:
+                raise AssertionError(f"client {p.pid} not up after {timeout}s")
+            time.sleep(0.01)
+    Path(start).touch()

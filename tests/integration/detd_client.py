@@ -215,7 +215,7 @@ def main():
     ap.add_argument("--hold", action="store_true")
     ap.add_argument("--use")
     ap.add_argument("--timeout-ms", type=int, default=60000)
-    ap.add_argument("--wait-start", help="spin until this file exists (start line)")
+    ap.add_argument("--wait-start", help="create FILE.ready.PID, then spin until FILE exists (start line)")
     ap.add_argument("--arch", default="sm90")
     ap.add_argument("--cands", help="candidate configs separated by ';' (instead of --candidates)")
     ap.add_argument("--table-key-prefix", help="send table_key PREFIX<i> with key i")
@@ -247,6 +247,9 @@ def main():
         lib.detd_client_close(cl)
         return
     if a.wait_start:
+        # Up (library loaded, handle open): the test starts the race once
+        # every client says so (conftest.release_clients).
+        Path(f"{a.wait_start}.ready.{os.getpid()}").touch()
         while not os.path.exists(a.wait_start):
             time.sleep(0.001)
     result = {"rank": a.rank, "pid": os.getpid(), "keys": {}, "errors": [], "sequence": []}

@@ -25,13 +25,34 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from conftest import DETD, HAVE_ETCD, Daemon, requires  # noqa: E402
+from conftest import DETD, HAVE_ETCD, Daemon, release_clients, requires  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 import detd_client as dc  # noqa: E402
 
 CLIENT = HERE / "detd_client.py"
 NS = "default"
 LEASE_MS = 2000
+
+# The daemon's etcd timing (daemon/cluster/cluster_int.h, etcd_stream.c,
+# app/coord.c), from which this file's waits are bounded.
+ETCD_CALL_S = 3.0     # CLUSTER_BUDGET_MS: one etcd call, retries included
+BOOT_BACKOFF_S = 3.0  # CLUSTER_BOOT_RETRY_CAP_MS: a failed boot's longest backoff step
+MONITOR_S = 1.0       # CLUSTER_MONITOR_MS: the status monitor's round (nodes/ read when dirty)
+WATCH_RETRY_S = 2.0   # RECONNECT_MAX_MS: the longest wait before a broken watch reconnects
+PERSIST_S = 0.5       # COORD_PERSIST_MS: how often the applied revision is stored
+RECHECK_S = 1.0       # COORD_RECLAIM_MS: a waiting node re-reads a claim held elsewhere
+# A boot on a reachable etcd: its calls (revoke, grant, put, the resync's
+# read, the watch) each within its budget.
+BOOT_S = 5 * ETCD_CALL_S
+# A decision reaches a connected node's store by its watch; a broken watch
+# reconnects and, compacted, resyncs: twice that for a loaded machine.
+PROPAGATE_S = 2 * (WATCH_RETRY_S + ETCD_CALL_S)
+# Registered once etcd serves (README "Scale"): the call under way, one
+# backoff step and one attempt, rounded up as the README states it.
+REGISTER_S = 10.0
+# A change to nodes/ is in every daemon's status after its monitor's next
+# round: the round's wait, then its calls (the members' status, the read).
+REGISTRY_S = MONITOR_S + 3 * ETCD_CALL_S
 
 pytestmark = requires(HAVE_ETCD, "etcd-server and etcd-client are not installed")
 
@@ -155,7 +176,10 @@ def spawn_client(tmp, node, rank, keys, prefix="i:", sleep_ms=30,
     return p
 
 
-def finish(procs, timeout=90):
+CLIENT_RUN_S = 90  # finish(): the bound on each client's whole run
+
+
+def finish(procs, timeout=CLIENT_RUN_S):
     results = []
     for p in procs:
         try:
@@ -177,8 +201,7 @@ def storm(tmp, nodes, per_node, keys, prefix, sleep_ms=30, timeout_ms=30000,
     procs = [spawn_client(tmp, nd, i * per_node + r, keys, prefix, sleep_ms,
                           timeout_ms, start, tag=prefix.strip(":"))
              for i, nd in enumerate(nodes) for r in range(per_node)]
-    time.sleep(0.5)  # interpreters up, libdetd loaded
-    start.touch()
+    release_clients(start, procs, CLIENT_RUN_S)
     if during is not None:
         during()
     return finish(procs)
@@ -201,7 +224,7 @@ def check_agreement(results, nodes, cluster, keys, prefix):
     in_etcd, raw = etcd_decisions(cluster)
     assert raw == len(in_etcd)
     for nd in nodes:
-        wait_for(lambda: set(in_etcd) <= set(nd.decisions()), 10,
+        wait_for(lambda: set(in_etcd) <= set(nd.decisions()), PROPAGATE_S,
                  f"{nd.name} has every decision")
         local = nd.decisions()
         for i, cfg in in_etcd.items():
@@ -316,7 +339,9 @@ def test_leader_killed_during_storm(tmpdir_short, etcd, nodes):
     killed = []
 
     def kill_leader():
-        time.sleep(0.4)
+        # Mid-storm: once its first decision is committed (bound: the
+        # clients' deadline, 45 s), while the other keys are still asked.
+        wait_for(lambda: etcd_decisions(etcd)[1] >= 1, 45, "the storm's first decision")
         killed.append(etcd.kill_leader())
 
     res = storm(tmpdir_short, ns, 2, keys, "lk:", sleep_ms=20,
@@ -368,7 +393,7 @@ def test_restart_catches_up_then_resyncs_after_compaction(tmpdir_short, etcd,
     ns = nodes(4)
     late = ns[3]
     # Its first resync stored a revision to resume from.
-    wait_for(lambda: late.meta("etcd_revision") is not None, 15,
+    wait_for(lambda: late.meta("etcd_revision") is not None, BOOT_S + PERSIST_S,
              "the first resync stored its revision")
     late.stop()
     rev_before = int(late.meta("etcd_revision"))
@@ -376,10 +401,10 @@ def test_restart_catches_up_then_resyncs_after_compaction(tmpdir_short, etcd,
     check_agreement(res, ns[:3], etcd, 10, "a:")
     late.start()
     in_etcd, _ = etcd_decisions(etcd)
-    wait_for(lambda: set(in_etcd) <= set(late.decisions()), 15,
+    wait_for(lambda: set(in_etcd) <= set(late.decisions()), BOOT_S,
              "the restarted node caught up")
     assert "full resync" not in late.read_log().split("etcd backend:")[-1]
-    wait_for(lambda: int(late.meta("etcd_revision")) > rev_before, 5,
+    wait_for(lambda: int(late.meta("etcd_revision")) > rev_before, 10 * PERSIST_S,
              "the caught-up revision is stored")
 
     # Down again; more decisions; history compacted past its revision.
@@ -389,10 +414,11 @@ def test_restart_catches_up_then_resyncs_after_compaction(tmpdir_short, etcd,
     etcd.compact(etcd_revision(etcd))
     mark = late.log_size()
     late.start()
-    late.wait_log("resync from etcd", timeout=20, after=mark)
+    # A boot, then the watch's "compacted" and the resync it causes.
+    late.wait_log("resync from etcd", timeout=BOOT_S + PROPAGATE_S, after=mark)
     in_etcd, _ = etcd_decisions(etcd)
     assert len(in_etcd) == 20
-    wait_for(lambda: late.decisions() == in_etcd, 15,
+    wait_for(lambda: late.decisions() == in_etcd, BOOT_S,
              "the restarted node resynced every decision")
     # And it serves them as hits.
     hit = finish([spawn_client(tmpdir_short, late, 99, 10, "b:", 0, 5000,
@@ -423,7 +449,7 @@ def test_decided_peer_is_the_same_on_every_node(tmpdir_short, etcd, nodes):
         assert (v["by_pid"], v["by_uid"], v["by_node"], v["by_claimed_pid"]) == \
             (res["pid"], os.getuid(), "n0", res["pid"]), v
     for nd in (n0, n1):
-        wait_for(lambda: len(nd.decisions()) == 2, 10, f"{nd.name} has both decisions")
+        wait_for(lambda: len(nd.decisions()) == 2, PROPAGATE_S, f"{nd.name} has both decisions")
         assert peers_by_key(nd) == {"p:0": want, "p:1": want}, nd.name
 
     # p:1 as a daemon older than these fields wrote it (none of them): a
@@ -432,7 +458,7 @@ def test_decided_peer_is_the_same_on_every_node(tmpdir_short, etcd, nodes):
     old = {f: x for f, x in values[k1].items() if f not in ("by_uid", "by_node", "by_claimed_pid")}
     etcd.ctl("put", k1, json.dumps(old, separators=(",", ":")))
     (n2,) = nodes(1)
-    wait_for(lambda: len(n2.decisions()) == 2, 15, "the new node read both decisions")
+    wait_for(lambda: len(n2.decisions()) == 2, BOOT_S, "the new node read both decisions")
     assert "malformed" not in n2.read_log()
     assert peers_by_key(n2) == {"p:0": want,
                                 "p:1": {"pid": res["pid"], "uid": -1, "node": "", "claimed_pid": 0}}
@@ -447,10 +473,13 @@ def test_designated_client_killed_waiter_on_other_node_takes_over(
     holder = spawn_client(tmpdir_short, ns[0], 0, 1, "t:", hold=True,
                           tag="-hold")
     assert holder.stdout.readline().strip() == "HOLD"
+    mark = ns[1].log_size()
     waiter = spawn_client(tmpdir_short, ns[1], 1, 1, "t:", sleep_ms=10,
                           timeout_ms=30000, tag="-wait")
-    time.sleep(1.0)
-    assert waiter.poll() is None  # waiting for the holder's pass
+    # Waiting for the holder's pass: its node found the claim held by n0
+    # (within the waiter's own deadline, past which it would give up).
+    ns[1].wait_log("held elsewhere", timeout=30, after=mark)
+    assert waiter.poll() is None
     holder.kill()
     holder.wait()
     t0 = time.monotonic()
@@ -464,9 +493,10 @@ def test_designated_client_killed_waiter_on_other_node_takes_over(
     holder = spawn_client(tmpdir_short, ns[2], 2, 1, "u:", hold=True,
                           tag="-hold2")
     assert holder.stdout.readline().strip() == "HOLD"
+    mark = ns[3].log_size()
     waiter = spawn_client(tmpdir_short, ns[3], 3, 1, "u:", sleep_ms=10,
                           timeout_ms=30000, tag="-wait2")
-    time.sleep(0.5)
+    ns[3].wait_log("held elsewhere", timeout=30, after=mark)
     ns[2].kill9()
     t0 = time.monotonic()
     r = finish([waiter])[0]
@@ -492,15 +522,17 @@ def test_restarted_daemon_revokes_its_killed_runs_lease_at_once(
     victim.start()
     try:
         lease_file = Path(victim.state) / "etcd-lease"
-        wait_for(lease_file.exists, 10, "the node's lease file")
+        wait_for(lease_file.exists, BOOT_S, "the node's lease file")
         first = int(lease_file.read_text())
         holder = spawn_client(tmpdir_short, victim, 0, 1, "v:", hold=True,
                               tag="-holdv")
         assert holder.stdout.readline().strip() == "HOLD"
+        mark = other.log_size()
         waiter = spawn_client(tmpdir_short, other, 1, 1, "v:", sleep_ms=10,
                               timeout_ms=60000, tag="-waitv")
-        time.sleep(0.5)
-        assert waiter.poll() is None  # waiting for the holder's pass
+        # Waiting for the holder's pass (bound: the waiter's deadline).
+        other.wait_log("held elsewhere", timeout=60, after=mark)
+        assert waiter.poll() is None
         victim.kill9()
         holder.kill()
         holder.wait()
@@ -530,19 +562,19 @@ def test_restart_while_etcd_is_down_fails_the_boot_at_the_revoke(
     port = free_port()
     victim = nodes(1, extra=["--metrics", f"127.0.0.1:{port}"])[0]
     lease_file = Path(victim.state) / "etcd-lease"
-    wait_for(lease_file.exists, 10, "the node's lease file")
+    wait_for(lease_file.exists, BOOT_S, "the node's lease file")
     first = int(lease_file.read_text())
     victim.kill9()
     etcd.stop()
     mark = victim.log_size()
     victim.start()
-    wait_for(lambda: boot_retries(port) >= 1, 15, "a counted boot retry")
+    wait_for(lambda: boot_retries(port) >= 1, BOOT_S, "a counted boot retry")
     st = json.loads(detctl("--socket", victim.socket, "status", "--json").stdout)
     assert st["etcd"]["error"].startswith("revoke previous lease: "), st["etcd"]
     assert int(lease_file.read_text()) == first  # kept for the next attempt
     etcd.resume()
-    victim.wait_log(f"revoked lease {first:x}", after=mark, timeout=20)
-    wait_for(lambda: lease_file.exists() and int(lease_file.read_text()) != first, 20,
+    victim.wait_log(f"revoked lease {first:x}", after=mark, timeout=2 * REGISTER_S)
+    wait_for(lambda: lease_file.exists() and int(lease_file.read_text()) != first, 2 * REGISTER_S,
              "a new lease in the lease file")
     r = etcd.ctl("get", f"/detd/v1/{NS}/nodes/{victim.name}", "--keys-only")
     assert victim.name in r.stdout
@@ -578,7 +610,9 @@ def test_cut_off_daemon_never_decides_alone_and_catches_up(tmpdir_short, etcd,
 
         for p in proxies:
             p.heal()
-        wait_for(lambda: cut_node.decisions() == in_etcd, 30,
+        # Its node lease (LEASE_MS) lapsed while cut: it boots again, then
+        # its watch catches up; twice a boot for a loaded machine.
+        wait_for(lambda: cut_node.decisions() == in_etcd, 2 * BOOT_S,
                  "the reconnected node caught up")
         after = finish([spawn_client(tmpdir_short, cut_node, 52, 2, "cut:", 0,
                                      5000, tag="-after")])
@@ -653,14 +687,14 @@ def test_status_listen_and_verify_cluster(tmpdir_short, etcd, nodes):
     assert sum(x["leader"] for x in e["endpoints"]) == 1
     wait_for(lambda: len(json.loads(detctl("--socket", ns[1].socket, "status",
                                            "--json").stdout)["etcd"]["nodes"])
-             == 4, 10, "4 nodes registered")
+             == 4, REGISTRY_S, "4 nodes registered")
     txt = detctl("--socket", ns[1].socket, "status")
     assert "nodes (4 registered)" in txt.stdout and "leader" in txt.stdout
     # A node going away leaves the registry with its lease.
     ns[3].stop()
     wait_for(lambda: len(json.loads(detctl("--socket", ns[1].socket, "status",
                                            "--json").stdout)["etcd"]["nodes"])
-             == 3, 10, "the stopped node unregistered")
+             == 3, REGISTRY_S, "the stopped node unregistered")
 
 
 def test_verify_cluster_pages_through_every_node(tmpdir_short, etcd, nodes):
@@ -715,7 +749,28 @@ def etcd_calls(etcd, method="Range"):
 def wait_registered(ns, n, what):
     """Until every daemon of ns lists n registered nodes in its status."""
     wait_for(lambda: all(len(json.loads(detctl("--socket", nd.socket, "status", "--json").stdout)["etcd"]["nodes"])
-                         == n for nd in ns), 10, what)
+                         == n for nd in ns), REGISTRY_S, what)
+
+
+def wait_settled(etcd, ns):
+    """Until the boots of ns and the registry reads they caused are over:
+    every node has resynced (the boot's last read) and lists all of ns,
+    then etcd serves no Range for two monitor rounds (a read a daemon
+    still owes, marked due by a join or by its resync, comes on its next
+    round). Bound: a boot and a registry change, then that quiet span as
+    many times as there are daemons that may owe a read."""
+    for nd in ns:
+        nd.wait_log("resync from etcd", timeout=BOOT_S)
+    wait_registered(ns, len(ns), f"{len(ns)} nodes registered")
+    quiet = 2 * MONITOR_S
+    end = time.monotonic() + len(ns) * (quiet + REGISTRY_S)
+    last, since = etcd_calls(etcd, "Range"), time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < end, "etcd never went quiet after the joins"
+        time.sleep(0.1)
+        now = etcd_calls(etcd, "Range")
+        if now != last:
+            last, since = now, time.monotonic()
 
 
 def test_idle_daemons_do_not_read_the_registry_every_second(tmpdir_short, etcd, nodes):
@@ -723,9 +778,11 @@ def test_idle_daemons_do_not_read_the_registry_every_second(tmpdir_short, etcd, 
     every 30 s), not every second: 3 idle daemons make no Range request in
     6 s; a node that joins is in every daemon's status within seconds."""
     ns = nodes(3)
-    wait_registered(ns, 3, "3 nodes registered")
-    time.sleep(1.5)  # the reads the joins caused are done
+    wait_settled(etcd, ns)
     before = etcd_calls(etcd, "Range")
+    # Absence over a window: a daemon reading nodes/ every monitor round
+    # (MONITOR_S) would read 6 times in it; the 30 s refresh
+    # (CLUSTER_NODES_REFRESH_MS) is not due within it.
     time.sleep(6)
     idle = etcd_calls(etcd, "Range") - before
     assert idle == 0, f"{idle} Range requests from 3 idle daemons in 6 s"
@@ -740,8 +797,7 @@ def test_waiting_nodes_recheck_a_held_claim_by_reading_it(tmpdir_short, etcd, no
     the commit's, however long it runs (one re-claim transaction per
     waiting node and second before)."""
     ns = nodes(3)
-    wait_registered(ns, 3, "3 nodes registered")
-    time.sleep(1.5)
+    wait_settled(etcd, ns)
     txn0, range0 = etcd_calls(etcd, "Txn"), etcd_calls(etcd, "Range")
     res = storm(tmpdir_short, ns, 1, 1, "recheck:", sleep_ms=4000)
     txn, ranges = etcd_calls(etcd, "Txn") - txn0, etcd_calls(etcd, "Range") - range0
@@ -783,10 +839,14 @@ def test_etcd_up_late_daemons_serve_back_off_then_register(tmpdir_short, etcd,
         assert "etcd" in r["errors"][0][3], r["errors"]
     # Each boot attempt is one lease-grant call that itself retries for its
     # 3 s budget, then the boot waits its backoff step (0 to 3 s): every
-    # daemon keeps retrying, counted, and none spins.
-    time.sleep(3.0)
+    # daemon keeps retrying, counted, and none spins. The first attempt is
+    # counted once its call's budget is spent (bound: one whole cycle,
+    # attempt, backoff and the next attempt).
+    wait_for(lambda: all(boot_retries(p) >= 1 for p in ports),
+             ETCD_CALL_S + BOOT_BACKOFF_S + ETCD_CALL_S, "a counted boot retry on every daemon")
     before = [boot_retries(p) for p in ports]
-    assert all(b >= 1 for b in before), before
+    # A window longer than one cycle (3 s + at most 3 s): at least one more
+    # failure each; every failure takes the call's 3 s: at most 4 in 8 s.
     time.sleep(8.0)
     grown = [boot_retries(p) - b for p, b in zip(ports, before)]
     assert all(1 <= g <= 4 for g in grown), grown

@@ -15,8 +15,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from conftest import counter  # noqa: E402
-from test_cluster import CLIENT, NS, client_env, etcd, finish, nodes, pytestmark  # noqa: E402,F401
+from conftest import counter, release_clients  # noqa: E402
+from test_cluster import (CLIENT, CLIENT_RUN_S, NS, PROPAGATE_S, client_env, etcd, finish,  # noqa: E402,F401
+                          nodes, pytestmark)
 
 KERNEL = "tests.integration:row_sum@0123456789abcdef"
 KEYS = 24
@@ -51,8 +52,7 @@ def test_table_hits_commit_once_through_etcd(tmpdir_short, etcd, nodes):
                 env=client_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             p.out_path = out
             procs.append(p)
-    time.sleep(0.5)
-    start.touch()
+    release_clients(start, procs, CLIENT_RUN_S)
     results = finish(procs)
     for res in results:
         assert res["errors"] == [], res["errors"]
@@ -76,7 +76,7 @@ def test_table_hits_commit_once_through_etcd(tmpdir_short, etcd, nodes):
         st = json.loads(nd.detctl("status", "--json", check=True).stdout)
         assert counter(st, "timing_passes") == 0, st["counters"]
         assert counter(st, "table_hits") >= 1
-        end = time.monotonic() + 10
+        end = time.monotonic() + PROPAGATE_S  # by the watch (test_cluster.py)
         while len(nd.decisions()) < KEYS and time.monotonic() < end:
             time.sleep(0.1)
         assert len(nd.decisions()) == KEYS

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import Daemon, counter
+from conftest import Daemon, counter, release_clients
 
 
 def wait_for(what, pred, timeout=60.0):
@@ -31,8 +31,7 @@ def run_clients(daemon, tmp, n, keys, extra=(), tag="c"):
     for r in range(n):
         out = tmp / f"{tag}{r}.json"
         procs.append((daemon.client("--keys", keys, "--rank", r, "--wait-start", start, *extra, out=out), out))
-    time.sleep(0.3)
-    start.touch()
+    release_clients(start, [p for p, _ in procs], 120)
     results = []
     for p, out in procs:
         assert p.wait(120) == 0
@@ -267,16 +266,14 @@ def daemon_binary():
 def test_waiter_that_dies_is_forgotten(daemon, tmpdir_short):
     holder = daemon.client("--keys", 1, "--hold", stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "HOLD"
-    waiter = daemon.client("--keys", 1, "--rank", 1)
-    deadline = time.monotonic() + 10
-    while daemon.status()["waiters"] != 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    waiter = daemon.client("--keys", 1, "--rank", 1, "--timeout-ms", 120000)
+    # Both waits within half the waiter's deadline: a waiter found gone was
+    # forgotten for its death, never for its deadline.
+    end = time.monotonic() + 60
+    wait_for("the waiter queued", lambda: daemon.status()["waiters"] == 1, end - time.monotonic())
     waiter.kill()
     waiter.wait()
-    while daemon.status()["waiters"] != 0:
-        assert time.monotonic() < deadline, "the dead waiter is still queued"
-        time.sleep(0.05)
+    wait_for("the dead waiter forgotten", lambda: daemon.status()["waiters"] == 0, end - time.monotonic())
     holder.kill()
     holder.wait()
 

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import CLIENT, DETCTL, DETD, IS_ROOT, Daemon, requires
+from conftest import CLIENT, DETCTL, DETD, IS_ROOT, Daemon, release_clients, requires
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\["\\n])*)"')
@@ -172,7 +172,9 @@ def test_waits_are_counted_and_timed(mdaemon):
     start = d.root / "go"
     procs = [d.client("--keys", 4, "--key-prefix", "w:", "--rank", r, "--sleep-ms", 200,
                       "--wait-start", start, stdout=subprocess.PIPE) for r in range(3)]
-    start.touch()
+    # All up before the race: a client that started late could find every
+    # key decided and wait for none.
+    release_clients(start, procs, 60)
     outs = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
     assert all(o["errors"] == [] for o in outs)
     s, _ = scrape(d.port)

@@ -64,6 +64,7 @@ def wait_for(what, cond, timeout=120.0):
         if cond():
             return
         time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -107,7 +108,7 @@ def run_restart(root, how):
         t_kill = time.monotonic()
         if how == "kill9":
             d.kill9()
-            time.sleep(1.5)
+            time.sleep(1.5)  # the outage itself: down 1.5 s (the docstring's scenario)
             old_rc = None
         else:
             old_rc = d.stop(signal.SIGTERM)

@@ -88,6 +88,12 @@ def test_sysusers_creates_the_user(tmpdir_short):
     assert detd[0][5] == "/var/lib/detd" and detd[0][6] == "/usr/sbin/nologin"
 
 
+def stat_state(pid):
+    """The process state letter of pid (/proc/PID/stat): "T" when stopped."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 class Notify:
     """The systemd side of sd_notify: a datagram socket, timestamped."""
 
@@ -151,9 +157,13 @@ def test_notify_ready_watchdog_stopping(tmpdir_short):
         assert time.monotonic() - started >= 0.4, n.msgs
         # While the process is stopped no ping arrives; they resume with it.
         proc.send_signal(signal.SIGSTOP)
-        time.sleep(0.1)
+        end = time.monotonic() + 30
+        while stat_state(proc.pid) != "T":  # stopped: it sends nothing more
+            assert time.monotonic() < end, "SIGSTOP did not stop the daemon"
+            time.sleep(0.01)
         while n.recv(0.05) is not None:
             pass
+        # Absence over 3 periods (200 ms each) of a running daemon's pings.
         assert n.recv(0.6) is None
         proc.send_signal(signal.SIGCONT)
         assert n.wait_for("WATCHDOG", 30)["WATCHDOG"] == "1"

@@ -20,6 +20,8 @@ another comma-separated list) whose
 - ``CS_RECHECK_MAX``: the re-measure's cap (``detd._hook.RECHECK_MAX``).
 - ``CS_BENCH_LOG``: a file each measurement appends ``pid start end``
   (``time.monotonic()``) to.
+- ``CS_LINES``: a file each ``detd`` log line is appended to as it is
+  logged (a test waits on them).
 - ``CS_COMPILE``: ``sleep:S`` or ``die``: the helper's compile step
   (``detd._triton.compile_only``; the CPU interpreter compiles nothing)
   creates ``$CS_HELPING`` (when set), then sleeps S seconds or kills the
@@ -105,6 +107,9 @@ class _Lines(logging.Handler):
     def emit(self, record):
         self.lines.append(record.getMessage())
         self.levels.append(record.levelname)
+        if os.environ.get("CS_LINES"):
+            with open(os.environ["CS_LINES"], "a") as f:
+                f.write(record.getMessage().replace("\n", " ") + "\n")
 
 
 def main():

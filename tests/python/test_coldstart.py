@@ -178,11 +178,14 @@ def test_waiting_rank_logs_who_times_the_key(daemon, tmp_path):
     marker, gate = str(tmp_path / "in-pass"), str(tmp_path / "go")
     timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.9", CS_IN_PASS=marker, CS_GATE=gate)
     wait_file(marker)
-    waiter = start(daemon, tmp_path, "r1", 1, DETD_WAIT_LOG_AFTER_S="0.5", DETD_WAIT_LOG_EVERY_S="1")
-    # The pass goes on once the waiter is held (however long its start-up
-    # took on a loaded machine) and has been for 2 s: two lines are due.
-    wait_until(lambda: status(daemon)["waiters"] >= 1)
-    time.sleep(2.2)
+    lines = tmp_path / "r1.lines"
+    waiter = start(daemon, tmp_path, "r1", 1, DETD_WAIT_LOG_AFTER_S="0.5", DETD_WAIT_LOG_EVERY_S="1",
+                   CS_LINES=str(lines))
+    # The pass goes on once the waiter has logged two lines (due 0.5 s and
+    # 1.5 s into its wait, however long its start-up took on a loaded
+    # machine). Bound: the timer's gate holds its pass at most 60 s
+    # (coldstart_worker.py).
+    wait_until(lambda: lines.exists() and lines.read_text().count("detd: waiting") >= 2, timeout=60)
     open(gate, "w").close()
     r0 = ok(daemon, timer)
     r1 = ok(daemon, waiter)

@@ -37,13 +37,36 @@ def two_passes(daemon, tmp_path, tag, mode):
                CS_BENCH_LOG=str(log), CS_GATE=str(gate), DETD_WAIT_LOG_AFTER_S="0")
     a = start(daemon, tmp_path, f"{tag}-a", 0, CS_N="256", CS_IN_PASS=str(tmp_path / f"{tag}-a-in"), **env)
     b = start(daemon, tmp_path, f"{tag}-b", 1, CS_N="512", CS_IN_PASS=str(tmp_path / f"{tag}-b-in"), **env)
-    # both are designated (two keys); let whoever can start its pass start
+    # Both are designated (two keys). Without the lock, wait until both
+    # passes are under way; with it, until one is and the other is waiting
+    # in _devlock.acquire() (it holds the lock file open, as the one in its
+    # pass does). Bound: a pass's gate holds it at most 60 s
+    # (coldstart_worker.py).
+    lock = os.path.realpath(tmp_path / "detd-timing-cpu.lock")
+
+    def in_pass():
+        return sorted(x for x in "ab" if os.path.exists(tmp_path / f"{tag}-{x}-in"))
+
+    def opened(pid):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            return False
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == lock:
+                    return True
+            except OSError:
+                pass
+        return False
+
     deadline = time.monotonic() + 60
-    while not any(os.path.exists(tmp_path / f"{tag}-{x}-in") for x in "ab"):
-        assert time.monotonic() < deadline, "no pass started"
+    while not (len(in_pass()) == 2 if mode == "off" else
+               in_pass() and all(opened(p.pid) for p, _ in (a, b))):
+        assert time.monotonic() < deadline, f"passes not under way: {in_pass()}"
+        assert a[0].poll() is None and b[0].poll() is None, "a worker exited before its pass"
         time.sleep(0.01)
-    time.sleep(0.5)  # the other has had its chance to start too
-    started = sorted(x for x in "ab" if os.path.exists(tmp_path / f"{tag}-{x}-in"))
+    started = in_pass()
     gate.touch()
     ra, rb = ok(daemon, a), ok(daemon, b)
     for r in (ra, rb):
