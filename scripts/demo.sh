@@ -6,7 +6,7 @@
 # `python -m detd.run` (Triton's CPU interpreter; the GPU where there is
 # one), twice; then `detctl status` and `detctl verify`.
 # Sets up and builds first (idempotent; the Triton part gets its own venv
-# under the build directory). Exit 0 only if every process used the same
+# under the build directory, or at $DETD_DEMO_VENV). Exit 0 only if every process used the same
 # config for every key, the first runs timed each key exactly once, the
 # reruns timed nothing, and every Triton process computed the same bits.
 set -euo pipefail
@@ -61,7 +61,7 @@ echo "== rerun against the same store"
 run rerun
 # ---- real Triton kernels, an unmodified script under python -m detd.run
 TPROCS=${DETD_DEMO_TRITON_PROCS:-4}
-VENV=$BUILD/demo-venv
+VENV=${DETD_DEMO_VENV:-$BUILD/demo-venv}
 if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c 'import torch, triton, detd' 2>/dev/null; then
     echo "== setting up $VENV (torch ${DETD_TORCH_VERSION:-2.13.0} for the CPU, triton ${DETD_DEMO_TRITON:-3.6.0}, detd)"
     python3 -m venv "$VENV"

@@ -11,9 +11,18 @@ import subprocess
 from conftest import BUILD, REPO
 
 
+# The demo's venv (torch, Triton) is kept with the suite's other venvs, so a
+# fresh clone's run does not install torch again; its own, not a Triton
+# matrix venv, since the demo reinstalls the package into it while other
+# suites may run from those.
+VENV = os.path.join(os.environ.get("DETD_VENV_ROOT")
+                    or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                    "detd-venvs"), "demo")
+
+
 def test_demo_script():
     env = dict(os.environ, DETD_BUILD_DIR=str(BUILD), DETD_DEMO_PROCS="8", DETD_DEMO_KEYS="40",
-               DETD_DEMO_TRITON_PROCS="4", TRITON_INTERPRET="1")
+               DETD_DEMO_TRITON_PROCS="4", TRITON_INTERPRET="1", DETD_DEMO_VENV=VENV)
     r = subprocess.run(["bash", str(REPO / "scripts" / "demo.sh")], env=env, capture_output=True, text=True,
                        timeout=1500)
     out = r.stdout + r.stderr

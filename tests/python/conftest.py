@@ -35,6 +35,14 @@ if os.path.exists(DETCTL_BIN):
     os.environ.setdefault("DETD_DETCTL", DETCTL_BIN)
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "triton_release: the outcome depends on how the hook meets Triton's Autotuner, Config or "
+        "benchmark API, which changed between releases: run_matrix.sh runs it on every Triton "
+        "release, the other tests on the primary release only (tests/README.md)")
+
+
 def require_module(name):
     """Import a module a test needs; missing, the test fails when CI is set
     (CI must run every test) and is skipped otherwise."""

@@ -10,6 +10,9 @@ import triton
 from conftest import require_module
 from detd import _canon, _policy, _triton
 
+# Runs on every Triton release (run_matrix.sh): it drives the hook through Triton's own API.
+pytestmark = pytest.mark.triton_release
+
 
 def cfg(kwargs, **kw):
     return triton.Config(kwargs, **kw)

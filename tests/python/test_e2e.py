@@ -16,6 +16,9 @@ import pytest
 
 from conftest import HERE, run_workers
 
+# Runs on every Triton release (run_matrix.sh): it drives the hook through Triton's own API.
+pytestmark = pytest.mark.triton_release
+
 N_CANDIDATES = 4
 SHAPES = "256,512"
 

@@ -13,6 +13,9 @@ import pytest
 
 from conftest import HERE
 
+# Runs on every Triton release (run_matrix.sh): it drives the hook through Triton's own API.
+pytestmark = pytest.mark.triton_release
+
 FAKE = os.path.join(HERE, "fake_megatron")
 
 

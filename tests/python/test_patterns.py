@@ -19,6 +19,9 @@ import detd
 from conftest import HERE
 from detd import _audit, _hook, _native, _policy
 
+# Runs on every Triton release (run_matrix.sh): it drives the hook through Triton's own API.
+pytestmark = pytest.mark.triton_release
+
 PRUNED = [f"BLOCK={b},EVEN=True,NUM_STAGES=2,num_warps=2,num_stages=2,num_ctas=1" for b in (16, 32, 64)]
 
 

@@ -7,7 +7,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import HERE
+
+# Runs on every Triton release (run_matrix.sh): it drives the hook through Triton's own API.
+pytestmark = pytest.mark.triton_release
 
 
 def run(daemon, what, **env):
