@@ -94,6 +94,14 @@ int etcd_status_err(grpc_status_code code, const char *msg) {
         return DETD_EBUSY;
     case GRPC_STATUS_UNIMPLEMENTED:
         return DETD_EUNIMPL;
+    case GRPC_STATUS_UNKNOWN:
+        /* etcd 3.4 returns a server-side context error as it is, and its
+         * gRPC sends that as UNKNOWN: a linearizable read that found no
+         * quorum before the call's deadline ends this way, a moment before
+         * our own deadline would. It is a timeout, and retried as one. */
+        if (strstr(msg, "context deadline exceeded"))
+            return DETD_ETIMEDOUT;
+        return DETD_EPROTO;
     default:
         return DETD_EPROTO;
     }

@@ -736,6 +736,8 @@ TEST(quorum_loss) {
     t0 = now_ms();
     err = etcd_get(c, "/t/q/before", &kv, NULL);
     took = now_ms() - t0;
+    fprintf(stderr, "get without quorum: %s after %lld ms\n",
+            detd_err_name(err), (long long)took);
     CHECK(err == DETD_ETIMEDOUT || err == DETD_EUNAVAILABLE);
     CHECK(took <= 4000 + 1000);
     /* Status still answers, per member, within one attempt. */

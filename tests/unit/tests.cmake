@@ -65,8 +65,10 @@ foreach(t test_waiters test_commit test_coord)
   target_sources(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rpc.c)
 endforeach()
 # The etcd backend's boot retry backoff (pure; links the cluster target).
-# And the JSON of its etcd values (cluster_codec.c).
+# And the JSON of its etcd values (cluster_codec.c), and the etcd
+# adapter's reading of gRPC statuses (etcd_status_err).
 if(TARGET detd_cluster)
   detd_unit_test(test_cluster_backoff detd_cluster)
   detd_unit_test(test_cluster_codec detd_cluster PkgConfig::JANSSON)
+  detd_unit_test(test_etcd_status detd_cluster detd_etcd_proto PkgConfig::GRPC)
 endif()
