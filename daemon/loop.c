@@ -670,7 +670,7 @@ int daemon_run(const struct daemon_config *cfg) {
     uv_run(&d->loop, UV_RUN_DEFAULT);
 
     /* Drained: stop the server (cancels what is left after the grace). */
-    rpc_server_stop(d->rpc, cfg->drain_grace_ms);
+    rpc_server_stop(d->rpc, 2000);
     d->rpc = NULL;
     listener_close(d->listener);
     d->listener = NULL;

@@ -152,11 +152,6 @@ static const struct option_row rows[] = {
      NULL, NULL, 0, NULL,
      "close a connection that made no call this long after\n"
      "it was accepted; 0: never (default 30000)"},
-    {"drain-grace-ms", "N", KIND_U32, CFG(drain_grace_ms), 0, 0, 600000,
-     NULL, NULL, 0, NULL,
-     "on SIGTERM, how long replies already given may take\n"
-     "to reach their clients before the connections are\n"
-     "cut (default 2000)"},
     {"max-waiters", "N", KIND_U32, CFG(max_waiters), 0, 1, 10000000, NULL,
      NULL, 0, NULL, "calls waiting for a timing pass (default 65536)"},
     {"max-votes", "N", KIND_U32, CFG(max_votes), 0, 1, 100000000, NULL,
@@ -284,7 +279,6 @@ void options_init(struct options *o) {
         .max_clients = 4096,
         .max_connections = 4096,
         .idle_timeout_ms = 30000,
-        .drain_grace_ms = 2000,
         .max_waiters = 65536,
         .max_votes = DAEMON_DEFAULT_MAX_VOTES,
         .max_claims = 1 << 20,

@@ -39,7 +39,6 @@ struct daemon_config {
     uint32_t max_clients;
     uint32_t max_connections; /* open on the unix socket at once */
     uint32_t idle_timeout_ms; /* a connection with no call; 0: never */
-    uint32_t drain_grace_ms;  /* a drain waits this long for replies */
     uint32_t max_waiters;
     uint32_t max_claims;
     uint32_t max_queue; /* events queued for the loop */
