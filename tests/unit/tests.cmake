@@ -6,6 +6,8 @@ detd_unit_test(test_keyid detd_core)
 detd_unit_test(test_verify detd_core)
 detd_unit_test(test_access detd_core)
 detd_unit_test(test_metrics detd_core m)
+# The metrics endpoint itself, on a loopback socket (libmicrohttpd).
+detd_unit_test(test_metrics_http detd_io)
 detd_unit_test(test_wirecheck detd_core detd_proto)
 # Allocation-failure tests: the pure modules' allocations go through the
 # test's __wrap_* functions, which fail the n-th one on request.
