@@ -1,7 +1,7 @@
 """A libdetd client process for the daemon-restart tests (test_restart.py).
 
     python3 restart_client.py --socket S --rank R --until STOP --out FILE
-        [--sleep-ms T] [--timeout-ms MS] [--prefix P]
+        [--sleep-ms T] [--timeout-ms MS] [--prefix P] [--hold-first FILE]
 
 Asks fresh keys P0, P1, ... until the file STOP exists, following the rule
 of detd/client.h ("Daemon restarts") for a designated process: time once
@@ -9,7 +9,9 @@ of detd/client.h ("Daemon restarts") for a designated process: time once
 timing on their own disagree), report; a report refused as stale (the
 claim's session ended with the daemon) is not repeated blindly: ask again,
 and when designated again report the timings already measured. Observes
-what it launched. Writes {"keys": {key: {"config", "passes", "designated",
+what it launched. With --hold-first FILE, its first timing pass creates
+FILE.held and waits for FILE before it reports (a pass held across a
+restart, and so the other processes' Decides for that key). Writes {"keys": {key: {"config", "passes", "designated",
 "lost"}}, "events": [[key, what, t_start, t_end], ...], "errors": [...]}
 with time.monotonic() stamps (one clock for every process of the host).
 """
@@ -37,6 +39,7 @@ def main():
     ap.add_argument("--timeout-ms", type=int, default=60000)
     ap.add_argument("--prefix", default="r:")
     ap.add_argument("--kernel", default="tests.restart:row_sum@0123456789abcdef")
+    ap.add_argument("--hold-first")
     a = ap.parse_args()
 
     lib = load()
@@ -90,6 +93,10 @@ def main():
                 for j, c in enumerate(cands):
                     ms = 1.0 + ((j + a.rank + os.getpid()) % len(cands))
                     timings.append((c, (ctypes.c_double * 3)(ms, ms * 1.01, ms * 0.99)))
+                if a.hold_first and entry["passes"] == 1 and i == 1:
+                    open(a.hold_first + ".held", "w").close()
+                    while not os.path.exists(a.hold_first) and time.monotonic() < deadline:
+                        time.sleep(0.02)
             tarr = (Timing * len(timings))(*[Timing(c, s, 3, 0) for c, s in timings])
             rep = ctypes.POINTER(Answer)()
             left = max(1, int((deadline - time.monotonic()) * 1000))

@@ -12,7 +12,9 @@ error and no fallback; every key has exactly one config across all
 processes, and it is the stored decision; no key was decided twice (the
 daemons' logs); `detctl verify` on the new daemon is ok and counts every
 key; the timing passes are at most keys + keys whose pass was in flight at
-the restart; and the restart was felt (calls spanned it).
+the restart; and the restart was felt: one process holds a timing pass
+from before the kill until the new daemon is up, and another's Decide for
+that key waits from before the kill to after the restart.
 """
 import glob
 import json
@@ -73,8 +75,14 @@ def decisions(d):
     return rows
 
 
+# The held pass below waits through the run's waits before the restart (at
+# most 2 x 300 s, wait_for's bounds): the pass deadline and the two span
+# clients' budgets cover them.
+HOLD_S = 2 * 300 + 60
+
+
 def run_restart(root, how):
-    d = Daemon(root).start()
+    d = Daemon(root, ["--pass-timeout-ms", str(2 * HOLD_S * 1000)]).start()
     stop = root / "stop"
     # Python processes load the plain libdetd (DETD_CLIENT_BUILD_DIR) when
     # the daemon under test is a sanitizer build: an ASan library cannot be
@@ -82,6 +90,21 @@ def run_restart(root, how):
     client_build = Path(os.environ.get("DETD_CLIENT_BUILD_DIR") or BUILD)
     lib_env = dict(os.environ, DETD_BUILD_DIR=str(client_build))
     procs = []
+    # The restart must be felt: a pass held across it (rank N_LIBDETD holds
+    # key span:0 until the new daemon is up) and a Decide waiting on it
+    # from before the kill to after the restart (rank N_LIBDETD + 1).
+    release = root / "release"
+    span = ["--prefix", "span:", "--timeout-ms", str(HOLD_S * 1000)]
+    procs.append(subprocess.Popen(
+        [sys.executable, str(HERE / "restart_client.py"), "--socket", d.socket,
+         "--rank", str(N_LIBDETD), "--until", str(stop), "--out", str(root / f"c{N_LIBDETD}.json"),
+         "--hold-first", str(release)] + span, env=lib_env))
+    wait_for("the held pass", lambda: Path(str(release) + ".held").exists())
+    procs.append(subprocess.Popen(
+        [sys.executable, str(HERE / "restart_client.py"), "--socket", d.socket,
+         "--rank", str(N_LIBDETD + 1), "--until", str(stop),
+         "--out", str(root / f"c{N_LIBDETD + 1}.json")] + span, env=lib_env))
+    wait_for("a Decide waiting on the held pass", lambda: d.status()["waiters"] == 1)
     for r in range(N_LIBDETD):
         procs.append(subprocess.Popen(
             [sys.executable, str(HERE / "restart_client.py"), "--socket", d.socket, "--rank", str(r),
@@ -114,6 +137,7 @@ def run_restart(root, how):
             old_rc = d.stop(signal.SIGTERM)
         t_back = time.monotonic()
         d.start()
+        release.touch()
         after = d.status()["decisions"]
         wait_for("decisions after the restart", lambda: (
             d.status()["decisions"] >= after + 20
@@ -135,10 +159,10 @@ def test_clients_outlive_a_daemon_restart(tmpdir_short, how):
     d, rcs, old_rc, t_kill, t_back = run_restart(root, how)
     try:
         # No process killed, none failed.
-        assert rcs == [0] * (N_LIBDETD + N_HOOK), rcs
+        assert rcs == [0] * (N_LIBDETD + 2 + N_HOOK), rcs
         if how == "sigterm":
             assert old_rc == 0  # the old daemon drained cleanly
-        clients = [json.loads((root / f"c{r}.json").read_text()) for r in range(N_LIBDETD)]
+        clients = [json.loads((root / f"c{r}.json").read_text()) for r in range(N_LIBDETD + 2)]
         hooks = [json.loads((root / f"h{h}.json").read_text()) for h in range(N_HOOK)]
         for c in clients:
             assert c["errors"] == [], c["errors"][:5]
@@ -185,7 +209,7 @@ def test_clients_outlive_a_daemon_restart(tmpdir_short, how):
         else:
             # kill -9 may cut a commit's log line; each process has at most
             # one key in flight, so at most that many lines can be missing.
-            assert len(unlogged) <= N_LIBDETD + N_HOOK, len(unlogged)
+            assert len(unlogged) <= N_LIBDETD + 2 + N_HOOK, len(unlogged)
 
         # verify on the new daemon: ok, every used key observed.
         v = d.detctl("verify", "--json")
