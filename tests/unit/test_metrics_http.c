@@ -83,19 +83,29 @@ static metrics_http *start(int *fail, int *ret_port) {
     return h;
 }
 
+/* GET path answers with status (e.g. "200") and, if body is not NULL,
+ * exactly that body. */
+static void expect(int port, const char *path, const char *status,
+                   const char *body) {
+    char *r = get(port, path);
+    char line[32];
+    snprintf(line, sizeof(line), "HTTP/1.1 %s", status);
+    CHECK(strncmp(r, line, strlen(line)) == 0);
+    if (body != NULL) {
+        const char *b = strstr(r, "\r\n\r\n");
+        CHECK(b != NULL);
+        CHECK_STR(b + 4, body);
+    }
+    free(r);
+}
+
 TEST(healthz_follows_the_serving_flag) {
     int fail = 0, port = 0;
     atomic_store(&serving_flag, 1);
     metrics_http *h = start(&fail, &port);
-    char *r = get(port, "/healthz");
-    CHECK(strncmp(r, "HTTP/1.1 200", 12) == 0);
-    CHECK(strstr(r, "\r\n\r\nok\n") != NULL);
-    free(r);
+    expect(port, "/healthz", "200", "ok\n");
     atomic_store(&serving_flag, 0); /* the drain began */
-    r = get(port, "/healthz");
-    CHECK(strncmp(r, "HTTP/1.1 503", 12) == 0);
-    CHECK(strstr(r, "\r\n\r\ndraining\n") != NULL);
-    free(r);
+    expect(port, "/healthz", "503", "draining\n");
     metrics_http_stop(h);
 }
 
@@ -103,17 +113,10 @@ TEST(metrics_text_or_503) {
     int fail = 0, port = 0;
     atomic_store(&serving_flag, 1);
     metrics_http *h = start(&fail, &port);
-    char *r = get(port, "/metrics");
-    CHECK(strncmp(r, "HTTP/1.1 200", 12) == 0);
-    CHECK(strstr(r, "\r\n\r\ndetd_up 1\n") != NULL);
-    free(r);
+    expect(port, "/metrics", "200", "detd_up 1\n");
     fail = 1;
-    r = get(port, "/metrics");
-    CHECK(strncmp(r, "HTTP/1.1 503", 12) == 0);
-    free(r);
-    r = get(port, "/nothing");
-    CHECK(strncmp(r, "HTTP/1.1 404", 12) == 0);
-    free(r);
+    expect(port, "/metrics", "503", NULL);
+    expect(port, "/nothing", "404", NULL);
     metrics_http_stop(h);
 }
 
