@@ -28,7 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -373,6 +375,20 @@ struct fake_proc {
 };
 
 /* Start the stand-in daemon in its own process; wait for its socket. */
+/* Does path accept a connection now? (closed at once: no call is made) */
+static int accepts_(const char *path) {
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return 0;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    CHECK(n < sizeof(a.sun_path));
+    memcpy(a.sun_path, path, n + 1);
+    int ok = connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(s);
+    return ok;
+}
+
 static void fake_start_at_(struct fake_proc *p, uint32_t lease_ms) {
     unlink(p->path);
     fflush(NULL);
@@ -387,10 +403,13 @@ static void fake_start_at_(struct fake_proc *p, uint32_t lease_ms) {
               (char *)NULL);
         _exit(127);
     }
-    struct stat st;
-    for (int i = 0; i < 500 && stat(p->path, &st) != 0; i++)
+    /* Ready when the socket accepts a connection: the file appears at
+     * bind(), a moment before listen(), and a connect in between is
+     * refused. */
+    int ready = 0;
+    for (int i = 0; i < 500 && !(ready = accepts_(p->path)); i++)
         usleep(10000);
-    CHECK(stat(p->path, &st) == 0);
+    CHECK(ready);
 }
 
 static void fake_start_(struct fake_proc *p, uint32_t lease_ms) {
