@@ -117,6 +117,7 @@ struct daemon {
     /* Socket activation: the listening socket systemd passed (else -1),
      * polled by the loop; each connection goes to the rpc server. */
     int listen_fd; /* socket activation: the passed socket until opened */
+    int lock_fd;   /* the state directory's lock (loop.c), else -1 */
     char activated_path[108];
     rpc_server *rpc;
     struct listener *listener; /* the unix socket (listener.c) */
