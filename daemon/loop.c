@@ -51,6 +51,7 @@ static void on_rpc_event(void *ctx, struct rpc_event *ev) {
         if (q == NULL) {
             pthread_mutex_unlock(&d->qmu);
             /* Over the queue cap: refuse, never block the rpc thread. */
+            free(ev->owner_data);
             if (ev->msg != NULL)
                 protobuf_c_message_free_unpacked(ev->msg, NULL);
             if (ev->kind == RPC_EV_REQUEST)
@@ -730,6 +731,7 @@ static void release_queued(struct daemon *d) {
     size_t n = take_queue(d);
     for (size_t i = 0; i < n; i++) {
         struct rpc_event *ev = &d->work[i];
+        free(ev->owner_data);
         if (ev->msg != NULL)
             protobuf_c_message_free_unpacked(ev->msg, NULL);
         rpc_call_unref(ev->call);

@@ -67,6 +67,10 @@ struct rpc_event {
     rpc_call *call;
     ProtobufCMessage *msg; /* REQUEST/STREAM: owned by the receiver, free
                               with protobuf_c_message_free_unpacked() */
+    /* The owner's: NULL from the server, which never reads it. The event
+     * callback may hang what it worked out on the rpc thread here (heap)
+     * for the handler on the loop; whoever consumes the event free()s it. */
+    void *owner_data;
 };
 
 typedef void (*rpc_event_cb)(void *ctx, struct rpc_event *ev);
