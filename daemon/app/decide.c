@@ -5,7 +5,6 @@
 #include "app/decide.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +12,9 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "app/benchsplit.h"
 #include "app/commit.h"
+#include "app/convert.h"
 #include "app/coord.h"
 #include "app/daemon.h"
 #include "app/imports.h"
@@ -520,23 +518,6 @@ free_msg:
 
 /* ---- Report ----------------------------------------------------------- */
 
-static char *timings_json(const Detd__V1__ReportRequest *req) {
-    json_t *arr = json_array();
-    for (size_t i = 0; i < req->n_timings; i++) {
-        const Detd__V1__CandidateTiming *t = req->timings[i];
-        json_t *ms = json_array();
-        for (size_t j = 0; j < t->n_ms; j++)
-            json_array_append_new(ms, isfinite(t->ms[j]) ? json_real(t->ms[j])
-                                                         : json_null());
-        json_array_append_new(arr,
-                              json_pack("{s:s, s:o, s:b}", "config", t->config,
-                                        "ms", ms, "failed", t->failed));
-    }
-    char *s = json_dumps(arr, JSON_COMPACT);
-    json_decref(arr);
-    return s;
-}
-
 /* What a rejected report tells the waiters of its key. */
 struct rejection {
     struct daemon *d;
@@ -731,8 +712,12 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         report_rejected(d, ev->call, &vk, req->claim_id, all_failed);
         goto free_msg;
     }
+    char *tj = convert_timings_json(req->timings, req->n_timings);
+    if (tj == NULL) {
+        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto free_msg;
+    }
     const Detd__V1__ClientIdentity *c = req->client;
-    char *tj = timings_json(req);
     struct decision row = {
         .id = vk.id,
         .ns = (char *)vk.ns,

@@ -6,11 +6,8 @@
 #include "clock.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <jansson.h>
 
 #include "app/convert.h"
 #include "app/validate.h"
@@ -19,26 +16,6 @@
 #include "core/keyid.h"
 
 #define VOTES_API_VERSION DETD_API_VERSION
-
-/* The timings of a vote as stored: the format of decisions' timings. */
-static char *votes_timings_json(const Detd__V1__VoteRequest *req) {
-    json_t *arr = json_array();
-    if (arr == NULL)
-        return NULL;
-    for (size_t i = 0; i < req->n_timings; i++) {
-        const Detd__V1__CandidateTiming *t = req->timings[i];
-        json_t *ms = json_array();
-        for (size_t j = 0; ms != NULL && j < t->n_ms; j++)
-            json_array_append_new(ms, isfinite(t->ms[j]) ? json_real(t->ms[j])
-                                                         : json_null());
-        json_array_append_new(arr,
-                              json_pack("{s:s, s:o*, s:b}", "config", t->config,
-                                        "ms", ms, "failed", t->failed));
-    }
-    char *s = json_dumps(arr, JSON_COMPACT);
-    json_decref(arr);
-    return s;
-}
 
 void votes_on_vote(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__VoteRequest *req = (Detd__V1__VoteRequest *)ev->msg;
@@ -82,7 +59,7 @@ void votes_on_vote(struct daemon *d, struct rpc_event *ev) {
             goto rejected;
         }
     }
-    tj = votes_timings_json(req);
+    tj = convert_timings_json(req->timings, req->n_timings);
     if (tj == NULL) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
