@@ -14,6 +14,7 @@
 #include "detd/client.h"
 #include "detd/error.h"
 #include "core/keyid.h"
+#include "core/text.h"
 
 #define VOTES_API_VERSION DETD_API_VERSION
 
@@ -141,10 +142,6 @@ struct vote_page {
     int oom;
 };
 
-static char *dup0(const char *s) {
-    return strdup(s != NULL ? s : "");
-}
-
 static int vote_page_cb(void *ctx, const struct store_vote *v) {
     struct vote_page *pg = ctx;
     if (pg->n == pg->cap) {
@@ -156,17 +153,17 @@ static int vote_page_cb(void *ctx, const struct store_vote *v) {
     /* The store's decision row carries the strings, and its converter
      * parses the timings JSON (the same format) into messages. */
     struct decision *r = &it->row;
-    r->ns = dup0(v->ns);
-    r->arch = dup0(v->arch);
-    r->kernel = dup0(v->kernel);
-    r->key = dup0(v->key);
-    r->candidates_fp = dup0(v->candidates_fp);
-    r->config = dup0(v->config);
-    r->by_host = dup0(v->host);
-    r->by_device = dup0(v->device);
-    r->triton_version = dup0(v->triton_version);
-    r->timings_json = dup0(v->timings_json);
-    r->table_file = dup0(v->table_key); /* the table_key, see below */
+    r->ns = text_dup(v->ns);
+    r->arch = text_dup(v->arch);
+    r->kernel = text_dup(v->kernel);
+    r->key = text_dup(v->key);
+    r->candidates_fp = text_dup(v->candidates_fp);
+    r->config = text_dup(v->config);
+    r->by_host = text_dup(v->host);
+    r->by_device = text_dup(v->device);
+    r->triton_version = text_dup(v->triton_version);
+    r->timings_json = text_dup(v->timings_json);
+    r->table_file = text_dup(v->table_key); /* the table_key, see below */
     if (!r->ns || !r->arch || !r->kernel || !r->key || !r->candidates_fp ||
         !r->config || !r->by_host || !r->by_device || !r->triton_version ||
         !r->timings_json || !r->table_file) {
