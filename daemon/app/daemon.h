@@ -85,7 +85,13 @@ struct daemon_counters {
     uint64_t votes_refused_full; /* votes refused: --max-votes reached */
 };
 
-struct session {
+/*
+ * A client's session as the daemon holds it: one libdetd handle's Attach
+ * stream (the client library's own side is client/src/session.h), with
+ * who attached it. The engine keeps the same id's claims and waiters in
+ * its own struct engine_session (core/engine.c), which knows no calls.
+ */
+struct client_session {
     uint64_t id;
     rpc_call *call;               /* the Attach stream (holds a reference) */
     Detd__V1__AttachRequest *req; /* identity storage */
@@ -137,7 +143,7 @@ struct daemon {
     struct rpc_event *work; /* swapped in by the loop */
     size_t capwork;
 
-    struct session **sessions;
+    struct client_session **sessions;
     size_t nsessions, capsessions;
     uint64_t next_session;
 

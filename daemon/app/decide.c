@@ -87,8 +87,8 @@ int decide_engine_setup(struct daemon *d) {
 
 /* ---- sessions -------------------------------------------------------- */
 
-static struct session *session_by_call(struct daemon *d, rpc_call *call,
-                                       size_t *ret_index) {
+static struct client_session *session_by_call(struct daemon *d, rpc_call *call,
+                                              size_t *ret_index) {
     for (size_t i = 0; i < d->nsessions; i++) {
         if (d->sessions[i]->call == call) {
             *ret_index = i;
@@ -117,13 +117,13 @@ void decide_attach(struct daemon *d, struct rpc_event *ev) {
     }
     if (d->nsessions == d->capsessions) {
         size_t cap = d->capsessions ? d->capsessions * 2 : 64;
-        struct session **s = realloc(d->sessions, cap * sizeof(*s));
+        struct client_session **s = realloc(d->sessions, cap * sizeof(*s));
         if (s == NULL)
             goto oom;
         d->sessions = s;
         d->capsessions = cap;
     }
-    struct session *s = calloc(1, sizeof(*s));
+    struct client_session *s = calloc(1, sizeof(*s));
     if (s == NULL)
         goto oom;
     s->id = ++d->next_session;
@@ -154,7 +154,7 @@ free_msg:
 }
 
 static void session_end(struct daemon *d, size_t index) {
-    struct session *s = d->sessions[index];
+    struct client_session *s = d->sessions[index];
     d->sessions[index] = d->sessions[--d->nsessions];
     log_debug("session %" PRIu64 " ended", s->id);
     engine_session_end(d->engine, s->id, clock_mono_ms());
@@ -176,7 +176,7 @@ static void holder_of(struct daemon *d, const char *id,
     *ret = (struct reply_holder){.host = "", .rank = -1};
     if (!engine_claim_info(d->engine, id, &ci))
         return;
-    const struct session *s = session_find(d, ci.session);
+    const struct client_session *s = session_find(d, ci.session);
     if (s == NULL)
         return;
     const Detd__V1__ClientIdentity *c = s->req->client;
@@ -433,7 +433,7 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         reply_miss(ev->call);
         goto free_msg;
     }
-    struct session *s;
+    struct client_session *s;
     if (session_of_call(d, ev->call, req->session_id, &s) != 0)
         goto free_msg;
     uint64_t session = s != NULL ? s->id : 0;
@@ -607,7 +607,7 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
     }
     /* The claim belongs to the session that got it: the report must come
      * from that session, and from the process that attached it. */
-    struct session *sess = session_find(d, req->session_id);
+    struct client_session *sess = session_find(d, req->session_id);
     int32_t ppid;
     uint32_t puid;
     session_peer(ev->call, &ppid, &puid);
@@ -778,10 +778,10 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
     /* The rank is the one the process attached with: a process attached
      * as rank 1 cannot observe as rank 0. */
     int32_t claimed_rank = c ? c->rank : -1;
-    const struct session *bound = NULL;
+    const struct client_session *bound = NULL;
     size_t n_own = 0;
     for (size_t i = 0; i < d->nsessions; i++) {
-        const struct session *s = d->sessions[i];
+        const struct client_session *s = d->sessions[i];
         if (!session_is_caller(s, ev->call))
             continue;
         n_own++;

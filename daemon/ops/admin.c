@@ -135,7 +135,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         goto out;
     }
     for (size_t i = 0; i < nc; i++) {
-        const struct session *s = d->sessions[i];
+        const struct client_session *s = d->sessions[i];
         detd__v1__client_info__init(&ci[i]);
         ci[i].client = s->req->client;
         ci[i].session_id = s->id;
