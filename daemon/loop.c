@@ -51,6 +51,7 @@ static void on_rpc_event(void *ctx, struct rpc_event *ev) {
         if (q == NULL) {
             pthread_mutex_unlock(&d->qmu);
             /* Over the queue cap: refuse, never block the rpc thread. */
+            free(ev->owner_data);
             if (ev->msg != NULL)
                 protobuf_c_message_free_unpacked(ev->msg, NULL);
             if (ev->kind == RPC_EV_REQUEST)
@@ -433,107 +434,172 @@ static int open_checked_store(struct daemon *d) {
     return 0;
 }
 
-int daemon_run(const struct daemon_config *cfg) {
-    struct daemon *d = calloc(1, sizeof(*d));
-    int exit_code = 1;
-    int rc;
-    int lock_fd = -1;
-    char *err = NULL;
-    if (d == NULL) {
-        log_error("out of memory");
-        return 1;
-    }
-    d->cfg = cfg;
+/* ---- start-up: a table of steps ------------------------------------- */
+
+/* The daemon's own state: the event queue's lock, the loop, the held
+ * calls, the benchmark splits and the verify gatherings. */
+static int start_state(struct daemon *d) {
     d->started_unix_ms = clock_unix_ms();
     d->started_mono_ms = clock_mono_ms();
     pthread_mutex_init(&d->qmu, NULL);
     uv_loop_init(&d->loop);
-    d->listen_fd = -1;
     if (waiters_new(&d->waiters) != 0 || benchsplit_new(&d->splits) != 0 ||
         admin_verifies_new(&d->verifies) != 0) {
         log_error("out of memory");
-        goto out_loop;
+        return -1;
     }
+    return 0;
+}
 
-    /* Socket activation (systemd's detd.socket): take the socket now,
-     * before anything else could inherit it. */
-    rc = sdnotify_listen_fd(&d->listen_fd, &err);
+static void stop_state(struct daemon *d) {
+    uv_loop_close(&d->loop);
+    admin_verifies_free(d->verifies);
+    waiters_free(d->waiters);
+    benchsplit_free(d->splits);
+    free(d->queue);
+    free(d->work);
+    pthread_mutex_destroy(&d->qmu);
+}
+
+/* Socket activation (systemd's detd.socket): take the socket now, before
+ * anything else could inherit it. */
+static int start_activation(struct daemon *d) {
+    char *err = NULL;
+    int rc = sdnotify_listen_fd(&d->listen_fd, &err);
     if (rc != 0) {
         log_error("%s", err != NULL ? err : detd_strerror(rc));
         free(err);
-        goto out_loop;
+        return -1;
     }
-    if (d->listen_fd >= 0) {
-        struct sockaddr_un sa;
-        socklen_t salen = sizeof(sa);
-        memset(&sa, 0, sizeof(sa));
-        int fl = fcntl(d->listen_fd, F_GETFL);
-        if (fl < 0 || fcntl(d->listen_fd, F_SETFL, fl | O_NONBLOCK) != 0) {
-            log_error("socket activation: set O_NONBLOCK: %s", strerror(errno));
-            goto out_loop;
-        }
-        if (getsockname(d->listen_fd, (struct sockaddr *)&sa, &salen) != 0)
-            sa.sun_path[0] = '\0';
-        sa.sun_path[sizeof(sa.sun_path) - 1] = '\0';
-        snprintf(d->activated_path, sizeof(d->activated_path), "%s",
-                 sa.sun_path[0] != '\0' ? sa.sun_path : "(unnamed socket)");
-        log_info("socket activation: serving the socket passed by systemd "
-                 "(%s) instead of creating %s",
-                 d->activated_path, cfg->socket_path);
+    if (d->listen_fd < 0)
+        return 0;
+    struct sockaddr_un sa;
+    socklen_t salen = sizeof(sa);
+    memset(&sa, 0, sizeof(sa));
+    int fl = fcntl(d->listen_fd, F_GETFL);
+    if (fl < 0 || fcntl(d->listen_fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        log_error("socket activation: set O_NONBLOCK: %s", strerror(errno));
+        return -1;
     }
+    if (getsockname(d->listen_fd, (struct sockaddr *)&sa, &salen) != 0)
+        sa.sun_path[0] = '\0';
+    sa.sun_path[sizeof(sa.sun_path) - 1] = '\0';
+    snprintf(d->activated_path, sizeof(d->activated_path), "%s",
+             sa.sun_path[0] != '\0' ? sa.sun_path : "(unnamed socket)");
+    log_info("socket activation: serving the socket passed by systemd "
+             "(%s) instead of creating %s",
+             d->activated_path, d->cfg->socket_path);
+    return 0;
+}
 
-    /* Store. */
-    rc = make_parents(cfg->state_dir);
+/* The passed socket, while no listener has taken it. */
+static void stop_activation(struct daemon *d) {
+    if (d->listen_fd >= 0)
+        close(d->listen_fd);
+    d->listen_fd = -1;
+}
+
+static int start_state_dir(struct daemon *d) {
+    const char *dir = d->cfg->state_dir;
+    int rc = make_parents(dir);
     if (rc == 0)
-        rc = make_dir(cfg->state_dir, 0750);
+        rc = make_dir(dir, 0750);
     if (rc != 0) {
-        log_error("create state directory '%s': %s", cfg->state_dir,
-                  detd_strerror(rc));
-        goto out_loop;
+        log_error("create state directory '%s': %s", dir, detd_strerror(rc));
+        return -1;
     }
-    if (asprintf(&d->store_path, "%s/detd.sqlite", cfg->state_dir) < 0) {
+    if (asprintf(&d->store_path, "%s/detd.sqlite", dir) < 0) {
         d->store_path = NULL;
-        goto out_loop;
+        return -1;
     }
-    /* One daemon per state directory; then the store, checked. */
-    if ((lock_fd = lock_state_dir(cfg->state_dir)) < 0 ||
-        open_checked_store(d) != 0)
-        goto out_loop;
+    return 0;
+}
 
-    /* Engine. */
-    struct engine_limits lim = {cfg->max_waiters, cfg->max_claims,
-                                cfg->lease_ms};
-    rc = hotcache_new(16384, &d->hot);
+static void stop_state_dir(struct daemon *d) {
+    free(d->store_path);
+    d->store_path = NULL;
+}
+
+/* One daemon per state directory. */
+static int start_lock(struct daemon *d) {
+    d->lock_fd = lock_state_dir(d->cfg->state_dir);
+    return d->lock_fd >= 0 ? 0 : -1;
+}
+
+/* After the store is closed: the next daemon may open it. */
+static void stop_lock(struct daemon *d) {
+    if (d->lock_fd >= 0)
+        close(d->lock_fd);
+    d->lock_fd = -1;
+}
+
+static void stop_store(struct daemon *d) {
+    store_close(d->store);
+    d->store = NULL;
+}
+
+static int start_hotcache(struct daemon *d) {
+    int rc = hotcache_new(16384, &d->hot);
     if (rc != 0) {
         log_error("create answer cache: %s", detd_strerror(rc));
-        goto out_store;
+        return -1;
     }
-    rc = engine_new(&lim, decide_engine_event, d, &d->engine);
+    return 0;
+}
+
+static void stop_hotcache(struct daemon *d) {
+    hotcache_free(d->hot);
+    d->hot = NULL;
+}
+
+static int start_engine(struct daemon *d) {
+    const struct daemon_config *cfg = d->cfg;
+    struct engine_limits lim = {cfg->max_waiters, cfg->max_claims,
+                                cfg->lease_ms};
+    int rc = engine_new(&lim, decide_engine_event, d, &d->engine);
     if (rc == 0)
         rc = decide_engine_setup(d);
     if (rc != 0) {
         log_error("create engine: %s", detd_strerror(rc));
-        goto out_store;
+        return -1;
     }
+    return 0;
+}
 
-    /* Tables: a bad file is skipped (and listed by status). */
-    rc = tableadmin_load_initial(d);
+static void stop_engine(struct daemon *d) {
+    engine_free(d->engine);
+    d->engine = NULL;
+}
+
+/* A bad table file is skipped (and listed by status). */
+static int start_tables(struct daemon *d) {
+    int rc = tableadmin_load_initial(d);
     if (rc != 0) {
         log_error("load tables: %s", detd_strerror(rc));
-        goto out_store;
+        return -1;
     }
+    return 0;
+}
 
-    /* GPUs: "no GPU" is a normal state. */
-    if (gpu_probe_run(cfg->cuda_library, &d->gpus) == 0) {
-        if (d->gpus.n == 0)
-            log_info("GPU probe: %s", d->gpus.state);
-        for (size_t i = 0; i < d->gpus.n; i++)
-            log_info("GPU %d: %s (%s, %d SMs, %s)", d->gpus.gpus[i].index,
-                     d->gpus.gpus[i].name, d->gpus.gpus[i].arch,
-                     d->gpus.gpus[i].sm_count, d->gpus.gpus[i].uuid);
-    }
+/* "No GPU" is a normal state: this step never fails. */
+static int start_gpus(struct daemon *d) {
+    if (gpu_probe_run(d->cfg->cuda_library, &d->gpus) != 0)
+        return 0;
+    if (d->gpus.n == 0)
+        log_info("GPU probe: %s", d->gpus.state);
+    for (size_t i = 0; i < d->gpus.n; i++)
+        log_info("GPU %d: %s (%s, %d SMs, %s)", d->gpus.gpus[i].index,
+                 d->gpus.gpus[i].name, d->gpus.gpus[i].arch,
+                 d->gpus.gpus[i].sm_count, d->gpus.gpus[i].uuid);
+    return 0;
+}
 
-    /* Loop handles before the server: events need the async handle. */
+static void stop_gpus(struct daemon *d) {
+    gpu_probe_clear(&d->gpus);
+}
+
+/* Before the server: its events need the async handle. */
+static int start_handles(struct daemon *d) {
     uv_async_init(&d->loop, &d->wake, on_wake);
     d->wake.data = d;
     uv_timer_init(&d->loop, &d->tick);
@@ -547,57 +613,93 @@ int daemon_run(const struct daemon_config *cfg) {
     uv_signal_start(&d->sig_term, on_signal, SIGTERM);
     uv_signal_start(&d->sig_int, on_signal, SIGINT);
     uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+    return 0;
+}
 
-    rc = d->listen_fd >= 0 ? 0 : make_parents(cfg->socket_path);
+/* The later steps' handles are closed by then: one run of the loop
+ * ends them all. */
+static void stop_handles(struct daemon *d) {
+    uv_close((uv_handle_t *)&d->wake, close_cb);
+    uv_close((uv_handle_t *)&d->tick, close_cb);
+    uv_close((uv_handle_t *)&d->watchdog, close_cb);
+    uv_close((uv_handle_t *)&d->sig_term, close_cb);
+    uv_close((uv_handle_t *)&d->sig_int, close_cb);
+    uv_close((uv_handle_t *)&d->sig_hup, close_cb);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+}
+
+static int start_socket_dir(struct daemon *d) {
+    const char *path = d->cfg->socket_path;
+    int rc = d->listen_fd >= 0 ? 0 : make_parents(path);
     if (rc != 0) {
-        log_error("create socket directory for '%s': %s", cfg->socket_path,
+        log_error("create socket directory for '%s': %s", path,
                   detd_strerror(rc));
-        goto out_handles;
+        return -1;
     }
-    if (cfg->etcd_endpoints != NULL) {
-        if (coord_new(d, &d->coord) != 0 ||
-            commit_state_new(&d->commits) != 0) {
-            log_error("etcd backend: out of memory");
-            goto out_handles;
-        }
-        int64_t revision = coord_revision(d->coord);
-        char lease_file[4096];
-        snprintf(lease_file, sizeof(lease_file), "%s/etcd-lease",
-                 cfg->state_dir);
-        struct cluster_options co = {
-            .endpoints = cfg->etcd_endpoints,
-            .ca_file = cfg->etcd_ca,
-            .cert_file = cfg->etcd_cert,
-            .key_file = cfg->etcd_key,
-            .user = cfg->etcd_user,
-            .password = cfg->etcd_password,
-            .node_id = cfg->node_id,
-            .ns = cfg->ns,
-            .listen = cfg->listen,
-            .socket_path = cfg->socket_path,
-            .lease_ms = cfg->lease_ms,
-            .start_revision = revision,
-            .lease_file = lease_file,
-            /* Other nodes' listeners: same CA and certificate as ours. */
-            .peer_ca = cfg->listen_client_ca,
-            .peer_cert = cfg->listen_cert,
-            .peer_key = cfg->listen_key,
-        };
-        rc =
-            cluster_open(&co, &d->loop, on_cluster_event, d, &d->cluster, &err);
-        if (rc != 0) {
-            log_error("etcd backend: %s",
-                      err != NULL ? err : detd_strerror(rc));
-            free(err);
-            goto out_handles;
-        }
-        log_info("etcd backend: node '%s', endpoints %s, resuming after "
-                 "revision %lld%s",
-                 cfg->node_id, cfg->etcd_endpoints, (long long)revision,
-                 revision == 0 ? " (full resync)" : "");
-        struct coord_cluster cc = coord_cluster_of(d->cluster);
-        coord_set_cluster(d->coord, &cc);
+    return 0;
+}
+
+/* The etcd backend (--etcd-endpoints only): its claims (coord.c), its
+ * commits waiting for etcd (commit.c) and the cluster client. */
+static int start_etcd(struct daemon *d) {
+    const struct daemon_config *cfg = d->cfg;
+    if (cfg->etcd_endpoints == NULL)
+        return 0;
+    if (coord_new(d, &d->coord) != 0 || commit_state_new(&d->commits) != 0) {
+        log_error("etcd backend: out of memory");
+        return -1;
     }
+    int64_t revision = coord_revision(d->coord);
+    char lease_file[4096];
+    snprintf(lease_file, sizeof(lease_file), "%s/etcd-lease", cfg->state_dir);
+    struct cluster_options co = {
+        .endpoints = cfg->etcd_endpoints,
+        .ca_file = cfg->etcd_ca,
+        .cert_file = cfg->etcd_cert,
+        .key_file = cfg->etcd_key,
+        .user = cfg->etcd_user,
+        .password = cfg->etcd_password,
+        .node_id = cfg->node_id,
+        .ns = cfg->ns,
+        .listen = cfg->listen,
+        .socket_path = cfg->socket_path,
+        .lease_ms = cfg->lease_ms,
+        .start_revision = revision,
+        .lease_file = lease_file,
+        /* Other nodes' listeners: same CA and certificate as ours. */
+        .peer_ca = cfg->listen_client_ca,
+        .peer_cert = cfg->listen_cert,
+        .peer_key = cfg->listen_key,
+    };
+    char *err = NULL;
+    int rc =
+        cluster_open(&co, &d->loop, on_cluster_event, d, &d->cluster, &err);
+    if (rc != 0) {
+        log_error("etcd backend: %s", err != NULL ? err : detd_strerror(rc));
+        free(err);
+        return -1;
+    }
+    log_info("etcd backend: node '%s', endpoints %s, resuming after "
+             "revision %lld%s",
+             cfg->node_id, cfg->etcd_endpoints, (long long)revision,
+             revision == 0 ? " (full resync)" : "");
+    struct coord_cluster cc = coord_cluster_of(d->cluster);
+    coord_set_cluster(d->coord, &cc);
+    return 0;
+}
+
+/* Revokes the node lease: this node's claims go at once. */
+static void stop_etcd(struct daemon *d) {
+    cluster_close(d->cluster);
+    d->cluster = NULL;
+    coord_free(d->coord);
+    d->coord = NULL;
+    commit_state_free(d->commits);
+    d->commits = NULL;
+}
+
+static int start_rpc(struct daemon *d) {
+    const struct daemon_config *cfg = d->cfg;
     struct rpc_options ro = {
         .max_message_bytes = DETD_MAX_MESSAGE_BYTES,
         .pending_per_method = 8,
@@ -613,31 +715,86 @@ int daemon_run(const struct daemon_config *cfg) {
         .idle_timeout_ms = cfg->idle_timeout_ms,
         .note = on_io_note,
     };
-    rc = rpc_server_start(&ro, on_rpc_event, d, &d->rpc, &err);
+    char *err = NULL;
+    int rc = rpc_server_start(&ro, on_rpc_event, d, &d->rpc, &err);
     if (rc != 0) {
         log_error("start server: %s", err != NULL ? err : detd_strerror(rc));
         free(err);
-        goto out_handles;
+        return -1;
     }
+    return 0;
+}
+
+/* Release the events still queued (their calls are not answered: the
+ * server is stopped). */
+static void release_queued(struct daemon *d) {
+    size_t n = take_queue(d);
+    for (size_t i = 0; i < n; i++) {
+        struct rpc_event *ev = &d->work[i];
+        free(ev->owner_data);
+        if (ev->msg != NULL)
+            protobuf_c_message_free_unpacked(ev->msg, NULL);
+        rpc_call_unref(ev->call);
+    }
+}
+
+/* The server (already stopped after a run: serve()) and what its calls
+ * left: the queue, every held call and session (the drain again). */
+static void stop_rpc(struct daemon *d) {
+    if (d->rpc != NULL)
+        rpc_server_stop(d->rpc, 0);
+    d->rpc = NULL;
+    release_queued(d);
+    drain(d);
+    free(d->sessions);
+    d->sessions = NULL;
+}
+
+static int start_listener(struct daemon *d) {
+    const struct daemon_config *cfg = d->cfg;
     struct listener_options lo = {cfg->socket_path, cfg->socket_mode,
                                   cfg->socket_gid,  d->listen_fd,
                                   on_io_note,       NULL};
-    rc = listener_open(&lo, &d->loop, on_connection, d, &d->listener, &err);
+    char *err = NULL;
+    int rc = listener_open(&lo, &d->loop, on_connection, d, &d->listener, &err);
     if (rc != 0) {
         log_error("start server: %s", err != NULL ? err : detd_strerror(rc));
         free(err);
-        goto out_handles;
-    }
-    if (cfg->metrics != NULL) {
-        rc = exporter_open(d, cfg->metrics, &d->exporter, &err);
-        if (rc != 0) {
-            log_error("metrics: %s", err != NULL ? err : detd_strerror(rc));
-            free(err);
-            goto out_handles;
-        }
-        log_info("metrics on http://%s/metrics", cfg->metrics);
+        return -1;
     }
     d->listen_fd = -1; /* the listener owns it now */
+    return 0;
+}
+
+static void stop_listener(struct daemon *d) {
+    listener_close(d->listener);
+    d->listener = NULL;
+}
+
+static int start_metrics(struct daemon *d) {
+    const char *addr = d->cfg->metrics;
+    if (addr == NULL)
+        return 0;
+    char *err = NULL;
+    int rc = exporter_open(d, addr, &d->exporter, &err);
+    if (rc != 0) {
+        log_error("metrics: %s", err != NULL ? err : detd_strerror(rc));
+        free(err);
+        return -1;
+    }
+    log_info("metrics on http://%s/metrics", addr);
+    return 0;
+}
+
+static void stop_metrics(struct daemon *d) {
+    exporter_close(d->exporter);
+    d->exporter = NULL;
+}
+
+/* Ready: the socket accepts calls and the store is open. Tell the log
+ * and systemd, and start the ticks and the watchdog's pings. */
+static int start_ready(struct daemon *d) {
+    const struct daemon_config *cfg = d->cfg;
     const char *serving =
         d->activated_path[0] != '\0' ? d->activated_path : cfg->socket_path;
     uint64_t total = 0;
@@ -649,7 +806,6 @@ int daemon_run(const struct daemon_config *cfg) {
              d->cluster != NULL ? "etcd" : "local", d->store_path,
              (unsigned long long)total, cfg->lease_ms);
     arm_tick(d);
-    /* Ready: the socket accepts calls and the store is open. */
     char status[256];
     snprintf(status, sizeof(status),
              "serving on %.100s (namespace '%.64s', backend %s, %llu "
@@ -666,64 +822,77 @@ int daemon_run(const struct daemon_config *cfg) {
         log_info("systemd watchdog: pinging every %llu ms",
                  (unsigned long long)period_ms);
     }
+    return 0;
+}
 
+/*
+ * Start-up, in order. Each step logs its own failure (naming the object)
+ * and returns -1; its undo then runs too, so an undo accepts whatever its
+ * step may leave half made (each is a no-op on what was never made).
+ * After a failure or the drain, the undos of every step begun run in
+ * reverse order: the order is this table, the unwinding one loop.
+ */
+static const struct start_step {
+    const char *what;
+    int (*run)(struct daemon *d);
+    void (*undo)(struct daemon *d); /* NULL: nothing to undo */
+} start_steps[] = {
+    {"daemon state", start_state, stop_state},
+    {"socket activation", start_activation, stop_activation},
+    {"state directory", start_state_dir, stop_state_dir},
+    {"state directory lock", start_lock, stop_lock},
+    {"store", open_checked_store, stop_store},
+    {"answer cache", start_hotcache, stop_hotcache},
+    {"engine", start_engine, stop_engine},
+    {"tables", start_tables, tableadmin_free},
+    {"GPU probe", start_gpus, stop_gpus},
+    {"loop handles", start_handles, stop_handles},
+    {"socket directory", start_socket_dir, NULL},
+    {"etcd backend", start_etcd, stop_etcd},
+    {"rpc server", start_rpc, stop_rpc},
+    {"unix socket", start_listener, stop_listener},
+    {"metrics endpoint", start_metrics, stop_metrics},
+    {"ready", start_ready, NULL},
+};
+
+/* Run the loop until the drain stops it, then stop the server (it
+ * cancels what is left after the grace) and the unix socket. */
+static void serve(struct daemon *d) {
     uv_run(&d->loop, UV_RUN_DEFAULT);
-
     /* Drained: stop the server (cancels what is left after the grace). */
     rpc_server_stop(d->rpc, 2000);
     d->rpc = NULL;
     listener_close(d->listener);
     d->listener = NULL;
-    /* Events that raced the stop: release them. */
-    size_t n = take_queue(d);
-    for (size_t i = 0; i < n; i++) {
-        struct rpc_event *ev = &d->work[i];
-        if (ev->msg != NULL)
-            protobuf_c_message_free_unpacked(ev->msg, NULL);
-        rpc_call_unref(ev->call);
-    }
+    release_queued(d); /* events that raced the stop */
     log_info("stopped");
-    exit_code = 0;
-out_handles:
-    /* Revokes the node lease: this node's claims go at once. */
-    cluster_close(d->cluster);
-    d->cluster = NULL;
-    listener_close(d->listener);
-    d->listener = NULL;
-    exporter_close(d->exporter);
-    d->exporter = NULL;
-    uv_close((uv_handle_t *)&d->wake, close_cb);
-    uv_close((uv_handle_t *)&d->tick, close_cb);
-    uv_close((uv_handle_t *)&d->watchdog, close_cb);
-    uv_close((uv_handle_t *)&d->sig_term, close_cb);
-    uv_close((uv_handle_t *)&d->sig_int, close_cb);
-    uv_close((uv_handle_t *)&d->sig_hup, close_cb);
-    uv_run(&d->loop, UV_RUN_DEFAULT);
-    if (d->rpc != NULL)
-        rpc_server_stop(d->rpc, 0);
-    drain(d);
-    free(d->sessions);
-    engine_free(d->engine);
-    hotcache_free(d->hot);
-out_store:
-    tableadmin_free(d);
-    store_close(d->store);
-out_loop:
-    if (d->listen_fd >= 0)
-        close(d->listen_fd);
-    uv_loop_close(&d->loop);
-    gpu_probe_clear(&d->gpus);
-    free(d->store_path);
-    coord_free(d->coord);
-    commit_state_free(d->commits);
-    admin_verifies_free(d->verifies);
-    waiters_free(d->waiters);
-    benchsplit_free(d->splits);
-    free(d->queue);
-    free(d->work);
-    pthread_mutex_destroy(&d->qmu);
+}
+
+int daemon_run(const struct daemon_config *cfg) {
+    struct daemon *d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        log_error("out of memory");
+        return 1;
+    }
+    d->cfg = cfg;
+    d->listen_fd = -1;
+    d->lock_fd = -1;
+    const size_t nsteps = sizeof start_steps / sizeof start_steps[0];
+    size_t begun = 0;
+    int failed = 0;
+    while (begun < nsteps && !failed) {
+        log_debug("start: %s", start_steps[begun].what);
+        failed = start_steps[begun++].run(d) != 0;
+    }
+    if (!failed)
+        serve(d);
+    while (begun > 0) {
+        const struct start_step *s = &start_steps[--begun];
+        if (s->undo == NULL)
+            continue;
+        log_debug("stop: %s", s->what);
+        s->undo(d);
+    }
     free(d);
-    if (lock_fd >= 0)
-        close(lock_fd); /* the store is closed: the next daemon may open it */
-    return exit_code;
+    return failed ? 1 : 0;
 }

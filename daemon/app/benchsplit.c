@@ -173,8 +173,9 @@ nomem:
 /* ---- Decide's share path ---------------------------------------------- */
 
 /* See benchsplit.h. */
-int benchsplit_admit(struct daemon *d, const char *id, const struct session *s,
-                     const char *device, uint32_t *io_index) {
+int benchsplit_admit(struct daemon *d, const char *id,
+                     const struct client_session *s, const char *device,
+                     uint32_t *io_index) {
     if (d->splits == NULL || s == NULL || device == NULL || device[0] == '\0')
         return 0;
     struct split *sp = split_find(d, id);
@@ -411,7 +412,7 @@ out:
 
 /* A holder's call (req->claim_id, of session s, checked). */
 static void share_holder(struct daemon *d, rpc_call *call,
-                         const struct vkey *vk, const struct session *s,
+                         const struct vkey *vk, const struct client_session *s,
                          const Detd__V1__ShareRequest *req) {
     if (req->n_timings > 0 || req->n_reference_ms > 0) {
         d->counters.rejected++;
@@ -488,7 +489,7 @@ static void share_holder(struct daemon *d, rpc_call *call,
 
 /* A helper's call (claim_id 0, of session s, checked). */
 static void share_helper(struct daemon *d, rpc_call *call,
-                         const struct vkey *vk, const struct session *s,
+                         const struct vkey *vk, const struct client_session *s,
                          const Detd__V1__ShareRequest *req) {
     if (req->collect || req->reclaim) {
         d->counters.rejected++;
@@ -554,7 +555,7 @@ void benchsplit_share(struct daemon *d, struct rpc_event *ev) {
                  "take '%.200s' is not one of the key's candidates", req->take);
         goto free_msg;
     }
-    struct session *s;
+    struct client_session *s;
     if (session_of_call(d, ev->call, req->session_id, &s) != 0)
         goto free_msg;
     if (s == NULL) {

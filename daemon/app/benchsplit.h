@@ -24,7 +24,7 @@
 #include "io/rpc.h"
 
 struct daemon;
-struct session;
+struct client_session;
 struct benchsplit;
 
 /* A table of no splits into *ret: 0 or DETD_ENOMEM (*ret untouched).
@@ -45,8 +45,9 @@ void benchsplit_free(struct benchsplit *b);
  * index. Returns 1 (a benchmark share), or 0 (a compile share; *io_index
  * untouched). Everything is borrowed for the call.
  */
-int benchsplit_admit(struct daemon *d, const char *id, const struct session *s,
-                     const char *device, uint32_t *io_index);
+int benchsplit_admit(struct daemon *d, const char *id,
+                     const struct client_session *s, const char *device,
+                     uint32_t *io_index);
 
 /* The Share method (io/rpc_methods.h): answers ev's call and frees its
  * request. */

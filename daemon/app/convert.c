@@ -1,6 +1,10 @@
-/* convert: stored decisions as detd.v1.Decision messages. */
+/*
+ * convert: stored decisions as detd.v1.Decision messages, and timings as
+ * they are stored (see convert.h).
+ */
 #include "app/convert.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,4 +79,32 @@ void convert_decision_clear(struct convert_decision *p) {
     free(p->samples);
     if (p->json != NULL)
         json_decref(p->json);
+}
+
+/* See convert.h. */
+char *convert_timings_json(Detd__V1__CandidateTiming *const *t, size_t n) {
+    json_t *arr = json_array();
+    if (arr == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_t *ms = json_array();
+        for (size_t j = 0; ms != NULL && j < t[i]->n_ms; j++) {
+            double v = t[i]->ms[j];
+            if (json_array_append_new(ms, isfinite(v) ? json_real(v)
+                                                      : json_null()) != 0) {
+                json_decref(ms);
+                ms = NULL;
+            }
+        }
+        /* "o" takes ms (a NULL one fails the pack, and the append). */
+        if (json_array_append_new(
+                arr, json_pack("{s:s, s:o, s:b}", "config", t[i]->config, "ms",
+                               ms, "failed", t[i]->failed)) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    char *s = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    return s;
 }

@@ -1,5 +1,6 @@
 /*
- * convert: stored decisions as detd.v1.Decision messages.
+ * convert: stored decisions as detd.v1.Decision messages, and the
+ * timings of a report or a vote as they are stored.
  */
 #ifndef DETD_CONVERT_H
 #define DETD_CONVERT_H
@@ -30,5 +31,14 @@ void convert_decision_fill(const struct decision *r, struct convert_decision *p,
 
 /* Free what convert_decision_fill() allocated. */
 void convert_decision_clear(struct convert_decision *p);
+
+/*
+ * The timings t[0..n) (a Report's or a Vote's) as the store keeps them:
+ * compact JSON, [{"config":..,"ms":[..],"failed":bool},..], a sample that
+ * is not finite written as null. Returns a heap string (the caller
+ * free()s it), or NULL when out of memory: then nothing is to be stored,
+ * never a list missing an entry or its samples. t is borrowed.
+ */
+char *convert_timings_json(Detd__V1__CandidateTiming *const *t, size_t n);
 
 #endif /* DETD_CONVERT_H */

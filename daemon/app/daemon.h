@@ -85,7 +85,13 @@ struct daemon_counters {
     uint64_t votes_refused_full; /* votes refused: --max-votes reached */
 };
 
-struct session {
+/*
+ * A client's session as the daemon holds it: one libdetd handle's Attach
+ * stream (the client library's own side is client/src/session.h), with
+ * who attached it. The engine keeps the same id's claims and waiters in
+ * its own struct engine_session (core/engine.c), which knows no calls.
+ */
+struct client_session {
     uint64_t id;
     rpc_call *call;               /* the Attach stream (holds a reference) */
     Detd__V1__AttachRequest *req; /* identity storage */
@@ -117,6 +123,7 @@ struct daemon {
     /* Socket activation: the listening socket systemd passed (else -1),
      * polled by the loop; each connection goes to the rpc server. */
     int listen_fd; /* socket activation: the passed socket until opened */
+    int lock_fd;   /* the state directory's lock (loop.c), else -1 */
     char activated_path[108];
     rpc_server *rpc;
     struct listener *listener; /* the unix socket (listener.c) */
@@ -136,7 +143,7 @@ struct daemon {
     struct rpc_event *work; /* swapped in by the loop */
     size_t capwork;
 
-    struct session **sessions;
+    struct client_session **sessions;
     size_t nsessions, capsessions;
     uint64_t next_session;
 

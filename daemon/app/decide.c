@@ -5,7 +5,6 @@
 #include "app/decide.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +12,9 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "app/benchsplit.h"
 #include "app/commit.h"
+#include "app/convert.h"
 #include "app/coord.h"
 #include "app/daemon.h"
 #include "app/imports.h"
@@ -89,8 +87,8 @@ int decide_engine_setup(struct daemon *d) {
 
 /* ---- sessions -------------------------------------------------------- */
 
-static struct session *session_by_call(struct daemon *d, rpc_call *call,
-                                       size_t *ret_index) {
+static struct client_session *session_by_call(struct daemon *d, rpc_call *call,
+                                              size_t *ret_index) {
     for (size_t i = 0; i < d->nsessions; i++) {
         if (d->sessions[i]->call == call) {
             *ret_index = i;
@@ -119,13 +117,13 @@ void decide_attach(struct daemon *d, struct rpc_event *ev) {
     }
     if (d->nsessions == d->capsessions) {
         size_t cap = d->capsessions ? d->capsessions * 2 : 64;
-        struct session **s = realloc(d->sessions, cap * sizeof(*s));
+        struct client_session **s = realloc(d->sessions, cap * sizeof(*s));
         if (s == NULL)
             goto oom;
         d->sessions = s;
         d->capsessions = cap;
     }
-    struct session *s = calloc(1, sizeof(*s));
+    struct client_session *s = calloc(1, sizeof(*s));
     if (s == NULL)
         goto oom;
     s->id = ++d->next_session;
@@ -156,7 +154,7 @@ free_msg:
 }
 
 static void session_end(struct daemon *d, size_t index) {
-    struct session *s = d->sessions[index];
+    struct client_session *s = d->sessions[index];
     d->sessions[index] = d->sessions[--d->nsessions];
     log_debug("session %" PRIu64 " ended", s->id);
     engine_session_end(d->engine, s->id, clock_mono_ms());
@@ -178,7 +176,7 @@ static void holder_of(struct daemon *d, const char *id,
     *ret = (struct reply_holder){.host = "", .rank = -1};
     if (!engine_claim_info(d->engine, id, &ci))
         return;
-    const struct session *s = session_find(d, ci.session);
+    const struct client_session *s = session_find(d, ci.session);
     if (s == NULL)
         return;
     const Detd__V1__ClientIdentity *c = s->req->client;
@@ -328,9 +326,18 @@ int decide_fast(struct daemon *d, struct rpc_event *ev) {
     size_t npacked;
     /* Quiet checks: anything wrong goes to the loop, which answers it. */
     if (validate_pass_call(d->cfg->ns, NULL, req->client, req->key, req->device,
-                           &vk) != 0 ||
-        !hotcache_get(d->hot, vk.id, packed, sizeof(packed), &npacked))
+                           &vk) != 0)
         return 0;
+    if (!hotcache_get(d->hot, vk.id, packed, sizeof(packed), &npacked)) {
+        /* A miss: the loop takes the checked key with the event rather
+         * than checking and hashing it again (without memory, it does). */
+        struct vkey *checked = malloc(sizeof(*checked));
+        if (checked != NULL) {
+            *checked = vk;
+            ev->owner_data = checked;
+        }
+        return 0;
+    }
     atomic_fetch_add(&d->fast_decide_hits, 1);
     rpc_reply_packed(ev->call, packed, npacked);
     protobuf_c_message_free_unpacked(ev->msg, NULL);
@@ -370,8 +377,15 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
     struct vkey vk;
     struct decision row;
     d->counters.decide_calls++;
-    if (validate_pass_call(d->cfg->ns, ev->call, req->client, req->key,
-                           req->device, &vk) != 0) {
+    /* The key as decide_fast() checked it on the rpc thread; else (an
+     * invalid request, or no memory there) checked here, answering. */
+    struct vkey *checked = ev->owner_data;
+    ev->owner_data = NULL;
+    if (checked != NULL) {
+        vk = *checked;
+        free(checked);
+    } else if (validate_pass_call(d->cfg->ns, ev->call, req->client, req->key,
+                                  req->device, &vk) != 0) {
         d->counters.rejected++;
         goto free_msg;
     }
@@ -419,7 +433,7 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         reply_miss(ev->call);
         goto free_msg;
     }
-    struct session *s;
+    struct client_session *s;
     if (session_of_call(d, ev->call, req->session_id, &s) != 0)
         goto free_msg;
     uint64_t session = s != NULL ? s->id : 0;
@@ -503,23 +517,6 @@ free_msg:
 }
 
 /* ---- Report ----------------------------------------------------------- */
-
-static char *timings_json(const Detd__V1__ReportRequest *req) {
-    json_t *arr = json_array();
-    for (size_t i = 0; i < req->n_timings; i++) {
-        const Detd__V1__CandidateTiming *t = req->timings[i];
-        json_t *ms = json_array();
-        for (size_t j = 0; j < t->n_ms; j++)
-            json_array_append_new(ms, isfinite(t->ms[j]) ? json_real(t->ms[j])
-                                                         : json_null());
-        json_array_append_new(arr,
-                              json_pack("{s:s, s:o, s:b}", "config", t->config,
-                                        "ms", ms, "failed", t->failed));
-    }
-    char *s = json_dumps(arr, JSON_COMPACT);
-    json_decref(arr);
-    return s;
-}
 
 /* What a rejected report tells the waiters of its key. */
 struct rejection {
@@ -610,7 +607,7 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
     }
     /* The claim belongs to the session that got it: the report must come
      * from that session, and from the process that attached it. */
-    struct session *sess = session_find(d, req->session_id);
+    struct client_session *sess = session_find(d, req->session_id);
     int32_t ppid;
     uint32_t puid;
     session_peer(ev->call, &ppid, &puid);
@@ -715,8 +712,12 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         report_rejected(d, ev->call, &vk, req->claim_id, all_failed);
         goto free_msg;
     }
+    char *tj = convert_timings_json(req->timings, req->n_timings);
+    if (tj == NULL) {
+        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto free_msg;
+    }
     const Detd__V1__ClientIdentity *c = req->client;
-    char *tj = timings_json(req);
     struct decision row = {
         .id = vk.id,
         .ns = (char *)vk.ns,
@@ -777,10 +778,10 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
     /* The rank is the one the process attached with: a process attached
      * as rank 1 cannot observe as rank 0. */
     int32_t claimed_rank = c ? c->rank : -1;
-    const struct session *bound = NULL;
+    const struct client_session *bound = NULL;
     size_t n_own = 0;
     for (size_t i = 0; i < d->nsessions; i++) {
-        const struct session *s = d->sessions[i];
+        const struct client_session *s = d->sessions[i];
         if (!session_is_caller(s, ev->call))
             continue;
         n_own++;

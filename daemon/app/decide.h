@@ -30,7 +30,10 @@ void decide_observe(struct daemon *d, struct rpc_event *ev);
  * the hot cache: validate quietly, copy the answer, reply, and free the
  * request, without the hop to the loop. Returns 1 when it answered (ev is
  * consumed), 0 to queue ev for the loop as usual (anything else: a miss,
- * an invalid request, another method). Touches only thread-safe state.
+ * an invalid request, another method). On a miss the checked key (a heap
+ * struct vkey, validate.h) goes with the event as ev->owner_data, which
+ * decide_decide() takes instead of checking and hashing the key again.
+ * Touches only thread-safe state.
  */
 int decide_fast(struct daemon *d, struct rpc_event *ev);
 

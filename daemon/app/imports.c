@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "core/keyid.h"
 #include "detd/client.h"
 #include "detd/error.h"
 #include "tablefmt.h"
@@ -71,15 +72,6 @@ void imports_result_clear(struct imports_result *r) {
     r->n = 0;
 }
 
-static int is_live(const char *config, const char *const *cands, size_t n) {
-    if (cands == NULL)
-        return 1;
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(cands[i], config) == 0)
-            return 1;
-    return 0;
-}
-
 int imports_lookup(struct daemon *d, const char *ns, const char *arch,
                    const char *kernel_id, const char *key,
                    const char *table_key, const char *const *cands,
@@ -112,7 +104,7 @@ int imports_lookup(struct daemon *d, const char *ns, const char *arch,
                 if (e->kernel == NULL || strcmp(e->kernel, names[ni]) != 0 ||
                     strcmp(e->key, keys[ki]) != 0)
                     continue;
-                e->stale = !is_live(e->config, cands, n_cands);
+                e->stale = !keyid_has_candidate(e->config, cands, n_cands);
                 ret->n_stale += e->stale != 0;
                 ret->e[ret->n++] = *e; /* moved */
                 memset(e, 0, sizeof(*e));

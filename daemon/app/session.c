@@ -11,7 +11,7 @@
 #include "app/daemon.h"
 
 /* See session.h. */
-struct session *session_find(struct daemon *d, uint64_t id) {
+struct client_session *session_find(struct daemon *d, uint64_t id) {
     for (size_t i = 0; i < d->nsessions; i++)
         if (d->sessions[i]->id == id)
             return d->sessions[i];
@@ -26,7 +26,7 @@ void session_peer(const rpc_call *call, int32_t *ret_pid, uint32_t *ret_uid) {
 }
 
 /* See session.h. */
-int session_is_caller(const struct session *s, const rpc_call *call) {
+int session_is_caller(const struct client_session *s, const rpc_call *call) {
     int32_t pid;
     uint32_t uid;
     session_peer(call, &pid, &uid);
@@ -35,12 +35,12 @@ int session_is_caller(const struct session *s, const rpc_call *call) {
 
 /* See session.h. */
 int session_of_call(struct daemon *d, rpc_call *call, uint64_t id,
-                    struct session **ret) {
+                    struct client_session **ret) {
     if (d->draining) {
         rpc_fail(call, RPC_UNAVAILABLE, "daemon is shutting down");
         return -1;
     }
-    struct session *s = id != 0 ? session_find(d, id) : NULL;
+    struct client_session *s = id != 0 ? session_find(d, id) : NULL;
     if (s != NULL && !session_is_caller(s, call)) {
         int32_t pid;
         uint32_t uid;

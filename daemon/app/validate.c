@@ -128,10 +128,8 @@ int validate_pass_call(const char *default_ns, rpc_call *call,
 
 /* See validate.h. */
 int validate_has_candidate(const Detd__V1__DecisionKey *k, const char *config) {
-    for (size_t i = 0; i < k->n_candidates; i++)
-        if (strcmp(k->candidates[i], config) == 0)
-            return 1;
-    return 0;
+    return keyid_has_candidate(config, (const char *const *)k->candidates,
+                               k->n_candidates);
 }
 
 /* See validate.h. */

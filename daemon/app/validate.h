@@ -62,7 +62,8 @@ int validate_pass_call(const char *default_ns, rpc_call *call,
                        const Detd__V1__DecisionKey *k, const char *device,
                        struct vkey *ret);
 
-/* 1 when config is one of k's candidates, else 0. */
+/* 1 when config is one of k's candidates (a checked key's: at least
+ * one), else 0: keyid_has_candidate() on k's list. */
 int validate_has_candidate(const Detd__V1__DecisionKey *k, const char *config);
 
 /* The Observe fields beyond the key and config: error and why (at most

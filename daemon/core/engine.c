@@ -210,7 +210,9 @@ static struct hnode *heap_top(const struct heap *h) {
 
 /* ---- engine state ---- */
 
-struct session {
+/* A session id as the engine sees it: whether it is attached, its claims
+ * and its waiters (the daemon's struct client_session holds the call). */
+struct engine_session {
     struct hlink link;
     uint64_t id;
     int attached;
@@ -224,7 +226,7 @@ struct waiter {
     struct hlink link; /* by token */
     struct hnode deadline;
     uint64_t token;
-    struct session *sess;
+    struct engine_session *sess;
     struct keyent *key;
     struct waiter *prev, *next; /* FIFO on key */
 };
@@ -236,7 +238,7 @@ struct keyent {
     int has_claim;
     uint64_t claim_id;
     uint64_t last_claim_id; /* the one before: never drawn again at once */
-    struct session *owner;
+    struct engine_session *owner;
     struct hnode lease;
     struct hnode pass; /* the timing pass's deadline (pass_timeout_ms) */
     struct keyent *sprev, *snext; /* owner's claims */
@@ -288,11 +290,11 @@ static struct waiter *waiter_find(const engine *e, uint64_t token) {
     return NULL;
 }
 
-static struct session *session_find(const engine *e, uint64_t id) {
+static struct engine_session *session_find(const engine *e, uint64_t id) {
     uint64_t h = hash_u64(id);
     for (struct hlink *l = htab_first(&e->sessions, h); l != NULL;
          l = l->next) {
-        struct session *s = container_of(l, struct session, link);
+        struct engine_session *s = container_of(l, struct engine_session, link);
         if (s->id == id)
             return s;
     }
@@ -300,7 +302,7 @@ static struct session *session_find(const engine *e, uint64_t id) {
 }
 
 /* A session record lives while it is attached, holds claims or waits. */
-static void session_maybe_free(engine *e, struct session *s) {
+static void session_maybe_free(engine *e, struct engine_session *s) {
     if (s->attached || s->n_claims > 0 || s->n_waiters > 0)
         return;
     htab_remove(&e->sessions, &s->link);
@@ -348,7 +350,7 @@ static void emit(engine *e, engine_event_kind kind, uint64_t token,
 
 /* Give k a fresh claim owned by s. The lease and pass heaps and the
  * claims table have room (reserved). */
-static void claim_grant(engine *e, struct keyent *k, struct session *s,
+static void claim_grant(engine *e, struct keyent *k, struct engine_session *s,
                         int64_t now_ms) {
     assert(!k->has_claim);
     k->has_claim = 1;
@@ -381,7 +383,7 @@ static void claim_grant(engine *e, struct keyent *k, struct session *s,
 
 /* End k's claim; the caller frees the session and key records if idle. */
 static void claim_end(engine *e, struct keyent *k) {
-    struct session *s = k->owner;
+    struct engine_session *s = k->owner;
     assert(k->has_claim);
     if (k->lease.idx != NOT_IN_HEAP)
         heap_remove(&e->leases, &k->lease);
@@ -445,7 +447,7 @@ static void abort_unattached(engine *e, struct keyent *k) {
     while (w != NULL) {
         struct waiter *next = w->next;
         if (w->sess->id == 0) {
-            struct session *s = w->sess;
+            struct engine_session *s = w->sess;
             waiter_unlink(e, w);
             struct engine_event ev = {.kind = ENGINE_EV_ABORT,
                                       .token = w->token,
@@ -466,11 +468,11 @@ static void abort_unattached(engine *e, struct keyent *k) {
  */
 static int claim_pass(engine *e, struct keyent *k, int64_t now_ms,
                       int takeover) {
-    struct session *old = k->owner;
+    struct engine_session *old = k->owner;
     claim_end(e, k);
     struct waiter *w = next_waiter(e, k);
     if (w != NULL) {
-        struct session *s = w->sess;
+        struct engine_session *s = w->sess;
         waiter_unlink(e, w);
         claim_grant(e, k, s, now_ms);
         if (takeover)
@@ -538,7 +540,7 @@ void engine_free(engine *e) {
         return;
     htab_free_all(&e->tokens, offsetof(struct waiter, link));
     htab_free_all(&e->keys, offsetof(struct keyent, link));
-    htab_free_all(&e->sessions, offsetof(struct session, link));
+    htab_free_all(&e->sessions, offsetof(struct engine_session, link));
     free(e->claims.b); /* its entries are the keys' */
     free(e->deadlines.v);
     free(e->leases.v);
@@ -571,7 +573,7 @@ int engine_ask(engine *e, const char *id, uint64_t session, uint64_t token,
     int wait = k != NULL && k->has_claim;
 
     /* Allocate everything first: on failure nothing has changed. */
-    struct session *s = session_find(e, session), *new_s = NULL;
+    struct engine_session *s = session_find(e, session), *new_s = NULL;
     struct keyent *new_k = NULL;
     struct waiter *w = NULL;
     if (s == NULL) {
@@ -676,14 +678,14 @@ int engine_reject(engine *e, const char *id, uint64_t claim_id,
     struct keyent *k = key_find(e, id, hash_str(id));
     if (k == NULL || !k->has_claim || k->claim_id != claim_id)
         return DETD_ENOTFOUND;
-    struct session *owner = k->owner;
+    struct engine_session *owner = k->owner;
     claim_end(e, k);
     session_maybe_free(e, owner);
     e->st.rejected_reports++;
     int n = 0;
     while (k->whead != NULL) {
         struct waiter *w = k->whead;
-        struct session *s = w->sess;
+        struct engine_session *s = w->sess;
         waiter_unlink(e, w);
         struct engine_event ev = {.kind = ENGINE_EV_ABORT,
                                   .token = w->token,
@@ -712,14 +714,14 @@ size_t engine_decided_each(engine *e, const char *id, engine_event_cb cb,
     if (k == NULL)
         return 0;
     if (k->has_claim) {
-        struct session *owner = k->owner;
+        struct engine_session *owner = k->owner;
         claim_end(e, k);
         session_maybe_free(e, owner);
     }
     size_t n = 0;
     while (k->whead != NULL) {
         struct waiter *w = k->whead;
-        struct session *s = w->sess;
+        struct engine_session *s = w->sess;
         waiter_unlink(e, w);
         struct engine_event ev = {
             .kind = ENGINE_EV_RELEASE, .token = w->token, .id = k->id};
@@ -787,7 +789,7 @@ int engine_release(engine *e, const char *id, uint64_t claim_id,
 int engine_session_attach(engine *e, uint64_t session, int64_t now_ms) {
     if (e == NULL || session == 0)
         return DETD_EINVAL;
-    struct session *s = session_find(e, session);
+    struct engine_session *s = session_find(e, session);
     if (s == NULL) {
         if (htab_reserve(&e->sessions) < 0)
             return DETD_ENOMEM;
@@ -813,7 +815,7 @@ int engine_session_attach(engine *e, uint64_t session, int64_t now_ms) {
 void engine_session_end(engine *e, uint64_t session, int64_t now_ms) {
     if (e == NULL || session == 0)
         return;
-    struct session *s = session_find(e, session);
+    struct engine_session *s = session_find(e, session);
     if (s == NULL)
         return;
     s->attached = 0;
@@ -836,7 +838,7 @@ int engine_cancel(engine *e, uint64_t token) {
     if (w == NULL)
         return DETD_ENOTFOUND;
     struct keyent *k = w->key;
-    struct session *s = w->sess;
+    struct engine_session *s = w->sess;
     waiter_unlink(e, w);
     free(w);
     session_maybe_free(e, s);
@@ -853,7 +855,7 @@ int64_t engine_tick(engine *e, int64_t now_ms) {
     while ((n = heap_top(&e->deadlines)) != NULL && n->at <= now_ms) {
         struct waiter *w = container_of(n, struct waiter, deadline);
         struct keyent *k = w->key;
-        struct session *s = w->sess;
+        struct engine_session *s = w->sess;
         waiter_unlink(e, w);
         e->st.timeouts++;
         emit(e, ENGINE_EV_TIMEOUT, w->token, k, 0);
@@ -894,7 +896,7 @@ void engine_get_stats(const engine *e, struct engine_stats *ret) {
 uint32_t engine_session_claims(const engine *e, uint64_t session) {
     if (e == NULL)
         return 0;
-    const struct session *s = session_find(e, session);
+    const struct engine_session *s = session_find(e, session);
     return s != NULL ? s->n_claims : 0;
 }
 

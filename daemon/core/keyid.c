@@ -103,6 +103,17 @@ int keyid_candidates_fp(const char *const *candidates, size_t n,
     return 0;
 }
 
+/* See keyid.h. */
+int keyid_has_candidate(const char *config, const char *const *cands,
+                        size_t n) {
+    if (cands == NULL)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(cands[i], config) == 0)
+            return 1;
+    return 0;
+}
+
 /* Decision id; all strings borrowed for the call, none may be NULL. */
 void keyid_decision_id(const char *ns, const char *arch, const char *kernel,
                        const char *key, const char *candidates_fp,

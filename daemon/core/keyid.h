@@ -41,6 +41,13 @@ int keyid_candidates_fp(const char *const *candidates, size_t n,
                         char ret_hex[KEYID_HEX_LEN + 1]);
 
 /*
+ * 1 when config is one of cands[0..n), else 0; with cands NULL (no set
+ * to check against) every config is: 1. strcmp, so exact bytes. All
+ * borrowed for the call.
+ */
+int keyid_has_candidate(const char *config, const char *const *cands, size_t n);
+
+/*
  * Decision id into ret_hex (65 bytes). All strings are borrowed for the
  * call and must not be NULL. Never fails.
  */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/keyid.h"
 #include "detd/error.h"
 
 /* One loaded file: its document and a hash of "kernel\0key" -> entry. */
@@ -353,16 +354,6 @@ size_t tables_kernel_names(const char *kernel_id, char *ret[4]) {
     return n;
 }
 
-static int is_candidate(const char *config, const char *const *cands,
-                        size_t n) {
-    if (cands == NULL)
-        return 1;
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(cands[i], config) == 0)
-            return 1;
-    return 0;
-}
-
 /* See tables.h. */
 void tables_lookup(const tables *t, const char *arch, const char *kernel_id,
                    const char *key, const char *table_key,
@@ -396,7 +387,7 @@ void tables_lookup(const tables *t, const char *arch, const char *kernel_id,
                 if (e == NULL)
                     continue;
                 ret->kernel_found = 1;
-                int live = is_candidate(e->config, cands, n_cands);
+                int live = keyid_has_candidate(e->config, cands, n_cands);
                 if (!live)
                     ret->n_stale++;
                 if (ret->n_considered < TABLES_MAX_CONSIDERED) {

@@ -468,7 +468,7 @@ void rpc_stream_send(rpc_call *c, const ProtobufCMessage *msg) {
 
 static void emit(rpc_server *srv, rpc_event_kind kind, rpc_call *c,
                  ProtobufCMessage *msg) {
-    struct rpc_event ev = {kind, (rpc_method)c->method, c, msg};
+    struct rpc_event ev = {kind, (rpc_method)c->method, c, msg, NULL};
     srv->cb(srv->cb_ctx, &ev);
 }
 

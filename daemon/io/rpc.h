@@ -1,13 +1,17 @@
 /*
- * rpc: the gRPC server adapter. The only daemon module that calls grpc_*.
+ * rpc: the gRPC server adapter, the daemon's only server-side caller of
+ * grpc_* (the etcd client in cluster/ and common/grpc_unary.c make calls).
  *
  * The server runs one completion-queue thread. It accepts calls for the
  * methods of detd.v1.Decider, detd.v1.Admin and grpc.health.v1.Health,
- * decodes each request (protobuf-c, size-capped) and hands it to the
- * owner through the event callback, which runs on the rpc thread and must
- * only queue the event (the loop drains the queue on its own thread).
- * Calls for unknown methods and undecodable requests are answered here
- * (UNIMPLEMENTED / INVALID_ARGUMENT) without reaching the owner.
+ * checks each request's strings on the wire (core/wirecheck.h), decodes it
+ * (protobuf-c, size-capped) and hands it to the owner through the event
+ * callback. That runs on the rpc thread and must not block: it either
+ * answers the call there (the daemon's hot-cache Decide) or queues the
+ * event for the owner's loop, which drains the queue on its own thread.
+ * Calls for unknown methods, refused calls and undecodable requests are
+ * answered here (UNIMPLEMENTED / PERMISSION_DENIED / INVALID_ARGUMENT)
+ * without reaching the owner.
  *
  * Replies may be sent from any thread. Every event carries one reference
  * to its call: a REQUEST's reference is consumed by exactly one of
@@ -67,8 +71,13 @@ struct rpc_event {
     rpc_call *call;
     ProtobufCMessage *msg; /* REQUEST/STREAM: owned by the receiver, free
                               with protobuf_c_message_free_unpacked() */
+    /* The owner's: NULL from the server, which never reads it. The event
+     * callback may hang what it worked out on the rpc thread here (heap)
+     * for the handler on the loop; whoever consumes the event free()s it. */
+    void *owner_data;
 };
 
+/* The owner's event callback (rpc thread; see the top of this file). */
 typedef void (*rpc_event_cb)(void *ctx, struct rpc_event *ev);
 
 /* The credentials of a caller on a local (fd) connection. */

@@ -19,6 +19,7 @@
 #include "detd/error.h"
 #include "health.pb-c.h"
 #include "core/keyid.h"
+#include "core/text.h"
 #include "core/verify.h"
 #include "io/listener.h"
 #include "app/imports.h"
@@ -134,7 +135,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         goto out;
     }
     for (size_t i = 0; i < nc; i++) {
-        const struct session *s = d->sessions[i];
+        const struct client_session *s = d->sessions[i];
         detd__v1__client_info__init(&ci[i]);
         ci[i].client = s->req->client;
         ci[i].session_id = s->id;
@@ -604,10 +605,6 @@ struct collect_ctx {
     struct peer_tab peers;
 };
 
-static char *dupz(const char *s) {
-    return strdup(s != NULL ? s : "");
-}
-
 static int collect_cb(void *ctx, const struct store_observation *o) {
     struct collect_ctx *c = ctx;
     if (o->failed && o->config[0] == '\0')
@@ -627,7 +624,7 @@ static int collect_cb(void *ctx, const struct store_observation *o) {
     const char *src[6] = {o->id,   o->kernel, o->key,
                           o->arch, o->config, o->host};
     for (int i = 0; i < 6; i++) {
-        if ((m->own[i] = dupz(src[i])) == NULL) {
+        if ((m->own[i] = text_dup(src[i])) == NULL) {
             for (int j = 0; j < i; j++)
                 free(m->own[j]);
             c->oom = 1;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "config/limits.h"
+#include "core/text.h"
 #include "data/store.h"
 #include "detd.pb-c.h"
 #include "detd/client.h"
@@ -54,10 +55,6 @@ struct obs_page {
     int64_t last_pos;
     int more, oom;
 };
-
-static char *dupz(const char *s) {
-    return strdup(s != NULL ? s : "");
-}
 
 static void row_clear(struct obs_row *r) {
     for (int i = 0; i < OS_N; i++)
@@ -118,9 +115,9 @@ static int page_cb(void *ctx, const struct store_observation *o, int64_t pos) {
     struct obs_row *r = &pg->rows[pg->n];
     memset(r, 0, sizeof(*r));
     for (int i = 0; i < OS_N; i++)
-        if ((r->s[i] = dupz(src[i])) == NULL)
+        if ((r->s[i] = text_dup(src[i])) == NULL)
             goto oom;
-    if ((r->differing = dupz(o->audit_differing)) == NULL ||
+    if ((r->differing = text_dup(o->audit_differing)) == NULL ||
         row_audit(r, o->audit) != 0)
         goto oom;
     detd__v1__client_identity__init(&r->c);

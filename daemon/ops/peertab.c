@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
+
 /* See peertab.h. */
 int peer_tab_add(struct peer_tab *t, const char *id, const char *host,
                  int32_t pid, int32_t claimed_pid, int64_t uid,
@@ -20,9 +22,9 @@ int peer_tab_add(struct peer_tab *t, const char *id, const char *host,
         t->cap = cap;
     }
     struct peer_row *r = &t->v[t->n];
-    r->id = strdup(id != NULL ? id : "");
-    r->host = strdup(host != NULL ? host : "");
-    r->node = strdup(node != NULL ? node : "");
+    r->id = text_dup(id);
+    r->host = text_dup(host);
+    r->node = text_dup(node);
     r->pid = pid;
     r->claimed_pid = claimed_pid;
     r->uid = uid;

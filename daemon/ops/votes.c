@@ -6,39 +6,17 @@
 #include "clock.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <jansson.h>
 
 #include "app/convert.h"
 #include "app/validate.h"
 #include "detd/client.h"
 #include "detd/error.h"
 #include "core/keyid.h"
+#include "core/text.h"
 
 #define VOTES_API_VERSION DETD_API_VERSION
-
-/* The timings of a vote as stored: the format of decisions' timings. */
-static char *votes_timings_json(const Detd__V1__VoteRequest *req) {
-    json_t *arr = json_array();
-    if (arr == NULL)
-        return NULL;
-    for (size_t i = 0; i < req->n_timings; i++) {
-        const Detd__V1__CandidateTiming *t = req->timings[i];
-        json_t *ms = json_array();
-        for (size_t j = 0; ms != NULL && j < t->n_ms; j++)
-            json_array_append_new(ms, isfinite(t->ms[j]) ? json_real(t->ms[j])
-                                                         : json_null());
-        json_array_append_new(arr,
-                              json_pack("{s:s, s:o*, s:b}", "config", t->config,
-                                        "ms", ms, "failed", t->failed));
-    }
-    char *s = json_dumps(arr, JSON_COMPACT);
-    json_decref(arr);
-    return s;
-}
 
 void votes_on_vote(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__VoteRequest *req = (Detd__V1__VoteRequest *)ev->msg;
@@ -82,7 +60,7 @@ void votes_on_vote(struct daemon *d, struct rpc_event *ev) {
             goto rejected;
         }
     }
-    tj = votes_timings_json(req);
+    tj = convert_timings_json(req->timings, req->n_timings);
     if (tj == NULL) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
@@ -164,10 +142,6 @@ struct vote_page {
     int oom;
 };
 
-static char *dup0(const char *s) {
-    return strdup(s != NULL ? s : "");
-}
-
 static int vote_page_cb(void *ctx, const struct store_vote *v) {
     struct vote_page *pg = ctx;
     if (pg->n == pg->cap) {
@@ -179,17 +153,17 @@ static int vote_page_cb(void *ctx, const struct store_vote *v) {
     /* The store's decision row carries the strings, and its converter
      * parses the timings JSON (the same format) into messages. */
     struct decision *r = &it->row;
-    r->ns = dup0(v->ns);
-    r->arch = dup0(v->arch);
-    r->kernel = dup0(v->kernel);
-    r->key = dup0(v->key);
-    r->candidates_fp = dup0(v->candidates_fp);
-    r->config = dup0(v->config);
-    r->by_host = dup0(v->host);
-    r->by_device = dup0(v->device);
-    r->triton_version = dup0(v->triton_version);
-    r->timings_json = dup0(v->timings_json);
-    r->table_file = dup0(v->table_key); /* the table_key, see below */
+    r->ns = text_dup(v->ns);
+    r->arch = text_dup(v->arch);
+    r->kernel = text_dup(v->kernel);
+    r->key = text_dup(v->key);
+    r->candidates_fp = text_dup(v->candidates_fp);
+    r->config = text_dup(v->config);
+    r->by_host = text_dup(v->host);
+    r->by_device = text_dup(v->device);
+    r->triton_version = text_dup(v->triton_version);
+    r->timings_json = text_dup(v->timings_json);
+    r->table_file = text_dup(v->table_key); /* the table_key, see below */
     if (!r->ns || !r->arch || !r->kernel || !r->key || !r->candidates_fp ||
         !r->config || !r->by_host || !r->by_device || !r->triton_version ||
         !r->timings_json || !r->table_file) {

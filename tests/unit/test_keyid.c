@@ -226,6 +226,18 @@ TEST(candidates_fp_alloc_failure) {
     CHECK_STR(hex, fp_two);
 }
 
+/* Exact bytes; no list (NULL) admits every config, an empty one none. */
+TEST(has_candidate) {
+    const char *c[] = {"BLOCK=64,num_warps=4", "BLOCK=128,num_warps=4"};
+    CHECK_EQ_INT(keyid_has_candidate("BLOCK=128,num_warps=4", c, 2), 1);
+    CHECK_EQ_INT(keyid_has_candidate("BLOCK=64,num_warps=4", c, 2), 1);
+    CHECK_EQ_INT(keyid_has_candidate("BLOCK=64,num_warps=4 ", c, 2), 0);
+    CHECK_EQ_INT(keyid_has_candidate("BLOCK=64", c, 2), 0);
+    CHECK_EQ_INT(keyid_has_candidate("BLOCK=128,num_warps=4", c, 1), 0);
+    CHECK_EQ_INT(keyid_has_candidate("BLOCK=64,num_warps=4", c, 0), 0);
+    CHECK_EQ_INT(keyid_has_candidate("anything", NULL, 0), 1);
+}
+
 int main(int argc, char **argv) {
     return runner_main(argc, argv);
 }

@@ -66,6 +66,8 @@ foreach(t test_waiters test_commit test_coord)
   detd_unit_test(${t} detd_app)
   target_sources(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rpc.c)
 endforeach()
+# app/: the timings as stored (convert.c; no rpc call).
+detd_unit_test(test_convert detd_app)
 # The etcd backend's boot retry backoff (pure; links the cluster target).
 # And the JSON of its etcd values (cluster_codec.c), and the etcd
 # adapter's reading of gRPC statuses (etcd_status_err).
