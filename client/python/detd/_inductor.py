@@ -86,8 +86,10 @@ Releases
 The patches are made when ``torch._inductor`` is imported (at once, when
 it already was at ``install()``): ``python -m detd.run`` installs before
 the script imports torch. This module and :mod:`detd._triton` are the only
-ones reading attributes of Triton's or Inductor's objects; the decision
-flow reuses :mod:`detd._hook`'s daemon handle, settings and errors.
+ones reading attributes of Triton's or Inductor's objects. This adapter
+sits beside the Triton one (:mod:`detd._hook`), never on it: the daemon
+handle, settings, identity and warnings are :mod:`detd._process`'s, the
+loop's bounds, errors and re-measure rule :mod:`detd._loop`'s.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _canon, _hook, _native, _triton
+from . import _canon, _loop, _native, _process, _triton
 
 # Releases whose patched methods were tested (major, minor), inclusive.
 SUPPORTED = ((2, 11), (2, 13))
@@ -194,8 +196,8 @@ def status() -> dict:
 # ---------------------------------------------------------------- install
 
 def _governing() -> bool:
-    s = _hook.settings()
-    return _hook.active() and _st.patched and s.mode in ("pinned", "coordinated")
+    s = _process.settings()
+    return _process.active() and _st.patched and s.mode in ("pinned", "coordinated")
 
 
 def _apply_settings():
@@ -204,8 +206,8 @@ def _apply_settings():
     read a cache, unless this torch release is refused."""
     if _st.status == "refused":
         return
-    settings = _hook.settings()
-    if not (_hook.active() and settings.mode in ("pinned", "coordinated")):
+    settings = _process.settings()
+    if not (_process.active() and settings.mode in ("pinned", "coordinated")):
         if _st.patched:
             _st.status, _st.why = "ungoverned", f"mode {settings.mode}"
         return
@@ -244,7 +246,7 @@ def _try_patch():
         why = refusal(_st.torch, heur)
         if why is not None:
             _st.status, _st.why = "refused", why
-            _hook.warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
+            _process.warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
             return
         cls = heur.CachingAutotuner
         _orig["a2o"] = cls.autotune_to_one_config
@@ -268,7 +270,7 @@ def _patch_select():
             if why is not None:
                 _unpatch()
                 _st.status, _st.why = "refused", why
-                _hook.warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
+                _process.warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
                 return
             cls = sel.AlgorithmSelectorCache
             _orig["lookup"] = cls.lookup
@@ -333,7 +335,7 @@ def _on_import():
         _apply_settings()
     except Exception as e:  # noqa: BLE001 - never break the user's import of torch
         _st.status, _st.why = "refused", f"patching Inductor failed: {type(e).__name__}: {e}"
-        _hook.warn_once("inductor-patch", f"detd: {_st.why}")
+        _process.warn_once("inductor-patch", f"detd: {_st.why}")
 
 
 def install():
@@ -472,7 +474,7 @@ class Outcome:
 
 
 def governed(name: str) -> bool:
-    return _governing() and _hook.settings().is_governed(name)
+    return _governing() and _process.settings().is_governed(name)
 
 
 def _rows(pairs) -> List[Tuple[str, List[float], bool]]:
@@ -490,17 +492,17 @@ def _rows(pairs) -> List[Tuple[str, List[float], bool]]:
 
 
 def _recheck(rows, bench, pick):
-    """The Triton hook's re-measure (``_hook.recheck_set``,
+    """The re-measure the Triton hook makes (``_loop.recheck_set``,
     ``recheck_orders``) for a selection: the choices within the band of
     the best are benchmarked again back to back, in reverse order and then
     in order (``bench(strings)`` returns Inductor's timings, ``pick(timings,
     string)`` one choice's), and report all their measurements."""
     ok = {s: ms[0] for s, ms, failed in rows if not failed}
-    near = _hook.recheck_set(list(ok), ok)
+    near = _loop.recheck_set(list(ok), ok)
     if not near:
         return rows
     extra = {s: [] for s in near}
-    for order in _hook.recheck_orders(near):
+    for order in _loop.recheck_orders(near):
         t = bench(order)
         for x in order:
             try:
@@ -524,9 +526,9 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     each a candidate string with its timings), then ``on_miss``. Observed
     once and recorded; raises MissError or PassFailedError as the Triton
     hook does."""
-    settings = _hook.settings()
+    settings = _process.settings()
     cands = tuple(candidates)
-    dkey = _native.Key(settings.namespace, _hook.identity()["arch"], kernel, key, cands)
+    dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, cands)
     out: Optional[Outcome] = None
     override = settings.override_for(name, kernel)
     if override is not None and override in cands:
@@ -537,13 +539,13 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     if out is None and reason is None:
         deadline = time.monotonic() + settings.timeout_ms / 1000.0
         rows, timings = None, None
-        for _attempt in range(_hook.MAX_ASKS):
+        for _attempt in range(_loop.MAX_ASKS):
             left = int((deadline - time.monotonic()) * 1000)
             if left <= 0:
                 reason = f"no decision within timeout_ms={settings.timeout_ms}"
                 break
             try:
-                ans = _hook.client().decide(dkey, settings.mode == "pinned", left)
+                ans = _process.client().decide(dkey, settings.mode == "pinned", left)
             except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
                 reason = f"daemon request failed: {e}"
                 break
@@ -561,20 +563,20 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
                 break
             if rows is None:
                 t0 = time.monotonic()
-                with _hook.timing_lock():  # one pass at a time per GPU, as Triton's
+                with _process.timing_lock():  # one pass at a time per GPU, as Triton's
                     rows = [r for r in time_pass() if r[0] in cands]
                 deadline += time.monotonic() - t0
                 timings = {s: ms[0] if len(ms) == 1 else ms for s, ms, _ in rows}
                 if not rows or all(f for _, _, f in rows):
                     rows = rows or [(cands[0], [float("inf")], True)]
             try:
-                rep = _hook.client().report(ans.claim_id, dkey, rows, _triton.version(),
+                rep = _process.client().report(ans.claim_id, dkey, rows, _triton.version(),
                                             max(1, int((deadline - time.monotonic()) * 1000)))
             except _native.DetdError as e:
                 if e.code == _native.ESTALE:
                     continue  # the claim moved on: ask again
-                if _hook.pass_failed(e):
-                    raise _hook.PassFailedError(kernel, key, str(e)) from e
+                if _loop.pass_failed(e):
+                    raise _loop.PassFailedError(kernel, key, str(e)) from e
                 reason = f"report failed: {e}"
                 break
             if rep.config in cands:
@@ -582,16 +584,16 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             else:
                 reason = f"the daemon's config {rep.config!r} matches no candidate"
             break
-        if out is None and reason is not None and _hook.NOCAND_TEXT in reason:
-            raise _hook.PassFailedError(kernel, key, reason)
+        if out is None and reason is not None and _loop.NOCAND_TEXT in reason:
+            raise _loop.PassFailedError(kernel, key, reason)
     if out is None:
         policy = settings.on_miss
         if policy == "error":
             _record(kernel, name, cands, key, dict(config=None, source="miss", governed=True, timed_here=False,
                                                    note=reason, candidates=list(cands)))
-            raise _hook.MissError(kernel, key, reason or "no answer")
+            raise _loop.MissError(kernel, key, reason or "no answer")
         chosen = cands[0] if policy == "first" else cheapest(cands)
-        _hook.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
+        _process.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
                          f"using on_miss={policy}")
         out = Outcome(chosen, _native.SOURCE_FALLBACK, note=f"{reason}; on_miss={policy}")
     _finish(kernel, name, key, cands, out)
@@ -607,16 +609,16 @@ def _finish(kernel, name, key, cands, out: Outcome):
         entry["note"] = out.note
     _record(kernel, name, cands, key, entry)
     try:
-        settings = _hook.settings()
-        dkey = _native.Key(settings.namespace, _hook.identity()["arch"], kernel, key, tuple(cands))
-        _hook.client().observe(dkey, out.config, out.source, out.governed, False)
+        settings = _process.settings()
+        dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, tuple(cands))
+        _process.client().observe(dkey, out.config, out.source, out.governed, False)
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-        _hook.warn_once("observe", f"detd: cannot record observations: {e}")
+        _process.warn_once("observe", f"detd: cannot record observations: {e}")
 
 
 def _observe_local(kernel, name, key, cands, config, timed=None):
     """An ungoverned choice: listed and observed as Inductor's own."""
-    if not _hook.active():
+    if not _process.active():
         return
     _finish(kernel, name, key, cands, Outcome(config, _native.SOURCE_LOCAL, timed_here=bool(timed),
                                               governed=False))
@@ -765,7 +767,7 @@ def _patched_coordesc(self, launcher, *args, **kwargs):
         _observe_local(kernel, name, key, cands, won, timed=True)
         return winner
     if space is None:
-        _hook.warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has more "
+        _process.warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has more "
                          f"than {MAX_CANDIDATES} configs: not searched, the committed config {start_s} is kept")
         start.found_by_coordesc = True
         _finish(kernel, name, key, (start_s,), Outcome(start_s, _native.SOURCE_LOCAL,
@@ -814,7 +816,7 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     name = PREFIX + str(op)
     _st.lookups += 1
     _st.lookups_timed += benchmark is not None and len(choices) > 0
-    if benchmark is None or len(choices) == 0 or not _hook.active():
+    if benchmark is None or len(choices) == 0 or not _process.active():
         return _orig["lookup"](self, choices, op, inputs, benchmark, hint_override)
     live: Dict[str, Any] = {}
     for c in choices:

@@ -1,0 +1,224 @@
+"""The resolve loop's parts that every adapter shares: its bounds, its
+errors, the re-measure rule, one Decide (:func:`ask`) and a waiting
+rank's state (:class:`Wait`: the slices it asks in, its log lines, its
+help with a shared pass).
+
+An adapter resolves a key by asking the daemon, waiting, timing the
+candidates when it is the designated rank, reporting, asking again after
+a lost claim within one budget, and falling back loudly (the ``on_miss``
+policy) when no decision comes. The Triton adapter (:mod:`detd._hook`)
+and the Inductor adapter (:mod:`detd._inductor`) each run that loop
+today, on the parts defined once here; docs/client-layers.md lists where
+the two loops (and the native one, ``client/src/autotune.c``) still
+differ. This module knows no autotuner: what is compiled or benchmarked
+for a shared pass comes in as functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, List, Optional, Sequence
+
+from . import _native, _process, _split
+
+# Decide/Report rounds for one key: a claim can be lost to a daemon restart
+# or passed on; each loss costs one more round (bounded by timeout_ms too).
+MAX_ASKS = 8
+
+# The noise band of the daemon's winner rule (ENGINE_WINNER_EPSILON in
+# daemon/core/engine.h, the same value): ties inside it go to the
+# smallest config string.
+WINNER_EPSILON = 0.01
+
+# The re-measure after a pass: the candidates whose first median is
+# within this fraction of the best are timed RECHECK_ROUNDS more times,
+# back to back once every candidate is compiled (reverse order, then
+# forward), and report all their samples. A first measurement that met
+# contention (another process's kernels, a GPU coming out of idle between
+# compiles) is then outvoted by the two that did not.
+RECHECK_BAND = 0.10
+RECHECK_ROUNDS = 2
+# At most this many candidates are re-measured (the best first medians):
+# a pass costs at most RECHECK_ROUNDS * RECHECK_MAX measurements more,
+# also where many configs of a tiny kernel fall inside the band.
+RECHECK_MAX = 4
+
+
+class MissError(RuntimeError):
+    """No usable decision for a governed kernel and ``on_miss=error``."""
+
+    def __init__(self, kernel: str, key: str, reason: str):
+        self.kernel, self.key, self.reason = kernel, key, reason
+        super().__init__(f"detd: no decision for kernel {kernel} key {key}: {reason} (on_miss=error)")
+
+
+class PassFailedError(RuntimeError):
+    """Every candidate of a governed key failed in the one timing pass (the
+    designated rank compiled or ran none of them). The designated rank
+    raises the candidates' own error; every other rank, told by the daemon,
+    raises this, whatever ``on_miss`` says: no config would launch."""
+
+    def __init__(self, kernel: str, key: str, reason: str):
+        self.kernel, self.key, self.reason = kernel, key, reason
+        super().__init__(f"detd: every candidate of kernel {kernel} key {key} failed in the timing pass: {reason}")
+
+
+# libdetd's DETD_ENOCAND (detd/error.h): no candidate has a valid timing.
+_ENOCAND = -1017
+# The daemon's reason for a report in which every candidate failed.
+NOCAND_TEXT = "no candidate has a valid timing"
+
+
+def pass_failed(e) -> bool:
+    """Whether a libdetd error says the key's timing pass failed for every
+    candidate (the reporter's own report, or the reason the daemon sends
+    every waiter of that claim)."""
+    return getattr(e, "code", None) == _ENOCAND or NOCAND_TEXT in str(e)
+
+
+def error_line(e: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its
+    text (at most 300 characters)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
+
+
+def recheck_set(order, medians: dict) -> list:
+    """The candidates of ``order`` to re-measure after a pass: those whose
+    first median (``medians``; the ones without did not time) is within
+    :data:`RECHECK_BAND` of the best, at most :data:`RECHECK_MAX` of them
+    (the best medians, list order on ties), in list order; empty when
+    fewer than two."""
+    if not medians:
+        return []
+    best = min(medians.values())
+    near = [c for c in order if c in medians and medians[c] <= best + best * RECHECK_BAND]
+    if len(near) > RECHECK_MAX:
+        keep = set(sorted(near, key=lambda c: medians[c])[:RECHECK_MAX])  # stable: list order on ties
+        near = [c for c in near if c in keep]
+    return near if len(near) > 1 else []
+
+
+def recheck_orders(near: list):
+    """The re-measure's rounds: :data:`RECHECK_ROUNDS` orders of ``near``,
+    reverse first, then as listed, alternating."""
+    for r in range(RECHECK_ROUNDS):
+        yield near[::-1] if r % 2 == 0 else near
+
+
+class Wait:
+    """A rank's wait for a key another rank times: the slices it asks in,
+    the log lines (after ``wait_log_after_s``, then every
+    ``wait_log_every_s``: who times which kernel and key, for how long),
+    and its help with the pass (``share_pass``: each share the daemon
+    gives is one candidate, from the end of the list, compiled here into
+    the kernel's compile cache; the timing rank starts at the front and
+    never waits for a helper). ``kernel`` and ``key_str`` name the key in
+    the log lines."""
+
+    __slots__ = ("kernel", "key_str", "share", "shared", "benched", "t0", "next_log", "logged", "last")
+
+    def __init__(self, kernel: str, key_str: str, share: bool):
+        self.kernel, self.key_str, self.share = kernel, key_str, share
+        self.shared: List[str] = []
+        self.benched: Optional[dict] = None  # a benchmark share's record (detd._split)
+        self.t0 = time.monotonic()
+        after, _ = _process.wait_log()
+        self.next_log = self.t0 + after if after > 0 else None
+        self.logged = False
+        self.last = None  # the last TIMEOUT answer (holder)
+
+    def ask_ms(self, left_ms: int) -> int:
+        """How long the next Decide may wait: until the next log line (and
+        libdetd's margin), at most left_ms."""
+        if self.share or self.next_log is None:
+            return left_ms
+        slice_ms = max(1, int((self.next_log - time.monotonic()) * 1000))
+        slice_ms += min(slice_ms // 9 + 1, 1000)  # libdetd answers TIMEOUT a tenth early
+        return min(left_ms, slice_ms)
+
+    def waited_ms(self, answer) -> Optional[int]:
+        """How long this rank was held: the daemon's count for one wait,
+        the wall time since the first ask when it asked in slices."""
+        if self.last is not None:
+            return int((time.monotonic() - self.t0) * 1000)
+        return answer.waited_ms if answer is not None else None
+
+    def _who(self, a) -> str:
+        if a is None or not a.holder_host:
+            return "its timing pass runs on another node (or is passing to another rank)"
+        return (f"rank {a.holder_rank} (pid {a.holder_pid} on {a.holder_host}) has been timing it for "
+                f"{a.held_ms / 1000:.1f} s")
+
+    def waiting(self, answer):
+        """A TIMEOUT answer before the caller's own deadline: log when due."""
+        self.share = False
+        self.last = answer
+        now = time.monotonic()
+        if self.next_log is None or now + 0.05 < self.next_log:
+            return
+        # The first line is INFO; a wait that goes on is a WARNING, so it
+        # shows even where the program configured no logging.
+        level = logging.WARNING if self.logged else logging.INFO
+        self.logged = True
+        _, every = _process.wait_log()
+        self.next_log = now + every if every > 0 else None
+        _process.log.log(level, "detd: waiting %.1f s for kernel %s key %s: %s", now - self.t0, self.kernel,
+                self.key_str, self._who(answer))
+
+    def help(self, answer, objs: Sequence[Any], candidates: Sequence[str], dkey,
+             compile_one: Callable[[Any], Any], bench: Callable[[Sequence[Any]], Any]):
+        """Compile the share the daemon gave (share_index i: candidate n-i,
+        never the first, which the timing rank compiles at once) with
+        ``compile_one(config)``; a share past the list ends the help. A
+        candidate that fails to compile is the timing rank's to report:
+        logged at debug level only. A benchmark share (``answer.bench``)
+        instead benchmarks candidates on this GPU for the timing rank
+        (:func:`detd._split.helper`, with ``bench(configs)``), once.
+        ``objs``: the live candidates, ``candidates`` their canonical
+        strings, in the same order."""
+        self.last = answer
+        if answer.bench:
+            # A benchmark share: candidates benchmarked on this GPU, under
+            # its timing lock (a pass of another key may run on it).
+            self.share = False
+            with _process.timing_lock():
+                self.benched = _split.helper(_process.client(), dkey, objs, candidates, bench)
+            self.benched["helper"] = answer.share_index
+            return
+        pos = len(objs) - answer.share_index
+        if pos < 1:
+            self.share = False
+            return
+        config = objs[pos]
+        try:
+            compile_one(config)
+        except Exception as e:  # noqa: BLE001 - the timing rank meets it again
+            _process.log.debug("detd: compiling %s of %s for the timing rank failed: %s", candidates[pos],
+                               self.kernel, error_line(e))
+        self.shared.append(candidates[pos])
+
+    def done(self, answer):
+        """After a logged wait, say how it ended."""
+        if not self.logged:
+            return
+        waited = time.monotonic() - self.t0
+        if answer is not None and answer.outcome == _native.OUTCOME_DECIDED:
+            by = f"rank {answer.decided_by_rank} on {answer.decided_by_host}" if answer.decided_by_host else "the daemon"
+            _process.log.info("detd: kernel %s key %s decided by %s after %.1f s of waiting: %s", self.kernel,
+                     self.key_str, by, waited, answer.config)
+        else:
+            _process.log.info("detd: stopped waiting for kernel %s key %s after %.1f s", self.kernel, self.key_str,
+                     waited)
+
+
+def ask(request: tuple, share: bool):
+    """One Decide (``request``: the arguments of ``Client.decide``): with a
+    share asked for while waiting, and a benchmark share offered when this
+    process can split benchmarks."""
+    if not share:
+        return _process.client().decide(*request)
+    if _process.split_device() is not None:
+        return _process.client().decide(*request, share=True, bench=True)
+    return _process.client().decide(*request, share=True)
