@@ -325,13 +325,13 @@ def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: in
         cache._fast.add(key)
     try:
         _process.client().observe(_dkey(info, key_str, candidates=candidates), config, source, governed, chaos,
-                         failed=failed, why=None if governed else (why or info.why))
+                                  failed=failed, why=None if governed else (why or info.why))
         if pruning is not None:
             # The companion key: the unpruned list as candidates, what the
             # pruner kept as the "config". Same key, different pruning:
             # verify reports the ranks disagreeing on kernel K#pruning.
-            pk = _native.Key(_process.settings().namespace, _process.identity()["arch"], info.kernel + _PRUNING_SUFFIX,
-                             key_str, info.candidates)
+            pk = _native.Key(_process.settings().namespace, _process.identity()["arch"],
+                             info.kernel + _PRUNING_SUFFIX, key_str, info.candidates)
             _process.client().observe(pk, pruning, _native.SOURCE_LOCAL, governed, False)
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
         _process.warn_once("observe", f"detd: cannot record observations: {e}")
@@ -534,8 +534,8 @@ def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str, cands: Option
     with _state.records_lock:
         _state.fallbacks += 1
     _process.warn_once(f"miss:{info.kernel}:{key_str}",
-               f"detd: no decision for kernel {info.kernel} key {key_str}: {reason}; "
-               f"using on_miss={policy}")
+                       f"detd: no decision for kernel {info.kernel} key {key_str}: {reason}; "
+                       f"using on_miss={policy}")
     return chosen, _native.SOURCE_FALLBACK, f"{reason}; on_miss={policy}"
 
 
@@ -624,7 +624,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             # here for this very key and candidate list are still valid.
             try:
                 answer = _process.client().report(answer.claim_id, dkey, report_rows, _triton.version(),
-                                         max(1, int((deadline - time.monotonic()) * 1000)))
+                                                  max(1, int((deadline - time.monotonic()) * 1000)))
                 answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
                 break
             except _native.DetdError as e:
@@ -748,8 +748,8 @@ def _after_run(tuner, ctx: _Call):
         ct = _triton.last_timings(tuner)
         if ct is not None:
             timings = {_triton.config_string(c): _samples.normalize(t)[0] for c, t in ct.items()}
-        voted = timings is not None and _process.settings().is_recorded(info.name) and _vote(tuner, info, ctx, key_str,
-                                                                                         cfg, ct)
+        voted = timings is not None and _process.settings().is_recorded(info.name) and \
+            _vote(tuner, info, ctx, key_str, cfg, ct)
         _record(info, key_str, cfg, "local", False, timed_here=timings is not None, timings=timings,
                 note="voted" if voted else None)
         _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
@@ -781,9 +781,9 @@ def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_t
     except Exception:  # an argument whose str() fails: vote without it
         table_key = None
     try:
-        _process.client().vote(_dkey(info, key_str, candidates=[r[0] for r in rows] if _triton.has_pruner(tuner) else None),
-                      cfg, rows, _triton.version(), table_key,
-                      min(_process.settings().timeout_ms, 10_000))
+        cands = [r[0] for r in rows] if _triton.has_pruner(tuner) else None
+        _process.client().vote(_dkey(info, key_str, candidates=cands), cfg, rows, _triton.version(), table_key,
+                               min(_process.settings().timeout_ms, 10_000))
         return True
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
         _process.warn_once("vote", f"detd: cannot send record-mode votes: {e}")
@@ -856,8 +856,9 @@ def _send_audit(info: _TunerInfo, key_str: str, result: Optional[dict]):
     inv = {v: k for k, v in _native.SOURCE_NAMES.items()}
     try:
         _process.client().observe(_dkey(info, key_str, candidates=rec.get("candidates")), rec["config"],
-                         inv.get(rec["source"], _native.SOURCE_UNSPECIFIED), rec["governed"],
-                         bool(rec.get("chaos")), audit=result["status"], differing=result.get("differing") or ())
+                                  inv.get(rec["source"], _native.SOURCE_UNSPECIFIED), rec["governed"],
+                                  bool(rec.get("chaos")), audit=result["status"],
+                                  differing=result.get("differing") or ())
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
         _process.warn_once("audit-send", f"detd: cannot send audit results to the daemon: {e}")
 

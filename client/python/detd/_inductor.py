@@ -571,7 +571,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
                     rows = rows or [(cands[0], [float("inf")], True)]
             try:
                 rep = _process.client().report(ans.claim_id, dkey, rows, _triton.version(),
-                                            max(1, int((deadline - time.monotonic()) * 1000)))
+                                               max(1, int((deadline - time.monotonic()) * 1000)))
             except _native.DetdError as e:
                 if e.code == _native.ESTALE:
                     continue  # the claim moved on: ask again
@@ -594,7 +594,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             raise _loop.MissError(kernel, key, reason or "no answer")
         chosen = cands[0] if policy == "first" else cheapest(cands)
         _process.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
-                         f"using on_miss={policy}")
+                           f"using on_miss={policy}")
         out = Outcome(chosen, _native.SOURCE_FALLBACK, note=f"{reason}; on_miss={policy}")
     _finish(kernel, name, key, cands, out)
     return out
@@ -767,8 +767,8 @@ def _patched_coordesc(self, launcher, *args, **kwargs):
         _observe_local(kernel, name, key, cands, won, timed=True)
         return winner
     if space is None:
-        _process.warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has more "
-                         f"than {MAX_CANDIDATES} configs: not searched, the committed config {start_s} is kept")
+        _process.warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has "
+                           f"more than {MAX_CANDIDATES} configs: not searched, the committed config {start_s} is kept")
         start.found_by_coordesc = True
         _finish(kernel, name, key, (start_s,), Outcome(start_s, _native.SOURCE_LOCAL,
                                                        note="search space over the candidate limit"))

@@ -22,6 +22,10 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from . import _native, _process, _split
 
+# The package's logger (the one _process warns through): a waiting rank's
+# lines.
+log = logging.getLogger("detd")
+
 # Decide/Report rounds for one key: a claim can be lost to a daemon restart
 # or passed on; each loss costs one more round (bounded by timeout_ms too).
 MAX_ASKS = 8
@@ -164,7 +168,7 @@ class Wait:
         self.logged = True
         _, every = _process.wait_log()
         self.next_log = now + every if every > 0 else None
-        _process.log.log(level, "detd: waiting %.1f s for kernel %s key %s: %s", now - self.t0, self.kernel,
+        log.log(level, "detd: waiting %.1f s for kernel %s key %s: %s", now - self.t0, self.kernel,
                 self.key_str, self._who(answer))
 
     def help(self, answer, objs: Sequence[Any], candidates: Sequence[str], dkey,
@@ -195,8 +199,8 @@ class Wait:
         try:
             compile_one(config)
         except Exception as e:  # noqa: BLE001 - the timing rank meets it again
-            _process.log.debug("detd: compiling %s of %s for the timing rank failed: %s", candidates[pos],
-                               self.kernel, error_line(e))
+            log.debug("detd: compiling %s of %s for the timing rank failed: %s", candidates[pos],
+                      self.kernel, error_line(e))
         self.shared.append(candidates[pos])
 
     def done(self, answer):
@@ -206,10 +210,10 @@ class Wait:
         waited = time.monotonic() - self.t0
         if answer is not None and answer.outcome == _native.OUTCOME_DECIDED:
             by = f"rank {answer.decided_by_rank} on {answer.decided_by_host}" if answer.decided_by_host else "the daemon"
-            _process.log.info("detd: kernel %s key %s decided by %s after %.1f s of waiting: %s", self.kernel,
+            log.info("detd: kernel %s key %s decided by %s after %.1f s of waiting: %s", self.kernel,
                      self.key_str, by, waited, answer.config)
         else:
-            _process.log.info("detd: stopped waiting for kernel %s key %s after %.1f s", self.kernel, self.key_str,
+            log.info("detd: stopped waiting for kernel %s key %s after %.1f s", self.kernel, self.key_str,
                      waited)
 
 
