@@ -100,16 +100,17 @@ Layers
 ------
 This module is the Triton adapter's flow: ask, time, report, observe, and
 the per-autotuner state they share.  It sits beside :mod:`detd._inductor`
-(neither imports the other) on :mod:`detd._loop` (the loop's bounds,
-errors and re-measure rule) and :mod:`detd._process` (settings, identity,
-the libdetd handle, fork, warnings), and imports only their public names
-(docs/client-layers.md has the table the layers test checks).  It never
-imports ``triton`` and reads no attribute of Triton's objects:
-:mod:`detd._triton` does (the class-level patches, which call back into
-:func:`_full_run` and :func:`_resolve_direct`; the cache and run slots;
-config fields; identities; the run-frame lookup; the timing pass), and
-live ``Config`` objects and autotuners pass through here only as opaque
-handles.  :mod:`detd._canon` makes the strings from plain values.
+(neither imports the other) on :mod:`detd._loop` (the one resolve loop,
+its bounds, errors and re-measure rule) and :mod:`detd._process`
+(settings, identity, the libdetd handle, fork, warnings), and imports
+only their public names (docs/client-layers.md has the table the layers
+test checks).  It never imports ``triton`` and reads no attribute of
+Triton's objects: :mod:`detd._triton` does (the class-level patches,
+which call back into :func:`_full_run` and :func:`_resolve_direct`; the
+cache and run slots; config fields; identities; the run-frame lookup;
+the timing pass), and live ``Config`` objects and autotuners pass
+through here only as opaque handles.  :mod:`detd._canon` makes the
+strings from plain values.
 """
 
 from __future__ import annotations
@@ -577,72 +578,34 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         # Pruned to one: nothing to decide (Triton 3.9+ times nothing either).
         chosen, source, note = cands.objs[0], _native.SOURCE_LOCAL, "one candidate after pruning"
     else:
-        answer, reason = None, None
-        report_rows = None
-        # One budget of settings.timeout_ms for the whole resolution (the
-        # timing pass itself not counted): libdetd waits for a restarted
-        # daemon within what is left of it, and a claim lost to a restart
-        # is asked for again (see detd/client.h, "Daemon restarts").
-        deadline = time.monotonic() + settings.timeout_ms / 1000.0
-        lost = rounds = 0
+        # The designated rank's pass, and what it measured besides the
+        # report rows (errors, re-measured candidates, the lock, the split).
+        timed = {}
+
+        def time_pass(answer):
+            split = (answer.claim_id, dkey) if _process.split_device() is not None else None
+            rows, timed["errors"], timed["remeasured"], timed["lock"], timed["pass_s"], timed["split"] = \
+                _timing_pass(ctx, cands, split)
+            return rows
+
         # While another rank times the key: ask in slices, so that a long
         # wait is logged (who times it, for how long), and first help the
         # pass when sharing is on (compile a share of the candidates).
-        wait = _loop.Wait(info.kernel, key_str, settings.mode != "pinned" and _process.share_pass())
-        while True:
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0:
-                answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
-                break
-            if rounds >= _loop.MAX_ASKS:
-                break  # reason: the last report's failure
-            try:
-                ask = (dkey, settings.mode == "pinned", wait.ask_ms(left_ms))
-                answer = _loop.ask(ask, wait.share)
-            except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-                answer, reason = None, f"daemon request failed: {e}"
-                break
-            if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
-                if answer.share_index:
-                    wait.help(answer, cands.objs, cands.candidates, dkey,
-                              lambda config: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, config),
-                              _bench(ctx, False))
-                else:
-                    wait.waiting(answer)
-                continue
-            if answer.outcome != _native.OUTCOME_DESIGNATED:
-                break
-            rounds += 1
-            if report_rows is None:
-                t0 = time.monotonic()
-                split = (answer.claim_id, dkey) if _process.split_device() is not None else None
-                report_rows, errors, remeasured, lock_waited, pass_s, split_done = _timing_pass(ctx, cands, split)
-                deadline += time.monotonic() - t0
-                timed_here = True
-                timings_out = {s: ms for s, ms, _ in report_rows}
-            # Designated again after a lost claim: the timings measured
-            # here for this very key and candidate list are still valid.
-            try:
-                answer = _process.client().report(answer.claim_id, dkey, report_rows, _triton.version(),
-                                                  max(1, int((deadline - time.monotonic()) * 1000)))
-                answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
-                break
-            except _native.DetdError as e:
-                if e.code == _native.ESTALE:
-                    # The claim moved on or its session ended (a daemon
-                    # restart): ask again; a decision may exist now.
-                    lost += 1
-                    answer, reason = None, f"report failed: {e}"
-                    continue
-                answer, reason = None, f"report failed: {e}"
-                break
-        wait.done(answer)
+        share = _loop.Share(cands.objs, cands.candidates,
+                            lambda config: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, config),
+                            _bench(ctx, False))
+        res = _loop.resolve(dkey, info.kernel, key_str, _triton.version(), time_pass, share)
+        answer, reason, report_rows, lost, wait = res.answer, res.reason, res.rows, res.lost, res.wait
+        if report_rows is not None:
+            errors, remeasured, lock_waited = timed["errors"], timed["remeasured"], timed["lock"]
+            pass_s, split_done = timed["pass_s"], timed["split"]
+            timed_here = True
+            timings_out = {s: ms for s, ms, _ in report_rows}
+            failed = {s: _loop.error_line(errors[s]) if s in errors else "inf" for s, _, f in report_rows if f}
         if lost:
             note = f"claim lost {lost}x (passed on, or the daemon restarted): asked again"
             with _state.records_lock:
                 _state.claims_lost += lost
-        if report_rows is not None:
-            failed = {s: _loop.error_line(errors[s]) if s in errors else "inf" for s, _, f in report_rows if f}
         if report_rows is not None and len(failed) == len(report_rows):
             # Every candidate failed here: reported as such (the daemon
             # releases the claim and tells every waiter); this process
@@ -661,9 +624,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             if chosen is None:
                 reason = f"the daemon's config {answer.config!r} matches no live candidate"
         elif answer is not None:
-            reason = {_native.OUTCOME_MISS: "no decision stored and none in the tables",
-                      _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
-                          answer.outcome, f"unexpected outcome {answer.outcome}")
+            reason = _loop.no_decision(answer)
         if chosen is None:
             chosen, source, note = _miss(ctx, info, key_str, reason or "no answer", cands)
         if timed_here:

@@ -89,7 +89,7 @@ the script imports torch. This module and :mod:`detd._triton` are the only
 ones reading attributes of Triton's or Inductor's objects. This adapter
 sits beside the Triton one (:mod:`detd._hook`), never on it: the daemon
 handle, settings, identity and warnings are :mod:`detd._process`'s, the
-loop's bounds, errors and re-measure rule :mod:`detd._loop`'s.
+resolve loop (ask, wait, report, retry) and its errors :mod:`detd._loop`'s.
 """
 
 from __future__ import annotations
@@ -101,7 +101,6 @@ import itertools
 import math
 import sys
 import threading
-import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _canon, _loop, _native, _process, _triton
@@ -522,10 +521,11 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
            time_pass: Callable[[], List[Tuple[str, List[float], bool]]],
            cheapest: Callable[[Sequence[str]], str]) -> Outcome:
     """Resolve one governed key: override, a single candidate, or the
-    daemon (decided, or designated: ``time_pass()`` gives the report rows,
-    each a candidate string with its timings), then ``on_miss``. Observed
-    once and recorded; raises MissError or PassFailedError as the Triton
-    hook does."""
+    daemon through the package's one resolve loop (:func:`detd._loop.resolve`;
+    designated, ``time_pass()`` gives the report rows, each a candidate
+    string with its timings), then ``on_miss``. Observed once and
+    recorded; raises MissError or PassFailedError as the Triton hook
+    does."""
     settings = _process.settings()
     cands = tuple(candidates)
     dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, cands)
@@ -537,53 +537,32 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
         out = Outcome(cands[0], _native.SOURCE_LOCAL, note="one candidate")
     reason = f"override {override!r} matches no candidate" if override is not None and out is None else None
     if out is None and reason is None:
-        deadline = time.monotonic() + settings.timeout_ms / 1000.0
-        rows, timings = None, None
-        for _attempt in range(_loop.MAX_ASKS):
-            left = int((deadline - time.monotonic()) * 1000)
-            if left <= 0:
-                reason = f"no decision within timeout_ms={settings.timeout_ms}"
-                break
-            try:
-                ans = _process.client().decide(dkey, settings.mode == "pinned", left)
-            except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-                reason = f"daemon request failed: {e}"
-                break
-            if ans.outcome == _native.OUTCOME_DECIDED:
-                if ans.config in cands:
-                    out = Outcome(ans.config, ans.source or _native.SOURCE_TIMED, timed_here=rows is not None,
-                                  timings=timings)
-                else:
-                    reason = f"the daemon's config {ans.config!r} matches no candidate"
-                break
-            if ans.outcome != _native.OUTCOME_DESIGNATED:
-                reason = {_native.OUTCOME_MISS: "no decision stored and none in the tables",
-                          _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
-                              ans.outcome, f"unexpected outcome {ans.outcome}")
-                break
-            if rows is None:
-                t0 = time.monotonic()
-                with _process.timing_lock():  # one pass at a time per GPU, as Triton's
-                    rows = [r for r in time_pass() if r[0] in cands]
-                deadline += time.monotonic() - t0
-                timings = {s: ms[0] if len(ms) == 1 else ms for s, ms, _ in rows}
-                if not rows or all(f for _, _, f in rows):
-                    rows = rows or [(cands[0], [float("inf")], True)]
-            try:
-                rep = _process.client().report(ans.claim_id, dkey, rows, _triton.version(),
-                                               max(1, int((deadline - time.monotonic()) * 1000)))
-            except _native.DetdError as e:
-                if e.code == _native.ESTALE:
-                    continue  # the claim moved on: ask again
-                if _loop.pass_failed(e):
-                    raise _loop.PassFailedError(kernel, key, str(e)) from e
-                reason = f"report failed: {e}"
-                break
-            if rep.config in cands:
-                out = Outcome(rep.config, rep.source or _native.SOURCE_TIMED, timed_here=True, timings=timings)
+        timings = None
+
+        def timed_pass(_answer):
+            nonlocal timings
+            with _process.timing_lock():  # one pass at a time per GPU, as Triton's
+                rows = [r for r in time_pass() if r[0] in cands]
+            timings = {s: ms[0] if len(ms) == 1 else ms for s, ms, _ in rows}
+            if not rows or all(f for _, _, f in rows):
+                rows = rows or [(cands[0], [float("inf")], True)]
+            return rows
+
+        # No share: a waiting process has no way to compile one of
+        # Inductor's candidates outside its own pass.
+        res = _loop.resolve(dkey, kernel, key, _triton.version(), timed_pass)
+        ans, reason = res.answer, res.reason
+        if res.report_error is not None and _loop.pass_failed(res.report_error):
+            raise _loop.PassFailedError(kernel, key, str(res.report_error)) from res.report_error
+        note = f"claim lost {res.lost}x (passed on, or the daemon restarted): asked again" if res.lost else None
+        if ans is not None and ans.outcome == _native.OUTCOME_DECIDED:
+            if ans.config in cands:
+                out = Outcome(ans.config, ans.source or _native.SOURCE_TIMED, timed_here=res.rows is not None,
+                              timings=timings, note=note)
             else:
-                reason = f"the daemon's config {rep.config!r} matches no candidate"
-            break
+                reason = f"the daemon's config {ans.config!r} matches no candidate"
+        elif ans is not None:
+            reason = _loop.no_decision(ans)
         if out is None and reason is not None and _loop.NOCAND_TEXT in reason:
             raise _loop.PassFailedError(kernel, key, reason)
     if out is None:

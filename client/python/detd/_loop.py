@@ -1,24 +1,26 @@
-"""The resolve loop's parts that every adapter shares: its bounds, its
-errors, the re-measure rule, one Decide (:func:`ask`) and a waiting
-rank's state (:class:`Wait`: the slices it asks in, its log lines, its
-help with a shared pass).
+"""The one resolve loop of the package (:func:`resolve`) and its parts:
+its bounds, its errors, the re-measure rule, one Decide (:func:`ask`) and
+a waiting rank's state (:class:`Wait`: the slices it asks in, its log
+lines, its help with a shared pass).
 
-An adapter resolves a key by asking the daemon, waiting, timing the
-candidates when it is the designated rank, reporting, asking again after
-a lost claim within one budget, and falling back loudly (the ``on_miss``
-policy) when no decision comes. The Triton adapter (:mod:`detd._hook`)
-and the Inductor adapter (:mod:`detd._inductor`) each run that loop
-today, on the parts defined once here; docs/client-layers.md lists where
-the two loops (and the native one, ``client/src/autotune.c``) still
-differ. This module knows no autotuner: what is compiled or benchmarked
-for a shared pass comes in as functions.
+An adapter resolves a key by calling :func:`resolve` with its key and
+its timing pass (and, when its waiting processes can help, a
+:class:`Share`): the loop asks the daemon, waits, times when this process
+is the designated rank, reports, asks again after a lost claim within
+one budget, and hands back a :class:`Resolution`; the adapter applies
+the decision or falls back loudly (the ``on_miss`` policy). The Triton
+adapter (:mod:`detd._hook`) and the Inductor adapter
+(:mod:`detd._inductor`) both use it; docs/client-layers.md lists where
+their paths differed before and where the native loop
+(``client/src/autotune.c``) still differs. This module knows no
+autotuner: what is timed, compiled or benchmarked comes in as functions.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _native, _process, _split
 
@@ -226,3 +228,106 @@ def ask(request: tuple, share: bool):
     if _process.split_device() is not None:
         return _process.client().decide(*request, share=True, bench=True)
     return _process.client().decide(*request, share=True)
+
+
+class Share(NamedTuple):
+    """What a waiting rank needs to help a shared pass (see
+    :meth:`Wait.help`): the live candidates, their canonical strings in
+    the same order, ``compile_one(config)`` and ``bench(configs)``."""
+
+    objs: Sequence[Any]
+    candidates: Sequence[str]
+    compile_one: Callable[[Any], Any]
+    bench: Callable[[Sequence[Any]], Any]
+
+
+class Resolution(NamedTuple):
+    """How :func:`resolve` ended. ``answer``: the daemon's last answer
+    (a decision, from Decide or from the report, has outcome DECIDED), or
+    None after a failed request or a refused report; ``reason``: why there
+    is no decision, when known; ``rows``: the report rows when this
+    process timed the key, else None; ``lost``: claims lost (reports
+    refused as stale, asked again); ``wait``: the :class:`Wait`;
+    ``report_error``: the error of a report refused for another reason
+    than a lost claim, else None."""
+
+    answer: Any
+    reason: Optional[str]
+    rows: Optional[List[Tuple[str, List[float], bool]]]
+    lost: int
+    wait: Wait
+    report_error: Optional[BaseException]
+
+
+def resolve(dkey, kernel: str, key_str: str, version: str,
+            time_pass: Callable[[Any], List[Tuple[str, List[float], bool]]],
+            share: Optional[Share] = None) -> Resolution:
+    """The resolve loop of one governed key, for every adapter: ask the
+    daemon; while another rank times the key, wait in slices (logged, see
+    :class:`Wait`) and help the pass when ``share`` is given and sharing
+    is on; when designated, ``time_pass(answer)`` gives the report rows
+    (called once: designated again after a lost claim, the timings of this
+    very key and candidate list are still valid) and they are reported;
+    a claim lost to a daemon restart is asked for again. One budget of
+    ``timeout_ms`` for all of it, the timing pass's own time not counted;
+    at most :data:`MAX_ASKS` designations. Never raises for the daemon's
+    sake: the adapter applies the decision, or ``on_miss`` with the
+    returned reason (its errors: :class:`MissError`,
+    :class:`PassFailedError`). ``time_pass`` may raise; that propagates."""
+    settings = _process.settings()
+    pinned = settings.mode == "pinned"
+    answer, reason, rows, report_error = None, None, None, None
+    # libdetd waits for a restarted daemon within what is left of the
+    # budget, and a claim lost to a restart is asked for again (see
+    # detd/client.h, "Daemon restarts").
+    deadline = time.monotonic() + settings.timeout_ms / 1000.0
+    lost = rounds = 0
+    wait = Wait(kernel, key_str, share is not None and not pinned and _process.share_pass())
+    while True:
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
+            break
+        if rounds >= MAX_ASKS:
+            break  # reason: the last report's failure
+        try:
+            answer = ask((dkey, pinned, wait.ask_ms(left_ms)), wait.share)
+        except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+            answer, reason = None, f"daemon request failed: {e}"
+            break
+        if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
+            if answer.share_index:
+                wait.help(answer, share.objs, share.candidates, dkey, share.compile_one, share.bench)
+            else:
+                wait.waiting(answer)
+            continue
+        if answer.outcome != _native.OUTCOME_DESIGNATED:
+            break
+        rounds += 1
+        if rows is None:
+            t0 = time.monotonic()
+            rows = time_pass(answer)
+            deadline += time.monotonic() - t0
+        try:
+            answer = _process.client().report(answer.claim_id, dkey, rows, version,
+                                              max(1, int((deadline - time.monotonic()) * 1000)))
+            answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
+            break
+        except _native.DetdError as e:
+            answer, reason = None, f"report failed: {e}"
+            if e.code == _native.ESTALE:
+                # The claim moved on or its session ended (a daemon
+                # restart): ask again; a decision may exist now.
+                lost += 1
+                continue
+            report_error = e
+            break
+    wait.done(answer)
+    return Resolution(answer, reason, rows, lost, wait, report_error)
+
+
+def no_decision(answer) -> str:
+    """Why an answer that is not a decision gives no config."""
+    return {_native.OUTCOME_MISS: "no decision stored and none in the tables",
+            _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
+                answer.outcome, f"unexpected outcome {answer.outcome}")
