@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from detd import _hook, _native, _policy, _triton  # noqa: E402
+from detd import _hook, _native, _policy, _process, _triton  # noqa: E402
 
 BLOCKS = (64, 128, 256, 512)
 
@@ -95,11 +95,11 @@ def main():
         row_sum_gpu._do_bench = counting
 
     _hook.patch()
-    _hook.configure(_policy.parse(environ={}))
+    _process.configure(_policy.parse(environ={}))
     ident = _triton.kernel_identity(row_sum_gpu)
     checks["guard_from_cache_key"] = _triton.code_guard(row_sum_gpu) == hashlib.sha256(
         ("cache_key:" + row_sum_gpu.fn.cache_key).encode()).hexdigest()[:16]
-    checks["arch"] = _hook.identity()["arch"]
+    checks["arch"] = _process.identity()["arch"]
     major, minor = torch.cuda.get_device_capability()
     checks["arch_ok"] = checks["arch"] == f"sm{major}{minor}"
 
@@ -114,7 +114,7 @@ def main():
         return answer(_native.OUTCOME_DECIDED, other)
 
     s = Scripted(lambda k: answer(_native.OUTCOME_DESIGNATED, claim=1), on_report)
-    _hook.client = lambda: s
+    _process.client = lambda: s
     row_sum_gpu.cache.clear()
     sha = launch()
     checks["one_pass_bench_calls"] = len(calls)
@@ -128,7 +128,7 @@ def main():
     calls.clear()
     dec = "BLOCK=128,num_warps=4,num_stages=3,num_ctas=1"
     s2 = Scripted(lambda k: answer(_native.OUTCOME_DECIDED, dec))
-    _hook.client = lambda: s2
+    _process.client = lambda: s2
     row_sum_gpu.cache.clear()
     sha = launch()
     checks["decided_no_bench"] = len(calls) == 0 and sha == ref[dec]

@@ -159,11 +159,11 @@ def test_clear_winner_is_timed_once(daemon, tmp_path):
 
 def test_epsilon_is_the_daemons():
     """The client's band is the daemon's (one value, two languages)."""
-    from detd import _hook
+    from detd import _loop
 
     hdr = open(os.path.join(HERE, "..", "..", "daemon", "core", "engine.h")).read()
     line = next(x for x in hdr.splitlines() if x.startswith("#define ENGINE_WINNER_EPSILON"))
-    assert float(line.split()[-1]) == _hook.WINNER_EPSILON
+    assert float(line.split()[-1]) == _loop.WINNER_EPSILON
 
 
 # ---------------------------------------------------------------- waiting logs
@@ -221,17 +221,17 @@ def test_waiting_logs_off(daemon, tmp_path):
 
 
 def test_bad_wait_setting_is_named():
-    from detd import _hook
+    from detd import _process
 
     with pytest.raises(ValueError, match="DETD_WAIT_LOG_EVERY_S='soon'"):
-        _hook.wait_options({"DETD_WAIT_LOG_EVERY_S": "soon"})
+        _process.wait_options({"DETD_WAIT_LOG_EVERY_S": "soon"})
     with pytest.raises(ValueError, match="DETD_WAIT_LOG_AFTER_S='-1'"):
-        _hook.wait_options({"DETD_WAIT_LOG_AFTER_S": "-1"})
+        _process.wait_options({"DETD_WAIT_LOG_AFTER_S": "-1"})
     with pytest.raises(ValueError, match="DETD_SHARE_PASS='maybe'"):
-        _hook.wait_options({"DETD_SHARE_PASS": "maybe"})
-    assert _hook.wait_options({}) == (5.0, 30.0, True)  # sharing on by default
-    assert _hook.wait_options({"DETD_SHARE_PASS": "0"})[2] is False
-    assert _hook.wait_options({"DETD_SHARE_PASS": "1", "DETD_WAIT_LOG_AFTER_S": "0"}) == (0.0, 30.0, True)
+        _process.wait_options({"DETD_SHARE_PASS": "maybe"})
+    assert _process.wait_options({}) == (5.0, 30.0, True)  # sharing on by default
+    assert _process.wait_options({"DETD_SHARE_PASS": "0"})[2] is False
+    assert _process.wait_options({"DETD_SHARE_PASS": "1", "DETD_WAIT_LOG_AFTER_S": "0"}) == (0.0, 30.0, True)
 
 
 # ---------------------------------------------------------------- sharing

@@ -13,7 +13,7 @@ import pytest
 import triton
 
 import detd
-from detd import _hook, _native, _policy, _triton
+from detd import _hook, _loop, _native, _policy, _process, _triton
 
 import rowsum_kernels as rk
 
@@ -50,15 +50,15 @@ def answer(outcome, config=None, source=_native.SOURCE_TIMED, claim=0):
 def hooked(monkeypatch):
     def setup(scripted, **settings):
         _hook.patch()
-        _hook.configure(_policy.parse(environ={}, **settings))
-        monkeypatch.setattr(_hook, "client", lambda: scripted)
+        _process.configure(_policy.parse(environ={}, **settings))
+        monkeypatch.setattr(_process, "client", lambda: scripted)
         rk.row_sum_kernel.cache.clear()
         return scripted
 
     yield setup
-    _hook._state.active = False
+    _process._state.active = False
     _hook._state.records.clear()
-    _hook._state.settings = _policy.Settings()
+    _process._state.settings = _policy.Settings()
     rk.row_sum_kernel.cache.clear()
 
 
@@ -67,12 +67,12 @@ def sha_for_block(block):
     live = [c for c in rk.row_sum_kernel.configs if c.kwargs["BLOCK"] == block][0]
     rk.row_sum_kernel.cache.clear()
     dict.__setitem__(rk.row_sum_kernel.cache, KEY, live)
-    was = _hook.active()
-    _hook._state.active = False
+    was = _process.active()
+    _process._state.active = False
     try:
         out = rk.row_sum(x)
     finally:
-        _hook._state.active = was
+        _process._state.active = was
     rk.row_sum_kernel.cache.clear()
     return hashlib.sha256(out.numpy().tobytes()).hexdigest()
 
@@ -170,13 +170,13 @@ def test_designated_on_the_direct_path_times_once_and_uses_committed(hooked, mon
     # Bits of the committed config, launched by plain Triton.
     live = [c for c in tuner.configs if c.kwargs["BLOCK"] == 128][0]
     plain = dict(tuner.cache)
-    was = _hook.active()
-    _hook._state.active = False
+    was = _process.active()
+    _process._state.active = False
     try:
         tuner.__dict__["cache"] = {new_key: live}
         ref = rk.row_sum(x)
     finally:
-        _hook._state.active = was
+        _process._state.active = was
         tuner.__dict__["cache"] = plain
     assert out.numpy().tobytes() == ref.numpy().tobytes()
     assert _triton._tls.__dict__.get("skip") is None
@@ -298,8 +298,8 @@ def test_install_idempotent_patches_once(monkeypatch):
             detd.install(on_miss="never")
         assert detd.settings().mode == "auto"
     finally:
-        _hook._state.active = False
-        _hook._state.settings = _policy.Settings()
+        _process._state.active = False
+        _process._state.settings = _policy.Settings()
 
 
 def test_autotuning_listener_sees_the_pass(hooked, monkeypatch):
@@ -349,12 +349,12 @@ def test_claim_lost_to_a_restart_is_asked_again_and_timings_reused(hooked, monke
 
     # Asked again, another rank's decision is there: no second report.
     rk.row_sum_kernel.cache.clear()
-    _hook.configure(_policy.parse(environ={}))
+    _process.configure(_policy.parse(environ={}))
     answers = iter([answer(_native.OUTCOME_DESIGNATED, claim=9),
                     answer(_native.OUTCOME_DECIDED, committed)])
     reports.clear()
     s2 = Scripted(lambda k: next(answers), lambda k, rows: (_ for _ in ()).throw(_stale()))
-    monkeypatch.setattr(_hook, "client", lambda: s2)
+    monkeypatch.setattr(_process, "client", lambda: s2)
     sha, calls = run_once()
     assert calls == 4 and sha == sha_for_block(32)
     assert len(s2.decides) == 2 and len(s2.reports) == 1
@@ -375,14 +375,14 @@ def test_asks_share_one_timeout(hooked):
     with pytest.raises(detd.MissError) as e:
         run_once()
     assert "report failed" in str(e.value)
-    assert len(timeouts) == _hook.MAX_ASKS
+    assert len(timeouts) == _loop.MAX_ASKS
     assert all(0 < t <= 5000 for t in timeouts) and timeouts == sorted(timeouts, reverse=True)
 
 
 def test_fallback_is_warned_and_counted(hooked):
     s = hooked(Scripted(lambda k: answer(_native.OUTCOME_MISS)), on_miss="cheapest")
     n = _hook._state.fallbacks
-    _hook._state.warned.clear()  # warned once per kernel and key, per process
+    _process._state.warned.clear()  # warned once per kernel and key, per process
     with pytest.warns(RuntimeWarning, match="on_miss=cheapest"):
         run_once()
     assert _hook._state.fallbacks == n + 1
@@ -409,7 +409,7 @@ def test_rank_from_the_launcher(monkeypatch, env, want):
         monkeypatch.delenv(v, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    assert _hook.rank_identity() == want
+    assert _process.rank_identity() == want
 
 
 def test_bad_launcher_rank_is_an_error(monkeypatch):
@@ -417,7 +417,7 @@ def test_bad_launcher_rank_is_an_error(monkeypatch):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setenv("SLURM_PROCID", "x")
     with pytest.raises(ValueError, match="SLURM_PROCID"):
-        _hook.rank_identity()
+        _process.rank_identity()
 
 
 @pytest.mark.parametrize("env,want", [

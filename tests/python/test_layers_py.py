@@ -1,10 +1,18 @@
 """The Python package's layers, checked on its source (no Triton needed):
 
-* ``_triton.py`` (and ``_inductor.py``, should it exist) is the only module
-  that imports ``triton`` or touches attributes of Triton's objects;
+* every module imports only the package modules its row of :data:`LAYERS`
+  allows, each on a lower floor (so no cycle, no upward and no sideways
+  import: the adapters ``_hook`` and ``_inductor`` sit side by side and
+  neither imports the other), and only their public names (no ``_name``
+  of another module); a module the table does not list is a violation;
+* no file of the package has more than :data:`MAX_LINES` lines;
+* ``_triton.py`` (and ``_inductor.py``) is the only module that imports
+  ``triton`` or touches attributes of Triton's objects;
 * ``_canon.py`` is pure string work: it imports only the standard library
   (no package module either) and reads no attribute of its arguments but
   those of plain values.
+
+docs/client-layers.md draws the table and says why each row is there.
 
 Run as a script with a package directory to check another tree:
 ``python test_layers_py.py path/to/detd``; exits 1 and lists what is wrong.
@@ -19,6 +27,36 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python", "detd")
 
 ADAPTERS = ("_triton.py", "_inductor.py")
+
+# --------------------------------------------------------------------------
+# The layer table. Each row: module, floor, the package modules it may
+# import. An import must go to a lower floor (checked on the table itself
+# too), which rules out cycles and keeps modules of one floor (the two
+# adapters) side by side. "detd" is the package itself (__init__.py).
+# --------------------------------------------------------------------------
+LAYERS = [
+    # module         floor  may import
+    ("_canon",        0,    ()),
+    ("_samples",      0,    ()),
+    ("_native",       0,    ()),
+    ("_cli",          0,    ()),
+    ("_triton",       1,    ("_canon",)),
+    ("_policy",       2,    ("_canon", "_triton")),
+    ("_audit",        2,    ("_triton",)),
+    ("_megatron",     2,    ("_triton",)),
+    ("_devlock",      3,    ("_policy",)),
+    ("_split",        4,    ("_devlock", "_native", "_samples")),
+    ("_process",      5,    ("_devlock", "_native", "_policy", "_split", "_triton")),
+    ("_loop",         6,    ("_native", "_process", "_split")),
+    ("_hook",         7,    ("_audit", "_canon", "_loop", "_native", "_policy", "_process", "_samples",
+                             "_split", "_triton")),
+    ("_inductor",     7,    ("_canon", "_loop", "_native", "_process", "_triton")),
+    ("detd",          8,    ("_audit", "_hook", "_inductor", "_loop", "_megatron", "_native", "_policy",
+                             "_process")),
+    ("run",           9,    ("detd",)),
+    ("__main__",     10,    ("run",)),
+]
+MAX_LINES = 1000
 
 # Attributes of Triton's objects (Autotuner, Config, JITFunction, the run
 # frame) and of the module (Autotuner, knobs): any use outside an adapter
@@ -116,6 +154,151 @@ def violations(pkg):
     return out
 
 
+def _module_of(name):
+    """The table's name of a package file: ``__init__.py`` is ``detd``."""
+    base = name[:-3]
+    return "detd" if base == "__init__" else base
+
+
+def _package_target(mod, own):
+    """The package module an import names (``mod`` as :func:`_imports`
+    gives it; ``own``: the importing module), or None for another package.
+    ``from . import x`` names x; ``from .x import y`` and ``import
+    detd.x.y`` name x; ``from . import`` in __init__ names the package's
+    module x too; ``import detd`` names the package."""
+    if mod.startswith("."):
+        rest = mod.lstrip(".")
+        return rest.split(".")[0] if rest else "detd"
+    parts = mod.split(".")
+    if parts[0] != "detd":
+        return None
+    return parts[1] if len(parts) > 1 else "detd"
+
+
+def table_violations(layers=None):
+    """Rows of the table that break its own rule: an allowed import that
+    is not on a lower floor, or names no row."""
+    rows = {m: (floor, uses) for m, floor, uses in (layers or LAYERS)}
+    out = []
+    for m, (floor, uses) in sorted(rows.items()):
+        for u in uses:
+            if u not in rows:
+                out.append(f"table: {m} may import {u}, which has no row")
+            elif rows[u][0] >= floor:
+                out.append(f"table: {m} (floor {floor}) may import {u} (floor {rows[u][0]}): not below")
+    return out
+
+
+def _count_lines(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = data.count(b"\n")
+    return n + 1 if data and not data.endswith(b"\n") else n
+
+
+def import_violations(pkg, layers=None, max_lines=MAX_LINES):
+    """Every violation of the layer table and the size limit in the package
+    directory ``pkg``, as text (``file:line: ...``)."""
+    rows = {m: (floor, set(uses)) for m, floor, uses in (layers or LAYERS)}
+    out = table_violations(layers)
+    names = sorted(n for n in os.listdir(pkg) if n.endswith(".py"))
+    package_modules = {_module_of(n) for n in names}
+    for name in names:
+        path = os.path.join(pkg, name)
+        n = _count_lines(path)
+        if n > max_lines:
+            out.append(f"{name}: {n} lines (at most {max_lines})")
+        own = _module_of(name)
+        if own not in rows:
+            out.append(f"{name}: not in the layers table (tests/python/test_layers_py.py, LAYERS)")
+            continue
+        allowed = rows[own][1]
+        tree = _tree(path)
+        bound = {}  # local name -> package module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = "." * node.level + (node.module or "")
+                for a in node.names:
+                    if node.level and not node.module or base in ("detd",):
+                        target = _package_target("." + a.name if node.level else "detd." + a.name, own)
+                        if target in package_modules:
+                            bound[a.asname or a.name] = target
+                            continue
+                    target = _package_target(base, own)
+                    if target is not None and a.name.startswith("_") and not a.name.startswith("__"):
+                        out.append(f"{name}:{node.lineno}: imports {a.name} from {target} "
+                                   "(a private name: import only public names)")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    target = _package_target(a.name, own)
+                    if target is not None and (a.asname or target == "detd"):
+                        bound[a.asname or "detd"] = target
+        for mod, line in _imports(tree):
+            target = _package_target(mod, own)
+            if target is None or target == own:
+                continue
+            if target not in allowed:
+                where = rows.get(target)
+                why = "not in its row" if where is None or where[0] < rows[own][0] else \
+                    f"floor {where[0]}, not below {own}'s {rows[own][0]}"
+                out.append(f"{name}:{line}: imports {target} ({why})")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    node.value.id in bound and node.attr.startswith("_") and not node.attr.startswith("__"):
+                out.append(f"{name}:{node.lineno}: uses {node.value.id}.{node.attr} "
+                           "(a private name of another module)")
+    return out
+
+
+def test_package_keeps_its_layers():
+    assert import_violations(PKG) == []
+
+
+def test_the_layer_check_finds_violations(tmp_path):
+    """The layer check itself can fail: each kind of violation is reported,
+    and a clean module and a file of exactly MAX_LINES lines are not."""
+    files = {
+        "_canon.py": "import json\n",
+        "_native.py": "",
+        "_triton.py": "from . import _canon\n",
+        "_process.py": "from . import _native\nfrom . import _hook\n",  # upward
+        "_loop.py": "from . import _process\nx = _process._state\n",  # private name
+        "_hook.py": "from . import _loop, _process\nfrom ._loop import _ENOCAND, MissError\n"
+                    "def f():\n    from . import _inductor\n    return _inductor\n",  # sideways, lazily
+        "_inductor.py": "from ._process import client\nimport importlib\n"
+                        "m = importlib.import_module('detd._hook')\n",
+        "_helion.py": "",  # no row
+        "run.py": "import detd\ndetd.install()\ndetd._kind('x')\n",
+        "_big.py": "x = 1\n" * (MAX_LINES + 1),
+        "_edge.py": "x = 1\n" * MAX_LINES,
+    }
+    for n, text in files.items():
+        (tmp_path / n).write_text(text)
+    layers = LAYERS + [("_edge", 0, ()), ("_big", 0, ())]
+    got = import_violations(str(tmp_path), layers)
+    assert "_process.py:2: imports _hook (floor 7, not below _process's 5)" in got, got
+    assert "_loop.py:2: uses _process._state (a private name of another module)" in got, got
+    assert "_hook.py:2: imports _ENOCAND from _loop (a private name: import only public names)" in got, got
+    assert "_hook.py:4: imports _inductor (floor 7, not below _hook's 7)" in got, got
+    assert "_inductor.py:3: imports _hook (floor 7, not below _inductor's 7)" in got, got
+    assert "_helion.py: not in the layers table (tests/python/test_layers_py.py, LAYERS)" in got, got
+    assert f"_big.py: {MAX_LINES + 1} lines (at most {MAX_LINES})" in got, got
+    assert not any(v.startswith(("_edge.py", "_canon.py", "_native.py", "_triton.py")) for v in got), got
+    assert not any("MissError" in v or "client" in v for v in got), got  # public names are fine
+    assert "run.py:3: uses detd._kind (a private name of another module)" in got, got
+    assert len(got) == 8, got
+
+
+def test_the_table_is_checked_too():
+    """A row that allows an import on its own floor or above (a cycle or a
+    sideways import waiting to happen) is itself a violation."""
+    bad = LAYERS + [("_helion", 7, ("_hook", "_process")), ("_x", 0, ("_nowhere",))]
+    got = table_violations(bad)
+    assert got == ["table: _helion (floor 7) may import _hook (floor 7): not below",
+                   "table: _x may import _nowhere, which has no row"], got
+    assert table_violations() == []
+
+
 def test_only_the_adapter_touches_triton():
     assert os.path.isfile(os.path.join(PKG, "_triton.py"))
     assert violations(PKG) == []
@@ -189,6 +372,7 @@ def test_canon_works_on_plain_data_only():
 
 
 if __name__ == "__main__":
-    found = violations(sys.argv[1] if len(sys.argv) > 1 else PKG)
+    where = sys.argv[1] if len(sys.argv) > 1 else PKG
+    found = violations(where) + import_violations(where)
     print("\n".join(found) or "ok")
     sys.exit(1 if found else 0)

@@ -17,7 +17,7 @@ import pytest
 
 import detd
 from conftest import HERE
-from detd import _audit, _hook, _native, _policy
+from detd import _audit, _hook, _native, _policy, _process
 
 # Runs on every Triton release (run_matrix.sh): it drives the hook through Triton's own API.
 pytestmark = pytest.mark.triton_release
@@ -211,17 +211,17 @@ def hooked(monkeypatch):
 
     def setup(scripted, **settings):
         _hook.patch()
-        _hook.configure(_policy.parse(environ={}, **settings))
-        monkeypatch.setattr(_hook, "client", lambda: scripted)
+        _process.configure(_policy.parse(environ={}, **settings))
+        monkeypatch.setattr(_process, "client", lambda: scripted)
         for t in tuners:
             _hook._leave_direct(t)
             t.cache.clear()
         return pk
 
     yield setup
-    _hook._state.active = False
+    _process._state.active = False
     _hook._state.records.clear()
-    _hook._state.settings = _policy.Settings()
+    _process._state.settings = _policy.Settings()
     _audit.enable(False)
     _audit._results.clear()
     for t in tuners:
@@ -292,7 +292,7 @@ def test_audit_names_the_nondeterministic_kernel_and_passes_a_deterministic_one(
     # The kernel really is nondeterministic: two plain launches differ.
     outs = {pk.run_atomic(x).item() for _ in range(16)}
     assert len(outs) > 1, outs
-    _hook.configure(_policy.parse(environ={}))
+    _process.configure(_policy.parse(environ={}))
     for t in (pk.atomic_sum, pk.det_sum):
         _hook._leave_direct(t)
         t.cache.clear()

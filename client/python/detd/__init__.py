@@ -29,7 +29,7 @@ import threading
 from typing import List, Optional
 
 from . import _policy
-from ._hook import MissError, PassFailedError
+from ._loop import MissError, PassFailedError
 from ._native import DetdError, LibraryNotFound
 from ._policy import Settings
 
@@ -76,9 +76,9 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
     default, or ``megatron``; see :mod:`detd._megatron`).
     Returns the settings in force."""
     s = _policy.parse(mode=mode, scope=scope, on_miss=on_miss, overrides=overrides, socket=socket, **more)
-    from . import _hook
+    from . import _hook, _process
 
-    _hook.rank_identity()  # RANK/LOCAL_RANK/WORLD_SIZE must be integers
+    _process.rank_identity()  # RANK/LOCAL_RANK/WORLD_SIZE must be integers
     if s.mode != "auto":
         from . import _native
 
@@ -87,10 +87,10 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
         from . import _megatron
 
         if _megatron.coexist(s) == "megatron":
-            _hook._state.active = False  # megatron.core.tuning governs: detd stands down
+            _process.stand_down()  # megatron.core.tuning governs
             return s
         _hook.patch()
-        _hook.configure(s)
+        _process.configure(s)
         from . import _inductor
 
         _inductor.install()  # torch.compile's autotuners: now, or when Inductor is imported
@@ -98,17 +98,17 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
 
 
 def installed() -> bool:
-    from . import _hook
+    from . import _process
 
-    return _hook.active()
+    return _process.active()
 
 
 def settings() -> Settings:
     """The settings in force (defaults from the environment before install)."""
-    from . import _hook
+    from . import _process
 
-    if _hook.active():
-        return _hook.settings()
+    if _process.active():
+        return _process.settings()
     return _policy.parse()
 
 
@@ -181,8 +181,7 @@ def audit(enable: bool = True, replays: Optional[int] = None, contention: Option
 
     _audit.enable(enable, replays, contention)
     if enable:
-        for tuner in list(_hook._direct_tuners):  # known keys: audited at their next launch
-            _hook._leave_direct(tuner)
+        _hook.leave_direct_all()  # known keys: audited at their next launch
     return [r for keys in _audit.results().values() for r in keys.values() if r.get("status") != "running"]
 
 

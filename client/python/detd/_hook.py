@@ -98,112 +98,44 @@ hook and are therefore not listed either.
 
 Layers
 ------
-This module is the flow: ask, time, report, observe, and the state they
-share.  It never imports ``triton`` and reads no attribute of Triton's
-objects: :mod:`detd._triton` does (the class-level patches, which call
-back into :func:`_full_run` and :func:`_resolve_direct`; the cache and run
-slots; config fields; identities; the run-frame lookup; the timing pass),
-and live ``Config`` objects and autotuners pass through here only as
-opaque handles.  :mod:`detd._canon` makes the strings from plain values.
+This module is the Triton adapter's flow: ask, time, report, observe, and
+the per-autotuner state they share.  It sits beside :mod:`detd._inductor`
+(neither imports the other) on :mod:`detd._loop` (the one resolve loop,
+its bounds, errors and re-measure rule) and :mod:`detd._process`
+(settings, identity, the libdetd handle, fork, warnings), and imports
+only their public names (docs/client-layers.md has the table the layers
+test checks).  It never imports ``triton`` and reads no attribute of
+Triton's objects: :mod:`detd._triton` does (the class-level patches,
+which call back into :func:`_full_run` and :func:`_resolve_direct`; the
+cache and run slots; config fields; identities; the run-frame lookup;
+the timing pass), and live ``Config`` objects and autotuners pass
+through here only as opaque handles.  :mod:`detd._canon` makes the
+strings from plain values.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 import time
-import warnings
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-from . import _audit, _canon, _devlock, _native, _policy, _samples, _split, _triton
+from . import _audit, _canon, _loop, _native, _process, _samples, _split, _triton
 from ._policy import Settings
-
-
-# Decide/Report rounds for one key: a claim can be lost to a daemon restart
-# or passed on; each loss costs one more round (bounded by timeout_ms too).
-MAX_ASKS = 8
-
-# The noise band of the daemon's winner rule (ENGINE_WINNER_EPSILON in
-# daemon/core/engine.h, the same value): ties inside it go to the
-# smallest config string.
-WINNER_EPSILON = 0.01
-
-# The re-measure after a pass: the candidates whose first median is
-# within this fraction of the best are timed RECHECK_ROUNDS more times,
-# back to back once every candidate is compiled (reverse order, then
-# forward), and report all their samples. A first measurement that met
-# contention (another process's kernels, a GPU coming out of idle between
-# compiles) is then outvoted by the two that did not.
-RECHECK_BAND = 0.10
-RECHECK_ROUNDS = 2
-# At most this many candidates are re-measured (the best first medians):
-# a pass costs at most RECHECK_ROUNDS * RECHECK_MAX measurements more,
-# also where many configs of a tiny kernel fall inside the band.
-RECHECK_MAX = 4
-
-# A waiting rank's log lines and its help with the pass (environment;
-# see wait_options()).
-WAIT_LOG_AFTER_S = 5.0
-WAIT_LOG_EVERY_S = 30.0
-
-
-class MissError(RuntimeError):
-    """No usable decision for a governed kernel and ``on_miss=error``."""
-
-    def __init__(self, kernel: str, key: str, reason: str):
-        self.kernel, self.key, self.reason = kernel, key, reason
-        super().__init__(f"detd: no decision for kernel {kernel} key {key}: {reason} (on_miss=error)")
-
-
-class PassFailedError(RuntimeError):
-    """Every candidate of a governed key failed in the one timing pass (the
-    designated rank compiled or ran none of them). The designated rank
-    raises the candidates' own error; every other rank, told by the daemon,
-    raises this, whatever ``on_miss`` says: no config would launch."""
-
-    def __init__(self, kernel: str, key: str, reason: str):
-        self.kernel, self.key, self.reason = kernel, key, reason
-        super().__init__(f"detd: every candidate of kernel {kernel} key {key} failed in the timing pass: {reason}")
-
-
-# libdetd's DETD_ENOCAND (detd/error.h): no candidate has a valid timing.
-_ENOCAND = -1017
-# The daemon's reason for a report in which every candidate failed.
-NOCAND_TEXT = "no candidate has a valid timing"
-
-
-def pass_failed(e) -> bool:
-    """Whether a libdetd error says the key's timing pass failed for every
-    candidate (the reporter's own report, or the reason the daemon sends
-    every waiter of that claim)."""
-    return getattr(e, "code", None) == _ENOCAND or NOCAND_TEXT in str(e)
 
 
 # ---------------------------------------------------------------- state
 
 class _State:
+    """What this adapter recorded in this process (``detd.autotuners()``)."""
+
     def __init__(self):
-        self.settings: Settings = Settings()
-        self.active = False
-        self.client: Optional[_native.Client] = None
-        self.client_pid = -1
-        self.client_lock = threading.Lock()
-        self.identity: Optional[dict] = None
         self.records: Dict[str, dict] = {}
         self.records_lock = threading.Lock()
-        self.warned = set()
         self.claims_lost = 0   # reports refused as stale: asked again
         self.fallbacks = 0     # on_miss applied (first or cheapest)
-        self.wait_log_after_s = WAIT_LOG_AFTER_S
-        self.wait_log_every_s = WAIT_LOG_EVERY_S
-        self.share_pass = True
-        self.split_bench = False  # DETD_SPLIT_BENCH (see detd._split)
-        self.bench_device: Optional[Tuple[int, Optional[str]]] = None  # (pid, device) for the split
-        self.timing_lock = _devlock.Settings()
-        self.timing_lock_key: Optional[Tuple[int, Optional[str]]] = None  # (pid, device key)
 
 
 _state = _State()
@@ -250,6 +182,13 @@ def _leave_direct(tuner):
     _triton.use_patched_run(tuner)
 
 
+def leave_direct_all() -> None:
+    """Every tuner on the direct path back to the full path (its known
+    keys then meet the hook again at their next launch: the audit)."""
+    for tuner in list(_direct_tuners):
+        _leave_direct(tuner)
+
+
 def _after_fork_in_child():
     global _observed
     _gen[0] += 1
@@ -259,150 +198,12 @@ def _after_fork_in_child():
         _leave_direct(tuner)
     _observed = weakref.WeakKeyDictionary()
     _failed_keys.clear()
-    _state.client = None
-    _state.client_pid = -1
-    _state.client_lock = threading.Lock()
     _state.records_lock = threading.Lock()
-    _state.identity = None
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_process.at_fork_child(_after_fork_in_child)
 
-
-# The package's logger: fallbacks, lost claims and the audit say what
-# happened here. Once per tag: a warning always (a script without logging
-# still shows it), and a log record when the program configured logging
-# (not through logging's last-resort handler, which would print it twice).
 log = logging.getLogger("detd")
-
-
-def warn_once(tag: str, msg: str):
-    if tag not in _state.warned:
-        _state.warned.add(tag)
-        if log.hasHandlers():
-            log.warning(msg)
-        warnings.warn(msg, RuntimeWarning, stacklevel=4)
-
-
-# ---------------------------------------------------------------- identity
-
-def _env_int(name: str, default: int) -> int:
-    v = os.environ.get(name)
-    if v is None or v.strip() == "":
-        return default
-    try:
-        return int(v)
-    except ValueError:
-        raise ValueError(f"detd: invalid {name}={v!r}: expected an integer") from None
-
-
-# Where launchers put a process's place in the job, in the order read: the
-# first launcher whose rank variable is set names all three (torchrun and
-# anything setting RANK, then Slurm, Open MPI, PMIx, MPICH's Hydra).
-LAUNCHER_VARS = (
-    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
-    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMIX_RANK", "PMIX_LOCAL_RANK", "PMIX_SIZE"),
-    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
-)
-
-
-def rank_identity() -> Tuple[int, int, int]:
-    """(rank, local_rank, world_size) from the first launcher in
-    :data:`LAUNCHER_VARS` that set a rank (-1, -1, 0 when none did)."""
-    for rank_var, local_var, size_var in LAUNCHER_VARS:
-        if os.environ.get(rank_var, "").strip() != "":
-            return _env_int(rank_var, -1), _env_int(local_var, -1), _env_int(size_var, 0)
-    return -1, -1, 0
-
-
-def detect_device(settings: Settings) -> Tuple[str, Optional[str], int]:
-    """(arch, device_name, sm_count). arch: DETD_ARCH / setting, "cpu"
-    under the interpreter or without a GPU, else "sm<major><minor>"
-    (CUDA) or the gfx name (ROCm)."""
-    if _triton.interpreting():
-        return settings.arch or "cpu", None, 0
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            dev = torch.cuda.current_device()
-            props = torch.cuda.get_device_properties(dev)
-            if getattr(torch.version, "hip", None):
-                arch = getattr(props, "gcnArchName", "rocm").split(":")[0]
-            else:
-                major, minor = torch.cuda.get_device_capability(dev)
-                arch = f"sm{major}{minor}"
-            return settings.arch or arch, props.name, int(props.multi_processor_count)
-    except Exception:
-        pass
-    return settings.arch or "cpu", None, 0
-
-
-def identity() -> dict:
-    ident = _state.identity
-    if ident is None:
-        rank, local_rank, world = rank_identity()
-        arch, name, sms = detect_device(_state.settings)
-        ident = dict(rank=rank, local_rank=local_rank, world_size=world, arch=arch, device_name=name,
-                     sm_count=sms)
-        _state.identity = ident
-    return ident
-
-
-def active() -> bool:
-    """Whether ``detd.install()`` is in effect (asked by the adapters)."""
-    return _state.active
-
-
-def settings() -> Settings:
-    """The settings ``install()`` configured."""
-    return _state.settings
-
-
-def client() -> _native.Client:
-    """This process's libdetd handle (re-opened after fork)."""
-    c = _state.client
-    pid = os.getpid()
-    if c is not None and _state.client_pid == pid:
-        return c
-    with _state.client_lock:
-        if _state.client is None or _state.client_pid != pid:
-            ident = identity()
-            _state.client = _native.Client(
-                _state.settings.socket, host=_native.default_host(), rank=ident["rank"],
-                local_rank=ident["local_rank"], world_size=ident["world_size"],
-                device_name=ident["device_name"], arch=ident["arch"], sm_count=ident["sm_count"],
-                job=_state.settings.job)
-            _state.client_pid = pid
-            _state.bench_device = None  # a new handle: told the device again
-        return _state.client
-
-
-def _split_device() -> Optional[str]:
-    """This process's device for splitting benchmarks (see
-    :mod:`detd._split`), when the split is on and libdetd can do it, else
-    None. Read when first needed, not at install(): a rank usually picks
-    its GPU (``torch.cuda.set_device``) after installing detd."""
-    if not _state.split_bench:
-        return None
-    c = client()
-    if not c.can_share_bench():
-        return None
-    pid = os.getpid()
-    if _state.bench_device is None or _state.bench_device[0] != pid:
-        dev = _split.device()
-        if dev is not None:
-            try:
-                c.set_device(dev)
-            except _native.DetdError as e:
-                warn_once("split-device", f"detd: device {dev!r} refused for splitting benchmarks: {e}; "
-                           "this process times and helps as without the split")
-                dev = None
-        _state.bench_device = (pid, dev)
-    return _state.bench_device[1]
 
 
 # ---------------------------------------------------------------- tuners
@@ -431,14 +232,14 @@ class _TunerInfo:
 def _info(tuner) -> _TunerInfo:
     info = _infos.get(tuner)
     if info is None or info.configs_sig != _triton.configs_sig(tuner) or \
-            info.governed != _state.settings.is_governed(info.name):
-        info = _TunerInfo(tuner, _state.settings)
+            info.governed != _process.settings().is_governed(info.name):
+        info = _TunerInfo(tuner, _process.settings())
         _infos[tuner] = info
     return info
 
 
 def _dkey(info: _TunerInfo, key_str: str, table_key: Optional[str] = None, candidates=None) -> _native.Key:
-    return _native.Key(_state.settings.namespace, identity()["arch"], info.kernel, key_str,
+    return _native.Key(_process.settings().namespace, _process.identity()["arch"], info.kernel, key_str,
                        tuple(candidates) if candidates is not None else info.candidates, table_key)
 
 
@@ -524,17 +325,17 @@ def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: in
     if type(cache) is DetdCache and cache._gen == _gen[0]:
         cache._fast.add(key)
     try:
-        client().observe(_dkey(info, key_str, candidates=candidates), config, source, governed, chaos,
-                         failed=failed, why=None if governed else (why or info.why))
+        _process.client().observe(_dkey(info, key_str, candidates=candidates), config, source, governed, chaos,
+                                  failed=failed, why=None if governed else (why or info.why))
         if pruning is not None:
             # The companion key: the unpruned list as candidates, what the
             # pruner kept as the "config". Same key, different pruning:
             # verify reports the ranks disagreeing on kernel K#pruning.
-            pk = _native.Key(_state.settings.namespace, identity()["arch"], info.kernel + _PRUNING_SUFFIX,
-                             key_str, info.candidates)
-            client().observe(pk, pruning, _native.SOURCE_LOCAL, governed, False)
+            pk = _native.Key(_process.settings().namespace, _process.identity()["arch"],
+                             info.kernel + _PRUNING_SUFFIX, key_str, info.candidates)
+            _process.client().observe(pk, pruning, _native.SOURCE_LOCAL, governed, False)
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-        warn_once("observe", f"detd: cannot record observations: {e}")
+        _process.warn_once("observe", f"detd: cannot record observations: {e}")
 
 
 def _cheapest(configs: List[Any]):
@@ -576,7 +377,7 @@ def _contains_slow(cache, key) -> bool:
             return True
         return _resolve(cache, ctx, key)
     # A direct launch: the caller two frames up is Triton's own run.
-    call = _triton.run_frame_call(2) if _state.active else None
+    call = _triton.run_frame_call(2) if _process.active() else None
     if call is None or _triton.cache_of(call[0]) is not cache:
         return dict.__contains__(cache, key)
     tuner = call[0]
@@ -650,34 +451,6 @@ class DetdCache(dict):
         return DetdCache({copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()})
 
 
-def _error_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
-
-
-def recheck_set(order, medians: dict) -> list:
-    """The candidates of ``order`` to re-measure after a pass: those whose
-    first median (``medians``; the ones without did not time) is within
-    :data:`RECHECK_BAND` of the best, at most :data:`RECHECK_MAX` of them
-    (the best medians, list order on ties), in list order; empty when
-    fewer than two."""
-    if not medians:
-        return []
-    best = min(medians.values())
-    near = [c for c in order if c in medians and medians[c] <= best + best * RECHECK_BAND]
-    if len(near) > RECHECK_MAX:
-        keep = set(sorted(near, key=lambda c: medians[c])[:RECHECK_MAX])  # stable: list order on ties
-        near = [c for c in near if c in keep]
-    return near if len(near) > 1 else []
-
-
-def recheck_orders(near: list):
-    """The re-measure's rounds: :data:`RECHECK_ROUNDS` orders of ``near``,
-    reverse first, then as listed, alternating."""
-    for r in range(RECHECK_ROUNDS):
-        yield near[::-1] if r % 2 == 0 else near
-
-
 def _timing_pass(ctx: _Call, cands: _Cands, split=None):
     """Time every candidate of the key (the pruned live configs) with the
     tuner's own ``_bench`` (Triton's benchmarker or the kernel's
@@ -697,23 +470,9 @@ def _timing_pass(ctx: _Call, cands: _Cands, split=None):
     lock: (seconds waited for it, held), the pass's wall seconds: {first:
     every candidate compiled and timed once, recheck: the re-measure},
     the split's record or None)."""
-    with timing_lock() as held:
+    with _process.timing_lock() as held:
         rows, errors, remeasured, pass_s, done = _timing_pass_locked(ctx, cands, split)
     return rows, errors, remeasured, (round(held.waited_s, 3), held.locked), pass_s, done
-
-
-def timing_lock() -> "_devlock.Held":
-    """This device's timing lock (see :mod:`detd._devlock`): one pass at a
-    time per GPU, so that a pass is not measured against another."""
-    pid = os.getpid()
-    if _state.timing_lock_key is None or _state.timing_lock_key[0] != pid:
-        _state.timing_lock_key = (pid, _devlock.device_key(_state.timing_lock.mode))
-    held = _devlock.acquire(_state.timing_lock, _state.timing_lock_key[1])
-    if held.timed_out:
-        warn_once("timing-lock", f"detd: waited {held.waited_s:.1f} s for another timing pass on device "
-                   f"{held.key} (DETD_TIMING_LOCK_WAIT_S={_state.timing_lock.wait_s:g}); timing without "
-                   "the lock: this pass may be measured under contention")
-    return held
 
 
 def _bench(ctx: _Call, record: bool = True):
@@ -725,7 +484,7 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
     t0 = time.time()
     first, done = None, None
     if split is not None:
-        first = _split.holder_round(client(), split[1], split[0], cands.objs, cands.candidates, _bench(ctx))
+        first = _split.holder_round(_process.client(), split[1], split[0], cands.objs, cands.candidates, _bench(ctx))
     if first is not None:
         timings, errors, out = first
         done = out.record()
@@ -739,10 +498,10 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
         if not bad and config not in errors:
             medians[config] = _samples.median(ms)
     remeasured = []
-    near = recheck_set(cands.objs, medians)
+    near = _loop.recheck_set(cands.objs, medians)
     if near:
         samples = {c: _samples.as_list(timings[c]) for c in near}
-        for order in recheck_orders(near):
+        for order in _loop.recheck_orders(near):
             again, errors2 = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order)
             for c in order:
                 if c in errors2:
@@ -763,138 +522,27 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
     return rows, {_triton.config_string(c): e for c, e in errors.items()}, remeasured, pass_s, done
 
 
-class _Wait:
-    """A rank's wait for a key another rank times: the slices it asks in,
-    the log lines (after ``wait_log_after_s``, then every
-    ``wait_log_every_s``: who times which kernel and key, for how long),
-    and its help with the pass (``share_pass``: each share the daemon
-    gives is one candidate, from the end of the list, compiled here into
-    Triton's cache; the timing rank starts at the front and never waits
-    for a helper)."""
-
-    __slots__ = ("info", "key_str", "share", "shared", "benched", "t0", "next_log", "logged", "last")
-
-    def __init__(self, info: _TunerInfo, key_str: str, share: bool):
-        self.info, self.key_str, self.share = info, key_str, share
-        self.shared: List[str] = []
-        self.benched: Optional[dict] = None  # a benchmark share's record (detd._split)
-        self.t0 = time.monotonic()
-        after = _state.wait_log_after_s
-        self.next_log = self.t0 + after if after > 0 else None
-        self.logged = False
-        self.last = None  # the last TIMEOUT answer (holder)
-
-    def ask_ms(self, left_ms: int) -> int:
-        """How long the next Decide may wait: until the next log line (and
-        libdetd's margin), at most left_ms."""
-        if self.share or self.next_log is None:
-            return left_ms
-        slice_ms = max(1, int((self.next_log - time.monotonic()) * 1000))
-        slice_ms += min(slice_ms // 9 + 1, 1000)  # libdetd answers TIMEOUT a tenth early
-        return min(left_ms, slice_ms)
-
-    def waited_ms(self, answer) -> Optional[int]:
-        """How long this rank was held: the daemon's count for one wait,
-        the wall time since the first ask when it asked in slices."""
-        if self.last is not None:
-            return int((time.monotonic() - self.t0) * 1000)
-        return answer.waited_ms if answer is not None else None
-
-    def _who(self, a) -> str:
-        if a is None or not a.holder_host:
-            return "its timing pass runs on another node (or is passing to another rank)"
-        return (f"rank {a.holder_rank} (pid {a.holder_pid} on {a.holder_host}) has been timing it for "
-                f"{a.held_ms / 1000:.1f} s")
-
-    def waiting(self, answer):
-        """A TIMEOUT answer before the caller's own deadline: log when due."""
-        self.share = False
-        self.last = answer
-        now = time.monotonic()
-        if self.next_log is None or now + 0.05 < self.next_log:
-            return
-        # The first line is INFO; a wait that goes on is a WARNING, so it
-        # shows even where the program configured no logging.
-        level = logging.WARNING if self.logged else logging.INFO
-        self.logged = True
-        every = _state.wait_log_every_s
-        self.next_log = now + every if every > 0 else None
-        log.log(level, "detd: waiting %.1f s for kernel %s key %s: %s", now - self.t0, self.info.kernel,
-                self.key_str, self._who(answer))
-
-    def help(self, ctx: _Call, cands: _Cands, dkey, answer):
-        """Compile the share the daemon gave (share_index i: candidate n-i,
-        never the first, which the timing rank compiles at once); a share
-        past the list ends the help. A candidate that fails to compile is
-        the timing rank's to report: logged at debug level only. A
-        benchmark share (``answer.bench``) instead benchmarks candidates
-        on this GPU for the timing rank (:func:`detd._split.helper`), once."""
-        self.last = answer
-        if answer.bench:
-            # A benchmark share: candidates benchmarked on this GPU, under
-            # its timing lock (a pass of another key may run on it).
-            self.share = False
-            with timing_lock():
-                self.benched = _split.helper(client(), dkey, cands.objs, cands.candidates, _bench(ctx, False))
-            self.benched["helper"] = answer.share_index
-            return
-        pos = len(cands.objs) - answer.share_index
-        if pos < 1:
-            self.share = False
-            return
-        config = cands.objs[pos]
-        try:
-            _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, config)
-        except Exception as e:  # noqa: BLE001 - the timing rank meets it again
-            log.debug("detd: compiling %s of %s for the timing rank failed: %s", _triton.config_string(config),
-                      self.info.kernel, _error_line(e))
-        self.shared.append(_triton.config_string(config))
-
-    def done(self, answer):
-        """After a logged wait, say how it ended."""
-        if not self.logged:
-            return
-        waited = time.monotonic() - self.t0
-        if answer is not None and answer.outcome == _native.OUTCOME_DECIDED:
-            by = f"rank {answer.decided_by_rank} on {answer.decided_by_host}" if answer.decided_by_host else "the daemon"
-            log.info("detd: kernel %s key %s decided by %s after %.1f s of waiting: %s", self.info.kernel,
-                     self.key_str, by, waited, answer.config)
-        else:
-            log.info("detd: stopped waiting for kernel %s key %s after %.1f s", self.info.kernel, self.key_str,
-                     waited)
-
-
-def _ask(ask: tuple, share: bool):
-    """One Decide: with a share asked for while waiting, and a benchmark
-    share offered when this process can split benchmarks."""
-    if not share:
-        return client().decide(*ask)
-    if _split_device() is not None:
-        return client().decide(*ask, share=True, bench=True)
-    return client().decide(*ask, share=True)
-
-
 def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str, cands: Optional[_Cands] = None):
-    policy = _state.settings.on_miss
+    policy = _process.settings().on_miss
     if policy == "error":
         _record(info, key_str, None, "miss", True, note=reason,
                 candidates=cands.candidates if cands is not None else None)
-        raise MissError(info.kernel, key_str, reason)
+        raise _loop.MissError(info.kernel, key_str, reason)
     configs = cands.objs if cands is not None else list(_triton.configs(ctx.tuner))
     chosen = configs[0] if policy == "first" else _cheapest(configs)
     # Never silent: counted, warned once per kernel and key, recorded
     # (source fallback) and observed, so that verify fails.
     with _state.records_lock:
         _state.fallbacks += 1
-    warn_once(f"miss:{info.kernel}:{key_str}",
-               f"detd: no decision for kernel {info.kernel} key {key_str}: {reason}; "
-               f"using on_miss={policy}")
+    _process.warn_once(f"miss:{info.kernel}:{key_str}",
+                       f"detd: no decision for kernel {info.kernel} key {key_str}: {reason}; "
+                       f"using on_miss={policy}")
     return chosen, _native.SOURCE_FALLBACK, f"{reason}; on_miss={policy}"
 
 
 def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
     tuner = ctx.tuner
-    settings = _state.settings
+    settings = _process.settings()
     info = _info(tuner)
     if not info.governed:
         ctx.local_key = key
@@ -930,70 +578,34 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         # Pruned to one: nothing to decide (Triton 3.9+ times nothing either).
         chosen, source, note = cands.objs[0], _native.SOURCE_LOCAL, "one candidate after pruning"
     else:
-        answer, reason = None, None
-        report_rows = None
-        # One budget of settings.timeout_ms for the whole resolution (the
-        # timing pass itself not counted): libdetd waits for a restarted
-        # daemon within what is left of it, and a claim lost to a restart
-        # is asked for again (see detd/client.h, "Daemon restarts").
-        deadline = time.monotonic() + settings.timeout_ms / 1000.0
-        lost = rounds = 0
+        # The designated rank's pass, and what it measured besides the
+        # report rows (errors, re-measured candidates, the lock, the split).
+        timed = {}
+
+        def time_pass(answer):
+            split = (answer.claim_id, dkey) if _process.split_device() is not None else None
+            rows, timed["errors"], timed["remeasured"], timed["lock"], timed["pass_s"], timed["split"] = \
+                _timing_pass(ctx, cands, split)
+            return rows
+
         # While another rank times the key: ask in slices, so that a long
         # wait is logged (who times it, for how long), and first help the
         # pass when sharing is on (compile a share of the candidates).
-        wait = _Wait(info, key_str, settings.mode != "pinned" and _state.share_pass)
-        while True:
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0:
-                answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
-                break
-            if rounds >= MAX_ASKS:
-                break  # reason: the last report's failure
-            try:
-                ask = (dkey, settings.mode == "pinned", wait.ask_ms(left_ms))
-                answer = _ask(ask, wait.share)
-            except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-                answer, reason = None, f"daemon request failed: {e}"
-                break
-            if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
-                if answer.share_index:
-                    wait.help(ctx, cands, dkey, answer)
-                else:
-                    wait.waiting(answer)
-                continue
-            if answer.outcome != _native.OUTCOME_DESIGNATED:
-                break
-            rounds += 1
-            if report_rows is None:
-                t0 = time.monotonic()
-                split = (answer.claim_id, dkey) if _split_device() is not None else None
-                report_rows, errors, remeasured, lock_waited, pass_s, split_done = _timing_pass(ctx, cands, split)
-                deadline += time.monotonic() - t0
-                timed_here = True
-                timings_out = {s: ms for s, ms, _ in report_rows}
-            # Designated again after a lost claim: the timings measured
-            # here for this very key and candidate list are still valid.
-            try:
-                answer = client().report(answer.claim_id, dkey, report_rows, _triton.version(),
-                                         max(1, int((deadline - time.monotonic()) * 1000)))
-                answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
-                break
-            except _native.DetdError as e:
-                if e.code == _native.ESTALE:
-                    # The claim moved on or its session ended (a daemon
-                    # restart): ask again; a decision may exist now.
-                    lost += 1
-                    answer, reason = None, f"report failed: {e}"
-                    continue
-                answer, reason = None, f"report failed: {e}"
-                break
-        wait.done(answer)
+        share = _loop.Share(cands.objs, cands.candidates,
+                            lambda config: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, config),
+                            _bench(ctx, False))
+        res = _loop.resolve(dkey, info.kernel, key_str, _triton.version(), time_pass, share)
+        answer, reason, report_rows, lost, wait = res.answer, res.reason, res.rows, res.lost, res.wait
+        if report_rows is not None:
+            errors, remeasured, lock_waited = timed["errors"], timed["remeasured"], timed["lock"]
+            pass_s, split_done = timed["pass_s"], timed["split"]
+            timed_here = True
+            timings_out = {s: ms for s, ms, _ in report_rows}
+            failed = {s: _loop.error_line(errors[s]) if s in errors else "inf" for s, _, f in report_rows if f}
         if lost:
             note = f"claim lost {lost}x (passed on, or the daemon restarted): asked again"
             with _state.records_lock:
                 _state.claims_lost += lost
-        if report_rows is not None:
-            failed = {s: _error_line(errors[s]) if s in errors else "inf" for s, _, f in report_rows if f}
         if report_rows is not None and len(failed) == len(report_rows):
             # Every candidate failed here: reported as such (the daemon
             # releases the claim and tells every waiter); this process
@@ -1001,20 +613,18 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             _record(info, key_str, None, "failed", True, timed_here=True, timings=timings_out,
                     note=reason, candidates=cands.candidates, failed=failed)
             raise _all_failed(info, key_str, cands, errors)
-        if reason is not None and NOCAND_TEXT in reason:
+        if reason is not None and _loop.NOCAND_TEXT in reason:
             # Another rank's pass failed for every candidate: the daemon's
             # reason, at once (no config would launch, whatever on_miss).
             _record(info, key_str, None, "failed", True, note=reason, candidates=cands.candidates)
-            raise PassFailedError(info.kernel, key_str, reason)
+            raise _loop.PassFailedError(info.kernel, key_str, reason)
         if answer is not None and answer.outcome == _native.OUTCOME_DECIDED:
             chosen = cands.live.get(answer.config or "")
             source = answer.source or _native.SOURCE_TIMED
             if chosen is None:
                 reason = f"the daemon's config {answer.config!r} matches no live candidate"
         elif answer is not None:
-            reason = {_native.OUTCOME_MISS: "no decision stored and none in the tables",
-                      _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
-                          answer.outcome, f"unexpected outcome {answer.outcome}")
+            reason = _loop.no_decision(answer)
         if chosen is None:
             chosen, source, note = _miss(ctx, info, key_str, reason or "no answer", cands)
         if timed_here:
@@ -1026,7 +636,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         cfg = _triton.config_string(chosen)
         if len(order) > 1 and cfg in cands.live:
             base = order.index(cfg)
-            rank = max(identity()["rank"], 0)
+            rank = max(_process.identity()["rank"], 0)
             chosen = cands.live[order[(base + 1 + rank) % len(order)]]
             note = "chaos: deliberately not the decided config"
 
@@ -1060,7 +670,7 @@ def _all_failed(info: _TunerInfo, key_str: str, cands: _Cands, errors: dict) -> 
                 e.add_note(f"detd: every candidate of {info.kernel} key {key_str} failed in this timing pass "
                            f"({len(cands.candidates)} tried); reported so no other rank times it")
             return e
-    return PassFailedError(info.kernel, key_str, f"all {len(cands.candidates)} candidates failed "
+    return _loop.PassFailedError(info.kernel, key_str, f"all {len(cands.candidates)} candidates failed "
                            "(out of resources or compile-time assertion: inf timings)")
 
 
@@ -1099,8 +709,8 @@ def _after_run(tuner, ctx: _Call):
         ct = _triton.last_timings(tuner)
         if ct is not None:
             timings = {_triton.config_string(c): _samples.normalize(t)[0] for c, t in ct.items()}
-        voted = timings is not None and _state.settings.is_recorded(info.name) and _vote(tuner, info, ctx, key_str,
-                                                                                         cfg, ct)
+        voted = timings is not None and _process.settings().is_recorded(info.name) and \
+            _vote(tuner, info, ctx, key_str, cfg, ct)
         _record(info, key_str, cfg, "local", False, timed_here=timings is not None, timings=timings,
                 note="voted" if voted else None)
         _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
@@ -1132,12 +742,12 @@ def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_t
     except Exception:  # an argument whose str() fails: vote without it
         table_key = None
     try:
-        client().vote(_dkey(info, key_str, candidates=[r[0] for r in rows] if _triton.has_pruner(tuner) else None),
-                      cfg, rows, _triton.version(), table_key,
-                      min(_state.settings.timeout_ms, 10_000))
+        cands = [r[0] for r in rows] if _triton.has_pruner(tuner) else None
+        _process.client().vote(_dkey(info, key_str, candidates=cands), cfg, rows, _triton.version(), table_key,
+                               min(_process.settings().timeout_ms, 10_000))
         return True
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-        warn_once("vote", f"detd: cannot send record-mode votes: {e}")
+        _process.warn_once("vote", f"detd: cannot send record-mode votes: {e}")
         return False
 
 
@@ -1162,7 +772,7 @@ def _full_run(tuner, cache, args, kwargs):
             _audit_known(tuner, cache, args, kwargs)
         stack.append((tuner, args, kwargs))
         try:
-            ret = _triton._original_run(tuner, *args, **kwargs)
+            ret = _triton.original_run()(tuner, *args, **kwargs)
         except Exception as e:
             _launch_failed(tuner, stack[-1], e)  # observed as failed, then raised as ever
             raise
@@ -1206,11 +816,12 @@ def _send_audit(info: _TunerInfo, key_str: str, result: Optional[dict]):
         return
     inv = {v: k for k, v in _native.SOURCE_NAMES.items()}
     try:
-        client().observe(_dkey(info, key_str, candidates=rec.get("candidates")), rec["config"],
-                         inv.get(rec["source"], _native.SOURCE_UNSPECIFIED), rec["governed"],
-                         bool(rec.get("chaos")), audit=result["status"], differing=result.get("differing") or ())
+        _process.client().observe(_dkey(info, key_str, candidates=rec.get("candidates")), rec["config"],
+                                  inv.get(rec["source"], _native.SOURCE_UNSPECIFIED), rec["governed"],
+                                  bool(rec.get("chaos")), audit=result["status"],
+                                  differing=result.get("differing") or ())
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-        warn_once("audit-send", f"detd: cannot send audit results to the daemon: {e}")
+        _process.warn_once("audit-send", f"detd: cannot send audit results to the daemon: {e}")
 
 
 # tuner -> keys whose launch raised and was observed as failed (this process).
@@ -1234,7 +845,7 @@ def _launch_failed(tuner, top, e: BaseException):
         rec = _state.records.get(info.kernel, {}).get("keys", {}).get(key_str)
         inv = {v: k for k, v in _native.SOURCE_NAMES.items()}
         source = inv.get(rec["source"], _native.SOURCE_UNSPECIFIED) if rec else _native.SOURCE_UNSPECIFIED
-        msg = _error_line(e)
+        msg = _loop.error_line(e)
         if rec is not None:
             with _state.records_lock:
                 rec["launch_failed"] = msg
@@ -1242,7 +853,7 @@ def _launch_failed(tuner, top, e: BaseException):
         _observe(tuner, info, key, key_str, _triton.config_string(config) if config is not None else "", source,
                  governed, candidates=rec.get("candidates") if rec and governed else None, failed=msg)
     except Exception as e2:  # noqa: BLE001 - reporting never hides the launch's own error
-        warn_once("launch-failed", f"detd: cannot record a failed launch: {e2}")
+        _process.warn_once("launch-failed", f"detd: cannot record a failed launch: {e2}")
 
 
 def _bypassed(tuner, cls: str, args, kwargs):
@@ -1263,7 +874,7 @@ def _bypassed(tuner, cls: str, args, kwargs):
         _record(info, key_str, cfg, "local", False, note="bypasses Autotuner.run")
         _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
     except Exception as e:  # noqa: BLE001 - listing never breaks the caller's launch
-        warn_once("bypassed", f"detd: cannot list an ungoverned autotuner ({cls}): {e}")
+        _process.warn_once("bypassed", f"detd: cannot list an ungoverned autotuner ({cls}): {e}")
 
 
 def _resolve_direct(tuner, st, cache, key, args, kwargs):
@@ -1283,51 +894,27 @@ def _resolve_direct(tuner, st, cache, key, args, kwargs):
 def _check_version():
     msg = _triton.version_warning()
     if msg:
-        warn_once("version", msg)
+        _process.warn_once("version", msg)
 
 
 def patch():
     """Patch Triton's ``Autotuner`` once (idempotent; see
     :func:`detd._triton.patch`)."""
-    if _triton.patch(_state, _full_run, _resolve_direct, _bypassed):
+    if _triton.patch(_process.active, _full_run, _resolve_direct, _bypassed):
         _check_version()
 
 
-def wait_options(environ=None) -> Tuple[float, float, bool]:
-    """(log after s, log every s, share the pass) from
-    ``DETD_WAIT_LOG_AFTER_S`` (default 5; 0: never log),
-    ``DETD_WAIT_LOG_EVERY_S`` (default 30; 0: only once) and
-    ``DETD_SHARE_PASS`` (0 or 1, default 1). Raises ValueError naming a
-    bad variable."""
-    env = os.environ if environ is None else environ
-    after = _policy.env_seconds(env, "DETD_WAIT_LOG_AFTER_S", WAIT_LOG_AFTER_S)
-    every = _policy.env_seconds(env, "DETD_WAIT_LOG_EVERY_S", WAIT_LOG_EVERY_S)
-    sp = str(env.get("DETD_SHARE_PASS", "")).strip().lower()
-    if sp not in ("", "0", "1", "true", "false", "on", "off", "yes", "no"):
-        raise ValueError(f"detd: invalid DETD_SHARE_PASS={sp!r}: expected 0 or 1")
-    return after, every, sp not in ("0", "false", "off", "no")
-
-
-def configure(settings: Settings):
-    _state.wait_log_after_s, _state.wait_log_every_s, _state.share_pass = wait_options()
-    _state.split_bench = _split.parse()
-    _state.bench_device = None
-    _state.timing_lock = _devlock.parse()
-    _state.timing_lock_key = None
-    _gen[0] += 1  # caches renew: observed keys reset
+def _configured():
+    """A new install(): caches renew (observed keys reset), and every tuner
+    takes the full path again (governance may have changed)."""
+    _gen[0] += 1
     _failed_keys.clear()
-    for tuner in list(_direct_tuners):  # governance may change: full path
+    for tuner in list(_direct_tuners):
         _leave_direct(tuner)
-    old = _state.settings
-    if (old.socket, old.job) != (settings.socket, settings.job) and _state.client is not None:
-        if _state.client_pid == os.getpid():
-            _state.client.close()
-        _state.client = None
-        _state.client_pid = -1
-    _state.settings = settings
-    _state.identity = None
     _infos.clear()
-    _state.active = True
+
+
+_process.at_configure(_configured)
 
 
 def records() -> List[dict]:

@@ -86,8 +86,10 @@ Releases
 The patches are made when ``torch._inductor`` is imported (at once, when
 it already was at ``install()``): ``python -m detd.run`` installs before
 the script imports torch. This module and :mod:`detd._triton` are the only
-ones reading attributes of Triton's or Inductor's objects; the decision
-flow reuses :mod:`detd._hook`'s daemon handle, settings and errors.
+ones reading attributes of Triton's or Inductor's objects. This adapter
+sits beside the Triton one (:mod:`detd._hook`), never on it: the daemon
+handle, settings, identity and warnings are :mod:`detd._process`'s, the
+resolve loop (ask, wait, report, retry) and its errors :mod:`detd._loop`'s.
 """
 
 from __future__ import annotations
@@ -99,10 +101,9 @@ import itertools
 import math
 import sys
 import threading
-import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _canon, _hook, _native, _triton
+from . import _canon, _loop, _native, _process, _triton
 
 # Releases whose patched methods were tested (major, minor), inclusive.
 SUPPORTED = ((2, 11), (2, 13))
@@ -194,8 +195,8 @@ def status() -> dict:
 # ---------------------------------------------------------------- install
 
 def _governing() -> bool:
-    s = _hook.settings()
-    return _hook.active() and _st.patched and s.mode in ("pinned", "coordinated")
+    s = _process.settings()
+    return _process.active() and _st.patched and s.mode in ("pinned", "coordinated")
 
 
 def _apply_settings():
@@ -204,8 +205,8 @@ def _apply_settings():
     read a cache, unless this torch release is refused."""
     if _st.status == "refused":
         return
-    settings = _hook.settings()
-    if not (_hook.active() and settings.mode in ("pinned", "coordinated")):
+    settings = _process.settings()
+    if not (_process.active() and settings.mode in ("pinned", "coordinated")):
         if _st.patched:
             _st.status, _st.why = "ungoverned", f"mode {settings.mode}"
         return
@@ -244,7 +245,7 @@ def _try_patch():
         why = refusal(_st.torch, heur)
         if why is not None:
             _st.status, _st.why = "refused", why
-            _hook.warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
+            _process.warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
             return
         cls = heur.CachingAutotuner
         _orig["a2o"] = cls.autotune_to_one_config
@@ -268,7 +269,7 @@ def _patch_select():
             if why is not None:
                 _unpatch()
                 _st.status, _st.why = "refused", why
-                _hook.warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
+                _process.warn_once("inductor-version", f"detd: {why}: torch.compile's autotuning is not governed")
                 return
             cls = sel.AlgorithmSelectorCache
             _orig["lookup"] = cls.lookup
@@ -333,7 +334,7 @@ def _on_import():
         _apply_settings()
     except Exception as e:  # noqa: BLE001 - never break the user's import of torch
         _st.status, _st.why = "refused", f"patching Inductor failed: {type(e).__name__}: {e}"
-        _hook.warn_once("inductor-patch", f"detd: {_st.why}")
+        _process.warn_once("inductor-patch", f"detd: {_st.why}")
 
 
 def install():
@@ -472,7 +473,7 @@ class Outcome:
 
 
 def governed(name: str) -> bool:
-    return _governing() and _hook.settings().is_governed(name)
+    return _governing() and _process.settings().is_governed(name)
 
 
 def _rows(pairs) -> List[Tuple[str, List[float], bool]]:
@@ -490,17 +491,17 @@ def _rows(pairs) -> List[Tuple[str, List[float], bool]]:
 
 
 def _recheck(rows, bench, pick):
-    """The Triton hook's re-measure (``_hook.recheck_set``,
+    """The re-measure the Triton hook makes (``_loop.recheck_set``,
     ``recheck_orders``) for a selection: the choices within the band of
     the best are benchmarked again back to back, in reverse order and then
     in order (``bench(strings)`` returns Inductor's timings, ``pick(timings,
     string)`` one choice's), and report all their measurements."""
     ok = {s: ms[0] for s, ms, failed in rows if not failed}
-    near = _hook.recheck_set(list(ok), ok)
+    near = _loop.recheck_set(list(ok), ok)
     if not near:
         return rows
     extra = {s: [] for s in near}
-    for order in _hook.recheck_orders(near):
+    for order in _loop.recheck_orders(near):
         t = bench(order)
         for x in order:
             try:
@@ -520,13 +521,14 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
            time_pass: Callable[[], List[Tuple[str, List[float], bool]]],
            cheapest: Callable[[Sequence[str]], str]) -> Outcome:
     """Resolve one governed key: override, a single candidate, or the
-    daemon (decided, or designated: ``time_pass()`` gives the report rows,
-    each a candidate string with its timings), then ``on_miss``. Observed
-    once and recorded; raises MissError or PassFailedError as the Triton
-    hook does."""
-    settings = _hook.settings()
+    daemon through the package's one resolve loop (:func:`detd._loop.resolve`;
+    designated, ``time_pass()`` gives the report rows, each a candidate
+    string with its timings), then ``on_miss``. Observed once and
+    recorded; raises MissError or PassFailedError as the Triton hook
+    does."""
+    settings = _process.settings()
     cands = tuple(candidates)
-    dkey = _native.Key(settings.namespace, _hook.identity()["arch"], kernel, key, cands)
+    dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, cands)
     out: Optional[Outcome] = None
     override = settings.override_for(name, kernel)
     if override is not None and override in cands:
@@ -535,64 +537,43 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
         out = Outcome(cands[0], _native.SOURCE_LOCAL, note="one candidate")
     reason = f"override {override!r} matches no candidate" if override is not None and out is None else None
     if out is None and reason is None:
-        deadline = time.monotonic() + settings.timeout_ms / 1000.0
-        rows, timings = None, None
-        for _attempt in range(_hook.MAX_ASKS):
-            left = int((deadline - time.monotonic()) * 1000)
-            if left <= 0:
-                reason = f"no decision within timeout_ms={settings.timeout_ms}"
-                break
-            try:
-                ans = _hook.client().decide(dkey, settings.mode == "pinned", left)
-            except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-                reason = f"daemon request failed: {e}"
-                break
-            if ans.outcome == _native.OUTCOME_DECIDED:
-                if ans.config in cands:
-                    out = Outcome(ans.config, ans.source or _native.SOURCE_TIMED, timed_here=rows is not None,
-                                  timings=timings)
-                else:
-                    reason = f"the daemon's config {ans.config!r} matches no candidate"
-                break
-            if ans.outcome != _native.OUTCOME_DESIGNATED:
-                reason = {_native.OUTCOME_MISS: "no decision stored and none in the tables",
-                          _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
-                              ans.outcome, f"unexpected outcome {ans.outcome}")
-                break
-            if rows is None:
-                t0 = time.monotonic()
-                with _hook.timing_lock():  # one pass at a time per GPU, as Triton's
-                    rows = [r for r in time_pass() if r[0] in cands]
-                deadline += time.monotonic() - t0
-                timings = {s: ms[0] if len(ms) == 1 else ms for s, ms, _ in rows}
-                if not rows or all(f for _, _, f in rows):
-                    rows = rows or [(cands[0], [float("inf")], True)]
-            try:
-                rep = _hook.client().report(ans.claim_id, dkey, rows, _triton.version(),
-                                            max(1, int((deadline - time.monotonic()) * 1000)))
-            except _native.DetdError as e:
-                if e.code == _native.ESTALE:
-                    continue  # the claim moved on: ask again
-                if _hook.pass_failed(e):
-                    raise _hook.PassFailedError(kernel, key, str(e)) from e
-                reason = f"report failed: {e}"
-                break
-            if rep.config in cands:
-                out = Outcome(rep.config, rep.source or _native.SOURCE_TIMED, timed_here=True, timings=timings)
+        timings = None
+
+        def timed_pass(_answer):
+            nonlocal timings
+            with _process.timing_lock():  # one pass at a time per GPU, as Triton's
+                rows = [r for r in time_pass() if r[0] in cands]
+            timings = {s: ms[0] if len(ms) == 1 else ms for s, ms, _ in rows}
+            if not rows or all(f for _, _, f in rows):
+                rows = rows or [(cands[0], [float("inf")], True)]
+            return rows
+
+        # No share: a waiting process has no way to compile one of
+        # Inductor's candidates outside its own pass.
+        res = _loop.resolve(dkey, kernel, key, _triton.version(), timed_pass)
+        ans, reason = res.answer, res.reason
+        if res.report_error is not None and _loop.pass_failed(res.report_error):
+            raise _loop.PassFailedError(kernel, key, str(res.report_error)) from res.report_error
+        note = f"claim lost {res.lost}x (passed on, or the daemon restarted): asked again" if res.lost else None
+        if ans is not None and ans.outcome == _native.OUTCOME_DECIDED:
+            if ans.config in cands:
+                out = Outcome(ans.config, ans.source or _native.SOURCE_TIMED, timed_here=res.rows is not None,
+                              timings=timings, note=note)
             else:
-                reason = f"the daemon's config {rep.config!r} matches no candidate"
-            break
-        if out is None and reason is not None and _hook.NOCAND_TEXT in reason:
-            raise _hook.PassFailedError(kernel, key, reason)
+                reason = f"the daemon's config {ans.config!r} matches no candidate"
+        elif ans is not None:
+            reason = _loop.no_decision(ans)
+        if out is None and reason is not None and _loop.NOCAND_TEXT in reason:
+            raise _loop.PassFailedError(kernel, key, reason)
     if out is None:
         policy = settings.on_miss
         if policy == "error":
             _record(kernel, name, cands, key, dict(config=None, source="miss", governed=True, timed_here=False,
                                                    note=reason, candidates=list(cands)))
-            raise _hook.MissError(kernel, key, reason or "no answer")
+            raise _loop.MissError(kernel, key, reason or "no answer")
         chosen = cands[0] if policy == "first" else cheapest(cands)
-        _hook.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
-                         f"using on_miss={policy}")
+        _process.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
+                           f"using on_miss={policy}")
         out = Outcome(chosen, _native.SOURCE_FALLBACK, note=f"{reason}; on_miss={policy}")
     _finish(kernel, name, key, cands, out)
     return out
@@ -607,16 +588,16 @@ def _finish(kernel, name, key, cands, out: Outcome):
         entry["note"] = out.note
     _record(kernel, name, cands, key, entry)
     try:
-        settings = _hook.settings()
-        dkey = _native.Key(settings.namespace, _hook.identity()["arch"], kernel, key, tuple(cands))
-        _hook.client().observe(dkey, out.config, out.source, out.governed, False)
+        settings = _process.settings()
+        dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, tuple(cands))
+        _process.client().observe(dkey, out.config, out.source, out.governed, False)
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-        _hook.warn_once("observe", f"detd: cannot record observations: {e}")
+        _process.warn_once("observe", f"detd: cannot record observations: {e}")
 
 
 def _observe_local(kernel, name, key, cands, config, timed=None):
     """An ungoverned choice: listed and observed as Inductor's own."""
-    if not _hook.active():
+    if not _process.active():
         return
     _finish(kernel, name, key, cands, Outcome(config, _native.SOURCE_LOCAL, timed_here=bool(timed),
                                               governed=False))
@@ -765,8 +746,8 @@ def _patched_coordesc(self, launcher, *args, **kwargs):
         _observe_local(kernel, name, key, cands, won, timed=True)
         return winner
     if space is None:
-        _hook.warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has more "
-                         f"than {MAX_CANDIDATES} configs: not searched, the committed config {start_s} is kept")
+        _process.warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has "
+                           f"more than {MAX_CANDIDATES} configs: not searched, the committed config {start_s} is kept")
         start.found_by_coordesc = True
         _finish(kernel, name, key, (start_s,), Outcome(start_s, _native.SOURCE_LOCAL,
                                                        note="search space over the candidate limit"))
@@ -814,7 +795,7 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     name = PREFIX + str(op)
     _st.lookups += 1
     _st.lookups_timed += benchmark is not None and len(choices) > 0
-    if benchmark is None or len(choices) == 0 or not _hook.active():
+    if benchmark is None or len(choices) == 0 or not _process.active():
         return _orig["lookup"](self, choices, op, inputs, benchmark, hint_override)
     live: Dict[str, Any] = {}
     for c in choices:

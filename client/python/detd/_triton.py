@@ -56,6 +56,7 @@ __all__ = [
     "set_cache",
     "use_original_run",
     "use_patched_run",
+    "original_run",
     "run_frame_call",
     "prune",
     "has_pruner",
@@ -258,6 +259,13 @@ def use_patched_run(tuner):
         del tuner.__dict__["run"]
 
 
+def original_run():
+    """Triton's own ``Autotuner.run``, the function under detd's patch
+    (None before :func:`patch`): called as ``original_run()(tuner, *args,
+    **kwargs)``, it runs Triton's code with no frame of detd between."""
+    return _original_run
+
+
 def run_frame_call(depth: int):
     """``(tuner, args, kwargs)`` of Triton's ``Autotuner.run`` when it is
     the frame ``depth`` levels above the caller (1: the caller's caller),
@@ -440,7 +448,7 @@ def _watch_subclass(cls):
         finally:
             reached = _tls.__dict__.get("reached")
             _tls.reached = bool(prev) or bool(reached)  # an enclosing watched run reached it too
-            if not reached and _state is not None and _state.active and _bypassed is not None:
+            if not reached and _active is not None and _active() and _bypassed is not None:
                 _bypassed(self, cls.__module__ + "." + cls.__qualname__, args, kwargs)
 
     run.__detd_original__ = orig
@@ -466,9 +474,9 @@ _original_bench = None
 # set by patch().
 _single_config_benched = True
 _tls = threading.local()
-# Set by patch(): the hook's state (``.active``), its full-path run and its
-# resolver of a direct tuner's new key.
-_state = None
+# Set by patch(): whether the hook is on (a function), its full-path run
+# and its resolver of a direct tuner's new key.
+_active = None
 _full_run = None
 _resolve_direct = None
 _bypassed = None
@@ -481,7 +489,7 @@ def _patched_run(self, *args, **kwargs):
     Triton's run. Otherwise the hook's full path, given the tuner's cache.
     Marks the call as reached for a watched subclass's ``run``."""
     _tls.reached = True
-    if not _state.active or self in direct_tuners:
+    if not _active() or self in direct_tuners:
         return _original_run(self, *args, **kwargs)
     return _full_run(self, self.__dict__.get("cache"), args, kwargs)
 
@@ -496,7 +504,7 @@ def _patched_prune(self, kwargs, *rest, **kw):
     (``warmup``, the timing pass, tuners on the full path) gets Triton's
     own pruning."""
     _tls.skip = None
-    st = direct_tuners.get(self) if _state.active else None
+    st = direct_tuners.get(self) if _active() else None
     cache = self.__dict__.get("cache")
     if st is None or type(cache) is not dict:
         return _original_prune(self, kwargs, *rest, **kw)
@@ -566,11 +574,11 @@ def restore_run(module: str) -> bool:
     return False
 
 
-def patch(state, full_run, resolve_direct, bypassed=None) -> bool:
+def patch(active, full_run, resolve_direct, bypassed=None) -> bool:
     """Patch ``Autotuner.run``, ``prune_configs`` and ``_bench`` of
     ``triton.runtime.autotuner`` once (idempotent).
 
-    ``state.active`` says whether the hook is on; ``full_run(tuner, cache,
+    ``active()`` says whether the hook is on; ``full_run(tuner, cache,
     args, kwargs)`` runs a call that is not on the direct path and returns
     what Triton's run returns; ``resolve_direct(tuner, st, cache, key,
     args, kwargs)`` (``st``: the tuner's value in :data:`direct_tuners`)
@@ -581,10 +589,10 @@ def patch(state, full_run, resolve_direct, bypassed=None) -> bool:
     after this call are watched). Returns True when this call patched the
     class, False when it was patched already."""
     global _original_run, _original_prune, _original_bench, _single_config_benched
-    global _state, _full_run, _resolve_direct, _bypassed, _autotuner_class
+    global _active, _full_run, _resolve_direct, _bypassed, _autotuner_class
     from triton.runtime import autotuner as at
 
-    _state, _full_run, _resolve_direct, _bypassed = state, full_run, resolve_direct, bypassed
+    _active, _full_run, _resolve_direct, _bypassed = active, full_run, resolve_direct, bypassed
     _autotuner_class = at.Autotuner
     for c in _subclasses(at.Autotuner):
         _watch_subclass(c)

@@ -1,0 +1,333 @@
+"""The one resolve loop of the package (:func:`resolve`) and its parts:
+its bounds, its errors, the re-measure rule, one Decide (:func:`ask`) and
+a waiting rank's state (:class:`Wait`: the slices it asks in, its log
+lines, its help with a shared pass).
+
+An adapter resolves a key by calling :func:`resolve` with its key and
+its timing pass (and, when its waiting processes can help, a
+:class:`Share`): the loop asks the daemon, waits, times when this process
+is the designated rank, reports, asks again after a lost claim within
+one budget, and hands back a :class:`Resolution`; the adapter applies
+the decision or falls back loudly (the ``on_miss`` policy). The Triton
+adapter (:mod:`detd._hook`) and the Inductor adapter
+(:mod:`detd._inductor`) both use it; docs/client-layers.md lists where
+their paths differed before and where the native loop
+(``client/src/autotune.c``) still differs. This module knows no
+autotuner: what is timed, compiled or benchmarked comes in as functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+from . import _native, _process, _split
+
+# The package's logger (the one _process warns through): a waiting rank's
+# lines.
+log = logging.getLogger("detd")
+
+# Decide/Report rounds for one key: a claim can be lost to a daemon restart
+# or passed on; each loss costs one more round (bounded by timeout_ms too).
+MAX_ASKS = 8
+
+# The noise band of the daemon's winner rule (ENGINE_WINNER_EPSILON in
+# daemon/core/engine.h, the same value): ties inside it go to the
+# smallest config string.
+WINNER_EPSILON = 0.01
+
+# The re-measure after a pass: the candidates whose first median is
+# within this fraction of the best are timed RECHECK_ROUNDS more times,
+# back to back once every candidate is compiled (reverse order, then
+# forward), and report all their samples. A first measurement that met
+# contention (another process's kernels, a GPU coming out of idle between
+# compiles) is then outvoted by the two that did not.
+RECHECK_BAND = 0.10
+RECHECK_ROUNDS = 2
+# At most this many candidates are re-measured (the best first medians):
+# a pass costs at most RECHECK_ROUNDS * RECHECK_MAX measurements more,
+# also where many configs of a tiny kernel fall inside the band.
+RECHECK_MAX = 4
+
+
+class MissError(RuntimeError):
+    """No usable decision for a governed kernel and ``on_miss=error``."""
+
+    def __init__(self, kernel: str, key: str, reason: str):
+        self.kernel, self.key, self.reason = kernel, key, reason
+        super().__init__(f"detd: no decision for kernel {kernel} key {key}: {reason} (on_miss=error)")
+
+
+class PassFailedError(RuntimeError):
+    """Every candidate of a governed key failed in the one timing pass (the
+    designated rank compiled or ran none of them). The designated rank
+    raises the candidates' own error; every other rank, told by the daemon,
+    raises this, whatever ``on_miss`` says: no config would launch."""
+
+    def __init__(self, kernel: str, key: str, reason: str):
+        self.kernel, self.key, self.reason = kernel, key, reason
+        super().__init__(f"detd: every candidate of kernel {kernel} key {key} failed in the timing pass: {reason}")
+
+
+# libdetd's DETD_ENOCAND (detd/error.h): no candidate has a valid timing.
+_ENOCAND = -1017
+# The daemon's reason for a report in which every candidate failed.
+NOCAND_TEXT = "no candidate has a valid timing"
+
+
+def pass_failed(e) -> bool:
+    """Whether a libdetd error says the key's timing pass failed for every
+    candidate (the reporter's own report, or the reason the daemon sends
+    every waiter of that claim)."""
+    return getattr(e, "code", None) == _ENOCAND or NOCAND_TEXT in str(e)
+
+
+def error_line(e: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its
+    text (at most 300 characters)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
+
+
+def recheck_set(order, medians: dict) -> list:
+    """The candidates of ``order`` to re-measure after a pass: those whose
+    first median (``medians``; the ones without did not time) is within
+    :data:`RECHECK_BAND` of the best, at most :data:`RECHECK_MAX` of them
+    (the best medians, list order on ties), in list order; empty when
+    fewer than two."""
+    if not medians:
+        return []
+    best = min(medians.values())
+    near = [c for c in order if c in medians and medians[c] <= best + best * RECHECK_BAND]
+    if len(near) > RECHECK_MAX:
+        keep = set(sorted(near, key=lambda c: medians[c])[:RECHECK_MAX])  # stable: list order on ties
+        near = [c for c in near if c in keep]
+    return near if len(near) > 1 else []
+
+
+def recheck_orders(near: list):
+    """The re-measure's rounds: :data:`RECHECK_ROUNDS` orders of ``near``,
+    reverse first, then as listed, alternating."""
+    for r in range(RECHECK_ROUNDS):
+        yield near[::-1] if r % 2 == 0 else near
+
+
+class Wait:
+    """A rank's wait for a key another rank times: the slices it asks in,
+    the log lines (after ``wait_log_after_s``, then every
+    ``wait_log_every_s``: who times which kernel and key, for how long),
+    and its help with the pass (``share_pass``: each share the daemon
+    gives is one candidate, from the end of the list, compiled here into
+    the kernel's compile cache; the timing rank starts at the front and
+    never waits for a helper). ``kernel`` and ``key_str`` name the key in
+    the log lines."""
+
+    __slots__ = ("kernel", "key_str", "share", "shared", "benched", "t0", "next_log", "logged", "last")
+
+    def __init__(self, kernel: str, key_str: str, share: bool):
+        self.kernel, self.key_str, self.share = kernel, key_str, share
+        self.shared: List[str] = []
+        self.benched: Optional[dict] = None  # a benchmark share's record (detd._split)
+        self.t0 = time.monotonic()
+        after, _ = _process.wait_log()
+        self.next_log = self.t0 + after if after > 0 else None
+        self.logged = False
+        self.last = None  # the last TIMEOUT answer (holder)
+
+    def ask_ms(self, left_ms: int) -> int:
+        """How long the next Decide may wait: until the next log line (and
+        libdetd's margin), at most left_ms."""
+        if self.share or self.next_log is None:
+            return left_ms
+        slice_ms = max(1, int((self.next_log - time.monotonic()) * 1000))
+        slice_ms += min(slice_ms // 9 + 1, 1000)  # libdetd answers TIMEOUT a tenth early
+        return min(left_ms, slice_ms)
+
+    def waited_ms(self, answer) -> Optional[int]:
+        """How long this rank was held: the daemon's count for one wait,
+        the wall time since the first ask when it asked in slices."""
+        if self.last is not None:
+            return int((time.monotonic() - self.t0) * 1000)
+        return answer.waited_ms if answer is not None else None
+
+    def _who(self, a) -> str:
+        if a is None or not a.holder_host:
+            return "its timing pass runs on another node (or is passing to another rank)"
+        return (f"rank {a.holder_rank} (pid {a.holder_pid} on {a.holder_host}) has been timing it for "
+                f"{a.held_ms / 1000:.1f} s")
+
+    def waiting(self, answer):
+        """A TIMEOUT answer before the caller's own deadline: log when due."""
+        self.share = False
+        self.last = answer
+        now = time.monotonic()
+        if self.next_log is None or now + 0.05 < self.next_log:
+            return
+        # The first line is INFO; a wait that goes on is a WARNING, so it
+        # shows even where the program configured no logging.
+        level = logging.WARNING if self.logged else logging.INFO
+        self.logged = True
+        _, every = _process.wait_log()
+        self.next_log = now + every if every > 0 else None
+        log.log(level, "detd: waiting %.1f s for kernel %s key %s: %s", now - self.t0, self.kernel,
+                self.key_str, self._who(answer))
+
+    def help(self, answer, objs: Sequence[Any], candidates: Sequence[str], dkey,
+             compile_one: Callable[[Any], Any], bench: Callable[[Sequence[Any]], Any]):
+        """Compile the share the daemon gave (share_index i: candidate n-i,
+        never the first, which the timing rank compiles at once) with
+        ``compile_one(config)``; a share past the list ends the help. A
+        candidate that fails to compile is the timing rank's to report:
+        logged at debug level only. A benchmark share (``answer.bench``)
+        instead benchmarks candidates on this GPU for the timing rank
+        (:func:`detd._split.helper`, with ``bench(configs)``), once.
+        ``objs``: the live candidates, ``candidates`` their canonical
+        strings, in the same order."""
+        self.last = answer
+        if answer.bench:
+            # A benchmark share: candidates benchmarked on this GPU, under
+            # its timing lock (a pass of another key may run on it).
+            self.share = False
+            with _process.timing_lock():
+                self.benched = _split.helper(_process.client(), dkey, objs, candidates, bench)
+            self.benched["helper"] = answer.share_index
+            return
+        pos = len(objs) - answer.share_index
+        if pos < 1:
+            self.share = False
+            return
+        config = objs[pos]
+        try:
+            compile_one(config)
+        except Exception as e:  # noqa: BLE001 - the timing rank meets it again
+            log.debug("detd: compiling %s of %s for the timing rank failed: %s", candidates[pos],
+                      self.kernel, error_line(e))
+        self.shared.append(candidates[pos])
+
+    def done(self, answer):
+        """After a logged wait, say how it ended."""
+        if not self.logged:
+            return
+        waited = time.monotonic() - self.t0
+        if answer is not None and answer.outcome == _native.OUTCOME_DECIDED:
+            by = f"rank {answer.decided_by_rank} on {answer.decided_by_host}" if answer.decided_by_host else "the daemon"
+            log.info("detd: kernel %s key %s decided by %s after %.1f s of waiting: %s", self.kernel,
+                     self.key_str, by, waited, answer.config)
+        else:
+            log.info("detd: stopped waiting for kernel %s key %s after %.1f s", self.kernel, self.key_str,
+                     waited)
+
+
+def ask(request: tuple, share: bool):
+    """One Decide (``request``: the arguments of ``Client.decide``): with a
+    share asked for while waiting, and a benchmark share offered when this
+    process can split benchmarks."""
+    if not share:
+        return _process.client().decide(*request)
+    if _process.split_device() is not None:
+        return _process.client().decide(*request, share=True, bench=True)
+    return _process.client().decide(*request, share=True)
+
+
+class Share(NamedTuple):
+    """What a waiting rank needs to help a shared pass (see
+    :meth:`Wait.help`): the live candidates, their canonical strings in
+    the same order, ``compile_one(config)`` and ``bench(configs)``."""
+
+    objs: Sequence[Any]
+    candidates: Sequence[str]
+    compile_one: Callable[[Any], Any]
+    bench: Callable[[Sequence[Any]], Any]
+
+
+class Resolution(NamedTuple):
+    """How :func:`resolve` ended. ``answer``: the daemon's last answer
+    (a decision, from Decide or from the report, has outcome DECIDED), or
+    None after a failed request or a refused report; ``reason``: why there
+    is no decision, when known; ``rows``: the report rows when this
+    process timed the key, else None; ``lost``: claims lost (reports
+    refused as stale, asked again); ``wait``: the :class:`Wait`;
+    ``report_error``: the error of a report refused for another reason
+    than a lost claim, else None."""
+
+    answer: Any
+    reason: Optional[str]
+    rows: Optional[List[Tuple[str, List[float], bool]]]
+    lost: int
+    wait: Wait
+    report_error: Optional[BaseException]
+
+
+def resolve(dkey, kernel: str, key_str: str, version: str,
+            time_pass: Callable[[Any], List[Tuple[str, List[float], bool]]],
+            share: Optional[Share] = None) -> Resolution:
+    """The resolve loop of one governed key, for every adapter: ask the
+    daemon; while another rank times the key, wait in slices (logged, see
+    :class:`Wait`) and help the pass when ``share`` is given and sharing
+    is on; when designated, ``time_pass(answer)`` gives the report rows
+    (called once: designated again after a lost claim, the timings of this
+    very key and candidate list are still valid) and they are reported;
+    a claim lost to a daemon restart is asked for again. One budget of
+    ``timeout_ms`` for all of it, the timing pass's own time not counted;
+    at most :data:`MAX_ASKS` designations. Never raises for the daemon's
+    sake: the adapter applies the decision, or ``on_miss`` with the
+    returned reason (its errors: :class:`MissError`,
+    :class:`PassFailedError`). ``time_pass`` may raise; that propagates."""
+    settings = _process.settings()
+    pinned = settings.mode == "pinned"
+    answer, reason, rows, report_error = None, None, None, None
+    # libdetd waits for a restarted daemon within what is left of the
+    # budget, and a claim lost to a restart is asked for again (see
+    # detd/client.h, "Daemon restarts").
+    deadline = time.monotonic() + settings.timeout_ms / 1000.0
+    lost = rounds = 0
+    wait = Wait(kernel, key_str, share is not None and not pinned and _process.share_pass())
+    while True:
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
+            break
+        if rounds >= MAX_ASKS:
+            break  # reason: the last report's failure
+        try:
+            answer = ask((dkey, pinned, wait.ask_ms(left_ms)), wait.share)
+        except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+            answer, reason = None, f"daemon request failed: {e}"
+            break
+        if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
+            if answer.share_index:
+                wait.help(answer, share.objs, share.candidates, dkey, share.compile_one, share.bench)
+            else:
+                wait.waiting(answer)
+            continue
+        if answer.outcome != _native.OUTCOME_DESIGNATED:
+            break
+        rounds += 1
+        if rows is None:
+            t0 = time.monotonic()
+            rows = time_pass(answer)
+            deadline += time.monotonic() - t0
+        try:
+            answer = _process.client().report(answer.claim_id, dkey, rows, version,
+                                              max(1, int((deadline - time.monotonic()) * 1000)))
+            answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
+            break
+        except _native.DetdError as e:
+            answer, reason = None, f"report failed: {e}"
+            if e.code == _native.ESTALE:
+                # The claim moved on or its session ended (a daemon
+                # restart): ask again; a decision may exist now.
+                lost += 1
+                continue
+            report_error = e
+            break
+    wait.done(answer)
+    return Resolution(answer, reason, rows, lost, wait, report_error)
+
+
+def no_decision(answer) -> str:
+    """Why an answer that is not a decision gives no config."""
+    return {_native.OUTCOME_MISS: "no decision stored and none in the tables",
+            _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
+                answer.outcome, f"unexpected outcome {answer.outcome}")

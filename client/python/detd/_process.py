@@ -1,0 +1,302 @@
+"""Process-wide state of the client, below every adapter.
+
+One process holds one of each: the settings ``install()`` configured and
+whether it is in effect; the process's identity (its place in the job,
+read from the launcher's variables, and its device); the libdetd handle
+(re-opened in a forked child); the device's timing lock and the benchmark
+split's device; the waiting options; and the warnings said once per
+process.  The adapters (:mod:`detd._hook` for Triton's ``Autotuner``,
+:mod:`detd._inductor` for ``torch.compile``) sit side by side above this
+module and read it through the functions below; none of them keeps a copy
+of this state.
+
+Fork: this module owns the one ``os.register_at_fork`` hook.  In a forked
+child it drops the parent's libdetd handle and identity first, then runs
+what the adapters registered with :func:`at_fork_child`, in the order they
+registered it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from typing import Callable, List, Optional, Tuple
+
+from . import _devlock, _native, _policy, _split, _triton
+from ._policy import Settings
+
+# A waiting rank's log lines and its help with the pass (environment;
+# see wait_options()).
+WAIT_LOG_AFTER_S = 5.0
+WAIT_LOG_EVERY_S = 30.0
+
+
+class _State:
+    def __init__(self):
+        self.settings: Settings = Settings()
+        self.active = False
+        self.client: Optional[_native.Client] = None
+        self.client_pid = -1
+        self.client_lock = threading.Lock()
+        self.identity: Optional[dict] = None
+        self.warned = set()
+        self.wait_log_after_s = WAIT_LOG_AFTER_S
+        self.wait_log_every_s = WAIT_LOG_EVERY_S
+        self.share_pass = True
+        self.split_bench = False  # DETD_SPLIT_BENCH (see detd._split)
+        self.bench_device: Optional[Tuple[int, Optional[str]]] = None  # (pid, device) for the split
+        self.timing_lock = _devlock.Settings()
+        self.timing_lock_key: Optional[Tuple[int, Optional[str]]] = None  # (pid, device key)
+
+
+_state = _State()
+_fork_hooks: List[Callable[[], None]] = []
+_configure_hooks: List[Callable[[], None]] = []
+
+
+# ---------------------------------------------------------------- fork
+
+def at_configure(fn: Callable[[], None]) -> None:
+    """Run ``fn()`` in every :func:`configure`, once the new settings are
+    in place and before detd is active again: for an adapter's state that
+    depends on the settings (what it resolved and observed under the old
+    ones)."""
+    _configure_hooks.append(fn)
+
+
+def at_fork_child(fn: Callable[[], None]) -> None:
+    """Run ``fn()`` in every forked child of this process, after this
+    module dropped the parent's handle and identity. For an adapter's own
+    per-process state (its locks, the keys it observed)."""
+    _fork_hooks.append(fn)
+
+
+def _after_fork_in_child():
+    _state.client = None
+    _state.client_pid = -1
+    _state.client_lock = threading.Lock()
+    _state.identity = None
+    for fn in _fork_hooks:
+        fn()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ---------------------------------------------------------------- warnings
+
+# The package's logger: fallbacks, lost claims and the audit say what
+# happened here. Once per tag: a warning always (a script without logging
+# still shows it), and a log record when the program configured logging
+# (not through logging's last-resort handler, which would print it twice).
+log = logging.getLogger("detd")
+
+
+def warn_once(tag: str, msg: str) -> None:
+    """Say ``msg`` once per process and ``tag``: a RuntimeWarning, and a
+    record of the ``detd`` logger when the program configured logging."""
+    if tag not in _state.warned:
+        _state.warned.add(tag)
+        if log.hasHandlers():
+            log.warning(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=4)
+
+
+# ---------------------------------------------------------------- identity
+
+def _env_int(name: str, default: int) -> int:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"detd: invalid {name}={v!r}: expected an integer") from None
+
+
+# Where launchers put a process's place in the job, in the order read: the
+# first launcher whose rank variable is set names all three (torchrun and
+# anything setting RANK, then Slurm, Open MPI, PMIx, MPICH's Hydra).
+LAUNCHER_VARS = (
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMIX_RANK", "PMIX_LOCAL_RANK", "PMIX_SIZE"),
+    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
+)
+
+
+def rank_identity() -> Tuple[int, int, int]:
+    """(rank, local_rank, world_size) from the first launcher in
+    :data:`LAUNCHER_VARS` that set a rank (-1, -1, 0 when none did)."""
+    for rank_var, local_var, size_var in LAUNCHER_VARS:
+        if os.environ.get(rank_var, "").strip() != "":
+            return _env_int(rank_var, -1), _env_int(local_var, -1), _env_int(size_var, 0)
+    return -1, -1, 0
+
+
+def detect_device(settings: Settings) -> Tuple[str, Optional[str], int]:
+    """(arch, device_name, sm_count). arch: DETD_ARCH / setting, "cpu"
+    under the interpreter or without a GPU, else "sm<major><minor>"
+    (CUDA) or the gfx name (ROCm)."""
+    if _triton.interpreting():
+        return settings.arch or "cpu", None, 0
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            dev = torch.cuda.current_device()
+            props = torch.cuda.get_device_properties(dev)
+            if getattr(torch.version, "hip", None):
+                arch = getattr(props, "gcnArchName", "rocm").split(":")[0]
+            else:
+                major, minor = torch.cuda.get_device_capability(dev)
+                arch = f"sm{major}{minor}"
+            return settings.arch or arch, props.name, int(props.multi_processor_count)
+    except Exception:
+        pass
+    return settings.arch or "cpu", None, 0
+
+
+def identity() -> dict:
+    """This process's identity: rank, local_rank, world_size, arch,
+    device_name, sm_count (read once per process and install())."""
+    ident = _state.identity
+    if ident is None:
+        rank, local_rank, world = rank_identity()
+        arch, name, sms = detect_device(_state.settings)
+        ident = dict(rank=rank, local_rank=local_rank, world_size=world, arch=arch, device_name=name,
+                     sm_count=sms)
+        _state.identity = ident
+    return ident
+
+
+# ---------------------------------------------------------------- settings
+
+def active() -> bool:
+    """Whether ``detd.install()`` is in effect (asked by the adapters)."""
+    return _state.active
+
+
+def settings() -> Settings:
+    """The settings ``install()`` configured."""
+    return _state.settings
+
+
+def wait_options(environ=None) -> Tuple[float, float, bool]:
+    """(log after s, log every s, share the pass) from
+    ``DETD_WAIT_LOG_AFTER_S`` (default 5; 0: never log),
+    ``DETD_WAIT_LOG_EVERY_S`` (default 30; 0: only once) and
+    ``DETD_SHARE_PASS`` (0 or 1, default 1). Raises ValueError naming a
+    bad variable."""
+    env = os.environ if environ is None else environ
+    after = _policy.env_seconds(env, "DETD_WAIT_LOG_AFTER_S", WAIT_LOG_AFTER_S)
+    every = _policy.env_seconds(env, "DETD_WAIT_LOG_EVERY_S", WAIT_LOG_EVERY_S)
+    sp = str(env.get("DETD_SHARE_PASS", "")).strip().lower()
+    if sp not in ("", "0", "1", "true", "false", "on", "off", "yes", "no"):
+        raise ValueError(f"detd: invalid DETD_SHARE_PASS={sp!r}: expected 0 or 1")
+    return after, every, sp not in ("0", "false", "off", "no")
+
+
+def wait_log() -> Tuple[float, float]:
+    """(log after s, log every s) of a waiting rank, as configured."""
+    return _state.wait_log_after_s, _state.wait_log_every_s
+
+
+def share_pass() -> bool:
+    """Whether a waiting rank helps the timing rank (DETD_SHARE_PASS)."""
+    return _state.share_pass
+
+
+def configure(settings: Settings) -> None:
+    """Put ``settings`` in effect for this process (``install()``): the
+    waiting options, the benchmark split and the timing lock read again
+    from the environment (ValueError naming a bad variable), the libdetd
+    handle re-opened when the socket or the job changed, the identity
+    read again, then what the adapters registered with
+    :func:`at_configure`, then detd is active."""
+    _state.wait_log_after_s, _state.wait_log_every_s, _state.share_pass = wait_options()
+    _state.split_bench = _split.parse()
+    _state.bench_device = None
+    _state.timing_lock = _devlock.parse()
+    _state.timing_lock_key = None
+    old = _state.settings
+    if (old.socket, old.job) != (settings.socket, settings.job) and _state.client is not None:
+        if _state.client_pid == os.getpid():
+            _state.client.close()
+        _state.client = None
+        _state.client_pid = -1
+    _state.settings = settings
+    _state.identity = None
+    for fn in _configure_hooks:
+        fn()
+    _state.active = True
+
+
+def stand_down() -> None:
+    """Take detd out of effect (another tuner governs: see
+    :mod:`detd._megatron`); the adapters leave every autotuner to its own
+    timing."""
+    _state.active = False
+
+
+# ---------------------------------------------------------------- libdetd
+
+def client() -> _native.Client:
+    """This process's libdetd handle (re-opened after fork)."""
+    c = _state.client
+    pid = os.getpid()
+    if c is not None and _state.client_pid == pid:
+        return c
+    with _state.client_lock:
+        if _state.client is None or _state.client_pid != pid:
+            ident = identity()
+            _state.client = _native.Client(
+                _state.settings.socket, host=_native.default_host(), rank=ident["rank"],
+                local_rank=ident["local_rank"], world_size=ident["world_size"],
+                device_name=ident["device_name"], arch=ident["arch"], sm_count=ident["sm_count"],
+                job=_state.settings.job)
+            _state.client_pid = pid
+            _state.bench_device = None  # a new handle: told the device again
+        return _state.client
+
+
+def split_device() -> Optional[str]:
+    """This process's device for splitting benchmarks (see
+    :mod:`detd._split`), when the split is on and libdetd can do it, else
+    None. Read when first needed, not at install(): a rank usually picks
+    its GPU (``torch.cuda.set_device``) after installing detd."""
+    if not _state.split_bench:
+        return None
+    c = client()
+    if not c.can_share_bench():
+        return None
+    pid = os.getpid()
+    if _state.bench_device is None or _state.bench_device[0] != pid:
+        dev = _split.device()
+        if dev is not None:
+            try:
+                c.set_device(dev)
+            except _native.DetdError as e:
+                warn_once("split-device", f"detd: device {dev!r} refused for splitting benchmarks: {e}; "
+                           "this process times and helps as without the split")
+                dev = None
+        _state.bench_device = (pid, dev)
+    return _state.bench_device[1]
+
+
+def timing_lock() -> "_devlock.Held":
+    """This device's timing lock (see :mod:`detd._devlock`): one pass at a
+    time per GPU, so that a pass is not measured against another."""
+    pid = os.getpid()
+    if _state.timing_lock_key is None or _state.timing_lock_key[0] != pid:
+        _state.timing_lock_key = (pid, _devlock.device_key(_state.timing_lock.mode))
+    held = _devlock.acquire(_state.timing_lock, _state.timing_lock_key[1])
+    if held.timed_out:
+        warn_once("timing-lock", f"detd: waited {held.waited_s:.1f} s for another timing pass on device "
+                   f"{held.key} (DETD_TIMING_LOCK_WAIT_S={_state.timing_lock.wait_s:g}); timing without "
+                   "the lock: this pass may be measured under contention")
+    return held
