@@ -11,12 +11,12 @@
 #include "runner.h"
 
 TEST(deadline_either_side_is_a_timeout) {
-    CHECK_EQ_INT(etcd_status_err(GRPC_STATUS_DEADLINE_EXCEEDED,
-                                 "Deadline Exceeded"),
-                 DETD_ETIMEDOUT);
-    CHECK_EQ_INT(etcd_status_err(GRPC_STATUS_UNKNOWN,
-                                 "context deadline exceeded"),
-                 DETD_ETIMEDOUT);
+    CHECK_EQ_INT(
+        etcd_status_err(GRPC_STATUS_DEADLINE_EXCEEDED, "Deadline Exceeded"),
+        DETD_ETIMEDOUT);
+    CHECK_EQ_INT(
+        etcd_status_err(GRPC_STATUS_UNKNOWN, "context deadline exceeded"),
+        DETD_ETIMEDOUT);
 }
 
 TEST(unknown_otherwise_is_a_protocol_error) {
