@@ -56,8 +56,9 @@
  * --cluster fails, rather than either showing a part as the whole. */
 #define CLUSTER_MAX_NODES 65536
 /* verify --cluster: how many nodes are asked at once, and how long one
- * node may take for all its pages (less when the caller's deadline comes
- * first). A node that does not answer in time is named with the error. */
+ * node may take to answer one page (less when the caller's deadline comes
+ * first): a node silent that long is named with the error, one that keeps
+ * answering is read to its last page. */
 #define CLUSTER_FANOUT_CONCURRENCY 16
 #define CLUSTER_PEER_TIMEOUT_MS 5000
 /* The most pages cluster_fanout() asks one node for (one ListObservations
@@ -196,16 +197,15 @@ typedef int (*cluster_pager)(const void *req, size_t req_len, const void *resp,
  * every registered node but this one, through its --listen address: the
  * registry as etcd has it now, read in pages (the status monitor's copy
  * when etcd cannot be read). At most CLUSTER_FANOUT_CONCURRENCY nodes are
- * asked at once; each node's calls, all its pages, are bounded by
- * node_timeout_ms and by deadline_ms (clock_mono_ms clock) for the whole
- * fan-out; a node not started by deadline_ms is answered DETD_ETIMEDOUT
- * without a call. With a pager, each node is asked again for its next
- * page while there is one, up to CLUSTER_MAX_PAGES (then an error event
- * for that node). Answers a PEER event per page (or the error that ended
- * a node's pages; a registry that cannot be read at all: one PEER event
- * with node "" and the error), then PEERS_DONE, with cookie. The pages of
- * one node arrive in order; nodes interleave. Returns 0 or DETD_ENOMEM.
- * Loop thread.
+ * asked at once; each call (one page of one node) is bounded by
+ * node_timeout_ms, and all of them by deadline_ms (clock_mono_ms clock); a node
+ * not started by deadline_ms is answered DETD_ETIMEDOUT without a call. With a
+ * pager, each node is asked again for its next page while there is one, up to
+ * CLUSTER_MAX_PAGES (then an error event for that node). Answers a PEER event
+ * per page (or the error that ended a node's pages; a registry that cannot be
+ * read at all: one PEER event with node "" and the error), then PEERS_DONE,
+ * with cookie. The pages of one node arrive in order; nodes interleave. Returns
+ * 0 or DETD_ENOMEM. Loop thread.
  */
 int cluster_fanout(cluster *c, const char *method, const void *req,
                    size_t req_len, int64_t node_timeout_ms, int64_t deadline_ms,

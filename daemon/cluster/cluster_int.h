@@ -51,7 +51,7 @@ struct job {
     cluster_pager pager;
     size_t value_len;
     int64_t deadline_ms;
-    int64_t node_timeout_ms; /* JOB_FANOUT: each node's share */
+    int64_t node_timeout_ms; /* JOB_FANOUT: one page of one node */
     uint64_t cookie;
     int recheck; /* JOB_CLAIM: read the claim key before the transaction */
     struct job *next;

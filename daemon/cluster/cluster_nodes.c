@@ -205,8 +205,9 @@ int cluster_node_id_check(const char *id, char **ret_errmsg) {
 /* See cluster_nodes.h. */
 void cluster_node_call(const struct cluster_node *nd, const char *method,
                        const void *req, size_t req_len,
-                       const struct grpc_unary_tls *tls, int64_t deadline_ms,
-                       cluster_pager pager, cluster_page_cb cb, void *arg) {
+                       const struct grpc_unary_tls *tls, int64_t call_ms,
+                       int64_t deadline_ms, cluster_pager pager,
+                       cluster_page_cb cb, void *arg) {
     if (nd->listen[0] == '\0') {
         const char *why = "registered without a --listen address";
         cb(nd->node_id, DETD_EUNAVAILABLE, why, strlen(why), arg);
@@ -219,10 +220,12 @@ void cluster_node_call(const struct cluster_node *nd, const char *method,
         char *err = NULL;
         int64_t left = deadline_ms - clock_mono_ms();
         if (left <= 0) {
-            const char *why = "no answer before its deadline";
+            const char *why = "the deadline passed before its next page";
             cb(nd->node_id, DETD_ETIMEDOUT, why, strlen(why), arg);
             break;
         }
+        if (left > call_ms)
+            left = call_ms;
         int rc = grpc_unary_oneshot(nd->listen, method, req, req_len, tls, left,
                                     &resp, &rlen, &err);
         if (rc != 0) {

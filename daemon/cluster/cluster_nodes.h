@@ -55,16 +55,18 @@ typedef void (*cluster_page_cb)(const char *node, int err, const void *v,
 
 /*
  * Call method (a full path) on node nd through its --listen address with
- * req_len bytes of req (tls NULL: plaintext), all calls bounded by
- * deadline_ms (clock_mono_ms clock; past it: DETD_ETIMEDOUT); with a pager, ask
+ * req_len bytes of req (tls NULL: plaintext), each call (page) bounded by
+ * call_ms and all of them by deadline_ms (clock_mono_ms clock; past it:
+ * DETD_ETIMEDOUT); with a pager, ask
  * again for the next page while the pager says there is one, at most
  * CLUSTER_MAX_PAGES. cb gets every page, in order, and the error that ended
  * them, if any. Blocking (cluster worker).
  */
 void cluster_node_call(const struct cluster_node *nd, const char *method,
                        const void *req, size_t req_len,
-                       const struct grpc_unary_tls *tls, int64_t deadline_ms,
-                       cluster_pager pager, cluster_page_cb cb, void *arg);
+                       const struct grpc_unary_tls *tls, int64_t call_ms,
+                       int64_t deadline_ms, cluster_pager pager,
+                       cluster_page_cb cb, void *arg);
 
 /* The lease id stored in path, or 0 when path is NULL, missing or does not
  * hold one decimal id (32 bytes read at most). */

@@ -97,17 +97,14 @@ static void *fan_main(void *arg) {
         const struct cluster_node *nd = &f->nodes[i];
         if (strcmp(nd->node_id, f->c->node_id) == 0)
             continue;
-        int64_t now = clock_mono_ms();
-        if (now >= f->j->deadline_ms || cluster_stopping(f->c)) {
+        if (clock_mono_ms() >= f->j->deadline_ms || cluster_stopping(f->c)) {
             const char *why = "not asked: the deadline passed before its turn";
             post_peer(nd->node_id, DETD_ETIMEDOUT, why, strlen(why), &f->pa);
             continue;
         }
-        int64_t dl = now + f->j->node_timeout_ms;
-        if (dl > f->j->deadline_ms)
-            dl = f->j->deadline_ms;
         cluster_node_call(nd, f->j->method, f->j->value, f->j->value_len,
-                          f->tls, dl, f->j->pager, post_peer, &f->pa);
+                          f->tls, f->j->node_timeout_ms, f->j->deadline_ms,
+                          f->j->pager, post_peer, &f->pa);
     }
     return NULL;
 }

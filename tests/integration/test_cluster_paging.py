@@ -42,7 +42,7 @@ STATUS_FIRST_PAGE = 256  # ADMIN_NODES_PAGE: what a Status without a size gets
 MAX_NODES = 65536        # CLUSTER_MAX_NODES: the registry's cap
 VERIFY_PAGE = 1000       # ADMIN_VERIFY_PAGE: names per Verify answer
 ETCD_RANGE_PAGE = 500    # the etcd adapter's range page
-PEER_TIMEOUT_S = 5.0     # CLUSTER_PEER_TIMEOUT_MS: one node, all its pages
+PEER_TIMEOUT_S = 5.0     # CLUSTER_PEER_TIMEOUT_MS: one page of one node
 CONCURRENCY = 16         # CLUSTER_FANOUT_CONCURRENCY
 
 N_REFUSED = 1060  # listen on a closed port: refused at once
