@@ -92,15 +92,102 @@ static json_t *status_doc(const struct detctl_opts *o,
     return doc_merge(detctl_cli_doc("Status"), j);
 }
 
+/* The nodes of a status after its first page: later pages asked with
+ * nodes_only, this many nodes each. */
+#define STATUS_NODES_PAGE 1000
+
+/* The registered nodes' pages after the first answer s, followed to the
+ * last: *ret_pages (the answers, n of them) and *ret_all (every node: s's
+ * then each page's, borrowed from them) are the caller's to free (the
+ * answers with protobuf_c_message_free_unpacked(), the arrays with
+ * free()). A daemon that does not page answers no token: s alone. */
+static int status_node_pages(const struct detctl_opts *o,
+                             struct wire_channel *ch,
+                             const Detd__V1__StatusResponse *s,
+                             Detd__V1__StatusResponse ***ret_pages,
+                             size_t *ret_n, Detd__V1__ClusterNode ***ret_all,
+                             size_t *ret_all_n) {
+    Detd__V1__StatusResponse **pages = NULL;
+    size_t n = 0, total = s->n_nodes;
+    const char *tok = s->nodes_next_page_token;
+    int ex = DETCTL_EXIT_OK;
+    while (tok != NULL && tok[0] != '\0') {
+        Detd__V1__StatusRequest req = DETD__V1__STATUS_REQUEST__INIT;
+        Detd__V1__StatusResponse *p = NULL;
+        req.api_version = DETD_API_VERSION;
+        req.nodes_only = 1;
+        req.nodes_page_size = STATUS_NODES_PAGE;
+        req.nodes_page_token = (char *)tok;
+        ex = detctl_call(o, ch, WIRE_METHOD_STATUS, &req.base,
+                         &detd__v1__status_response__descriptor,
+                         (ProtobufCMessage **)&p);
+        if (ex != DETCTL_EXIT_OK)
+            break;
+        Detd__V1__StatusResponse **np = realloc(pages, (n + 1) * sizeof(*np));
+        if (np == NULL) {
+            protobuf_c_message_free_unpacked(&p->base, NULL);
+            fprintf(stderr, "detctl: out of memory\n");
+            ex = DETCTL_EXIT_ERROR;
+            break;
+        }
+        pages = np;
+        pages[n++] = p;
+        total += p->n_nodes;
+        const char *next = p->nodes_next_page_token;
+        /* The cursor is the page's last node id: it only moves forward. */
+        if (next[0] != '\0' && (p->n_nodes == 0 || strcmp(next, tok) <= 0)) {
+            fprintf(stderr,
+                    "detctl: status (detd at '%s'): a page of %zu nodes "
+                    "whose next page token does not move on\n",
+                    o->socket, p->n_nodes);
+            ex = DETCTL_EXIT_ERROR;
+            break;
+        }
+        tok = next;
+    }
+    Detd__V1__ClusterNode **all = NULL;
+    if (ex == DETCTL_EXIT_OK &&
+        (all = malloc((total > 0 ? total : 1) * sizeof(*all))) == NULL) {
+        fprintf(stderr, "detctl: out of memory\n");
+        ex = DETCTL_EXIT_ERROR;
+    }
+    if (all != NULL) {
+        size_t k = 0;
+        for (size_t i = 0; i < s->n_nodes; i++)
+            all[k++] = s->nodes[i];
+        for (size_t p = 0; p < n; p++)
+            for (size_t i = 0; i < pages[p]->n_nodes; i++)
+                all[k++] = pages[p]->nodes[i];
+    }
+    *ret_pages = pages;
+    *ret_n = n;
+    *ret_all = all;
+    *ret_all_n = total;
+    return ex;
+}
+
 static int detctl_status(const struct detctl_opts *o, struct wire_channel *ch) {
     Detd__V1__StatusRequest req = DETD__V1__STATUS_REQUEST__INIT;
     Detd__V1__StatusResponse *s = NULL;
+    Detd__V1__StatusResponse **pages = NULL;
+    size_t n_pages = 0;
+    Detd__V1__ClusterNode **all = NULL, **first_nodes = NULL;
+    size_t n_all = 0, first_n = 0;
     req.api_version = DETD_API_VERSION;
     int ex = detctl_call(o, ch, WIRE_METHOD_STATUS, &req.base,
                          &detd__v1__status_response__descriptor,
                          (ProtobufCMessage **)&s);
     if (ex != DETCTL_EXIT_OK)
         return ex;
+    /* Every node, whatever the pages: s->nodes points at all of them while
+     * it is printed (and back at its own before it is freed). */
+    first_nodes = s->nodes;
+    first_n = s->n_nodes;
+    ex = status_node_pages(o, ch, s, &pages, &n_pages, &all, &n_all);
+    if (ex != DETCTL_EXIT_OK)
+        goto out;
+    s->nodes = all;
+    s->n_nodes = n_all;
     if (o->json) {
         ex = detctl_cli_print_doc(status_doc(o, s));
         goto out;
@@ -157,6 +244,8 @@ static int detctl_status(const struct detctl_opts *o, struct wire_channel *ch) {
             detctl_print_table_add(nt, row);
         }
         printf("\nnodes (%zu registered)\n", s->n_nodes);
+        if (s->nodes_error[0] != '\0')
+            printf("  NOT COMPLETE: %s\n", s->nodes_error);
         if (nt != NULL)
             detctl_print_table_write(nt, stdout, 2);
         detctl_print_table_free(nt);
@@ -229,6 +318,12 @@ static int detctl_status(const struct detctl_opts *o, struct wire_channel *ch) {
         detctl_print_table_free(t);
     }
 out:
+    s->nodes = first_nodes;
+    s->n_nodes = first_n;
+    free(all);
+    for (size_t i = 0; i < n_pages; i++)
+        protobuf_c_message_free_unpacked(&pages[i]->base, NULL);
+    free(pages);
     protobuf_c_message_free_unpacked(&s->base, NULL);
     return ex;
 }

@@ -254,10 +254,11 @@ json_t *detctl_print_json_status(const Detd__V1__StatusResponse *s) {
                       (json_int_t)n->started_at_ms, "version", n->version));
     }
     json_t *etcd =
-        json_pack("{s:s, s:s, s:I, s:b, s:s, s:o, s:o}", "node_id", s->node_id,
-                  "listen", s->listen, "last_revision",
+        json_pack("{s:s, s:s, s:I, s:b, s:s, s:o, s:o, s:s}", "node_id",
+                  s->node_id, "listen", s->listen, "last_revision",
                   (json_int_t)s->last_revision, "connected", s->etcd_connected,
-                  "error", s->etcd_error, "endpoints", eps, "nodes", nodes);
+                  "error", s->etcd_error, "endpoints", eps, "nodes", nodes,
+                  "nodes_error", s->nodes_error != NULL ? s->nodes_error : "");
     return json_pack("{s:i, s:s, s:s, s:s, s:I, s:I, s:o, s:i, s:i, s:o, "
                      "s:o, s:s, s:s, s:i, s:o, s:o}",
                      "api_version", (int)s->api_version, "version", s->version,

@@ -648,6 +648,113 @@ static int list_observations(const struct detctl_opts *o,
     return ex;
 }
 
+/* The node lists of a verify --cluster answer v after its first page:
+ * later pages asked with v's next_page_token, followed to the last. On
+ * return v's lists point at every name (v's own, then each page's; arrays
+ * in *ret_checked and *ret_unreachable, the answers in *ret_pages: the
+ * caller frees them after restore_node_lists()). A daemon that does not
+ * page answers no token: v alone. */
+struct node_lists {
+    Detd__V1__VerifyResponse **pages;
+    size_t n_pages;
+    char **checked, **unreachable;
+    char **own_checked, **own_unreachable; /* v's, to put back */
+    size_t own_n_checked, own_n_unreachable;
+};
+
+static int append_strs(char ***v, size_t *n, char **add, size_t n_add) {
+    if (n_add == 0)
+        return 0;
+    char **nv = realloc(*v, (*n + n_add) * sizeof(*nv));
+    if (nv == NULL)
+        return -1;
+    memcpy(nv + *n, add, n_add * sizeof(*nv));
+    *v = nv;
+    *n += n_add;
+    return 0;
+}
+
+static int verify_node_pages(const struct detctl_opts *o,
+                             struct wire_channel *ch, const char *ns,
+                             Detd__V1__VerifyResponse *v,
+                             struct node_lists *nl) {
+    nl->own_checked = v->nodes_checked;
+    nl->own_n_checked = v->n_nodes_checked;
+    nl->own_unreachable = v->nodes_unreachable;
+    nl->own_n_unreachable = v->n_nodes_unreachable;
+    const char *tok = str0(v->next_page_token);
+    if (tok[0] == '\0')
+        return DETCTL_EXIT_OK;
+    size_t nc = 0, nu = 0;
+    if (append_strs(&nl->checked, &nc, v->nodes_checked, v->n_nodes_checked) !=
+            0 ||
+        append_strs(&nl->unreachable, &nu, v->nodes_unreachable,
+                    v->n_nodes_unreachable) != 0)
+        goto oom;
+    while (tok[0] != '\0') {
+        Detd__V1__VerifyRequest req = DETD__V1__VERIFY_REQUEST__INIT;
+        Detd__V1__VerifyResponse *p = NULL;
+        req.api_version = DETD_API_VERSION;
+        req.namespace_ = (char *)ns;
+        req.cluster = 1;
+        req.page_token = (char *)tok;
+        int ex = detctl_call(o, ch, WIRE_METHOD_VERIFY, &req.base,
+                             &detd__v1__verify_response__descriptor,
+                             (ProtobufCMessage **)&p);
+        if (ex != DETCTL_EXIT_OK)
+            return ex;
+        Detd__V1__VerifyResponse **np =
+            realloc(nl->pages, (nl->n_pages + 1) * sizeof(*np));
+        if (np == NULL) {
+            protobuf_c_message_free_unpacked(&p->base, NULL);
+            goto oom;
+        }
+        nl->pages = np;
+        np[nl->n_pages++] = p;
+        if (append_strs(&nl->checked, &nc, p->nodes_checked,
+                        p->n_nodes_checked) != 0 ||
+            append_strs(&nl->unreachable, &nu, p->nodes_unreachable,
+                        p->n_nodes_unreachable) != 0)
+            goto oom;
+        const char *next = str0(p->next_page_token);
+        if (next[0] != '\0' &&
+            (p->n_nodes_checked + p->n_nodes_unreachable == 0 ||
+             strcmp(next, tok) == 0)) {
+            fprintf(stderr,
+                    "detctl: verify --cluster: detd at '%s' answered a page "
+                    "of node names whose next page token '%.40s' does not "
+                    "move on\n",
+                    o->socket, next);
+            return DETCTL_EXIT_ERROR;
+        }
+        tok = next;
+    }
+    v->nodes_checked = nl->checked;
+    v->n_nodes_checked = nc;
+    v->nodes_unreachable = nl->unreachable;
+    v->n_nodes_unreachable = nu;
+    return DETCTL_EXIT_OK;
+oom:
+    fprintf(stderr, "detctl: out of memory\n");
+    return DETCTL_EXIT_ERROR;
+}
+
+/* Put v's own lists back and free what verify_node_pages() made. */
+static void node_lists_clear(Detd__V1__VerifyResponse *v,
+                             struct node_lists *nl) {
+    if (v != NULL) {
+        v->nodes_checked = nl->own_checked;
+        v->n_nodes_checked = nl->own_n_checked;
+        v->nodes_unreachable = nl->own_unreachable;
+        v->n_nodes_unreachable = nl->own_n_unreachable;
+    }
+    free(nl->checked);
+    free(nl->unreachable);
+    for (size_t i = 0; i < nl->n_pages; i++)
+        protobuf_c_message_free_unpacked(&nl->pages[i]->base, NULL);
+    free(nl->pages);
+}
+
 /* See detctl_verify.h. */
 int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     if (o->cluster && (o->job != NULL || o->expect_ranks > 0)) {
@@ -667,6 +774,7 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     Detd__V1__ListDecisionsResponse *ld = NULL;
     Detd__V1__Observation **obs = NULL;
     json_t *doc = NULL;
+    struct node_lists nl = {0};
     int ex;
     if (o->job == NULL) {
         Detd__V1__VerifyRequest req = DETD__V1__VERIFY_REQUEST__INIT;
@@ -676,6 +784,9 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
         ex = detctl_call(o, ch, WIRE_METHOD_VERIFY, &req.base,
                          &detd__v1__verify_response__descriptor,
                          (ProtobufCMessage **)&v);
+        if (ex != DETCTL_EXIT_OK)
+            goto out;
+        ex = verify_node_pages(o, ch, ns, v, &nl);
         if (ex != DETCTL_EXIT_OK)
             goto out;
     }
@@ -852,6 +963,7 @@ oom:
 out:
     json_decref(doc);
     free(obs);
+    node_lists_clear(v, &nl);
     if (v != NULL)
         protobuf_c_message_free_unpacked(&v->base, NULL);
     for (size_t i = 0; i < n_pages; i++)

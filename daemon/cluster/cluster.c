@@ -635,7 +635,6 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     c->node_value =
         cluster_node_encode(opt->node_id, opt->listen, opt->socket_path,
                             (int)getpid(), clock_unix_ms(), DETD_VERSION);
-    c->nodes = calloc(CLUSTER_MAX_NODES, sizeof(*c->nodes));
     c->endpoints = strdup(opt->endpoints);
     if (opt->peer_ca != NULL)
         c->peer_ca = strdup(opt->peer_ca);
@@ -651,8 +650,8 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     if (asprintf(&c->writer, "%s/%d/%08x", opt->node_id, (int)getpid(), nonce) <
         0)
         c->writer = NULL;
-    if (c->node_value == NULL || c->nodes == NULL || c->endpoints == NULL ||
-        c->ns_prefix == NULL || c->node_key == NULL || c->writer == NULL) {
+    if (c->node_value == NULL || c->endpoints == NULL || c->ns_prefix == NULL ||
+        c->node_key == NULL || c->writer == NULL) {
         rc = DETD_ENOMEM;
         goto fail;
     }
@@ -746,8 +745,8 @@ int cluster_claim(cluster *c, const char *id, int recheck,
 
 /* See cluster.h. timeout_ms rides in the job's deadline field. */
 int cluster_fanout(cluster *c, const char *method, const void *req,
-                   size_t req_len, int64_t timeout_ms, cluster_pager pager,
-                   uint64_t cookie) {
+                   size_t req_len, int64_t node_timeout_ms, int64_t deadline_ms,
+                   cluster_pager pager, uint64_t cookie) {
     char *v = malloc(req_len > 0 ? req_len : 1);
     char *m = strdup(method);
     if (v == NULL || m == NULL) {
@@ -756,11 +755,12 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
         return DETD_ENOMEM;
     }
     memcpy(v, req, req_len);
-    struct job *j = job_new(JOB_FANOUT, NULL, v, req_len, timeout_ms, cookie);
+    struct job *j = job_new(JOB_FANOUT, NULL, v, req_len, deadline_ms, cookie);
     if (j == NULL) {
         free(m);
         return DETD_ENOMEM;
     }
+    j->node_timeout_ms = node_timeout_ms;
     j->method = m;
     j->pager = pager;
     enqueue(c, j);
@@ -790,7 +790,7 @@ void cluster_get_status(cluster *c, struct cluster_status *ret) {
     ret->n_members = c->n_members;
     memcpy(ret->members, c->members, c->n_members * sizeof(c->members[0]));
     ret->n_nodes = c->n_nodes;
-    memcpy(ret->nodes, c->nodes, c->n_nodes * sizeof(c->nodes[0]));
+    snprintf(ret->nodes_error, sizeof(ret->nodes_error), "%s", c->nodes_error);
     ret->watch_revision = c->watch_rev;
     ret->resyncs = c->resyncs;
     ret->boot_retries = c->boot_retries;

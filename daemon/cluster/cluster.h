@@ -50,7 +50,17 @@
 #include "cluster/cluster_codec.h"
 #include "core/decision.h"
 
-#define CLUSTER_MAX_NODES 256
+/* The most nodes the registry holds (README, "Scale"). Memory grows with
+ * the nodes registered (about 430 bytes each), not with this cap; a
+ * registry past it is refused whole: status names the error and verify
+ * --cluster fails, rather than either showing a part as the whole. */
+#define CLUSTER_MAX_NODES 65536
+/* verify --cluster: how many nodes are asked at once, and how long one
+ * node may take to answer one page (less when the caller's deadline comes
+ * first): a node silent that long is named with the error, one that keeps
+ * answering is read to its last page. */
+#define CLUSTER_FANOUT_CONCURRENCY 16
+#define CLUSTER_PEER_TIMEOUT_MS 5000
 /* The most pages cluster_fanout() asks one node for (one ListObservations
  * page holds at most 1,000 observations or 512 KiB). */
 #define CLUSTER_MAX_PAGES 256
@@ -184,16 +194,33 @@ typedef int (*cluster_pager)(const void *req, size_t req_len, const void *resp,
 
 /*
  * Make one unary call (method: full path; req: req_len bytes, copied) on
- * every registered node but this one, through its --listen address, each
- * bounded by timeout_ms; with a pager, ask each node again for its next
- * page while there is one, up to CLUSTER_MAX_PAGES (then an error event
- * for that node). Answers a PEER event per page (or the error that ended
- * a node's pages), then PEERS_DONE, with cookie. Returns 0 or DETD_ENOMEM.
- * Loop thread.
+ * every registered node but this one, through its --listen address: the
+ * registry as etcd has it now, read in pages (the status monitor's copy
+ * when etcd cannot be read). At most CLUSTER_FANOUT_CONCURRENCY nodes are
+ * asked at once; each call (one page of one node) is bounded by
+ * node_timeout_ms, and all of them by deadline_ms (clock_mono_ms clock); a node
+ * not started by deadline_ms is answered DETD_ETIMEDOUT without a call. With a
+ * pager, each node is asked again for its next page while there is one, up to
+ * CLUSTER_MAX_PAGES (then an error event for that node). Answers a PEER event
+ * per page (or the error that ended a node's pages; a registry that cannot be
+ * read at all: one PEER event with node "" and the error), then PEERS_DONE,
+ * with cookie. The pages of one node arrive in order; nodes interleave. Returns
+ * 0 or DETD_ENOMEM. Loop thread.
  */
 int cluster_fanout(cluster *c, const char *method, const void *req,
-                   size_t req_len, int64_t timeout_ms, cluster_pager pager,
-                   uint64_t cookie);
+                   size_t req_len, int64_t node_timeout_ms, int64_t deadline_ms,
+                   cluster_pager pager, uint64_t cookie);
+
+/*
+ * One page of the registered nodes (the status monitor's copy, sorted by
+ * node id): up to max nodes whose id sorts after `after` (NULL or "": from
+ * the first; see cluster_nodes_after()) copied into ret_nodes (room for
+ * max); *ret_n the count copied, *ret_total the nodes registered,
+ * *ret_more 1 when nodes follow the last one copied. Any thread.
+ */
+void cluster_nodes_page(cluster *c, const char *after, size_t max,
+                        struct cluster_node *ret_nodes, size_t *ret_n,
+                        size_t *ret_total, int *ret_more);
 
 /* Delete this node's claim key for id, if it still is ours (no event).
  * Loop thread. */
@@ -211,8 +238,11 @@ struct cluster_status {
     int64_t lease_id; /* 0: none held now */
     size_t n_members;
     struct etcd_member_status members[ETCD_MAX_ENDPOINTS];
-    size_t n_nodes;
-    struct cluster_node nodes[CLUSTER_MAX_NODES];
+    size_t n_nodes; /* registered (cluster_nodes_page() lists them) */
+    /* Why the registry could not be read last time ("" when it was), e.g.
+     * more than CLUSTER_MAX_NODES registered; the nodes are then the last
+     * read that worked. */
+    char nodes_error[256];
     int64_t watch_revision; /* last revision the watch delivered */
     uint64_t resyncs;
     uint64_t boot_retries; /* failed boot/resync attempts, each backed off */

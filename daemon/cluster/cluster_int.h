@@ -51,6 +51,7 @@ struct job {
     cluster_pager pager;
     size_t value_len;
     int64_t deadline_ms;
+    int64_t node_timeout_ms; /* JOB_FANOUT: one page of one node */
     uint64_t cookie;
     int recheck; /* JOB_CLAIM: read the claim key before the transaction */
     struct job *next;
@@ -98,9 +99,10 @@ struct cluster {
     size_t n_members;
     struct etcd_member_status members[ETCD_MAX_ENDPOINTS];
     size_t n_nodes;
-    struct cluster_node *nodes; /* CLUSTER_MAX_NODES */
+    struct cluster_node *nodes; /* sorted by id; malloc'd, NULL when none */
     int nodes_dirty;            /* the watch saw a nodes/ key change */
     int64_t nodes_read_ms;      /* when the monitor last read them */
+    char nodes_error[256];      /* why the last read failed, or "" */
 
     pthread_t workers[CLUSTER_WORKERS];
     int n_workers;
@@ -123,7 +125,8 @@ void cluster_post(cluster *c, cluster_event_kind kind, const char *id, int err,
                   int64_t revision, uint64_t cookie);
 
 /* JOB_FANOUT on a worker: every registered node but this one, page by
- * page, then PEERS_DONE (cluster_peers.c; the four above:
+ * page, CLUSTER_FANOUT_CONCURRENCY at a time, then PEERS_DONE
+ * (cluster_peers.c; the four above:
  * cluster_events.c). */
 void cluster_do_fanout(cluster *c, struct job *j);
 

@@ -17,14 +17,24 @@
 
 struct nodes_ctx {
     struct cluster_node *v;
-    size_t n;
+    size_t n, cap, max;
     size_t plen;
 };
 
 static int nodes_cb(const struct etcd_kv *kv, void *arg) {
     struct nodes_ctx *x = arg;
-    if (x->n >= CLUSTER_MAX_NODES)
-        return 1;
+    if (x->n >= x->max)
+        return DETD_ELIMIT;
+    if (x->n == x->cap) {
+        size_t cap = x->cap != 0 ? x->cap * 2 : 64;
+        if (cap > x->max)
+            cap = x->max;
+        struct cluster_node *v = realloc(x->v, cap * sizeof(*v));
+        if (v == NULL)
+            return DETD_ENOMEM;
+        x->v = v;
+        x->cap = cap;
+    }
     struct cluster_node *n = &x->v[x->n];
     memset(n, 0, sizeof(*n));
     snprintf(n->node_id, sizeof(n->node_id), "%s", kv->key + x->plen);
@@ -33,19 +43,63 @@ static int nodes_cb(const struct etcd_kv *kv, void *arg) {
     return 0;
 }
 
+static int node_cmp(const void *a, const void *b) {
+    return strcmp(((const struct cluster_node *)a)->node_id,
+                  ((const struct cluster_node *)b)->node_id);
+}
+
 /* See cluster_nodes.h. */
-int cluster_nodes_read(etcd_client *e, const char *ns_prefix,
-                       struct cluster_node *nodes, size_t *ret_n) {
+int cluster_nodes_read(etcd_client *e, const char *ns_prefix, size_t max,
+                       struct cluster_node **ret_nodes, size_t *ret_n) {
     char *nprefix = strfmt("%snodes/", ns_prefix);
     if (nprefix == NULL)
         return DETD_ENOMEM;
-    struct nodes_ctx x = {nodes, 0, strlen(nprefix)};
+    struct nodes_ctx x = {NULL, 0, 0, max, strlen(nprefix)};
     int err = etcd_range_prefix(e, nprefix, 0, nodes_cb, &x, NULL);
     free(nprefix);
-    if (err != 0 && err != 1)
+    if (err != 0) {
+        free(x.v);
         return err;
+    }
+    /* etcd answers in key order; the cursor of cluster_nodes_after() relies
+     * on it, so make sure (a node id cut to CLUSTER_MAX_NODE_ID may move). */
+    if (x.n > 1)
+        qsort(x.v, x.n, sizeof(*x.v), node_cmp);
+    *ret_nodes = x.v;
     *ret_n = x.n;
     return 0;
+}
+
+/* See cluster_nodes.h. */
+size_t cluster_nodes_after(const struct cluster_node *v, size_t n,
+                           const char *after) {
+    if (after == NULL || after[0] == '\0')
+        return 0;
+    size_t lo = 0, hi = n; /* the first id > after lies in [lo, hi] */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(v[mid].node_id, after) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* See cluster_nodes.h. */
+size_t cluster_names_page_end(char *const *a, size_t na, char *const *b,
+                              size_t nb, size_t start, size_t max_items,
+                              size_t max_bytes) {
+    size_t end = start, bytes = 0;
+    while (end < na + nb && end - start < max_items) {
+        const char *s = end < na ? a[end] : b[end - na];
+        size_t len = strlen(s);
+        if (end > start && bytes + len > max_bytes)
+            break;
+        bytes += len;
+        end++;
+    }
+    return end;
 }
 
 /* See cluster_nodes.h. */
@@ -151,8 +205,9 @@ int cluster_node_id_check(const char *id, char **ret_errmsg) {
 /* See cluster_nodes.h. */
 void cluster_node_call(const struct cluster_node *nd, const char *method,
                        const void *req, size_t req_len,
-                       const struct grpc_unary_tls *tls, int64_t timeout_ms,
-                       cluster_pager pager, cluster_page_cb cb, void *arg) {
+                       const struct grpc_unary_tls *tls, int64_t call_ms,
+                       int64_t deadline_ms, cluster_pager pager,
+                       cluster_page_cb cb, void *arg) {
     if (nd->listen[0] == '\0') {
         const char *why = "registered without a --listen address";
         cb(nd->node_id, DETD_EUNAVAILABLE, why, strlen(why), arg);
@@ -163,8 +218,16 @@ void cluster_node_call(const struct cluster_node *nd, const char *method,
         void *resp = NULL, *next = NULL;
         size_t rlen = 0, nlen = 0;
         char *err = NULL;
-        int rc = grpc_unary_oneshot(nd->listen, method, req, req_len, tls,
-                                    timeout_ms, &resp, &rlen, &err);
+        int64_t left = deadline_ms - clock_mono_ms();
+        if (left <= 0) {
+            const char *why = "the deadline passed before its next page";
+            cb(nd->node_id, DETD_ETIMEDOUT, why, strlen(why), arg);
+            break;
+        }
+        if (left > call_ms)
+            left = call_ms;
+        int rc = grpc_unary_oneshot(nd->listen, method, req, req_len, tls, left,
+                                    &resp, &rlen, &err);
         if (rc != 0) {
             cb(nd->node_id, rc, err != NULL ? err : "",
                err != NULL ? strlen(err) : 0, arg);

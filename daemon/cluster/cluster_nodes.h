@@ -16,12 +16,37 @@
 #include "grpc_unary.h"
 
 /*
- * Read the nodes registered under ns_prefix ("/detd/v1/<ns>/") into nodes
- * (room for CLUSTER_MAX_NODES; more are left out) and their count into
- * *ret_n. 0 or a DETD_E* error.
+ * Read the nodes registered under ns_prefix ("/detd/v1/<ns>/"), in pages
+ * of the etcd client's range page, into a malloc'd array sorted by node id
+ * (*ret_nodes, caller frees; NULL when none) and their count into *ret_n.
+ * The array grows with the registry: at most max nodes, beyond which the
+ * read fails with DETD_ELIMIT. 0 or a DETD_E* error (*ret_nodes untouched).
  */
-int cluster_nodes_read(etcd_client *e, const char *ns_prefix,
-                       struct cluster_node *nodes, size_t *ret_n);
+int cluster_nodes_read(etcd_client *e, const char *ns_prefix, size_t max,
+                       struct cluster_node **ret_nodes, size_t *ret_n);
+
+/*
+ * The paging cursor of the registry: the index in v (n nodes sorted by
+ * node id, as cluster_nodes_read() leaves them) of the first node whose id
+ * sorts after `after` (strcmp order, etcd's key order); 0 for NULL or "".
+ * A page that ends with node id X goes on from cluster_nodes_after(X), so
+ * a node present while a listing runs is listed exactly once and in order,
+ * whatever joins or leaves between pages.
+ */
+size_t cluster_nodes_after(const struct cluster_node *v, size_t n,
+                           const char *after);
+
+/*
+ * The end of one page of node names (verify --cluster's lists): the names
+ * are a[0..na) followed by b[0..nb); the page starts at index start and
+ * takes names while it holds fewer than max_items and their bytes (string
+ * lengths) stay within max_bytes, but always at least one when one is
+ * left. Returns the index after the page's last name (start when start is
+ * at or past the end). Pure.
+ */
+size_t cluster_names_page_end(char *const *a, size_t na, char *const *b,
+                              size_t nb, size_t start, size_t max_items,
+                              size_t max_bytes);
 
 /* One answer of cluster_node_call(): a page (err 0, n bytes of v) or the
  * error that ended the node's pages (err, v its text). */
@@ -30,15 +55,18 @@ typedef void (*cluster_page_cb)(const char *node, int err, const void *v,
 
 /*
  * Call method (a full path) on node nd through its --listen address with
- * req_len bytes of req (tls NULL: plaintext), each call bounded by
- * timeout_ms; with a pager, ask again for the next page while the pager
- * says there is one, at most CLUSTER_MAX_PAGES. cb gets every page, in
- * order, and the error that ended them, if any. Blocking (cluster worker).
+ * req_len bytes of req (tls NULL: plaintext), each call (page) bounded by
+ * call_ms and all of them by deadline_ms (clock_mono_ms clock; past it:
+ * DETD_ETIMEDOUT); with a pager, ask
+ * again for the next page while the pager says there is one, at most
+ * CLUSTER_MAX_PAGES. cb gets every page, in order, and the error that ended
+ * them, if any. Blocking (cluster worker).
  */
 void cluster_node_call(const struct cluster_node *nd, const char *method,
                        const void *req, size_t req_len,
-                       const struct grpc_unary_tls *tls, int64_t timeout_ms,
-                       cluster_pager pager, cluster_page_cb cb, void *arg);
+                       const struct grpc_unary_tls *tls, int64_t call_ms,
+                       int64_t deadline_ms, cluster_pager pager,
+                       cluster_page_cb cb, void *arg);
 
 /* The lease id stored in path, or 0 when path is NULL, missing or does not
  * hold one decimal id (32 bytes read at most). */

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "ops/admin.h"
 #include "clock.h"
+#include "strfmt.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,19 +19,132 @@
 #include "detd/client.h"
 #include "detd/error.h"
 #include "health.pb-c.h"
-#include "core/keyid.h"
-#include "core/text.h"
-#include "core/verify.h"
 #include "io/listener.h"
 #include "app/imports.h"
 #include "ops/tableadmin.h"
-#include "ops/peertab.h"
 #include "ops/votes.h"
 
 #define SVC_API_VERSION DETD_API_VERSION
 
-void admin_status(struct daemon *d, struct rpc_event *ev) {
+/* Status's page of registered nodes: 256 when the client does not say (the
+ * whole list before it was paged, so an older detctl sees what it saw),
+ * at most 1,000 (about 440 bytes each at most: well within
+ * DETD_MAX_MESSAGE_BYTES with the rest of the status). */
+#define ADMIN_NODES_PAGE 256
+#define ADMIN_NODES_PAGE_MAX 1000
+/* A nodes page token: this prefix, then the last node id of the page. */
+#define ADMIN_NODES_TOKEN "n1:"
+
+/* One page of Status's nodes, freed by nodes_page_clear(). */
+struct nodes_page {
+    struct cluster_node *nodes;
+    Detd__V1__ClusterNode *pb;
+    Detd__V1__ClusterNode **pbp;
+    char *next;
+};
+
+static void nodes_page_clear(struct nodes_page *p) {
+    free(p->nodes);
+    free(p->pb);
+    free(p->pbp);
+    free(p->next);
+}
+
+/* Fill resp's nodes, nodes_next_page_token and nodes_total with the page
+ * req asks for (nothing without a cluster). 0, or -1 with the call
+ * failed. */
+static int nodes_page_fill(struct daemon *d, const Detd__V1__StatusRequest *req,
+                           Detd__V1__StatusResponse *resp, rpc_call *call,
+                           struct nodes_page *p) {
+    const char *tok =
+        req->nodes_page_token != NULL ? req->nodes_page_token : "";
+    const char *after = "";
+    size_t tl = strlen(ADMIN_NODES_TOKEN);
+    if (tok[0] != '\0') {
+        if (strncmp(tok, ADMIN_NODES_TOKEN, tl) != 0 ||
+            strlen(tok) > tl + CLUSTER_MAX_NODE_ID) {
+            rpc_fail(call, RPC_INVALID_ARGUMENT,
+                     "nodes_page_token '%.64s' is not one this daemon gives",
+                     tok);
+            return -1;
+        }
+        after = tok + tl;
+    }
+    if (d->cluster == NULL)
+        return 0;
+    size_t max = req->nodes_page_size == 0 ? ADMIN_NODES_PAGE
+                 : req->nodes_page_size > ADMIN_NODES_PAGE_MAX
+                     ? ADMIN_NODES_PAGE_MAX
+                     : req->nodes_page_size;
+    p->nodes = malloc(max * sizeof(*p->nodes));
+    p->pb = calloc(max, sizeof(*p->pb));
+    p->pbp = calloc(max, sizeof(*p->pbp));
+    if (p->nodes == NULL || p->pb == NULL || p->pbp == NULL) {
+        rpc_fail(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    size_t n = 0, total = 0;
+    int more = 0;
+    cluster_nodes_page(d->cluster, after, max, p->nodes, &n, &total, &more);
+    for (size_t i = 0; i < n; i++) {
+        const struct cluster_node *nd = &p->nodes[i];
+        Detd__V1__ClusterNode *x = &p->pb[i];
+        detd__v1__cluster_node__init(x);
+        x->node_id = (char *)nd->node_id;
+        x->listen = (char *)nd->listen;
+        x->pid = (uint32_t)nd->pid;
+        x->started_at_ms = nd->started_at_ms;
+        x->version = (char *)nd->version;
+        x->socket = (char *)nd->socket;
+        p->pbp[i] = x;
+    }
+    if (more && n > 0 &&
+        (p->next = strfmt("%s%s", ADMIN_NODES_TOKEN,
+                          p->nodes[n - 1].node_id)) == NULL) {
+        rpc_fail(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    resp->nodes = p->pbp;
+    resp->n_nodes = n;
+    resp->nodes_next_page_token = p->next != NULL ? p->next : "";
+    resp->nodes_total = total;
+    return 0;
+}
+
+/* A Status call with nodes_only: a later page of the nodes. */
+static void status_nodes_only(struct daemon *d, struct rpc_event *ev) {
+    const Detd__V1__StatusRequest *req =
+        (const Detd__V1__StatusRequest *)ev->msg;
     Detd__V1__StatusResponse resp = DETD__V1__STATUS_RESPONSE__INIT;
+    struct nodes_page np = {0};
+    struct cluster_status *cs = NULL;
+    resp.api_version = SVC_API_VERSION;
+    if (nodes_page_fill(d, req, &resp, ev->call, &np) != 0)
+        goto out;
+    if (d->cluster != NULL) {
+        if ((cs = malloc(sizeof(*cs))) == NULL) {
+            rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+            goto out;
+        }
+        cluster_get_status(d->cluster, cs);
+        resp.nodes_error = cs->nodes_error;
+    }
+    rpc_reply(ev->call, &resp.base);
+out:
+    free(cs);
+    nodes_page_clear(&np);
+    protobuf_c_message_free_unpacked(ev->msg, NULL);
+}
+
+void admin_status(struct daemon *d, struct rpc_event *ev) {
+    const Detd__V1__StatusRequest *req =
+        (const Detd__V1__StatusRequest *)ev->msg;
+    if (req->nodes_only) {
+        status_nodes_only(d, ev);
+        return;
+    }
+    Detd__V1__StatusResponse resp = DETD__V1__STATUS_RESPONSE__INIT;
+    struct nodes_page np = {0};
     uint64_t total = 0, by_source[8] = {0};
     struct engine_stats es;
     engine_get_stats(d->engine, &es);
@@ -128,8 +242,6 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
     /* Scratch for the etcd part of the answer (loop thread only). */
     static Detd__V1__EtcdEndpoint eps[ETCD_MAX_ENDPOINTS];
     static Detd__V1__EtcdEndpoint *epp[ETCD_MAX_ENDPOINTS];
-    static Detd__V1__ClusterNode nds[CLUSTER_MAX_NODES];
-    static Detd__V1__ClusterNode *ndp[CLUSTER_MAX_NODES];
     if (ci == NULL || cip == NULL || gi == NULL || gip == NULL) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
@@ -204,23 +316,13 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         }
         resp.etcd_endpoints = epp;
         resp.n_etcd_endpoints = cs->n_members;
-        for (size_t i = 0; i < cs->n_nodes; i++) {
-            const struct cluster_node *n = &cs->nodes[i];
-            Detd__V1__ClusterNode *x = &nds[i];
-            detd__v1__cluster_node__init(x);
-            x->node_id = (char *)n->node_id;
-            x->listen = (char *)n->listen;
-            x->pid = (uint32_t)n->pid;
-            x->started_at_ms = n->started_at_ms;
-            x->version = (char *)n->version;
-            x->socket = (char *)n->socket;
-            ndp[i] = x;
-        }
-        resp.nodes = ndp;
-        resp.n_nodes = cs->n_nodes;
+        resp.nodes_error = cs->nodes_error;
     }
+    if (nodes_page_fill(d, req, &resp, ev->call, &np) != 0)
+        goto out;
     rpc_reply(ev->call, &resp.base);
 out:
+    nodes_page_clear(&np);
     tableadmin_status_clear(&ts);
     free(cs);
     free(ci);
@@ -300,531 +402,6 @@ out:
     free(l.pbs);
     free(l.rows);
     protobuf_c_message_free_unpacked(ev->msg, NULL);
-}
-
-struct verify_ctx {
-    struct daemon *d;
-    struct peer_tab peers;
-    verifier *v;
-    char last_id[KEYID_HEX_LEN + 1];
-    char *decided;
-    int rc;
-};
-
-static int verify_cb(void *ctx, const struct store_observation *o) {
-    struct verify_ctx *vc = ctx;
-    if (o->failed && o->config[0] == '\0')
-        return 0; /* raised before a config was chosen: detctl lists it */
-    if (strcmp(vc->last_id, o->id) != 0) {
-        free(vc->decided);
-        vc->decided = NULL;
-        struct decision row;
-        if (store_get_decision(vc->d->store, o->id, &row) == 0) {
-            vc->decided = strdup(row.config);
-            decision_clear(&row);
-        }
-        snprintf(vc->last_id, sizeof(vc->last_id), "%s", o->id);
-    }
-    struct verify_obs vo = {o->id,         o->kernel,   o->key,  o->arch,
-                            o->config,     o->host,     o->pid,  o->rank,
-                            o->local_rank, o->governed, o->chaos};
-    vc->rc = verify_add(vc->v, &vo, vc->decided);
-    if (vc->rc == 0 && o->governed &&
-        peer_tab_add(&vc->peers, o->id, o->host, o->pid, o->claimed_pid,
-                     o->peer_uid, o->node[0] ? o->node : vc->d->node) != 0)
-        vc->rc = DETD_ENOMEM;
-    return vc->rc != 0;
-}
-
-/* Answer a Verify call from a finished verifier's result. */
-static void reply_verify(rpc_call *call, const struct verify_result *r,
-                         struct peer_tab *pt, char **checked, size_t n_checked,
-                         char **unreachable, size_t n_unreachable) {
-    size_t nd = r->n_divergences, nu = 0, ncl = 0;
-    for (size_t i = 0; i < nd; i++) {
-        nu += r->divergences[i].n_uses;
-        for (size_t j = 0; j < r->divergences[i].n_uses; j++)
-            ncl += r->divergences[i].uses[j].n_clients;
-    }
-    Detd__V1__Divergence *dv = calloc(nd + 1, sizeof(*dv));
-    Detd__V1__Divergence **dvp = calloc(nd + 1, sizeof(*dvp));
-    Detd__V1__VerifyUse *us = calloc(nu + 1, sizeof(*us));
-    Detd__V1__VerifyUse **usp = calloc(nu + 1, sizeof(*usp));
-    Detd__V1__ClientIdentity *cl = calloc(ncl + 1, sizeof(*cl));
-    Detd__V1__ClientIdentity **clp = calloc(ncl + 1, sizeof(*clp));
-    Detd__V1__PeerIdentity *pe = calloc(ncl + 1, sizeof(*pe));
-    Detd__V1__PeerIdentity **pep = calloc(ncl + 1, sizeof(*pep));
-    if (dv && dvp && us && usp && cl && clp && pe && pep) {
-        size_t ui = 0, ki = 0;
-        for (size_t i = 0; i < nd; i++) {
-            const struct verify_divergence *x = &r->divergences[i];
-            detd__v1__divergence__init(&dv[i]);
-            dv[i].id = x->id;
-            dv[i].kernel = x->kernel;
-            dv[i].key = x->key;
-            dv[i].arch = x->arch;
-            dv[i].decided = x->decided ? x->decided : "";
-            dv[i].reason = x->reason;
-            dv[i].uses = &usp[ui];
-            dv[i].n_uses = x->n_uses;
-            for (size_t j = 0; j < x->n_uses; j++, ui++) {
-                const struct verify_use *u = &x->uses[j];
-                detd__v1__verify_use__init(&us[ui]);
-                us[ui].config = u->config;
-                us[ui].chaos = u->chaos;
-                us[ui].clients = &clp[ki];
-                us[ui].n_clients = u->n_clients;
-                us[ui].peers = &pep[ki];
-                us[ui].n_peers = u->n_clients;
-                for (size_t k = 0; k < u->n_clients; k++, ki++) {
-                    detd__v1__client_identity__init(&cl[ki]);
-                    cl[ki].host = u->clients[k].host;
-                    cl[ki].pid = u->clients[k].pid;
-                    cl[ki].rank = u->clients[k].rank;
-                    cl[ki].local_rank = u->clients[k].local_rank;
-                    clp[ki] = &cl[ki];
-                    /* Who the daemon saw, beside what was claimed. */
-                    detd__v1__peer_identity__init(&pe[ki]);
-                    pe[ki].pid = u->clients[k].pid;
-                    pe[ki].uid = -1;
-                    pe[ki].node = "";
-                    const struct peer_row *pr = peer_tab_find(
-                        pt, x->id, u->clients[k].host, u->clients[k].pid);
-                    if (pr != NULL) {
-                        pe[ki].uid = pr->uid;
-                        pe[ki].node = pr->node;
-                        pe[ki].claimed_pid = pr->claimed_pid;
-                        if (pr->claimed_pid != 0)
-                            cl[ki].pid = pr->claimed_pid;
-                    }
-                    pep[ki] = &pe[ki];
-                }
-                usp[ui] = &us[ui];
-            }
-            dvp[i] = &dv[i];
-        }
-        Detd__V1__VerifyResponse resp = DETD__V1__VERIFY_RESPONSE__INIT;
-        resp.api_version = SVC_API_VERSION;
-        resp.ok = nd == 0 && n_unreachable == 0;
-        resp.keys_checked = r->keys_checked;
-        resp.observations = r->observations;
-        resp.ungoverned = r->ungoverned;
-        resp.divergences = dvp;
-        resp.n_divergences = nd;
-        resp.nodes_checked = checked;
-        resp.n_nodes_checked = n_checked;
-        resp.nodes_unreachable = unreachable;
-        resp.n_nodes_unreachable = n_unreachable;
-        rpc_reply(call, &resp.base);
-    } else {
-        rpc_fail(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    free(dv);
-    free(dvp);
-    free(us);
-    free(usp);
-    free(cl);
-    free(clp);
-    free(pe);
-    free(pep);
-}
-
-/* verify --cluster in flight: peers' observations being gathered. */
-struct verify_op {
-    uint64_t cookie;
-    rpc_call *call;
-    char *ns;
-    Detd__V1__ListObservationsResponse **resps;
-    size_t n_resps;
-    size_t bytes; /* of the pages kept (DAEMON_MAX_VERIFY_BYTES) */
-    char *skip;   /* the node whose further pages are ignored */
-    char **checked, **unreachable;
-    size_t n_checked, n_unreachable;
-    struct verify_op *next;
-};
-
-/* The verify --cluster gatherings in flight. */
-struct admin_verifies {
-    struct verify_op *ops;
-    uint64_t next; /* the last cookie handed out */
-};
-
-/* See admin.h. */
-int admin_verifies_new(struct admin_verifies **ret) {
-    struct admin_verifies *v = calloc(1, sizeof(*v));
-    if (v == NULL)
-        return DETD_ENOMEM;
-    *ret = v;
-    return 0;
-}
-
-/* See admin.h. */
-void admin_verifies_free(struct admin_verifies *v) {
-    free(v); /* admin_verify_drain() answered what was in flight */
-}
-
-static void verify_op_free(struct verify_op *op) {
-    for (size_t i = 0; i < op->n_resps; i++)
-        protobuf_c_message_free_unpacked(&op->resps[i]->base, NULL);
-    for (size_t i = 0; i < op->n_checked; i++)
-        free(op->checked[i]);
-    for (size_t i = 0; i < op->n_unreachable; i++)
-        free(op->unreachable[i]);
-    free(op->resps);
-    free(op->checked);
-    free(op->unreachable);
-    free(op->ns);
-    free(op->skip);
-    free(op);
-}
-
-/* The cluster_pager of verify --cluster: the ListObservations request
- * again with the answer's next_page_token. */
-static int obs_next_page(const void *req, size_t req_len, const void *resp,
-                         size_t resp_len, void **ret_next, size_t *ret_len) {
-    Detd__V1__ListObservationsResponse *lr =
-        detd__v1__list_observations_response__unpack(NULL, resp_len, resp);
-    if (lr == NULL)
-        return DETD_EPROTO;
-    int rc = 0;
-    if (lr->next_page_token != NULL && lr->next_page_token[0] != '\0') {
-        Detd__V1__ListObservationsRequest *q =
-            detd__v1__list_observations_request__unpack(NULL, req_len, req);
-        uint8_t *buf = NULL;
-        size_t n = 0;
-        if (q == NULL) {
-            rc = DETD_EPROTO;
-        } else {
-            char *was = q->page_token;
-            q->page_token = lr->next_page_token;
-            n = protobuf_c_message_get_packed_size(&q->base);
-            if ((buf = malloc(n + 1)) == NULL)
-                rc = DETD_ENOMEM;
-            else
-                protobuf_c_message_pack(&q->base, buf);
-            q->page_token = was;
-            protobuf_c_message_free_unpacked(&q->base, NULL);
-        }
-        if (rc == 0) {
-            *ret_next = buf;
-            *ret_len = n;
-            rc = 1;
-        }
-    }
-    protobuf_c_message_free_unpacked(&lr->base, NULL);
-    return rc;
-}
-
-static int push_str(char ***v, size_t *n, const char *s) {
-    char **nv = realloc(*v, (*n + 1) * sizeof(**v));
-    if (nv == NULL)
-        return -1;
-    *v = nv;
-    if ((nv[*n] = strdup(s)) == NULL)
-        return -1;
-    (*n)++;
-    return 0;
-}
-
-void admin_verify(struct daemon *d, struct rpc_event *ev) {
-    Detd__V1__VerifyRequest *req = (Detd__V1__VerifyRequest *)ev->msg;
-    const char *ns =
-        req->namespace_ && req->namespace_[0] ? req->namespace_ : d->cfg->ns;
-    struct verify_ctx vc = {.d = d};
-    struct verify_result r = {0};
-    if (req->cluster && d->cluster != NULL) {
-        /* Gather every node's observations first (cluster worker). */
-        struct verify_op *op = calloc(1, sizeof(*op));
-        Detd__V1__ListObservationsRequest lr =
-            DETD__V1__LIST_OBSERVATIONS_REQUEST__INIT;
-        lr.api_version = SVC_API_VERSION;
-        lr.namespace_ = (char *)ns;
-        lr.page_size = DAEMON_MAX_OBS_PAGE;
-        size_t n = protobuf_c_message_get_packed_size(&lr.base);
-        uint8_t *buf = malloc(n + 1);
-        if (op == NULL || buf == NULL || (op->ns = strdup(ns)) == NULL) {
-            free(buf);
-            free(op);
-            rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-            goto out;
-        }
-        protobuf_c_message_pack(&lr.base, buf);
-        op->cookie = ++d->verifies->next;
-        op->call = ev->call;
-        int64_t left = rpc_call_deadline_ms(ev->call) - clock_mono_ms() - 200;
-        if (left > 10000 || left < 0)
-            left = 10000;
-        if (cluster_fanout(d->cluster, "/detd.v1.Admin/ListObservations", buf,
-                           n, left, obs_next_page, op->cookie) != 0) {
-            free(buf);
-            free(op->ns);
-            free(op);
-            rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-            goto out;
-        }
-        free(buf);
-        op->next = d->verifies->ops;
-        d->verifies->ops = op;
-        goto out;
-    }
-    if (verify_new(&vc.v) != 0) {
-        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
-    if (store_each_observation(d->store, ns, verify_cb, &vc) != 0 ||
-        vc.rc != 0) {
-        rpc_fail(ev->call, RPC_INTERNAL, "verify: %s",
-                 vc.rc ? detd_strerror(vc.rc) : store_errmsg(d->store));
-        goto out;
-    }
-    if (verify_finish(vc.v, &r) != 0) {
-        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
-    d->counters.verify_divergences += r.n_divergences;
-    reply_verify(ev->call, &r, &vc.peers, NULL, 0, NULL, 0);
-out:
-    peer_tab_clear(&vc.peers);
-    verify_result_clear(&r);
-    verify_free(vc.v);
-    free(vc.decided);
-    protobuf_c_message_free_unpacked(ev->msg, NULL);
-}
-
-/* One observation of the merged set (strings borrowed or owned). */
-struct mobs {
-    struct verify_obs o;
-    char *own[6]; /* local rows: heap copies, freed after */
-};
-
-struct collect_ctx {
-    struct mobs *v;
-    size_t n, cap;
-    int oom;
-    struct daemon *d;
-    struct peer_tab peers;
-};
-
-static int collect_cb(void *ctx, const struct store_observation *o) {
-    struct collect_ctx *c = ctx;
-    if (o->failed && o->config[0] == '\0')
-        return 0; /* as verify_cb */
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 256;
-        struct mobs *v = realloc(c->v, cap * sizeof(*v));
-        if (v == NULL) {
-            c->oom = 1;
-            return 1;
-        }
-        c->v = v;
-        c->cap = cap;
-    }
-    struct mobs *m = &c->v[c->n];
-    memset(m, 0, sizeof(*m));
-    const char *src[6] = {o->id,   o->kernel, o->key,
-                          o->arch, o->config, o->host};
-    for (int i = 0; i < 6; i++) {
-        if ((m->own[i] = text_dup(src[i])) == NULL) {
-            for (int j = 0; j < i; j++)
-                free(m->own[j]);
-            c->oom = 1;
-            return 1;
-        }
-    }
-    m->o = (struct verify_obs){m->own[0],     m->own[1],   m->own[2], m->own[3],
-                               m->own[4],     m->own[5],   o->pid,    o->rank,
-                               o->local_rank, o->governed, o->chaos};
-    c->n++;
-    if (o->governed &&
-        peer_tab_add(&c->peers, o->id, o->host, o->pid, o->claimed_pid,
-                     o->peer_uid, o->node[0] ? o->node : c->d->node) != 0)
-        return 1;
-    return 0;
-}
-
-static int add_remote(struct collect_ctx *c, const Detd__V1__Observation *o) {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 256;
-        struct mobs *v = realloc(c->v, cap * sizeof(*v));
-        if (v == NULL)
-            return -1;
-        c->v = v;
-        c->cap = cap;
-    }
-    struct mobs *m = &c->v[c->n++];
-    memset(m, 0, sizeof(*m));
-    const Detd__V1__ClientIdentity *ci = o->client;
-    m->o = (struct verify_obs){o->id,
-                               o->kernel,
-                               o->key,
-                               o->arch,
-                               o->config,
-                               ci ? ci->host : "",
-                               ci ? ci->pid : 0,
-                               ci ? ci->rank : -1,
-                               ci ? ci->local_rank : -1,
-                               o->governed,
-                               o->chaos};
-    if (o->governed && o->peer != NULL &&
-        peer_tab_add(&c->peers, o->id, ci ? ci->host : "", ci ? ci->pid : 0,
-                     o->peer->claimed_pid, o->peer->uid, o->peer->node) != 0)
-        return -1;
-    return 0;
-}
-
-static int mobs_cmp(const void *a, const void *b) {
-    const struct mobs *x = a, *y = b;
-    return strcmp(x->o.id, y->o.id);
-}
-
-static void verify_cluster_finish(struct daemon *d, struct verify_op *op) {
-    struct collect_ctx c = {0};
-    c.d = d;
-    struct verify_result r = {0};
-    verifier *v = NULL;
-    char *decided = NULL;
-    const char *last = NULL;
-    if (store_each_observation(d->store, op->ns, collect_cb, &c) != 0 ||
-        c.oom) {
-        rpc_fail(op->call, RPC_INTERNAL, "verify: %s",
-                 c.oom ? "out of memory" : store_errmsg(d->store));
-        goto out;
-    }
-    for (size_t i = 0; i < op->n_resps; i++)
-        for (size_t j = 0; j < op->resps[i]->n_observations; j++) {
-            const Detd__V1__Observation *o = op->resps[i]->observations[j];
-            if (o->id == NULL || o->config == NULL || o->id[0] == '\0' ||
-                (o->failed && o->config[0] == '\0'))
-                continue;
-            if (add_remote(&c, o) != 0) {
-                rpc_fail(op->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-                goto out;
-            }
-        }
-    if (c.n > 0)
-        qsort(c.v, c.n, sizeof(*c.v), mobs_cmp);
-    if (verify_new(&v) != 0) {
-        rpc_fail(op->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < c.n; i++) {
-        if (last == NULL || strcmp(last, c.v[i].o.id) != 0) {
-            free(decided);
-            decided = NULL;
-            struct decision row;
-            if (store_get_decision(d->store, c.v[i].o.id, &row) == 0) {
-                decided = strdup(row.config);
-                decision_clear(&row);
-            }
-            last = c.v[i].o.id;
-        }
-        int rc = verify_add(v, &c.v[i].o, decided);
-        if (rc != 0) {
-            rpc_fail(op->call, RPC_INTERNAL, "verify: %s", detd_strerror(rc));
-            goto out;
-        }
-    }
-    if (verify_finish(v, &r) != 0) {
-        rpc_fail(op->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
-    d->counters.verify_divergences += r.n_divergences;
-    reply_verify(op->call, &r, &c.peers, op->checked, op->n_checked,
-                 op->unreachable, op->n_unreachable);
-out:
-    verify_result_clear(&r);
-    verify_free(v);
-    free(decided);
-    for (size_t i = 0; i < c.n; i++)
-        for (int j = 0; j < 6; j++)
-            free(c.v[i].own[j]);
-    free(c.v);
-    peer_tab_clear(&c.peers);
-}
-
-/* See admin.h. */
-void admin_verify_peer(struct daemon *d, const struct cluster_event *ev) {
-    struct verify_op *op = d->verifies->ops;
-    while (op != NULL && op->cookie != ev->cookie)
-        op = op->next;
-    if (op == NULL)
-        return;
-    if (ev->kind == CLUSTER_EV_PEERS_DONE) {
-        struct verify_op **pp = &d->verifies->ops;
-        while (*pp != op)
-            pp = &(*pp)->next;
-        *pp = op->next;
-        if (push_str(&op->checked, &op->n_checked, d->cfg->node_id) != 0) {
-            rpc_fail(op->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-        } else {
-            verify_cluster_finish(d, op);
-        }
-        verify_op_free(op);
-        return;
-    }
-    char why[512];
-    if (op->skip != NULL && strcmp(op->skip, ev->node) == 0)
-        return; /* already named incomplete: the rest of its pages */
-    if (ev->err == 0 && op->bytes + ev->value_len > DAEMON_MAX_VERIFY_BYTES) {
-        snprintf(why, sizeof(why),
-                 "%s: its observations go past the %d MiB verify --cluster "
-                 "keeps: verify --cluster is incomplete",
-                 ev->node, DAEMON_MAX_VERIFY_BYTES >> 20);
-        log_warn("verify --cluster: node %s", why);
-        push_str(&op->unreachable, &op->n_unreachable, why);
-        free(op->skip);
-        op->skip = strdup(ev->node);
-        return;
-    }
-    if (ev->err == 0) {
-        Detd__V1__ListObservationsResponse *lr =
-            detd__v1__list_observations_response__unpack(
-                NULL, ev->value_len, (const uint8_t *)ev->value);
-        Detd__V1__ListObservationsResponse **nv =
-            lr != NULL ? realloc(op->resps, (op->n_resps + 1) * sizeof(*nv))
-                       : NULL;
-        if (nv != NULL) {
-            op->resps = nv;
-            op->resps[op->n_resps++] = lr;
-            op->bytes += ev->value_len;
-            if (lr->next_page_token && lr->next_page_token[0] != '\0')
-                return; /* more pages of this node follow */
-            if (lr->truncated) {
-                /* A peer that cannot page: say so rather than pass on a
-                 * part. */
-                snprintf(why, sizeof(why),
-                         "%s: more observations than one page (%zu "
-                         "compared) and no next page: verify --cluster is "
-                         "incomplete",
-                         ev->node, lr->n_observations);
-                log_warn("verify --cluster: node %s", why);
-                push_str(&op->unreachable, &op->n_unreachable, why);
-                return;
-            }
-            push_str(&op->checked, &op->n_checked, ev->node);
-            return;
-        }
-        if (lr != NULL)
-            protobuf_c_message_free_unpacked(&lr->base, NULL);
-        snprintf(why, sizeof(why), "%s: undecodable answer", ev->node);
-    } else {
-        snprintf(why, sizeof(why), "%s: %s (%s)", ev->node,
-                 detd_strerror(ev->err), ev->value ? ev->value : "");
-    }
-    log_warn("verify --cluster: node %s", why);
-    push_str(&op->unreachable, &op->n_unreachable, why);
-}
-
-/* See admin.h. */
-void admin_verify_drain(struct daemon *d) {
-    if (d->verifies == NULL)
-        return;
-    while (d->verifies->ops != NULL) {
-        struct verify_op *op = d->verifies->ops;
-        d->verifies->ops = op->next;
-        rpc_fail(op->call, RPC_UNAVAILABLE, "daemon is shutting down");
-        verify_op_free(op);
-    }
 }
 
 void admin_reset(struct daemon *d, struct rpc_event *ev) {

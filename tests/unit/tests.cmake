@@ -73,6 +73,7 @@ detd_unit_test(test_convert detd_app)
 # adapter's reading of gRPC statuses (etcd_status_err).
 if(TARGET detd_cluster)
   detd_unit_test(test_cluster_backoff detd_cluster)
+  detd_unit_test(test_cluster_pages detd_cluster)
   detd_unit_test(test_cluster_codec detd_cluster PkgConfig::JANSSON)
   detd_unit_test(test_etcd_status detd_cluster detd_etcd_proto PkgConfig::GRPC)
 endif()
