@@ -7,6 +7,7 @@
 #include "app/benchsplit.h"
 #include "app/decide.h"
 #include "app/imports.h"
+#include "app/storeerr.h"
 #include "ops/admin.h"
 #include "ops/obslist.h"
 #include "ops/tableadmin.h"
@@ -38,4 +39,5 @@ void dispatch_event(struct daemon *d, struct rpc_event *ev) {
         return;
     }
     handlers[ev->method](d, ev);
+    storeerr_check(d);
 }

@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "app/commit.h"
+#include "app/storeerr.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -167,9 +168,8 @@ void commit_decision(struct daemon *d, rpc_call *call, commit_answer how,
     const struct decision *won;
     int rc = apply(d, row, what, "local", "report", 1, &existing, &won);
     if (rc != 0) {
-        /* A full disk is the caller's RESOURCE_EXHAUSTED, the store named. */
-        rpc_fail(call, rc == -ENOSPC ? RPC_RESOURCE_EXHAUSTED : RPC_INTERNAL,
-                 "store: %s", store_errmsg(d->store));
+        /* A failing disk is the caller's UNAVAILABLE, the store named. */
+        storeerr_reply(d, call, rc);
         return;
     }
     answer(d, call, how, won, won != row);
@@ -203,10 +203,12 @@ static void apply_from_etcd(struct daemon *d, const struct decision *row,
     origin[n] = '\0';
     struct decision existing;
     const struct decision *won;
-    if (apply(d, row, NULL, n > 0 ? origin : "unknown", via, committed_here,
-              &existing, &won) != 0) {
-        log_error("store decision %.12s from etcd: %s", row->id,
-                  store_errmsg(d->store));
+    int rc = apply(d, row, NULL, n > 0 ? origin : "unknown", via,
+                   committed_here, &existing, &won);
+    if (rc != 0) {
+        if (!storeerr_note(d, rc))
+            log_error("store decision %.12s from etcd: %s", row->id,
+                      store_errmsg(d->store));
         return;
     }
     if (won != row)

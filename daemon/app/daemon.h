@@ -83,6 +83,16 @@ struct daemon_counters {
     uint64_t verify_divergences; /* divergent keys found by Verify */
     uint64_t vote_calls;
     uint64_t votes_refused_full; /* votes refused: --max-votes reached */
+    uint64_t store_disk_full;    /* store calls failed: disk full */
+    uint64_t store_disk_errors;  /* store calls failed: I/O error */
+};
+
+/* A failure episode of the store's disk (storeerr.c). */
+struct store_health {
+    int failing;          /* an episode is open */
+    uint64_t failures;    /* failed calls in the open episode */
+    uint64_t writes_mark; /* store_writes() when it opened */
+    int64_t since_ms;     /* monotonic, when it opened */
 };
 
 /*
@@ -153,6 +163,7 @@ struct daemon {
     uint64_t next_token;
 
     struct daemon_counters counters;
+    struct store_health store_health;
     /* Refused calls by access_reason (rpc thread and loop) and refused
      * connections (loop). */
     atomic_uint_fast64_t refused[ACCESS_REASON_COUNT];

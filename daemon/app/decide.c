@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "app/decide.h"
+#include "app/storeerr.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -358,7 +359,7 @@ static int answer_failed_pass(struct daemon *d, rpc_call *call,
     if (rc == DETD_ENOTFOUND)
         return 0;
     if (rc != 0) {
-        rpc_fail(call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        storeerr_reply(d, call, rc);
         return 1;
     }
     d->counters.failed_pass_answers++;
@@ -398,7 +399,7 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         goto free_msg;
     }
     if (rc != DETD_ENOTFOUND) {
-        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+        storeerr_reply(d, ev->call, rc);
         goto free_msg;
     }
     if (answer_failed_pass(d, ev->call, vk.id))
@@ -580,9 +581,11 @@ static void record_failed_pass(struct daemon *d, const struct vkey *vk,
         .by_uid = puid == UINT32_MAX ? -1 : (int64_t)puid,
         .by_node = d->node,
     };
-    if (store_put_failure(d->store, &f) != 0) {
-        log_error("record the failed timing pass of key %.12s: %s", vk->id,
-                  store_errmsg(d->store));
+    int rc = store_put_failure(d->store, &f);
+    if (rc != 0) {
+        if (!storeerr_note(d, rc))
+            log_error("record the failed timing pass of key %.12s: %s", vk->id,
+                      store_errmsg(d->store));
         return;
     }
     d->counters.failed_passes++;
@@ -827,8 +830,9 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
         .audit_differing = differing,
         .why = req->governed ? "" : req->why,
     };
-    if (store_put_observations(d->store, &o, 1) != 0) {
-        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+    int rc = store_put_observations(d->store, &o, 1);
+    if (rc != 0) {
+        storeerr_reply(d, ev->call, rc);
         goto free_msg;
     }
     Detd__V1__ObserveResponse resp = DETD__V1__OBSERVE_RESPONSE__INIT;

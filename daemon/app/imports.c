@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "app/imports.h"
+#include "app/storeerr.h"
 #include "clock.h"
 
 #include <inttypes.h>
@@ -128,9 +129,12 @@ int imports_find(struct daemon *d, rpc_call *call, const char *ns,
     int rc = imports_lookup(d, ns, k->arch, k->kernel, k->key, k->table_key,
                             (const char *const *)k->candidates, k->n_candidates,
                             ret);
+    if (rc == DETD_ENOMEM) {
+        rpc_fail(call, RPC_INTERNAL, "store: out of memory");
+        return -1;
+    }
     if (rc != 0) {
-        rpc_fail(call, RPC_INTERNAL, "store: %s",
-                 rc == DETD_ENOMEM ? "out of memory" : store_errmsg(d->store));
+        storeerr_reply(d, call, rc);
         return -1;
     }
     if (!d->n_imports_known || d->n_imports == 0) {
@@ -281,8 +285,9 @@ void imports_on_import(struct daemon *d, struct rpc_event *ev) {
                                         req->file,
                                         now};
     }
-    if (store_put_imports(d->store, rows, n, res, old) != 0) {
-        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+    int rc = store_put_imports(d->store, rows, n, res, old);
+    if (rc != 0) {
+        storeerr_reply(d, ev->call, rc);
         goto out;
     }
     imports_changed(d);

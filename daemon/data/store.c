@@ -485,6 +485,11 @@ const char *store_errmsg(const store *s) {
     return s != NULL ? s->errmsg : "no store handle";
 }
 
+/* See store.h. */
+uint64_t store_writes(const store *s) {
+    return s != NULL ? s->writes_ok : 0;
+}
+
 /* ---- decisions ---- */
 
 /* The result of a get_decision statement bound and stepped. */

@@ -15,7 +15,10 @@
  * row that fails validation (every value read from the file is checked:
  * string lengths, counts, enum ranges), -ENOSPC when a write found the
  * disk (or the quota) full, with a message naming the file and "disk
- * full", DETD_ENOMEM, DETD_EINVAL for bad arguments. After a failure
+ * full", -EIO when the file system failed (an I/O error, a read-only
+ * remount), naming the file and "disk error", DETD_ENOMEM, DETD_EINVAL
+ * for bad arguments. -ENOSPC and -EIO are the disk's state, not the
+ * request's: the same call can succeed once the disk recovers. After a failure
  * store_errmsg() names the operation and the cause. A failed write leaves
  * the database as it was.
  *
@@ -106,6 +109,13 @@ void store_close(store *s);
  * failure). Borrowed: valid until the next call on s. s may be NULL.
  */
 const char *store_errmsg(const store *s);
+
+/*
+ * Writes committed on s since it was opened (a transaction or a write
+ * outside one); a caller compares two readings to learn whether a write
+ * succeeded in between. s may be NULL (0).
+ */
+uint64_t store_writes(const store *s);
 
 /*
  * Look up a decision by id. Returns 0 with *ret filled (caller clears it

@@ -29,6 +29,7 @@ struct store {
     sqlite3_stmt *put_decision;
     sqlite3_stmt *put_observation; /* prepared at first use (store_obs.c) */
     char *path;                    /* the file, named in messages (disk full) */
+    uint64_t writes_ok;            /* writes committed (store_writes()) */
     char errmsg[512];
 };
 
@@ -61,7 +62,9 @@ int store_failf(store *s, int err, const char *fmt, ...)
 /* An argument error (s may be NULL: then only the code). */
 int store_einval(store *s, const char *op, const char *why);
 /* SQLite's message for rc, converted to a DETD_E* code: a full disk (or
- * quota) is -ENOSPC with a message naming the file and "disk full". */
+ * quota) is -ENOSPC with a message naming the file and "disk full"; an
+ * I/O error or a file system gone read-only is -EIO naming the file and
+ * "disk error". */
 int store_fail(store *s, int rc, const char *op);
 int store_exec(store *s, const char *sql, const char *op);
 /* *ret owns the statement (sqlite3_finalize()). */
@@ -69,14 +72,16 @@ int store_prepare(store *s, const char *sql, unsigned flags, sqlite3_stmt **ret,
                   const char *op);
 /* Reset a cached statement and clear its bindings. */
 void store_stmt_done(sqlite3_stmt *st);
-/* BEGIN IMMEDIATE / COMMIT (rolls back on failure) / ROLLBACK if open. */
+/* BEGIN IMMEDIATE / COMMIT (rolls back on failure; counts a committed
+ * write on success) / ROLLBACK if open. */
 int store_begin(store *s, const char *op);
 int store_commit(store *s, const char *op);
 void store_rollback(store *s);
 /* A one-row, one-integer query. */
 int store_query_int(store *s, const char *sql, const char *op, int64_t *ret);
-/* Step st: 1 with a row to read, 0 when done, or a negative DETD_E* code
- * with the error recorded for op. */
+/* Step st: 1 with a row to read, 0 when done (a write outside a
+ * transaction is counted as committed), or a negative DETD_E* code with
+ * the error recorded for op. */
 int store_step(store *s, sqlite3_stmt *st, const char *op);
 /* Run a DELETE whose ?1 is the namespace and ?2 a kernel filter (NULL:
  * none); *ret_removed (may be NULL) gets the rows deleted. */

@@ -50,12 +50,20 @@ int store_fail(store *s, int rc, const char *op) {
     /* A write that found no room: SQLITE_FULL, or an I/O error whose
      * system error says so (the errno is only meaningful then). */
     int sys = (rc & 0xff) == SQLITE_IOERR ? sqlite3_system_errno(s->db) : 0;
+    const char *path = s->path != NULL ? s->path : "(unknown)";
     if ((rc & 0xff) == SQLITE_FULL || sys == ENOSPC || sys == EDQUOT)
         return store_failf(s, -ENOSPC,
                            "%s: disk full: the store '%s' cannot grow (%s); "
                            "nothing was written",
-                           op, s->path != NULL ? s->path : "(unknown)",
-                           sqlite3_errmsg(s->db));
+                           op, path, sqlite3_errmsg(s->db));
+    /* The file system failed under the file (EIO, a read-only remount):
+     * the same request can succeed once the disk recovers. */
+    if ((rc & 0xff) == SQLITE_IOERR || (rc & 0xff) == SQLITE_READONLY)
+        return store_failf(s, -EIO,
+                           "%s: disk error on the store '%s' (%s%s%s); "
+                           "nothing was written",
+                           op, path, sqlite3_errmsg(s->db),
+                           sys != 0 ? ": " : "", sys != 0 ? strerror(sys) : "");
     return store_failf(s, store_sqlite_err(rc), "%s: %s", op,
                        sqlite3_errmsg(s->db));
 }
@@ -98,6 +106,8 @@ int store_commit(store *s, const char *op) {
     int err = store_exec(s, "COMMIT", op);
     if (err < 0)
         store_rollback(s);
+    else
+        s->writes_ok++;
     return err;
 }
 
@@ -221,8 +231,12 @@ int store_step(store *s, sqlite3_stmt *st, const char *op) {
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         return 1;
-    if (rc == SQLITE_DONE)
+    if (rc == SQLITE_DONE) {
+        /* A write outside a transaction is committed now. */
+        if (!sqlite3_stmt_readonly(st) && sqlite3_get_autocommit(s->db))
+            s->writes_ok++;
         return 0;
+    }
     return store_fail(s, rc, op);
 }
 

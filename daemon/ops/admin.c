@@ -15,6 +15,7 @@
 
 #include "cluster/cluster.h"
 #include "app/convert.h"
+#include "app/storeerr.h"
 #include "app/coord.h"
 #include "detd/client.h"
 #include "detd/error.h"
@@ -213,6 +214,8 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"votes_max", d->cfg->max_votes},
         {"vote_calls", d->counters.vote_calls},
         {"votes_refused_full", d->counters.votes_refused_full},
+        {"store_disk_full", d->counters.store_disk_full},
+        {"store_disk_errors", d->counters.store_disk_errors},
         {"rejected", d->counters.rejected},
         {"busy", d->counters.busy},
         {"refused_allow_list", atomic_load(&d->refused[ACCESS_DENIED_ALLOW])},
@@ -377,9 +380,9 @@ void admin_list(struct daemon *d, struct rpc_event *ev) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    if (store_each_decision(d->store, ns, kernel, limit + 1, list_cb, &l) !=
-        0) {
-        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+    int rc = store_each_decision(d->store, ns, kernel, limit + 1, list_cb, &l);
+    if (rc != 0) {
+        storeerr_reply(d, ev->call, rc);
         goto out;
     }
     if (l.oom) {
@@ -426,14 +429,15 @@ void admin_reset(struct daemon *d, struct rpc_event *ev) {
     }
     /* Cached answers may name removed decisions: drop them all. */
     hotcache_clear(d->hot);
-    if (store_reset(d->store, ns, kernel, &removed) != 0) {
-        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+    int rc = store_reset(d->store, ns, kernel, &removed);
+    if (rc != 0) {
+        storeerr_reply(d, ev->call, rc);
         goto out;
     }
     uint64_t removed_imports = 0;
-    if (req->imports &&
-        store_reset_imports(d->store, ns, kernel, &removed_imports) != 0) {
-        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+    if (req->imports && (rc = store_reset_imports(d->store, ns, kernel,
+                                                  &removed_imports)) != 0) {
+        storeerr_reply(d, ev->call, rc);
         goto out;
     }
     imports_changed(d);

@@ -114,6 +114,17 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
           "Table files of the set in use that failed to load (listed by "
           "detctl status and detctl reload).",
           (double)tables_n_errors(d->tables));
+    metrics_family(&b, "detd_store_write_failures_total", "counter",
+                   "Store calls that failed on the disk (answered "
+                   "UNAVAILABLE), by cause: disk_full or disk_error.");
+    {
+        const char *full[] = {"cause", "disk_full", NULL};
+        const char *err[] = {"cause", "disk_error", NULL};
+        metrics_sample(&b, "detd_store_write_failures_total", full,
+                       (double)c->store_disk_full);
+        metrics_sample(&b, "detd_store_write_failures_total", err,
+                       (double)c->store_disk_errors);
+    }
     counter(&b, "detd_table_reload_failures_total",
             "Table reloads that failed as a whole (the previous set stayed "
             "in use).",

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "app/convert.h"
+#include "app/storeerr.h"
 #include "app/imports.h"
 #include "app/validate.h"
 #include "detd/client.h"
@@ -338,17 +339,16 @@ void tableadmin_explain(struct daemon *d, struct rpc_event *ev) {
             fc.found = 1;
             fc.matches = 1;
         } else if (rc != DETD_ENOTFOUND) {
-            rpc_fail(ev->call, RPC_INTERNAL, "store: %s",
-                     store_errmsg(d->store));
+            storeerr_reply(d, ev->call, rc);
             goto out;
         }
     } else {
         fc.arch = req->arch;
         fc.key = key;
-        if (store_each_decision(d->store, ns, req->kernel, 0, find_cb, &fc) !=
-            0) {
-            rpc_fail(ev->call, RPC_INTERNAL, "store: %s",
-                     store_errmsg(d->store));
+        int rc =
+            store_each_decision(d->store, ns, req->kernel, 0, find_cb, &fc);
+        if (rc != 0) {
+            storeerr_reply(d, ev->call, rc);
             goto out;
         }
         if (fc.oom) {

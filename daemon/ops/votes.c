@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "app/convert.h"
+#include "app/storeerr.h"
 #include "app/validate.h"
 #include "detd/client.h"
 #include "detd/error.h"
@@ -101,10 +102,13 @@ void votes_on_vote(struct daemon *d, struct rpc_event *ev) {
                  d->cfg->max_votes, k->kernel);
         goto out;
     }
+    if (rc == DETD_ELIMIT) {
+        rpc_fail(ev->call, RPC_INVALID_ARGUMENT, "store: %s",
+                 store_errmsg(d->store));
+        goto out;
+    }
     if (rc != 0) {
-        rpc_fail(ev->call,
-                 rc == DETD_ELIMIT ? RPC_INVALID_ARGUMENT : RPC_INTERNAL,
-                 "store: %s", store_errmsg(d->store));
+        storeerr_reply(d, ev->call, rc);
         goto out;
     }
     log_debug("vote %s key %s -> %s (host %s pid %d%s)", k->kernel, v.key,
@@ -333,10 +337,11 @@ void votes_export_decisions(struct daemon *d, struct rpc_event *ev) {
         goto out;
     }
     pg.cap = limit;
-    if (store_each_decision_page(d->store, ns, req->arch, nonempty(req->kernel),
-                                 req->after_id, (uint32_t)alloc, dec_page_cb,
-                                 &pg) != 0) {
-        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+    int rc = store_each_decision_page(d->store, ns, req->arch,
+                                      nonempty(req->kernel), req->after_id,
+                                      (uint32_t)alloc, dec_page_cb, &pg);
+    if (rc != 0) {
+        storeerr_reply(d, ev->call, rc);
         goto out;
     }
     if (pg.oom) {
@@ -375,8 +380,9 @@ void votes_reset(struct daemon *d, struct rpc_event *ev) {
                  "reset of votes takes exactly one of a kernel or all=true");
         goto out;
     }
-    if (store_reset_votes(d->store, ns, kernel, &removed) != 0) {
-        rpc_fail(ev->call, RPC_INTERNAL, "store: %s", store_errmsg(d->store));
+    int rc = store_reset_votes(d->store, ns, kernel, &removed);
+    if (rc != 0) {
+        storeerr_reply(d, ev->call, rc);
         goto out;
     }
     log_info("reset votes of namespace '%s' %s%s: %" PRIu64 " removed", ns,

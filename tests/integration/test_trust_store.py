@@ -1,17 +1,20 @@
 """The store's edges, with real daemons and real files: a damaged page is
 refused at start-up and salvaged by --repair, one daemon per state
-directory, and a full disk answers RESOURCE_EXHAUSTED naming the store."""
+directory, and a full disk answers UNAVAILABLE naming the store (logged
+once, counted, retried by the client until there is room again)."""
 
 import json
 import os
 import sqlite3
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import DETD, IS_ROOT, Daemon, requires
+from conftest import DETD, IS_ROOT, Daemon, counter, requires
+from test_metrics import free_port
 
 N_KEYS = 600
 
@@ -253,9 +256,21 @@ def fill(path):
     return n
 
 
+def metric(port, name, **labels):
+    """One sample of the daemon's /metrics (0 when absent)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 @requires(IS_ROOT, "mounting a small tmpfs needs root")
-def test_disk_full_is_resource_exhausted_naming_the_store(tmpdir_short, small_fs):
-    d = Daemon(tmpdir_short)
+def test_disk_full_is_unavailable_logged_once_and_retried(tmpdir_short, small_fs):
+    port = free_port()
+    d = Daemon(tmpdir_short, ["--metrics", f"127.0.0.1:{port}"])
     d.state = str(small_fs / "state")
     d.start()
     before = run_client(d, tmpdir_short / "b.json", keys=20)
@@ -265,13 +280,25 @@ def test_disk_full_is_resource_exhausted_naming_the_store(tmpdir_short, small_fs
     with pytest.raises(OSError):
         (small_fs / "probe").write_bytes(b"x" * 4096)
 
-    full = run_client(d, tmpdir_short / "f.json", keys=5, extra=("--key-prefix", "full:"))
+    # Each Report fails on the disk: UNAVAILABLE, which libdetd retries
+    # until the call's own deadline (1 s each), naming the store.
+    mark = d.log_size()
+    full = run_client(d, tmpdir_short / "f.json", keys=2,
+                      extra=("--key-prefix", "full:", "--timeout-ms", 1000))
     store = Path(d.state) / "detd.sqlite"
-    assert len(full["errors"]) == 5, full
+    assert len(full["errors"]) == 2, full
     for key, rc, name, detail, what in full["errors"]:
         assert what == "report", full["errors"]
-        assert name == "resource exhausted", full["errors"]
+        assert name == "daemon unavailable", full["errors"]
         assert "disk full" in detail and f"'{store}'" in detail, detail
+    failed = counter(d.status(), "store_disk_full")
+    assert failed >= 2  # every failed call counted, retries included
+    assert metric(port, "detd_store_write_failures_total", cause="disk_full") >= failed
+    # Logged once for the whole episode, naming the file and the error.
+    log = d.read_log()[mark:]
+    lines = [ln for ln in log.splitlines() if "store write failed" in ln]
+    assert len(lines) == 1, lines
+    assert "disk full" in lines[0] and f"'{store}'" in lines[0], lines[0]
     # Decided keys are still served, from the store and the hot cache.
     again = run_client(d, tmpdir_short / "g.json", keys=20)
     assert again["errors"] == []
@@ -280,12 +307,23 @@ def test_disk_full_is_resource_exhausted_naming_the_store(tmpdir_short, small_fs
         {k: e["config"] for k, e in before["keys"].items()}
     assert d.status()["decisions"] == 20  # nothing half-written
 
-    # Room again: the same keys are decided, and survive a restart.
+    # A client retrying while the disk is full succeeds once there is room:
+    # free it once the daemon has refused this client's Report (counted).
+    late = d.client("--keys", 1, "--key-prefix", "late:", "--sleep-ms", 0, "--full-configs",
+                    "--timeout-ms", 60000, out=tmpdir_short / "l.json")
+    end = time.monotonic() + 30
+    while counter(d.status(), "store_disk_full") == failed:
+        assert late.poll() is None and time.monotonic() < end, d.read_log()[-2000:]
+        time.sleep(0.05)
     filler.unlink()
-    later = run_client(d, tmpdir_short / "l.json", keys=5, extra=("--key-prefix", "full:"))
-    assert later["errors"] == []
-    assert d.status()["decisions"] == 25
+    assert late.wait(60) == 0
+    result = json.loads((tmpdir_short / "l.json").read_text())
+    assert result["errors"] == [] and result["keys"]["late:0"]["timed"], result
+    d.wait_log("writes again after", after=mark)
+    log = d.read_log()[mark:]
+    assert len([ln for ln in log.splitlines() if "store write failed" in ln]) == 1
+    assert d.status()["decisions"] == 21
     assert d.stop() == 0
     d.start()
-    assert d.status()["decisions"] == 25
+    assert d.status()["decisions"] == 21
     assert d.stop() == 0
