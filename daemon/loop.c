@@ -33,6 +33,7 @@
 #include "data/store.h"
 #include "detd/client.h"
 #include "ops/exporter.h"
+#include "io/conns.h"
 #include "io/listener.h"
 #include "detd/error.h"
 #include "io/sdnotify.h"
@@ -192,7 +193,10 @@ static int on_connection(void *ctx, int fd, const struct access_cred *cred) {
                      "calls: %s",
                      why);
     }
-    return rpc_server_add_fd(d->rpc, fd);
+    /* Slots per uid: the kernel's word on who connected, never the
+     * caller's. */
+    return rpc_server_add_fd(
+        d->rpc, fd, cred != NULL ? (uint32_t)cred->uid : CONNS_UID_UNKNOWN);
 }
 
 static void close_cb(uv_handle_t *h) {
@@ -713,6 +717,7 @@ static int start_rpc(struct daemon *d) {
                                                cfg->access->admin_gid.n > 0),
         .max_connections = cfg->max_connections,
         .idle_timeout_ms = cfg->idle_timeout_ms,
+        .max_connections_per_uid = cfg->max_connections_per_uid,
         .note = on_io_note,
     };
     char *err = NULL;

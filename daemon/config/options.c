@@ -148,6 +148,11 @@ static const struct option_row rows[] = {
      NULL, NULL, 0, NULL,
      "open connections on the unix socket; new ones over it\n"
      "are closed at once (default 4096)"},
+    {"max-connections-per-uid", "N", KIND_U32, CFG(max_connections_per_uid),
+     0, 1, 1000000, NULL, NULL, 0, NULL,
+     "of those, open from one user (SO_PEERCRED) at once;\n"
+     "new ones over it are closed at once (default: a\n"
+     "quarter of --max-connections)"},
     {"idle-timeout-ms", "N", KIND_U32, CFG(idle_timeout_ms), 0, 0, 3600000,
      NULL, NULL, 0, NULL,
      "close a connection that made no call this long after\n"
@@ -467,6 +472,14 @@ static void finish_access(struct options *o) {
 static void finish(struct options *o) {
     struct daemon_config *c = &o->cfg;
     finish_access(o);
+    /* One user cannot take every connection: by default a quarter. */
+    if (c->max_connections_per_uid == 0)
+        c->max_connections_per_uid =
+            c->max_connections / 4 > 0 ? c->max_connections / 4 : 1;
+    if (c->max_connections_per_uid > c->max_connections)
+        add_error(o, strfmt("max-connections-per-uid (%u) is over "
+                            "max-connections (%u)",
+                            c->max_connections_per_uid, c->max_connections));
     if ((c->listen_cert != NULL) != (c->listen_key != NULL) ||
         (c->listen_client_ca != NULL && c->listen_cert == NULL))
         add_error(o, strfmt("listen-cert and listen-key go together (and "

@@ -37,8 +37,9 @@ struct daemon_config {
     log_level level;
     log_format log_format; /* --log-format */
     uint32_t max_clients;
-    uint32_t max_connections; /* open on the unix socket at once */
-    uint32_t idle_timeout_ms; /* a connection with no call; 0: never */
+    uint32_t max_connections;         /* open on the unix socket at once */
+    uint32_t idle_timeout_ms;         /* a connection with no call; 0: never */
+    uint32_t max_connections_per_uid; /* of max_connections, from one uid */
     uint32_t max_waiters;
     uint32_t max_claims;
     uint32_t max_queue; /* events queued for the loop */

@@ -29,15 +29,26 @@ struct conn {
     int wfd; /* the duplicate; -1: slot free */
     dev_t dev;
     ino_t ino;
+    uint32_t uid;
     int64_t since_ms; /* accepted, CLOCK_MONOTONIC */
     int used;         /* a call arrived on it */
     int ended;        /* shut down for idleness */
+};
+
+/* The open connections of one uid. */
+struct uid_slots {
+    uint32_t uid;
+    uint32_t open;
+    int refusing; /* refusals since its last connection taken: noted */
 };
 
 struct conns {
     pthread_mutex_t mu; /* guards everything below */
     struct conn *v;
     size_t len;
+    /* uids with connections open (few: linear search), when capped */
+    struct uid_slots *uids;
+    size_t nuids, capuids;
     struct conns_options opts;
     int64_t every_ms; /* 0: nothing to sweep for */
     int64_t next_sweep_ms;
@@ -76,14 +87,37 @@ void conns_free(conns *t) {
         if (t->v[fd].wfd >= 0)
             close(t->v[fd].wfd);
     free(t->v);
+    free(t->uids);
     pthread_mutex_destroy(&t->mu);
     free(t);
+}
+
+/* uid's slots (NULL: none open and no room to add them when add). */
+static struct uid_slots *uid_find(conns *t, uint32_t uid, int add) {
+    for (size_t i = 0; i < t->nuids; i++)
+        if (t->uids[i].uid == uid)
+            return &t->uids[i];
+    if (!add)
+        return NULL;
+    if (t->nuids == t->capuids) {
+        size_t cap = t->capuids ? t->capuids * 2 : 8;
+        struct uid_slots *v = realloc(t->uids, cap * sizeof(*v));
+        if (v == NULL)
+            return NULL;
+        t->uids = v;
+        t->capuids = cap;
+    }
+    t->uids[t->nuids] = (struct uid_slots){uid, 0, 0};
+    return &t->uids[t->nuids++];
 }
 
 static void drop_locked(conns *t, size_t fd) {
     close(t->v[fd].wfd);
     t->v[fd].wfd = -1;
     t->st.open--;
+    struct uid_slots *u = uid_find(t, t->v[fd].uid, 0);
+    if (u != NULL && u->open > 0 && --u->open == 0 && !u->refusing)
+        *u = t->uids[--t->nuids]; /* forget a uid with nothing open */
 }
 
 /* Does gRPC still serve connection fd (its descriptor names our socket)? */
@@ -153,11 +187,13 @@ void conns_used(conns *t, int fd) {
 }
 
 /* See conns.h. */
-int conns_track(conns *t, int fd) {
+int conns_track(conns *t, int fd, uint32_t uid) {
     char note[256] = "";
     int rc = 0;
     int64_t now = clock_mono_ms();
     uint32_t max = t->opts.max_connections;
+    uint32_t max_uid = t->opts.max_per_uid;
+    struct uid_slots *u = NULL;
     pthread_mutex_lock(&t->mu);
     if ((size_t)fd < t->len && t->v[fd].wfd >= 0)
         drop_locked(t, (size_t)fd); /* its number came back: it is gone */
@@ -175,6 +211,30 @@ int conns_track(conns *t, int fd) {
         t->refusing = 1;
         rc = DETD_EBUSY;
         goto out;
+    }
+    if (max_uid > 0) {
+        if ((u = uid_find(t, uid, 1)) == NULL) {
+            rc = DETD_ENOMEM;
+            goto refuse;
+        }
+        if (u->open >= max_uid && now - t->last_sweep_ms >= 100) {
+            sweep_locked(t, now);
+            u = uid_find(t, uid, 1);
+        }
+        if (u == NULL || u->open >= max_uid) {
+            rc = u == NULL ? DETD_ENOMEM : DETD_EBUSY;
+            if (u == NULL)
+                goto refuse;
+            t->st.refused_uid++;
+            if (!u->refusing)
+                snprintf(note, sizeof(note),
+                         "uid %u holds %u local connections "
+                         "(--max-connections-per-uid): closing its new "
+                         "connections at once until one ends",
+                         uid, max_uid);
+            u->refusing = 1;
+            goto out;
+        }
     }
     if ((size_t)fd >= t->len) {
         size_t len = t->len > 0 ? t->len : 64;
@@ -196,9 +256,13 @@ int conns_track(conns *t, int fd) {
         rc = -errno;
         goto refuse;
     }
-    t->v[fd] = (struct conn){wfd, st.st_dev, st.st_ino, now, 0, 0};
+    t->v[fd] = (struct conn){wfd, st.st_dev, st.st_ino, uid, now, 0, 0};
     t->st.open++;
     t->refusing = 0;
+    if (u != NULL) {
+        u->open++;
+        u->refusing = 0;
+    }
     goto out;
 refuse:
     t->st.refused_no_fd++;

@@ -23,6 +23,9 @@ typedef void (*conns_note_cb)(void *ctx, const char *msg);
 
 struct conns_options {
     uint32_t max_connections; /* open at once; 0: no cap */
+    /* open at once from one uid (unknown credentials count as one uid);
+     * 0: no cap of its own */
+    uint32_t max_per_uid;
     uint32_t idle_timeout_ms; /* end one with no call after it; 0: never */
     /* Optional: told once per burst of refusals (a burst ends when a
      * connection is taken again), on the thread of conns_track(). */
@@ -34,6 +37,7 @@ struct conns_options {
 struct conns_stats {
     uint64_t open;
     uint64_t refused_max;   /* over max_connections: closed at once */
+    uint64_t refused_uid;   /* over max_per_uid: closed at once */
     uint64_t refused_no_fd; /* no descriptor (or memory) to watch it */
     uint64_t idle_closed;   /* no call within idle_timeout_ms */
 };
@@ -44,12 +48,16 @@ int conns_new(const struct conns_options *opts, conns **ret);
 /* Close the duplicates and free. NULL is a no-op. */
 void conns_free(conns *t);
 
+/* uid of a connection whose peer credentials are unknown. */
+#define CONNS_UID_UNKNOWN UINT32_MAX
+
 /*
- * A connection was accepted on descriptor fd, about to be served by gRPC:
- * count and watch it (0), or refuse it: DETD_EBUSY over the cap, -errno
- * or DETD_ENOMEM when it cannot be watched; fd is then closed here.
+ * A connection was accepted on descriptor fd from uid (the kernel's
+ * SO_PEERCRED; CONNS_UID_UNKNOWN), about to be served by gRPC: count and
+ * watch it (0), or refuse it: DETD_EBUSY over either cap, -errno or
+ * DETD_ENOMEM when it cannot be watched; fd is then closed here.
  */
-int conns_track(conns *t, int fd);
+int conns_track(conns *t, int fd, uint32_t uid);
 
 /* A call arrived on connection fd (-1: none): it is in use, never idle. */
 void conns_used(conns *t, int fd);

@@ -797,8 +797,9 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
     srv->pending_per_method =
         opts->pending_per_method > 0 ? opts->pending_per_method : 4;
     srv->t_shutdown = (struct rpc_tag){TAG_SHUTDOWN, NULL};
-    struct conns_options co = {opts->max_connections, opts->idle_timeout_ms,
-                               opts->note, opts->note_ctx};
+    struct conns_options co = {
+        opts->max_connections, opts->max_connections_per_uid,
+        opts->idle_timeout_ms, opts->note, opts->note_ctx};
     rc = conns_new(&co, &srv->conns);
     if (rc != 0) {
         err = strfmt("out of memory");
@@ -887,12 +888,12 @@ int rpc_method_streaming(rpc_method m) {
     return (int)m >= 0 && m < RPC_METHOD_COUNT && methods[m].streaming;
 }
 
-int rpc_server_add_fd(rpc_server *srv, int fd) {
+int rpc_server_add_fd(rpc_server *srv, int fd, uint32_t uid) {
     if (srv == NULL || atomic_load(&srv->shutting_down)) {
         close(fd);
         return DETD_EUNAVAILABLE;
     }
-    int rc = conns_track(srv->conns, fd);
+    int rc = conns_track(srv->conns, fd, uid);
     if (rc != 0)
         return rc;
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();

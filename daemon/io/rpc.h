@@ -124,6 +124,8 @@ struct rpc_options {
      * after it was accepted is closed (0: never). */
     uint32_t max_connections;
     uint32_t idle_timeout_ms;
+    /* At most this many of them from one uid (0: no cap of its own). */
+    uint32_t max_connections_per_uid;
     /* Optional: told, once per burst, that connections are being refused
      * (over max_connections, or no descriptor left to track one); msg is
      * one line naming the cause, borrowed for the call. Runs on the
@@ -149,7 +151,7 @@ int rpc_server_start(const struct rpc_options *opts, rpc_event_cb cb,
  * when no descriptor is left to track it (-errno). Calls on it carry the peer's
  * credentials (rpc_call_cred()) and pass opts->authorize. Any thread.
  */
-int rpc_server_add_fd(rpc_server *srv, int fd);
+int rpc_server_add_fd(rpc_server *srv, int fd, uint32_t uid);
 
 /* Copy the connection counters into *ret. Any thread. */
 void rpc_server_conn_stats(rpc_server *srv, struct conns_stats *ret);

@@ -225,6 +225,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"refused_connections", d->refused_connections},
         {"connections_open", conn_st.open},
         {"connections_refused_max", conn_st.refused_max},
+        {"connections_refused_uid", conn_st.refused_uid},
         {"connections_refused_no_fd", conn_st.refused_no_fd + ls.dropped},
         {"connections_idle_closed", conn_st.idle_closed},
         {"accept_fd_exhausted", ls.fd_exhausted},

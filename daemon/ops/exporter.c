@@ -199,12 +199,16 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
           (double)conn_st.open);
     metrics_family(&b, "detd_connections_refused_total", "counter",
                    "Connections on the unix socket closed at once, by "
-                   "reason.");
+                   "reason: max_connections, max_connections_per_uid, "
+                   "no_descriptors.");
     {
         const char *max[] = {"reason", "max_connections", NULL};
         const char *nofd[] = {"reason", "no_descriptors", NULL};
+        const char *uid[] = {"reason", "max_connections_per_uid", NULL};
         metrics_sample(&b, "detd_connections_refused_total", max,
                        (double)conn_st.refused_max);
+        metrics_sample(&b, "detd_connections_refused_total", uid,
+                       (double)conn_st.refused_uid);
         metrics_sample(&b, "detd_connections_refused_total", nofd,
                        (double)(conn_st.refused_no_fd + ls.dropped));
     }

@@ -214,3 +214,61 @@ def test_health_on_unix_socket_and_tcp_listener(tmpdir_short):
         assert code == 3  # INVALID_ARGUMENT from validation, not a refusal
     finally:
         d.stop()
+
+
+# Holds N connections as the user it runs as, then (on a line on stdin)
+# opens 2 more and prints whether the daemon closed each at once.
+HOLDER = r"""
+import json, socket, sys, time
+def connect():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    return s
+def closed_by_peer(s, timeout):
+    s.settimeout(timeout)
+    end = time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            if s.recv(65536) == b"":
+                return True
+    except socket.timeout:
+        return False
+    except OSError:
+        return True
+    return False
+held = [connect() for _ in range(int(sys.argv[2]))]
+print("held", flush=True)
+sys.stdin.readline()
+over = [connect() for _ in range(2)]
+print(json.dumps([closed_by_peer(s, 10.0) for s in over]), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_one_uid_cannot_take_every_connection(tmpdir_short):
+    open_dir(tmpdir_short)
+    d = Daemon(tmpdir_short, ["--max-connections", "8", "--max-connections-per-uid", "3",
+                              "--idle-timeout-ms", "0", "--socket-mode", "0666"]).start()
+    holder = subprocess.Popen([*as_user(NOBODY, NOBODY), sys.executable, "-c", HOLDER, d.socket, "3"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        # Over its 3 slots: each new connection of uid 65534 is closed at
+        # once (the 10 s bound only ends a failing test: with no idle
+        # timeout a connection not refused stays open).
+        assert json.loads(holder.stdout.readline()) == [True, True]
+        # Another user still has slots: root's calls are served.
+        out = d.client("--keys", 2, stdout=subprocess.PIPE, text=True)
+        stdout, _ = out.communicate(timeout=60)
+        assert out.returncode == 0 and json.loads(stdout)["errors"] == [], stdout
+        st = d.status()
+        assert counter(st, "connections_refused_uid") == 2, st
+        assert counter(st, "connections_refused_max") == 0, st
+        log = d.read_log()
+        assert log.count("uid 65534 holds 3 local connections (--max-connections-per-uid)") == 1, log[-2000:]
+    finally:
+        holder.kill()
+        holder.wait()
+        assert d.stop() == 0

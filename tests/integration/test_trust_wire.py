@@ -238,7 +238,7 @@ def metric(text, name, labels=""):
 
 def test_connection_cap_refuses_logs_once_and_counts(tmpdir_short):
     port = free_port()
-    d = Daemon(tmpdir_short, ["--max-connections", "8", "--idle-timeout-ms", "0",
+    d = Daemon(tmpdir_short, ["--max-connections", "8", "--max-connections-per-uid", "8", "--idle-timeout-ms", "0",
                               "--metrics", f"127.0.0.1:{port}"]).start()
     held = []
     try:
