@@ -10,6 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from conftest import CLIENT, DETCTL, DETD, IS_ROOT, PROBE, Daemon, counter, requ
 
 NOBODY = 65534
 OTHER_GID = 4242  # a supplementary group of the test caller, no name needed
+
+HOLDER = Path(__file__).resolve().parent / "conn_holder.py"
 
 pytestmark = requires(IS_ROOT, "needs root to switch users")
 
@@ -216,40 +219,11 @@ def test_health_on_unix_socket_and_tcp_listener(tmpdir_short):
         d.stop()
 
 
-# Holds N connections as the user it runs as, then (on a line on stdin)
-# opens 2 more and prints whether the daemon closed each at once.
-HOLDER = r"""
-import json, socket, sys, time
-def connect():
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(sys.argv[1])
-    return s
-def closed_by_peer(s, timeout):
-    s.settimeout(timeout)
-    end = time.monotonic() + timeout
-    try:
-        while time.monotonic() < end:
-            if s.recv(65536) == b"":
-                return True
-    except socket.timeout:
-        return False
-    except OSError:
-        return True
-    return False
-held = [connect() for _ in range(int(sys.argv[2]))]
-print("held", flush=True)
-sys.stdin.readline()
-over = [connect() for _ in range(2)]
-print(json.dumps([closed_by_peer(s, 10.0) for s in over]), flush=True)
-sys.stdin.readline()
-"""
-
-
 def test_one_uid_cannot_take_every_connection(tmpdir_short):
     open_dir(tmpdir_short)
     d = Daemon(tmpdir_short, ["--max-connections", "8", "--max-connections-per-uid", "3",
                               "--idle-timeout-ms", "0", "--socket-mode", "0666"]).start()
-    holder = subprocess.Popen([*as_user(NOBODY, NOBODY), sys.executable, "-c", HOLDER, d.socket, "3"],
+    holder = subprocess.Popen([*as_user(NOBODY, NOBODY), sys.executable, str(HOLDER), d.socket, "3"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

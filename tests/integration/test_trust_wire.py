@@ -15,6 +15,7 @@ import time
 import urllib.request
 
 from conftest import DETD, PROBE, Daemon, counter
+from conn_holder import closed_by_peer, raw_connect
 from test_daemon import _field, _varint, decide_request
 
 # ---- a strict reader of ListDecisionsResponse --------------------------
@@ -198,28 +199,6 @@ def free_port():
     p = s.getsockname()[1]
     s.close()
     return p
-
-
-def raw_connect(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    return s
-
-
-def closed_by_peer(s, timeout):
-    """True when the daemon ends the connection within timeout (whatever
-    it sent first, e.g. its HTTP/2 settings)."""
-    s.settimeout(timeout)
-    end = time.monotonic() + timeout
-    try:
-        while time.monotonic() < end:
-            if s.recv(65536) == b"":
-                return True
-    except socket.timeout:
-        return False
-    except OSError:
-        return True
-    return False
 
 
 def rss_kb(pid):
