@@ -11,6 +11,7 @@
 #include "app/coord.h"
 #include "app/daemon.h"
 #include "app/decide.h"
+#include "app/fair.h"
 #include "app/waiters.h"
 #include "dispatch.h"
 #include "ops/admin.h"
@@ -753,6 +754,7 @@ static void stop_rpc(struct daemon *d) {
     drain(d);
     free(d->sessions);
     d->sessions = NULL;
+    fair_free(d);
 }
 
 static int start_listener(struct daemon *d) {

@@ -3,7 +3,6 @@
  */
 #define _GNU_SOURCE
 #include "app/commit.h"
-#include "app/storeerr.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -14,6 +13,7 @@
 #include "app/coord.h"
 #include "app/daemon.h"
 #include "app/reply.h"
+#include "app/storeerr.h"
 #include "detd/client.h"
 #include "detd/error.h"
 

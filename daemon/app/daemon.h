@@ -23,6 +23,7 @@
 
 #include <uv.h>
 
+#include "app/fair.h"
 #include "core/access.h"
 #include "config/limits.h"
 #include "config/options.h"
@@ -85,6 +86,7 @@ struct daemon_counters {
     uint64_t votes_refused_full; /* votes refused: --max-votes reached */
     uint64_t store_disk_full;    /* store calls failed: disk full */
     uint64_t store_disk_errors;  /* store calls failed: I/O error */
+    uint64_t fair_refused[FAIR_CAP_COUNT]; /* calls over a fair.h cap */
 };
 
 /* A failure episode of the store's disk (storeerr.c). */
@@ -112,6 +114,7 @@ struct client_session {
     int32_t peer_pid;
     uint32_t peer_uid;
     int32_t rank;
+    struct fair_usage fair; /* its share of the per-session caps */
 };
 
 struct listener;
@@ -122,6 +125,7 @@ struct coord;
 struct commit_state;
 struct waiters;
 struct benchsplit;
+struct fair;
 
 struct daemon {
     const struct daemon_config *cfg;
@@ -164,6 +168,7 @@ struct daemon {
 
     struct daemon_counters counters;
     struct store_health store_health;
+    struct fair *fair; /* per-uid usage of the caps (fair.c) */
     /* Refused calls by access_reason (rpc thread and loop) and refused
      * connections (loop). */
     atomic_uint_fast64_t refused[ACCESS_REASON_COUNT];

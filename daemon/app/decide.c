@@ -3,7 +3,6 @@
  */
 #define _GNU_SOURCE
 #include "app/decide.h"
-#include "app/storeerr.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,7 +19,9 @@
 #include "app/daemon.h"
 #include "app/imports.h"
 #include "app/reply.h"
+#include "app/fair.h"
 #include "app/session.h"
+#include "app/storeerr.h"
 #include "app/validate.h"
 #include "app/waiters.h"
 #include "clock.h"
@@ -453,6 +454,16 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         reply_timeout(ev->call, 0, &h);
         goto free_msg;
     }
+    /* A key nobody claims would start a timing pass for this caller:
+     * within its caps (a retry of its own claim is no new pass). */
+    int fresh = !engine_claim_of(d->engine, vk.id, NULL);
+    if (fresh && s != NULL) {
+        int32_t ppid;
+        uint32_t puid;
+        session_peer(ev->call, &ppid, &puid);
+        if (fair_new_claim(d, ev->call, s, puid) != 0)
+            goto free_msg;
+    }
     int64_t now = clock_mono_ms();
     uint64_t token = ++d->next_token;
     uint64_t claim = 0;
@@ -715,6 +726,10 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         report_rejected(d, ev->call, &vk, req->claim_id, all_failed);
         goto free_msg;
     }
+    /* What the row adds to the store: about the request's size. */
+    if (fair_grow(d, ev->call, sess, puid,
+                  protobuf_c_message_get_packed_size(ev->msg)) != 0)
+        goto free_msg;
     char *tj = convert_timings_json(req->timings, req->n_timings);
     if (tj == NULL) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -781,10 +796,10 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
     /* The rank is the one the process attached with: a process attached
      * as rank 1 cannot observe as rank 0. */
     int32_t claimed_rank = c ? c->rank : -1;
-    const struct client_session *bound = NULL;
+    struct client_session *bound = NULL;
     size_t n_own = 0;
     for (size_t i = 0; i < d->nsessions; i++) {
-        const struct client_session *s = d->sessions[i];
+        struct client_session *s = d->sessions[i];
         if (!session_is_caller(s, ev->call))
             continue;
         n_own++;
@@ -799,6 +814,9 @@ void decide_observe(struct daemon *d, struct rpc_event *ev) {
                  (int)claimed_rank, (int)ppid, (unsigned)puid);
         goto free_msg;
     }
+    if (fair_grow(d, ev->call, bound, puid,
+                  protobuf_c_message_get_packed_size(ev->msg)) != 0)
+        goto free_msg;
     struct store_observation o = {
         .id = vk.id,
         .ns = vk.ns,

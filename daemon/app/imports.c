@@ -3,7 +3,6 @@
  */
 #define _GNU_SOURCE
 #include "app/imports.h"
-#include "app/storeerr.h"
 #include "clock.h"
 
 #include <inttypes.h>
@@ -13,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "app/storeerr.h"
 #include "core/keyid.h"
 #include "detd/client.h"
 #include "detd/error.h"

@@ -159,6 +159,32 @@ static const struct option_row rows[] = {
      "it was accepted; 0: never (default 30000)"},
     {"max-waiters", "N", KIND_U32, CFG(max_waiters), 0, 1, 10000000, NULL,
      NULL, 0, NULL, "calls waiting for a timing pass (default 65536)"},
+    {"max-claims-per-session", "N", KIND_U32, CFG(max_claims_per_session), 0,
+     0, 10000000, NULL, NULL, 0, NULL,
+     "timing passes one attached process holds at once;\n"
+     "0: no cap (default 1024)"},
+    {"max-claims-per-uid", "N", KIND_U32, CFG(max_claims_per_uid), 0, 0,
+     10000000, NULL, NULL, 0, NULL,
+     "timing passes one user's processes hold at once;\n"
+     "0: no cap (default 4096)"},
+    {"max-new-keys-per-session", "N", KIND_U32, CFG(max_new_keys_per_session),
+     0, 0, 100000000, NULL, NULL, 0, NULL,
+     "timing passes one attached process starts per\n"
+     "minute; 0: no cap (default 10000)"},
+    {"max-new-keys-per-uid", "N", KIND_U32, CFG(max_new_keys_per_uid), 0, 0,
+     100000000, NULL, NULL, 0, NULL,
+     "timing passes one user's processes start per\n"
+     "minute; 0: no cap (default 40000)"},
+    {"max-store-kib-per-session", "N", KIND_U32, CFG(max_store_kib_per_session),
+     0, 0, 100000000, NULL, NULL, 0, NULL,
+     "KiB one attached process adds to the store per\n"
+     "minute (reports, observations); 0: no cap\n"
+     "(default 65536)"},
+    {"max-store-kib-per-uid", "N", KIND_U32, CFG(max_store_kib_per_uid), 0, 0,
+     100000000, NULL, NULL, 0, NULL,
+     "KiB one user's processes add to the store per\n"
+     "minute (reports, observations, votes); 0: no cap\n"
+     "(default 262144)"},
     {"max-votes", "N", KIND_U32, CFG(max_votes), 0, 1, 100000000, NULL,
      NULL, 0, NULL, "record-mode votes kept (default 1000000)"},
     {"log-level", "LEVEL", KIND_ENUM, CFG(level), 0, 0, 0, log_level_names,
@@ -285,6 +311,12 @@ void options_init(struct options *o) {
         .max_connections = 4096,
         .idle_timeout_ms = 30000,
         .max_waiters = 65536,
+        .max_claims_per_session = 1024,
+        .max_claims_per_uid = 4096,
+        .max_new_keys_per_session = 10000,
+        .max_new_keys_per_uid = 40000,
+        .max_store_kib_per_session = 65536,
+        .max_store_kib_per_uid = 262144,
         .max_votes = DAEMON_DEFAULT_MAX_VOTES,
         .max_claims = 1 << 20,
         .max_queue = 1 << 20,

@@ -40,6 +40,10 @@ struct daemon_config {
     uint32_t max_connections;         /* open on the unix socket at once */
     uint32_t idle_timeout_ms;         /* a connection with no call; 0: never */
     uint32_t max_connections_per_uid; /* of max_connections, from one uid */
+    /* Caps per session and per uid (app/fair.h); 0: off. */
+    uint32_t max_claims_per_session, max_claims_per_uid;
+    uint32_t max_new_keys_per_session, max_new_keys_per_uid;   /* a minute */
+    uint32_t max_store_kib_per_session, max_store_kib_per_uid; /* a minute */
     uint32_t max_waiters;
     uint32_t max_claims;
     uint32_t max_queue; /* events queued for the loop */

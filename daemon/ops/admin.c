@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "app/storeerr.h"
 #include "cluster/cluster.h"
 #include "app/convert.h"
-#include "app/storeerr.h"
 #include "app/coord.h"
 #include "detd/client.h"
 #include "detd/error.h"
@@ -216,6 +216,18 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"votes_refused_full", d->counters.votes_refused_full},
         {"store_disk_full", d->counters.store_disk_full},
         {"store_disk_errors", d->counters.store_disk_errors},
+        {"refused_max_claims_per_session",
+         d->counters.fair_refused[FAIR_CLAIMS_SESSION]},
+        {"refused_max_claims_per_uid",
+         d->counters.fair_refused[FAIR_CLAIMS_UID]},
+        {"refused_max_new_keys_per_session",
+         d->counters.fair_refused[FAIR_KEYS_SESSION]},
+        {"refused_max_new_keys_per_uid",
+         d->counters.fair_refused[FAIR_KEYS_UID]},
+        {"refused_max_store_kib_per_session",
+         d->counters.fair_refused[FAIR_GROWTH_SESSION]},
+        {"refused_max_store_kib_per_uid",
+         d->counters.fair_refused[FAIR_GROWTH_UID]},
         {"rejected", d->counters.rejected},
         {"busy", d->counters.busy},
         {"refused_allow_list", atomic_load(&d->refused[ACCESS_DENIED_ALLOW])},

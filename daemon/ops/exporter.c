@@ -114,6 +114,14 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
           "Table files of the set in use that failed to load (listed by "
           "detctl status and detctl reload).",
           (double)tables_n_errors(d->tables));
+    metrics_family(&b, "detd_limit_refusals_total", "counter",
+                   "Calls refused over a per-session or per-uid cap, by the "
+                   "setting that sets it.");
+    for (int i = 0; i < FAIR_CAP_COUNT; i++) {
+        const char *l[] = {"limit", fair_cap_key((fair_cap)i), NULL};
+        metrics_sample(&b, "detd_limit_refusals_total", l,
+                       (double)c->fair_refused[i]);
+    }
     metrics_family(&b, "detd_store_write_failures_total", "counter",
                    "Store calls that failed on the disk (answered "
                    "UNAVAILABLE), by cause: disk_full or disk_error.");

@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "app/convert.h"
-#include "app/storeerr.h"
 #include "app/imports.h"
+#include "app/storeerr.h"
 #include "app/validate.h"
 #include "detd/client.h"
 #include "detd/error.h"

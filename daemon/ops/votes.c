@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "app/convert.h"
+#include "app/session.h"
 #include "app/storeerr.h"
 #include "app/validate.h"
 #include "detd/client.h"
@@ -61,6 +62,12 @@ void votes_on_vote(struct daemon *d, struct rpc_event *ev) {
             goto rejected;
         }
     }
+    int32_t ppid;
+    uint32_t puid;
+    session_peer(ev->call, &ppid, &puid);
+    if (fair_grow(d, ev->call, NULL, puid,
+                  protobuf_c_message_get_packed_size(ev->msg)) != 0)
+        goto out;
     tj = convert_timings_json(req->timings, req->n_timings);
     if (tj == NULL) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");

@@ -48,7 +48,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="detd-bench-", dir="/tmp")
     sock = f"{tmp}/detd.sock"
     d = subprocess.Popen([str(BUILD / "daemon" / "detd"), "--socket", sock, "--state-dir", f"{tmp}/state",
-                          "--log-level", "warn"])
+                          "--log-level", "warn",
+                          # One process populates every key: no per-client caps.
+                          "--max-new-keys-per-session", "0", "--max-new-keys-per-uid", "0",
+                          "--max-store-kib-per-session", "0", "--max-store-kib-per-uid", "0"])
     try:
         # Serving: a health check is answered (detd_bench's "health" mode
         # fails until then).

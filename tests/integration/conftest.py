@@ -52,10 +52,11 @@ def pytest_runtest_setup(item):
 
 class ServeClient:
     """One detd_client.py --serve process: one libdetd handle, one session,
-    answering one JSON command per line (detd_client.serve())."""
+    answering one JSON command per line (detd_client.serve()). prefix: a
+    command prefix (e.g. setpriv, to run as another user)."""
 
-    def __init__(self, d, rank, extra=()):
-        self.p = subprocess.Popen([sys.executable, str(CLIENT), "--socket", d.socket, "--serve",
+    def __init__(self, d, rank, extra=(), prefix=()):
+        self.p = subprocess.Popen([*prefix, sys.executable, str(CLIENT), "--socket", d.socket, "--serve",
                                    "--rank", str(rank), *extra],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.pid = self.p.pid

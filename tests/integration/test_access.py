@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLIENT, DETCTL, DETD, IS_ROOT, PROBE, Daemon, counter, requires
+from conftest import CLIENT, DETCTL, DETD, IS_ROOT, PROBE, Daemon, ServeClient, counter, requires
 
 NOBODY = 65534
 OTHER_GID = 4242  # a supplementary group of the test caller, no name needed
@@ -245,4 +245,67 @@ def test_one_uid_cannot_take_every_connection(tmpdir_short):
     finally:
         holder.kill()
         holder.wait()
+        assert d.stop() == 0
+
+
+def timings(ms=(1.0,)):
+    return [{"config": f"BLOCK={16 << i},num_warps=4", "ms": list(ms)} for i in range(4)]
+
+
+def test_caps_per_session_and_per_uid(tmpdir_short):
+    """Open claims, new keys per minute and store growth, per session and
+    per uid (the kernel's): over a cap, RESOURCE_EXHAUSTED naming it,
+    logged once per episode, counted; another user is not held back."""
+    open_dir(tmpdir_short)
+    d = Daemon(tmpdir_short, ["--socket-mode", "0666", "--max-claims-per-session", "2",
+                              "--max-claims-per-uid", "3", "--max-new-keys-per-session", "4",
+                              "--max-store-kib-per-session", "4"]).start()
+    a = ServeClient(d, 0)
+    b = ServeClient(d, 1)
+    other = ServeClient(d, 0, prefix=as_user(NOBODY, NOBODY))
+    try:
+        def designated(c, key):
+            r = c.call(op="decide", key=key)
+            assert r["rc"] == 0 and r["outcome"] == 2, r  # DESIGNATED
+            return r["claim_id"]
+
+        def refused(c, key, text, op="decide", **kw):
+            r = c.call(op=op, key=key, **kw)
+            assert r["rc"] != 0 and text in r["error"], r
+            return r
+
+        claims = {k: designated(a, k) for k in ("k0", "k1")}
+        # A third claim of session a, twice: refused, logged once.
+        for _ in range(2):
+            refused(a, "k2", "open claims per session: limit 2 reached (max-claims-per-session)")
+        claims["k3"] = designated(b, "k3")
+        refused(b, "k4", "open claims per uid: limit 3 reached (max-claims-per-uid)")
+        # Another uid is not held back by root's claims.
+        assert other.call(op="decide", key="n0")["outcome"] == 2
+        # Claims end with their reports; session a's new keys per minute
+        # are then the cap: k0, k1, k5, k6 started, k7 refused.
+        for k in ("k0", "k1"):
+            assert a.call(op="report", key=k, claim_id=claims[k], timings=timings())["rc"] == 0
+        for k in ("k5", "k6"):
+            c = designated(a, k)
+            assert a.call(op="report", key=k, claim_id=c, timings=timings())["rc"] == 0
+        refused(a, "k7", "new keys per minute per session: limit 4 reached (max-new-keys-per-session)")
+        # A report of about 4 x 1024 samples of 8 bytes: over the 4 KiB
+        # of store growth a minute of session b.
+        refused(b, "k3", "store growth (KiB per minute) per session: limit 4 reached "
+                "(max-store-kib-per-session)", op="report", claim_id=claims["k3"],
+                timings=timings([1.0] * 1024))
+        assert b.call(op="report", key="k3", claim_id=claims["k3"], timings=timings())["rc"] == 0
+
+        st = d.status()
+        assert counter(st, "refused_max_claims_per_session") == 2, st
+        assert counter(st, "refused_max_claims_per_uid") == 1, st
+        assert counter(st, "refused_max_new_keys_per_session") == 1, st
+        assert counter(st, "refused_max_store_kib_per_session") == 1, st
+        log = d.read_log()
+        assert log.count("open claims per session: limit 2 reached") == 1, log[-3000:]
+        assert log.count("uid 0: open claims per uid: limit 3 reached") == 1, log[-3000:]
+    finally:
+        for c in (a, b, other):
+            c.close()
         assert d.stop() == 0
