@@ -607,6 +607,31 @@ static void record_failed_pass(struct daemon *d, const struct vkey *vk,
              (unsigned)puid, d->node, (int)f.by_rank);
 }
 
+/*
+ * Answer a report for claim on an undecided key vk that is not its live
+ * claim, saying what happened: the key's pass is held by another claim
+ * (it passed to another rank), or no pass is open for it at all (the
+ * claim was never handed out, or it ended).
+ */
+static void stale_report(struct daemon *d, rpc_call *call,
+                         const struct vkey *vk, uint64_t claim) {
+    struct engine_claim_info ci;
+    if (engine_claim_info(d->engine, vk->id, &ci) || d->coord != NULL)
+        rpc_fail(call, RPC_FAILED_PRECONDITION,
+                 "claim %" PRIu64 " is no longer held for key %.12s (it "
+                 "passed to another rank, which holds its timing pass "
+                 "now): ask again",
+                 claim, vk->id);
+    else
+        rpc_fail(call, RPC_FAILED_PRECONDITION,
+                 "claim %" PRIu64 " is unknown for key %.12s: no timing "
+                 "pass is open for this key (the claim was never handed "
+                 "out, or it ended: lease or pass deadline, its process "
+                 "detached, a daemon restart); nothing was decided: ask "
+                 "again",
+                 claim, vk->id);
+}
+
 /* See decide.h. */
 void decide_report(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__ReportRequest *req = (Detd__V1__ReportRequest *)ev->msg;
@@ -666,12 +691,11 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
                 d->counters.reports_stale++;
             reply_report(ev->call, &existing, !repeat);
             decision_clear(&existing);
+        } else if (rc != DETD_ENOTFOUND) {
+            storeerr_reply(d, ev->call, rc);
         } else {
             d->counters.reports_stale++;
-            rpc_fail(ev->call, RPC_FAILED_PRECONDITION,
-                     "claim %" PRIu64 " is no longer held for this key "
-                     "(it passed to another rank): ask again",
-                     req->claim_id);
+            stale_report(d, ev->call, &vk, req->claim_id);
         }
         goto free_msg;
     }

@@ -19,12 +19,13 @@ import urllib.request
 
 import pytest
 
-from conftest import PROBE, Daemon, counter
+from conftest import PROBE, Daemon, ServeClient, counter
 
 KERNEL = "tests.integration:row_sum@0123456789abcdef"  # detd_client.py's default
 CANDS = [f"BLOCK={16 << i},num_warps=4" for i in range(4)]  # its 4 candidates
 DESIGNATED = 2  # Outcome OUTCOME_DESIGNATED
 DEADLINE = 60  # seconds: generous bound for any phase on a loaded machine
+ESTALE = -1007  # DETD_ESTALE
 
 
 # ---- protobuf by hand (the fields of proto/detd.proto used here) ------------
@@ -339,3 +340,27 @@ def test_drain_answers_waiters_and_ends_healthz(tmpdir_short):
         assert healthz(port)[0] is None  # gone with the daemon
     finally:
         d.stop()
+
+
+# ---- Report's refusals ---------------------------------------------------------
+
+def test_report_refusals_say_what_happened(daemon):
+    """A report for a claim that is not the key's live one says whether
+    another rank holds the key's pass or no pass is open at all."""
+    timings = [{"config": c, "ms": [1.0 + i]} for i, c in enumerate(CANDS)]
+    a, b = ServeClient(daemon, 0), ServeClient(daemon, 1)
+    try:
+        r = a.call(op="report", key="never", claim_id=12345, timings=timings)
+        assert r["rc"] == ESTALE, r
+        assert "claim 12345 is unknown for key" in r["error"], r
+        assert "never handed out" in r["error"] and "another rank" not in r["error"], r
+        held = a.call(op="decide", key="held")
+        assert held["outcome"] == DESIGNATED, held
+        r = b.call(op="report", key="held", claim_id=held["claim_id"] ^ 1, timings=timings)
+        assert r["rc"] == ESTALE and "passed to another rank" in r["error"], r
+        r = a.call(op="report", key="held", claim_id=held["claim_id"], timings=timings)
+        assert r["rc"] == 0 and r["config"] == CANDS[0], r
+        assert counter(daemon.status(), "reports_stale") >= 2
+    finally:
+        a.close()
+        b.close()
