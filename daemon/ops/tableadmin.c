@@ -15,6 +15,9 @@
 #include "clock.h"
 
 #include <inttypes.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +140,47 @@ static void answer_reload(struct daemon *d, rpc_call *call, int64_t took_ms) {
     tableadmin_status_clear(&st);
 }
 
+/* A replaced set, freed off the loop. */
+struct tables_retire {
+    uv_work_t work;
+    tables *old;
+    int64_t since_ms; /* queued */
+};
+
+static void retire_work(uv_work_t *w) {
+    struct tables_retire *t = w->data;
+    tables_free(t->old);
+#ifdef __GLIBC__
+    /* The set was built on a worker thread, in that thread's malloc
+     * arena: give its memory back to the system, or each reload landing
+     * on another worker keeps a whole set's worth in an arena. */
+    malloc_trim(0);
+#endif
+}
+
+static void retire_done(uv_work_t *w, int status) {
+    struct tables_retire *t = w->data;
+    log_info("replaced tables freed (%" PRId64 " ms)%s",
+             clock_mono_ms() - t->since_ms, status != 0 ? " (cancelled)" : "");
+    free(t);
+}
+
+/* Free the replaced set old on a worker: freeing a large set (hundreds of
+ * thousands of entries) takes long enough to stall every call the loop
+ * serves meanwhile. Inline when no worker can be had. */
+static void retire(struct daemon *d, tables *old) {
+    struct tables_retire *t = calloc(1, sizeof(*t));
+    if (t != NULL) {
+        t->old = old;
+        t->work.data = t;
+        t->since_ms = clock_mono_ms();
+        if (uv_queue_work(&d->loop, &t->work, retire_work, retire_done) == 0)
+            return;
+        free(t);
+    }
+    tables_free(old);
+}
+
 static void reload_start(struct daemon *d, struct tables_reload *r);
 
 static void reload_done(uv_work_t *w, int status) {
@@ -155,7 +199,7 @@ static void reload_done(uv_work_t *w, int status) {
     } else {
         /* The swap: lookups from here on see the new set only. Decisions
          * already committed from the old one stand. */
-        tables_free(d->tables);
+        retire(d, d->tables);
         d->tables = r->result;
         d->counters.table_reloads++;
         log_set(d->tables, "tables reloaded");

@@ -6,11 +6,15 @@
  *   detd_bench SOCKET decide KEYS THREADS SECONDS
  *       decide already-decided keys i:0..KEYS-1 through libdetd (one
  *       handle shared by THREADS threads, as in a training process)
+ *   detd_bench SOCKET miss KEYS THREADS SECONDS
+ *       as decide, for keys u:0..KEYS-1 nobody decided, without claiming
+ *       them: each call is answered MISS by the daemon's loop (store and
+ *       table lookups), never from the answer cache
  *   detd_bench SOCKET health THREADS SECONDS
  *       the grpc.health.v1 Check round trip on the same socket: the floor
  *
  * Prints one line: "mode=... threads=... calls=... per_s=... p50_us=...
- * p99_us=... errors=...".
+ * p99_us=... max_us=... errors=...".
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -41,6 +45,7 @@ static long nkeys;
 static double seconds;
 static atomic_long next_key;
 static atomic_long errors;
+static int miss_mode; /* keys u:N, answered MISS */
 
 struct lat {
     double *us;
@@ -62,7 +67,7 @@ static void lat_add(struct lat *l, double us) {
 }
 
 static void make_key(long i, char *buf, size_t n, struct detd_key *k) {
-    snprintf(buf, n, "i:%ld", i);
+    snprintf(buf, n, miss_mode ? "u:%ld" : "i:%ld", i);
     k->namespace_ = NULL;
     k->arch = "sm90";
     k->kernel = KERNEL;
@@ -115,7 +120,8 @@ static void *decide_thread(void *arg) {
         double t0 = now_s();
         int rc = detd_decide(client, &k, DETD_DECIDE_NO_CLAIM, 10000, &a);
         double t1 = now_s();
-        if (rc != 0 || a->outcome != DETD_OUTCOME_DECIDED)
+        if (rc != 0 || a->outcome != (miss_mode ? DETD_OUTCOME_MISS
+                                                : DETD_OUTCOME_DECIDED))
             atomic_fetch_add(&errors, 1);
         detd_answer_free(a);
         lat_add(l, (t1 - t0) * 1e6);
@@ -253,6 +259,7 @@ int main(int argc, char **argv) {
         hchan = grpc_channel_create(target, c, NULL);
         grpc_channel_credentials_release(c);
     } else {
+        miss_mode = strcmp(mode, "miss") == 0;
         nkeys = atol(argv[3]);
         threads = atoi(argv[4]);
         seconds = atof(argv[5]);
@@ -274,10 +281,11 @@ int main(int argc, char **argv) {
             lat_add(&all, lats[i].us[j]);
     qsort(all.us, all.n, sizeof(double), cmp);
     printf("mode=%s threads=%d calls=%zu per_s=%.0f p50_us=%.1f p99_us=%.1f "
-           "errors=%ld\n",
+           "max_us=%.1f errors=%ld\n",
            mode, threads, all.n, (double)all.n / dt,
            all.n ? all.us[all.n / 2] : 0.0,
            all.n ? all.us[(size_t)((double)all.n * 0.99)] : 0.0,
+           all.n ? all.us[all.n - 1] : 0.0,
            atomic_load(&errors));
     detd_client_close(client);
     return 0;
