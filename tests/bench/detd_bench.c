@@ -285,8 +285,7 @@ int main(int argc, char **argv) {
            mode, threads, all.n, (double)all.n / dt,
            all.n ? all.us[all.n / 2] : 0.0,
            all.n ? all.us[(size_t)((double)all.n * 0.99)] : 0.0,
-           all.n ? all.us[all.n - 1] : 0.0,
-           atomic_load(&errors));
+           all.n ? all.us[all.n - 1] : 0.0, atomic_load(&errors));
     detd_client_close(client);
     return 0;
 }
