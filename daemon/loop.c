@@ -12,6 +12,7 @@
 #include "app/daemon.h"
 #include "app/decide.h"
 #include "app/fair.h"
+#include "app/passes.h"
 #include "app/waiters.h"
 #include "dispatch.h"
 #include "ops/admin.h"
@@ -856,6 +857,7 @@ static const struct start_step {
     {"loop handles", start_handles, stop_handles},
     {"socket directory", start_socket_dir, NULL},
     {"etcd backend", start_etcd, stop_etcd},
+    {"open timing passes", passes_start, passes_stop},
     {"rpc server", start_rpc, stop_rpc},
     {"unix socket", start_listener, stop_listener},
     {"metrics endpoint", start_metrics, stop_metrics},

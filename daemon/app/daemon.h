@@ -126,6 +126,7 @@ struct commit_state;
 struct waiters;
 struct benchsplit;
 struct fair;
+struct claimlog;
 
 struct daemon {
     const struct daemon_config *cfg;
@@ -168,7 +169,8 @@ struct daemon {
 
     struct daemon_counters counters;
     struct store_health store_health;
-    struct fair *fair; /* per-uid usage of the caps (fair.c) */
+    struct fair *fair;           /* per-uid usage of the caps (fair.c) */
+    struct claimlog *claims_log; /* the passes handed out (passes.c) */
     /* Refused calls by access_reason (rpc thread and loop) and refused
      * connections (loop). */
     atomic_uint_fast64_t refused[ACCESS_REASON_COUNT];

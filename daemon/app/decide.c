@@ -20,6 +20,7 @@
 #include "app/imports.h"
 #include "app/reply.h"
 #include "app/fair.h"
+#include "app/passes.h"
 #include "app/session.h"
 #include "app/storeerr.h"
 #include "app/validate.h"
@@ -452,6 +453,12 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
                 benchsplit_admit(d, vk.id, s, req->device, &h.share_index);
         d->counters.shares++;
         reply_timeout(ev->call, 0, &h);
+        goto free_msg;
+    }
+    /* A pass restored for this process after a restart: its own. */
+    uint64_t adopted;
+    if (passes_adopt(d, ev->call, s, vk.id, &adopted)) {
+        reply_designated(d, ev->call, vk.id, adopted, 0, 0);
         goto free_msg;
     }
     /* A key nobody claims would start a timing pass for this caller:

@@ -8,6 +8,7 @@
 
 #include "app/convert.h"
 #include "app/daemon.h"
+#include "app/passes.h"
 #include "detd/client.h"
 
 /* See reply.h. */
@@ -60,6 +61,7 @@ void reply_designated(struct daemon *d, rpc_call *call, const char *id,
     resp.takeover = takeover != 0;
     resp.waited_ms = waited_ms;
     d->counters.designations++;
+    passes_designated(d, call, id);
     if (takeover)
         d->counters.takeovers++;
     rpc_reply(call, &resp.base);

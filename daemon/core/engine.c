@@ -22,7 +22,6 @@
 #include "core/engine.h"
 
 #include <assert.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -301,6 +300,20 @@ static struct engine_session *session_find(const engine *e, uint64_t id) {
     return NULL;
 }
 
+/* The record of session id, made when there is none (NULL: out of
+ * memory). */
+static struct engine_session *session_get(engine *e, uint64_t id) {
+    struct engine_session *s = session_find(e, id);
+    if (s != NULL)
+        return s;
+    if (htab_reserve(&e->sessions) < 0 || (s = calloc(1, sizeof(*s))) == NULL)
+        return NULL;
+    s->id = id;
+    s->link.hash = hash_u64(id);
+    htab_insert(&e->sessions, &s->link);
+    return s;
+}
+
 /* A session record lives while it is attached, holds claims or waits. */
 static void session_maybe_free(engine *e, struct engine_session *s) {
     if (s->attached || s->n_claims > 0 || s->n_waiters > 0)
@@ -348,6 +361,30 @@ static void emit(engine *e, engine_event_kind kind, uint64_t token,
     e->cb(e->cb_ctx, &ev);
 }
 
+/* Put k on s's list of claims, as its owner. */
+static void owner_link(struct keyent *k, struct engine_session *s) {
+    k->owner = s;
+    k->sprev = NULL;
+    k->snext = s->claims;
+    if (s->claims != NULL)
+        s->claims->sprev = k;
+    s->claims = k;
+    s->n_claims++;
+}
+
+/* Take k off its owner's list of claims (the owner stays set). */
+static void owner_unlink(struct keyent *k) {
+    struct engine_session *s = k->owner;
+    if (k->sprev != NULL)
+        k->sprev->snext = k->snext;
+    else
+        s->claims = k->snext;
+    if (k->snext != NULL)
+        k->snext->sprev = k->sprev;
+    k->sprev = k->snext = NULL;
+    s->n_claims--;
+}
+
 /* Give k a fresh claim owned by s. The lease and pass heaps and the
  * claims table have room (reserved). */
 static void claim_grant(engine *e, struct keyent *k, struct engine_session *s,
@@ -357,15 +394,9 @@ static void claim_grant(engine *e, struct keyent *k, struct engine_session *s,
     k->claim_id = claim_id_draw(e, k);
     k->clink.hash = hash_u64(k->claim_id);
     htab_insert(&e->claims, &k->clink);
-    k->owner = s;
+    owner_link(k, s);
     k->claimed_ms = now_ms;
     k->shares = 0;
-    k->sprev = NULL;
-    k->snext = s->claims;
-    if (s->claims != NULL)
-        s->claims->sprev = k;
-    s->claims = k;
-    s->n_claims++;
     e->n_claims++;
     e->st.designations++;
     k->lease.at = add_sat(now_ms, e->lim.lease_ms);
@@ -383,7 +414,6 @@ static void claim_grant(engine *e, struct keyent *k, struct engine_session *s,
 
 /* End k's claim; the caller frees the session and key records if idle. */
 static void claim_end(engine *e, struct keyent *k) {
-    struct engine_session *s = k->owner;
     assert(k->has_claim);
     if (k->lease.idx != NOT_IN_HEAP)
         heap_remove(&e->leases, &k->lease);
@@ -391,16 +421,9 @@ static void claim_end(engine *e, struct keyent *k) {
         heap_remove(&e->passes, &k->pass);
     htab_remove(&e->claims, &k->clink);
     k->last_claim_id = k->claim_id;
-    if (k->sprev != NULL)
-        k->sprev->snext = k->snext;
-    else
-        s->claims = k->snext;
-    if (k->snext != NULL)
-        k->snext->sprev = k->sprev;
-    k->sprev = k->snext = NULL;
+    owner_unlink(k);
     k->has_claim = 0;
     k->owner = NULL;
-    s->n_claims--;
     e->n_claims--;
 }
 
@@ -789,17 +812,9 @@ int engine_release(engine *e, const char *id, uint64_t claim_id,
 int engine_session_attach(engine *e, uint64_t session, int64_t now_ms) {
     if (e == NULL || session == 0)
         return DETD_EINVAL;
-    struct engine_session *s = session_find(e, session);
-    if (s == NULL) {
-        if (htab_reserve(&e->sessions) < 0)
-            return DETD_ENOMEM;
-        s = calloc(1, sizeof(*s));
-        if (s == NULL)
-            return DETD_ENOMEM;
-        s->id = session;
-        s->link.hash = hash_u64(session);
-        htab_insert(&e->sessions, &s->link);
-    }
+    struct engine_session *s = session_get(e, session);
+    if (s == NULL)
+        return DETD_ENOMEM;
     s->attached = 1;
     s->ended = 0;
     /* Its claims' leases now last while it stays attached. */
@@ -900,96 +915,46 @@ uint32_t engine_session_claims(const engine *e, uint64_t session) {
     return s != NULL ? s->n_claims : 0;
 }
 
-/* ---- the winner rule ---- */
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/*
- * Median of samples into *ret: 0, 1 (not usable: a NaN sample) or
- * DETD_ENOMEM. Small sample sets are sorted on the stack.
- */
-static int median_of(const double *ms, size_t n, double *ret) {
-    double small[64], *v = small;
-    for (size_t i = 0; i < n; i++)
-        if (isnan(ms[i]))
-            return 1;
-    if (n > sizeof(small) / sizeof(small[0])) {
-        v = malloc(n * sizeof(*v));
-        if (v == NULL)
-            return DETD_ENOMEM;
-    }
-    memcpy(v, ms, n * sizeof(*v));
-    qsort(v, n, sizeof(*v), cmp_double);
-    /* Halves first: the sum of two finite samples may overflow. */
-    *ret = n % 2 == 1 ? v[n / 2] : v[n / 2 - 1] / 2 + v[n / 2] / 2;
-    if (v != small)
-        free(v);
-    return 0;
-}
-
-static int config_allowed(const char *config, const char *const *allowed,
-                          size_t n_allowed) {
-    if (allowed == NULL)
-        return 1;
-    for (size_t i = 0; i < n_allowed; i++)
-        if (allowed[i] != NULL && strcmp(allowed[i], config) == 0)
-            return 1;
-    return 0;
-}
-
-/* See engine.h. All inputs are borrowed for the call. */
-int engine_pick_winner(const struct engine_timing *timings, size_t n,
-                       const char *const *allowed, size_t n_allowed) {
-    if ((timings == NULL && n > 0) || n > (size_t)INT32_MAX ||
-        (allowed == NULL && n_allowed > 0))
+/* See engine.h. */
+int engine_claim_restore(engine *e, const char *id, uint64_t session,
+                         int64_t ran_ms, int64_t now_ms,
+                         uint64_t *ret_claim_id) {
+    if (e == NULL || !id_valid(id) || session == 0 || ret_claim_id == NULL)
         return DETD_EINVAL;
-    double small[64], *score = small;
-    if (n > sizeof(small) / sizeof(small[0])) {
-        score = malloc(n * sizeof(*score));
-        if (score == NULL)
-            return DETD_ENOMEM;
+    if (engine_claim_of(e, id, NULL))
+        return DETD_EEXIST;
+    /* No claim on id: an ask is a designation (the token is not kept). */
+    uint64_t claim = 0;
+    int rc = engine_ask(e, id, session, UINT64_MAX, now_ms, now_ms, &claim);
+    if (rc != ENGINE_ASK_DESIGNATED)
+        return rc < 0 ? rc : DETD_EEXIST;
+    struct keyent *k = key_find(e, id, hash_str(id));
+    k->claimed_ms = now_ms - (ran_ms > 0 ? ran_ms : 0);
+    if (k->pass.idx != NOT_IN_HEAP) {
+        heap_remove(&e->passes, &k->pass);
+        k->pass.at = add_sat(k->claimed_ms, e->opt.pass_timeout_ms);
+        heap_push(&e->passes, &k->pass);
     }
-    /* First the best score; then, of the candidates within epsilon of it,
-     * the smallest config string: a difference inside the noise band
-     * never decides, so noise cannot turn a pass towards a slower config
-     * by more than epsilon, and the same timings always give the same
-     * winner. */
-    int rc = 0;
-    double best_score = INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        const struct engine_timing *t = &timings[i];
-        score[i] = NAN;
-        if (t->config == NULL || t->failed || t->n_ms == 0 || t->ms == NULL)
-            continue;
-        if (!config_allowed(t->config, allowed, n_allowed))
-            continue;
-        double sc;
-        int mr = median_of(t->ms, t->n_ms, &sc);
-        if (mr < 0) {
-            rc = mr;
-            goto out;
-        }
-        if (mr > 0 || !isfinite(sc) || sc < 0)
-            continue;
-        score[i] = sc;
-        if (sc < best_score)
-            best_score = sc;
-    }
-    rc = DETD_ENOCAND;
-    if (!isfinite(best_score))
-        goto out;
-    double bound = best_score + best_score * ENGINE_WINNER_EPSILON;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(score[i]) || score[i] > bound)
-            continue;
-        if (rc < 0 || strcmp(timings[i].config, timings[rc].config) < 0)
-            rc = (int)i;
-    }
-out:
-    if (score != small)
-        free(score);
-    return rc;
+    *ret_claim_id = claim;
+    return 0;
+}
+
+/* See engine.h. */
+int engine_claim_adopt(engine *e, const char *id, uint64_t from, uint64_t to) {
+    if (e == NULL || !id_valid(id) || to == 0)
+        return DETD_EINVAL;
+    struct keyent *k = key_find(e, id, hash_str(id));
+    if (k == NULL || !k->has_claim || k->owner->id != from)
+        return DETD_ENOTFOUND;
+    struct engine_session *s = session_get(e, to);
+    if (s == NULL)
+        return DETD_ENOMEM;
+    struct engine_session *old = k->owner;
+    owner_unlink(k);
+    owner_link(k, s);
+    /* An attached holder keeps its claims' leases renewed. */
+    if (s->attached && k->lease.idx != NOT_IN_HEAP)
+        heap_remove(&e->leases, &k->lease);
+    session_maybe_free(e, old);
+    return 0;
 }

@@ -291,6 +291,27 @@ void engine_get_stats(const engine *e, struct engine_stats *ret);
 uint32_t engine_session_claims(const engine *e, uint64_t session);
 
 /*
+ * A timing pass that was open on id when the daemon stopped, restored at
+ * start-up for session (a stand-in for the process that held it, never
+ * attached: its lease runs from now_ms, so the pass passes on if nobody
+ * adopts it within lease_ms). The pass has already run ran_ms: its
+ * deadline (pass_timeout_ms) counts only the time the daemon ran. A new
+ * claim id is drawn (*ret_claim_id); askers of id now wait. Returns 0,
+ * DETD_EEXIST (id has a claim), DETD_EBUSY, DETD_ENOMEM or DETD_EINVAL.
+ */
+int engine_claim_restore(engine *e, const char *id, uint64_t session,
+                         int64_t ran_ms, int64_t now_ms,
+                         uint64_t *ret_claim_id);
+
+/*
+ * Give the live claim of id, held by session from, to session to (the
+ * process that held it before a restart, attached anew); its deadlines
+ * stay. Returns 0, DETD_ENOTFOUND (id has no claim held by from),
+ * DETD_ENOMEM or DETD_EINVAL.
+ */
+int engine_claim_adopt(engine *e, const char *id, uint64_t from, uint64_t to);
+
+/*
  * The noise band of the winner rule: candidates whose score is within
  * this fraction of the best score are tied (the client re-measures them
  * once before it reports: detd/_hook.py WINNER_EPSILON, the same value).

@@ -364,3 +364,42 @@ def test_report_refusals_say_what_happened(daemon):
     finally:
         a.close()
         b.close()
+
+
+# ---- a restart while a timing pass is open -------------------------------------
+
+def test_open_pass_survives_a_restart_longer_than_its_deadline(tmpdir_short):
+    """kill -9 while a pass is open, down for longer than the pass deadline:
+    after the restart the key waits for its holder (another rank asking is
+    not designated), the holder gets its pass back and its timings are
+    committed; one timing pass in all."""
+    pass_ms = 4000
+    d = Daemon(tmpdir_short, ["--pass-timeout-ms", str(pass_ms)]).start()
+    timings = [{"config": c, "ms": [1.0 + i]} for i, c in enumerate(CANDS)]
+    a, b = ServeClient(d, 0), ServeClient(d, 1)
+    try:
+        first = a.call(op="decide", key="span")
+        assert first["outcome"] == DESIGNATED, first
+        d.kill9()
+        # The outage is the scenario: longer than the whole pass deadline.
+        time.sleep(pass_ms / 1000 + 0.5)
+        d.start()
+        d.wait_log(f"restored for pid {a.pid}")
+        # Another rank waits (TIMEOUT after its 300 ms), never designated.
+        r = b.call(op="decide", key="span", timeout_ms=300)
+        assert r["rc"] == 0 and r["outcome"] == 4, r  # TIMEOUT
+        # The holder asks again (its old claim died with the old daemon):
+        # the pass is its own again, within pass_ms of the restart.
+        again = a.call(op="decide", key="span")
+        assert again["outcome"] == DESIGNATED, again
+        r = a.call(op="report", key="span", claim_id=again["claim_id"], timings=timings)
+        assert r["rc"] == 0 and r["config"] == CANDS[0], r
+        r = b.call(op="decide", key="span")
+        assert r["outcome"] == 1 and r["config"] == CANDS[0], r  # DECIDED
+        st = d.status()
+        assert counter(st, "timing_passes") == 1, st
+        assert counter(st, "takeovers") == 0, st
+    finally:
+        a.close()
+        b.close()
+        d.stop()

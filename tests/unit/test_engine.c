@@ -1403,6 +1403,50 @@ TEST(rejected_report_ends_the_claim_and_aborts_every_waiter) {
     engine_free(e);
 }
 
+/* ---- restored passes (a daemon restart) ---- */
+
+TEST(restored_claim_makes_askers_wait_and_is_adopted) {
+    engine *e = mk();
+    struct engine_options o = {.pass_timeout_ms = 500};
+    CHECK_EQ_INT(engine_set_options(e, &o), 0);
+    const uint64_t stand_in = UINT64_C(1) << 63 | 7;
+    uint64_t claim = 0;
+    /* Ran 200 ms before the restart: 300 ms of its deadline are left. */
+    CHECK_EQ_INT(engine_claim_restore(e, kid(1), stand_in, 200, 1000, &claim),
+                 0);
+    CHECK(claim != 0);
+    CHECK_EQ_INT(engine_claim_restore(e, kid(1), stand_in, 0, 1000, &claim),
+                 DETD_EEXIST);
+    CHECK_EQ_INT(engine_session_attach(e, 2, 1000), 0);
+    ask_wait(e, kid(1), 2, 20, FAR, 1000);
+    /* The next due time: the pass deadline (1300) before the lease. */
+    CHECK_EQ_INT(engine_tick(e, 1000), 1300);
+    CHECK_EQ_INT(engine_claim_adopt(e, kid(1), 99, 3), DETD_ENOTFOUND);
+    CHECK_EQ_INT(engine_session_attach(e, 3, 1100), 0);
+    CHECK_EQ_INT(engine_claim_adopt(e, kid(1), stand_in, 3), 0);
+    CHECK_EQ_INT(engine_session_claims(e, 3), 1);
+    CHECK_EQ_INT(engine_session_claims(e, stand_in), 0);
+    CHECK_EQ_INT(engine_report_from(e, kid(1), claim, 3), ENGINE_REPORT_ACCEPT);
+    CHECK_EQ_INT(g_log.n, 0);
+    /* Its deadline stays: at 1300 the pass goes to the waiter. */
+    engine_tick(e, 1300);
+    check_event(0, ENGINE_EV_DESIGNATE, 20, kid(1), g_log.v[0].claim_id, 1);
+    engine_free(e);
+}
+
+TEST(restored_claim_not_adopted_passes_at_its_lease) {
+    engine *e = mk();
+    const uint64_t stand_in = UINT64_C(1) << 63 | 7;
+    uint64_t claim = 0;
+    CHECK_EQ_INT(engine_claim_restore(e, kid(1), stand_in, 0, 0, &claim), 0);
+    ask_wait(e, kid(1), 2, 20, FAR, 0);
+    CHECK_EQ_INT(engine_tick(e, LEASE - 1), LEASE);
+    CHECK_EQ_INT(g_log.n, 0);
+    engine_tick(e, LEASE);
+    check_event(0, ENGINE_EV_DESIGNATE, 20, kid(1), g_log.v[0].claim_id, 1);
+    engine_free(e);
+}
+
 int main(int argc, char **argv) {
     return runner_main(argc, argv);
 }
