@@ -69,7 +69,8 @@ static int parse(char *text, struct claimlog_entry **ret, size_t *ret_n) {
         v[n].seq = n;
         n++;
     }
-    qsort(v, n, sizeof(*v), cmp_seq);
+    if (n > 1)
+        qsort(v, n, sizeof(*v), cmp_seq);
     struct claimlog_entry *out = calloc(n ? n : 1, sizeof(*out));
     if (out == NULL) {
         free(v);
