@@ -10,9 +10,10 @@ is the designated rank, reports, asks again after a lost claim within
 one budget, and hands back a :class:`Resolution`; the adapter applies
 the decision or falls back loudly (the ``on_miss`` policy). The Triton
 adapter (:mod:`detd._hook`) and the Inductor adapter
-(:mod:`detd._inductor`) both use it; docs/client-layers.md lists where
-their paths differed before and where the native loop
-(``client/src/autotune.c``) still differs. This module knows no
+(:mod:`detd._inductor`) both use it; the native loop
+(``client/src/autotune.c``) follows the same contract,
+docs/resolve-contract.md (tests/python/test_conformance.py runs its
+table against all three). This module knows no
 autotuner: what is timed, compiled or benchmarked comes in as functions.
 """
 
@@ -289,7 +290,8 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
             answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
             break
         if rounds >= MAX_ASKS:
-            break  # reason: the last report's failure
+            answer, reason = None, f"the claim was lost {lost} times: no decision (last {reason})"
+            break
         try:
             answer = ask((dkey, pinned, wait.ask_ms(left_ms)), wait.share)
         except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
@@ -315,9 +317,11 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
             break
         except _native.DetdError as e:
             answer, reason = None, f"report failed: {e}"
-            if e.code == _native.ESTALE:
+            if e.code == _native.ESTALE and not pass_failed(e):
                 # The claim moved on or its session ended (a daemon
-                # restart): ask again; a decision may exist now.
+                # restart): ask again; a decision may exist now. A stale
+                # report whose reason is that every candidate failed is
+                # the daemon's verdict on the key: it ends here.
                 lost += 1
                 continue
             report_error = e
