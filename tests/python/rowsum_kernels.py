@@ -13,7 +13,8 @@ Every call is counted and written to $DETD_TEST_COUNTS at exit.
 Phases a test drives by events, not sleeps: with $DETD_TEST_BENCH_GATE=PATH
 the first do_bench call creates PATH.waiting and blocks until PATH exists;
 with $DETD_TEST_DIE_WHEN=PATH it does the same, then the process dies
-(exit 9) in the middle of its timing pass.
+(exit 9) in the middle of its timing pass; with $DETD_TEST_BENCH_FAIL set
+every candidate raises after running.
 """
 
 import atexit
@@ -65,6 +66,8 @@ def fake_do_bench(kernel_call, quantiles=None, **kw):
     kernel_call()
     frame_block = _current_block[0]
     CALLS.append(frame_block)
+    if os.environ.get("DETD_TEST_BENCH_FAIL"):
+        raise RuntimeError(f"BLOCK={frame_block} fails (DETD_TEST_BENCH_FAIL)")
     idx = BLOCKS.index(frame_block) if frame_block in BLOCKS else 0
     ms = 1.0 + ((idx + _position()) % len(BLOCKS))
     if quantiles:
