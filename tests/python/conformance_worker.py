@@ -35,6 +35,8 @@ import time
 os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import gates  # noqa: E402
+
 CANDS = ("BLOCK=16", "BLOCK=32", "BLOCK=64", "BLOCK=128")
 CALLS = []
 
@@ -53,12 +55,7 @@ def _hold():
         path = os.environ.get(var)
         if not path:
             continue
-        open(path + ".waiting", "w").close()
-        deadline = time.monotonic() + 300  # a test that never opens it must not hang
-        while not os.path.exists(path):
-            if time.monotonic() > deadline:
-                os._exit(8)
-            time.sleep(0.01)
+        gates.wait_for(path)
         if die:
             os._exit(9)
 

@@ -21,6 +21,7 @@ import atexit
 import json
 import os
 
+import gates  # tests/python, beside this file
 import torch
 import triton
 import triton.language as tl
@@ -35,18 +36,6 @@ def _position():
     return int(r) if r not in (None, "") else os.getpid()
 
 
-def _wait_for(path):
-    """Announce the pass (PATH.waiting) and block until PATH exists."""
-    import time
-
-    open(path + ".waiting", "w").close()
-    deadline = time.monotonic() + 300  # a test that never opens it must not hang
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            os._exit(8)
-        time.sleep(0.01)
-
-
 def fake_do_bench(kernel_call, quantiles=None, **kw):
     if os.environ.get("DETD_TEST_DIE_IN_BENCH"):
         # A designated rank that dies in the middle of its pass.
@@ -56,13 +45,13 @@ def fake_do_bench(kernel_call, quantiles=None, **kw):
         os._exit(9)
     if os.environ.get("DETD_TEST_DIE_WHEN"):
         # The same, at a moment the test picks: once the file exists.
-        _wait_for(os.environ["DETD_TEST_DIE_WHEN"])
+        gates.wait_for(os.environ["DETD_TEST_DIE_WHEN"])
         os._exit(9)
     gate = os.environ.get("DETD_TEST_BENCH_GATE")
     if gate and not CALLS:
         # A designated rank held in its timing pass until the test opens
         # the gate (the file exists).
-        _wait_for(gate)
+        gates.wait_for(gate)
     kernel_call()
     frame_block = _current_block[0]
     CALLS.append(frame_block)

@@ -19,14 +19,15 @@ import time
 import pytest
 
 from conftest import HERE
+from gates import GATE_BOUND_S
 
 PATHS = ("triton", "inductor", "native")
 FASTEST = {0: "BLOCK=16", 1: "BLOCK=128", 2: "BLOCK=64", 3: "BLOCK=32"}
 N_CANDS = 4
 BUDGET_MS = 3000  # the waiter's timeout_ms in the "budget" case
-# A worker gives up waiting for a gate after 300 s (conformance_worker.py);
-# a phase of this test is bounded by that too.
-WORKER_BOUND_S = 300
+# A worker gives up waiting for a gate after GATE_BOUND_S; a phase of this
+# test is bounded by that too.
+WORKER_BOUND_S = GATE_BOUND_S
 
 # The errors each path shows where the contract says "no config":
 # the Python adapters raise (on_miss=error), the native API returns a code.
