@@ -338,7 +338,8 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
         }
         if (a->outcome == DETD_OUTCOME_DECIDED) {
             waited += a->waited_ms;
-            res->waited_ms = waited > UINT32_MAX ? UINT32_MAX : (uint32_t)waited;
+            res->waited_ms =
+                waited > UINT32_MAX ? UINT32_MAX : (uint32_t)waited;
             break;
         }
         if (a->outcome == DETD_OUTCOME_MISS) {
@@ -349,8 +350,7 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
             rc = DETD_ENOTFOUND;
             break;
         }
-        if (a->outcome == DETD_OUTCOME_TIMEOUT &&
-            clock_mono_ms() < deadline) {
+        if (a->outcome == DETD_OUTCOME_TIMEOUT && clock_mono_ms() < deadline) {
             waited += a->waited_ms;
             continue;
         }
