@@ -39,6 +39,9 @@ struct daemon_config {
     uint32_t max_clients;
     uint32_t max_connections; /* open on the unix socket at once */
     uint32_t idle_timeout_ms; /* a connection with no call; 0: never */
+    /* Exit after this long with no client attached, no claim open and no
+     * call waiting (a daemon started on demand); 0: never. */
+    uint32_t exit_idle_s;
     uint32_t max_waiters;
     uint32_t max_claims;
     uint32_t max_queue; /* events queued for the loop */
