@@ -82,10 +82,7 @@ static int client_reconnect_ms_(uint32_t *ms) {
 }
 
 DETD_EXPORT const char *detd_client_default_socket(void) {
-    const char *env = getenv("DETD_SOCKET");
-    if (env != NULL && env[0] != '\0')
-        return env;
-    return DETD_DEFAULT_SOCKET;
+    return wire_default_socket();
 }
 
 DETD_EXPORT int detd_client_open(const char *socket_path,

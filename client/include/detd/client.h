@@ -420,8 +420,12 @@ const char *detd_client_socket(const detd_client *client);
 
 /*
  * The socket path detd_client_open(NULL, ...) would use: $DETD_SOCKET
- * when set and not empty, else DETD_DEFAULT_SOCKET. The string is
- * borrowed from the environment or static; never NULL.
+ * when set and not empty; else DETD_DEFAULT_SOCKET when that socket
+ * exists; else the socket of a daemon started on demand for this user
+ * (by the Python package, where no daemon is configured) when it exists:
+ * $XDG_RUNTIME_DIR/detd/detd.sock, or /tmp/detd-<uid>/detd.sock without
+ * XDG_RUNTIME_DIR; else DETD_DEFAULT_SOCKET. The string is borrowed from
+ * the environment, static or thread-local; never NULL.
  */
 const char *detd_client_default_socket(void);
 
