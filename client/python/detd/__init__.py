@@ -21,10 +21,12 @@ config) in :mod:`detd._hook`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from typing import List, Optional
 
@@ -80,9 +82,17 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
 
     _process.rank_identity()  # RANK/LOCAL_RANK/WORLD_SIZE must be integers
     if s.mode != "auto":
-        from . import _native
+        from . import _daemon, _native
 
         _native.load()  # fail now, not at the first kernel
+        # The daemon, before the first kernel: the one configured, the
+        # node's, or this user's (started now when none answers).
+        sock, line = _daemon.check(s.socket)
+        if line:
+            print(line, file=sys.stderr, flush=True)
+        if sock is not None and sock != s.socket:
+            s = dataclasses.replace(s, socket=sock)
+            os.environ["DETD_SOCKET"] = sock  # the processes it starts (compile workers, detctl) too
     with _install_lock:
         from . import _megatron
 
