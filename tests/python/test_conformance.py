@@ -111,7 +111,7 @@ def expect_config(res, config, timed, case):
 def expect_error(res, case, path):
     assert res["config"] is None and res["error"] == NO_CONFIG[case][path], (case, res)
     texts = REASON_NATIVE.get(case, REASON[case]) if path == "native" else REASON[case]
-    assert any(t in res["reason"] for t in texts), (case, res)
+    assert any(t in res["reason"] for t in texts), (case, res["reason"])
 
 
 @pytest.mark.parametrize("path", PATHS)
