@@ -554,9 +554,11 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
         }
         /* Decide is idempotent: ask again across a restart. */
         if (!client_retry_(client, &retry, rc, sid)) {
+            /* ETIMEDOUT: the call's own deadline (its timeout is what
+             * was left of it), whatever the clocks' rounding says. */
             away =
-                (rc == DETD_ETIMEDOUT || client_classify_(rc) == CLIENT_GONE) &&
-                clock_mono_ms() >= deadline &&
+                (rc == DETD_ETIMEDOUT || (client_classify_(rc) == CLIENT_GONE &&
+                                          clock_mono_ms() >= deadline)) &&
                 session_may_wait(&client->session, NULL, NULL);
             break;
         }

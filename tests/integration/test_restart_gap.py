@@ -8,8 +8,11 @@ the Triton and Inductor adapters, over the real libdetd, asking in 1 s
 slices as a waiting rank logs). Rank 0 times key A and holds its pass
 until the new daemon serves (it reports after the restart); rank 1 times
 key B and reports while the daemon is down; ranks 2 and 3 wait for A
-across the outage. The daemon leaves its socket file behind, so the
-clients meet "connection refused" for the whole gap. Checked: every rank
+across the outage. Each gap shows the clients another outage: at 5 s the
+socket file the killed daemon left ("connection refused"); at 20 s first
+a socket that accepts connections and never answers (a daemon starting,
+or systemd holding the socket), then the file left behind; at 45 s no
+socket file at all. Checked: every rank
 finishes with a decision for both keys and no error, all ranks agree and
 it is the stored decision, each key was timed exactly once, and each
 rank counted the outage once (detd.stats()); the waiting ranks warned
@@ -17,6 +20,7 @@ about it once.
 """
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +30,7 @@ from pathlib import Path
 from conftest import BUILD, Daemon
 
 HERE = Path(__file__).resolve().parent
-GAPS_S = (5, 20, 45)
+GAPS_S = {5: "refused", 20: "silent", 45: "missing"}
 # libdetd's settling after a re-attach (DETD_RECLAIM_SETTLE_MS) and the
 # reconnect backoff's longest wait: the rest of the run is a few calls.
 SETTLE_S = 4 + 1
@@ -42,7 +46,25 @@ def wait_for(what, cond, timeout):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def run_gap(root, gap_s, results):
+def outage(d, how, gap_s):
+    """The daemon is gone for gap_s; what its clients meet meanwhile."""
+    if how == "missing":
+        os.unlink(d.socket)
+        time.sleep(gap_s)
+    elif how == "silent":
+        # Connections are queued by the kernel and never answered.
+        os.unlink(d.socket)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(d.socket)
+        s.listen(128)
+        time.sleep(gap_s / 2)
+        s.close()  # the file stays: "connection refused" from now on
+        time.sleep(gap_s / 2)
+    else:
+        time.sleep(gap_s)  # the outage itself (the scenario), not a wait for a state
+
+
+def run_gap(root, gap_s, how, results):
     root.mkdir()
     d = Daemon(root).start()
     env = dict(os.environ, DETD_LIBRARY=str(Path(os.environ.get("DETD_CLIENT_BUILD_DIR") or BUILD)
@@ -67,7 +89,7 @@ def run_gap(root, gap_s, results):
         d.kill9()
         assert Path(d.socket).exists()  # left behind: clients get ECONNREFUSED
         (root / "release-B").touch()  # rank 1 reports into the outage
-        time.sleep(gap_s)  # the outage itself (the scenario), not a wait for a state
+        outage(d, how, gap_s)
         d.start()
         (root / "release-A").touch()  # rank 0 reports to the new daemon
         for p in procs:
@@ -87,7 +109,8 @@ def run_gap(root, gap_s, results):
 
 def test_restart_gaps(tmpdir_short):
     results = {}
-    threads = [threading.Thread(target=run_gap, args=(tmpdir_short / f"gap{g}", g, results)) for g in GAPS_S]
+    threads = [threading.Thread(target=run_gap, args=(tmpdir_short / f"gap{g}", g, how, results))
+               for g, how in GAPS_S.items()]
     for t in threads:
         t.start()
     for t in threads:
