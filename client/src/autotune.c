@@ -354,6 +354,15 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
             waited += a->waited_ms;
             continue;
         }
+        if (a->outcome != DETD_OUTCOME_DESIGNATED && a->daemon_away) {
+            wire_set_error("no answer from the daemon at '%s' for kernel "
+                           "%.200s key %.200s within opts->timeout_ms=%lld "
+                           "(it was away, starting or just restarted)",
+                           detd_client_socket(client), k->kernel, k->key,
+                           (long long)budget);
+            rc = DETD_ETIMEDOUT;
+            break;
+        }
         if (a->outcome != DETD_OUTCOME_DESIGNATED) {
             wire_set_error("timed out waiting for another process's timing "
                            "pass of kernel %.200s key %.200s",
