@@ -41,6 +41,10 @@ static void session_forget_(struct session *s) {
     s->renewing_gen = 0;
     s->outages = 0;
     s->renewed = 0;
+    /* The parent's claims are its own: never taken again here (their
+     * copies are left allocated, as the parent's channels are). */
+    for (unsigned i = 0; i < SESSION_CLAIMS; i++)
+        s->claims[i].key = NULL;
     s->attach_failures = 0;
     s->last_err = 0;
     s->last_msg[0] = '\0';
