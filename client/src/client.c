@@ -723,7 +723,9 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
          * does not know is final here: the claim went with it. */
         if (client_classify_(rc) != CLIENT_GONE ||
             !client_retry_(client, &retry, rc, sid)) {
-            if (rc == DETD_ESTALE || rc == DETD_ENOTFOUND)
+            /* The daemon answered (refused, rejected, ended the claim):
+             * the claim is over; never taken again after a restart. */
+            if (client_classify_(rc) != CLIENT_GONE)
                 session_claim_find(&client->session, claim_id, 1, &claim_gen);
             client_conn_err(client, rc);
             goto out;
