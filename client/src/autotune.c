@@ -377,8 +377,11 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
              * timings of this key and candidate list are still valid. */
             int64_t t0 = clock_mono_ms();
             rc = autotune_time_all_(k, launch, launch_user, o, cuda, &pass);
-            if (rc < 0)
+            if (rc < 0) {
+                /* Never reported: not to be taken again after a restart. */
+                detd_claim_forget(client, a->claim_id);
                 break;
+            }
             deadline += clock_mono_ms() - t0;
             timed = 1;
             res->timed_here = 1;

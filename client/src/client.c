@@ -957,6 +957,18 @@ static int client_reclaim_(void *user, struct wire_channel *ch, uint64_t sid,
     return rc;
 }
 
+DETD_EXPORT int detd_claim_forget(detd_client *client, uint64_t claim_id) {
+    wire_set_error(NULL);
+    if (client == NULL || claim_id == 0) {
+        wire_set_error("%s",
+                       client == NULL ? "client is NULL" : "claim_id is 0");
+        return DETD_EINVAL;
+    }
+    uint64_t gen = 0;
+    session_claim_find(&client->session, claim_id, 1, &gen);
+    return 0;
+}
+
 DETD_EXPORT int detd_client_stats(detd_client *client,
                                   struct detd_stats *ret_stats) {
     wire_set_error(NULL);

@@ -938,6 +938,35 @@ TEST(report_of_a_claim_from_before_a_restart_goes_under_the_new_claim) {
     fake_stop_(&p);
 }
 
+/* A claim given up (detd_claim_forget()) is not taken again after a
+ * restart: nothing asks the new daemon for it. */
+TEST(a_forgotten_claim_is_not_taken_again) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 0);
+    struct detd_key k = key_("designate-f");
+    struct detd_answer *a = NULL;
+    CHECK_EQ_INT(detd_decide(c, &k, 0, 5000, &a), 0);
+    uint64_t claim = a->claim_id;
+    detd_answer_free(a);
+    CHECK_EQ_INT(detd_claim_forget(c, claim), 0);
+    CHECK_EQ_INT(detd_claim_forget(c, claim), 0); /* unknown: ignored */
+    CHECK_EQ_INT(detd_claim_forget(c, 0), DETD_EINVAL);
+    CHECK_EQ_INT(detd_claim_forget(NULL, claim), DETD_EINVAL);
+    fake_kill_(&p);
+    fake_start_at_(&p, 300);
+    /* The keeper takes claims again before it runs the new stream: once
+     * it heartbeats there, it has asked for all it would. */
+    CHECK(await_counter_(&p, "heartbeats", 1) >= 1);
+    CHECK_EQ_INT(fake_counter_(&p, "sessions_sent"), 0);
+    struct detd_stats st = {.size = sizeof st};
+    CHECK_EQ_INT(detd_client_stats(c, &st), 0);
+    CHECK_EQ_INT(st.claims_renewed, 0);
+    CHECK_EQ_INT(st.outages, 1);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
 /* Past the reconnect window calls fail at once, saying how long the
  * daemon has been gone; when it is back, they work again. */
 TEST(reconnect_window_bounds_the_wait) {

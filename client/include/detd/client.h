@@ -428,6 +428,16 @@ int detd_share(detd_client *client, const struct detd_key *key,
 /* Free a share answer. NULL is a no-op. */
 void detd_share_answer_free(struct detd_share_answer *answer);
 
+/*
+ * Give up claim_id without reporting (added in 0.6): this process will not
+ * time its key (its pass could not run). libdetd stops tracking the claim,
+ * so it is not taken again after a daemon restart. Sends nothing: the
+ * daemon ends the claim at its pass deadline or with the session, as for
+ * any claim never reported. Unknown claims are ignored.
+ * Returns 0 or DETD_EINVAL (client NULL or claim_id 0).
+ */
+int detd_claim_forget(detd_client *client, uint64_t claim_id);
+
 /* What a handle lived through (added in 0.6). */
 struct detd_stats {
     size_t size;       /* the caller sets sizeof(struct detd_stats) */

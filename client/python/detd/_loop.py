@@ -312,7 +312,13 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
         rounds += 1
         if rows is None:
             t0 = time.monotonic()
-            rows = time_pass(answer)
+            try:
+                rows = time_pass(answer)
+            except BaseException:
+                # Never reported: libdetd must not take it again after a
+                # daemon restart.
+                _process.client().forget_claim(answer.claim_id)
+                raise
             deadline += time.monotonic() - t0
         try:
             answer = _process.client().report(answer.claim_id, dkey, rows, version,

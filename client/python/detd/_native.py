@@ -313,6 +313,8 @@ def _bind(lib):
     if hasattr(lib, "detd_client_stats"):  # libdetd 0.6
         lib.detd_client_stats.argtypes = [ctypes.c_void_p, P(_Stats)]
         lib.detd_client_stats.restype = c_int
+        lib.detd_claim_forget.argtypes = [ctypes.c_void_p, c_uint64]
+        lib.detd_claim_forget.restype = c_int
 
 
 def load():
@@ -428,6 +430,13 @@ class Client:
         st = _Stats(ctypes.sizeof(_Stats))
         _check(self._lib, "detd_client_stats", self._lib.detd_client_stats(self._h, ctypes.byref(st)))
         return {name: int(getattr(st, name)) for name, _ in _Stats._fields_ if name != "size"}
+
+    def forget_claim(self, claim_id: int) -> None:
+        """``detd_claim_forget``: this process gives up ``claim_id``
+        without reporting; it is not taken again after a daemon restart
+        (a no-op with a libdetd older than 0.6)."""
+        if hasattr(self._lib, "detd_claim_forget"):
+            _check(self._lib, "detd_claim_forget", self._lib.detd_claim_forget(self._h, claim_id))
 
     def connect(self, timeout_ms: int = 5000):
         _check(self._lib, "detd_client_connect", self._lib.detd_client_connect(self._h, timeout_ms))
