@@ -25,9 +25,6 @@
 /* The keeper's ask for a claim it takes again after a re-attach. */
 #define CLIENT_RECLAIM_TIMEOUT_MS 2000
 
-static int client_reclaim_(void *user, struct wire_channel *ch, uint64_t sid,
-                           const struct detd_key *key, uint64_t *ret_claim);
-
 static char *client_strdup_or_empty_(const char *s) {
     return strdup(s != NULL ? s : "");
 }
@@ -88,6 +85,36 @@ static int client_reconnect_ms_(uint32_t *ms) {
 
 DETD_EXPORT const char *detd_client_default_socket(void) {
     return wire_default_socket();
+}
+
+/* The keeper's ask for a claim it takes again after a re-attach
+ * (session_reclaim_cb; user: the detd_client): a Decide under the new
+ * session that waits for nobody. */
+static int client_reclaim_(void *user, struct wire_channel *ch, uint64_t sid,
+                           const struct detd_key *key, uint64_t *ret_claim) {
+    const detd_client *c = user;
+    Detd__V1__DecideResponse *resp = NULL;
+    struct client_head h;
+    client_head_init(c, key, &h);
+    Detd__V1__DecideRequest req = DETD__V1__DECIDE_REQUEST__INIT;
+    req.api_version = DETD_API_VERSION;
+    req.client = &h.id;
+    req.session_id = sid;
+    req.key = &h.km;
+    req.wait_ms = 1;
+    int rc = wire_unary(ch, WIRE_METHOD_DECIDE, &req.base,
+                        &detd__v1__decide_response__descriptor,
+                        CLIENT_RECLAIM_TIMEOUT_MS, (ProtobufCMessage **)&resp);
+    if (rc < 0)
+        return rc;
+    rc = 0;
+    if (resp->outcome == DETD__V1__OUTCOME__OUTCOME_DESIGNATED &&
+        resp->claim_id != 0) {
+        *ret_claim = resp->claim_id;
+        rc = 1;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
 }
 
 DETD_EXPORT int detd_client_open(const char *socket_path,
@@ -926,76 +953,6 @@ out:
     free(tmp);
     free(tm);
     return rc;
-}
-
-/* The keeper's ask for a claim it takes again (session_reclaim_cb): a
- * Decide under the new session that waits for nobody. */
-static int client_reclaim_(void *user, struct wire_channel *ch, uint64_t sid,
-                           const struct detd_key *key, uint64_t *ret_claim) {
-    const detd_client *c = user;
-    Detd__V1__DecideResponse *resp = NULL;
-    struct client_head h;
-    client_head_init(c, key, &h);
-    Detd__V1__DecideRequest req = DETD__V1__DECIDE_REQUEST__INIT;
-    req.api_version = DETD_API_VERSION;
-    req.client = &h.id;
-    req.session_id = sid;
-    req.key = &h.km;
-    req.wait_ms = 1;
-    int rc = wire_unary(ch, WIRE_METHOD_DECIDE, &req.base,
-                        &detd__v1__decide_response__descriptor,
-                        CLIENT_RECLAIM_TIMEOUT_MS, (ProtobufCMessage **)&resp);
-    if (rc < 0)
-        return rc;
-    rc = 0;
-    if (resp->outcome == DETD__V1__OUTCOME__OUTCOME_DESIGNATED &&
-        resp->claim_id != 0) {
-        *ret_claim = resp->claim_id;
-        rc = 1;
-    }
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
-    return rc;
-}
-
-DETD_EXPORT int detd_claim_forget(detd_client *client, uint64_t claim_id) {
-    wire_set_error(NULL);
-    if (client == NULL || claim_id == 0) {
-        wire_set_error("%s",
-                       client == NULL ? "client is NULL" : "claim_id is 0");
-        return DETD_EINVAL;
-    }
-    uint64_t gen = 0;
-    session_claim_find(&client->session, claim_id, 1, &gen);
-    return 0;
-}
-
-DETD_EXPORT int detd_client_stats(detd_client *client,
-                                  struct detd_stats *ret_stats) {
-    wire_set_error(NULL);
-    if (client == NULL || ret_stats == NULL) {
-        wire_set_error("%s is NULL", client == NULL ? "client" : "ret_stats");
-        return DETD_EINVAL;
-    }
-    if (ret_stats->size == 0 || ret_stats->size > sizeof(*ret_stats)) {
-        wire_set_error("ret_stats->size %zu is not sizeof(struct "
-                       "detd_client_stats) of this release (%zu)",
-                       ret_stats->size, sizeof(*ret_stats));
-        return DETD_EINVAL;
-    }
-    struct detd_stats st;
-    memset(&st, 0, sizeof st);
-    st.size = ret_stats->size;
-    struct session *s = &client->session;
-    pthread_mutex_lock(&s->mu);
-    int mine = s->pid == getpid();
-    st.outages = s->outages;
-    st.down_ms = s->down_since != 0 ? clock_mono_ms() - s->down_since : 0;
-    st.attaches = mine ? s->attaches : 0;
-    st.claims_renewed = s->renewed;
-    st.reconnect_ms = s->reconnect_ms;
-    pthread_mutex_unlock(&s->mu);
-    memcpy(ret_stats, &st, ret_stats->size);
-    return 0;
 }
 
 DETD_EXPORT void detd_answer_free(struct detd_answer *answer) {
