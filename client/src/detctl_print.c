@@ -37,8 +37,9 @@ int detctl_print_table_add(struct detctl_print_table *t,
     }
     char **row = &t->cells[t->nrows * t->ncols];
     for (size_t i = 0; i < t->ncols; i++) {
-        row[i] =
-            strdup(cells[i] != NULL && cells[i][0] != '\0' ? cells[i] : "-");
+        /* Cells show what clients sent: escaped, one line each. */
+        row[i] = detctl_print_escape(
+            cells[i] != NULL && cells[i][0] != '\0' ? cells[i] : "-");
         if (row[i] == NULL) {
             while (i-- > 0)
                 free(row[i]);

@@ -22,8 +22,8 @@ struct detctl_print_table;
 struct detctl_print_table *detctl_print_table_new(size_t ncols,
                                                   const char *const *headers);
 
-/* Append a row of ncols cells (copied; NULL prints as "-"). Returns 0 or
- * -ENOMEM. */
+/* Append a row of ncols cells (copied and escaped with
+ * detctl_print_escape(); NULL prints as "-"). Returns 0 or -ENOMEM. */
 int detctl_print_table_add(struct detctl_print_table *t,
                            const char *const *cells);
 

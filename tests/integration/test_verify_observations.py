@@ -235,5 +235,13 @@ def test_verify_escapes_what_clients_wrote(d):
     assert rc == 1
     msgs = [f["message"] for f in doc["failures"] if f["kind"] == "failed_launch"]
     assert len(msgs) == 1 and msgs[0].endswith(f"boom\n{forged}\r\x1b[2K\u2028{forged}\\n"), msgs
+    # detctl's tables (status: a client's host and job) escape them too.
+    p2 = Proc(d, 2, b"evil\nclients (0)")
+    assert p2.lib.detd_client_connect(p2.h, 10000) == 0
+    r = detctl(d, "status")
+    assert r.returncode == 0, r.stderr
+    assert "clients (0)" not in r.stdout.splitlines(), r.stdout
+    assert "evil\\nclients (0)" in r.stdout, r.stdout
     p0.close()
     p1.close()
+    p2.close()
