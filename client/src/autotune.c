@@ -362,6 +362,15 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
             waited += a->waited_ms;
             continue;
         }
+        if (a->outcome != DETD_OUTCOME_DESIGNATED && a->daemon_away) {
+            wire_set_error("no answer from the daemon at '%s' for kernel "
+                           "%.200s key %.200s within opts->timeout_ms=%lld "
+                           "(it was away, starting or just restarted)",
+                           detd_client_socket(client), k->kernel, k->key,
+                           (long long)budget);
+            rc = DETD_ETIMEDOUT;
+            break;
+        }
         if (a->outcome != DETD_OUTCOME_DESIGNATED) {
             wire_set_error("timed out waiting for another process's timing "
                            "pass of kernel %.200s key %.200s",
@@ -376,8 +385,11 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
              * timings of this key and candidate list are still valid. */
             int64_t t0 = clock_mono_ms();
             rc = autotune_time_all_(k, launch, launch_user, o, cuda, &pass);
-            if (rc < 0)
+            if (rc < 0) {
+                /* Never reported: not to be taken again after a restart. */
+                detd_claim_forget(client, a->claim_id);
                 break;
+            }
             deadline += clock_mono_ms() - t0;
             timed = 1;
             res->timed_here = 1;

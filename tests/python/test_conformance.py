@@ -12,13 +12,15 @@ BLOCK=64, rank 3's BLOCK=32.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
 
-from conftest import HERE
+from conftest import HERE, Daemon, _require_build
 from gates import GATE_BOUND_S
 
 PATHS = ("triton", "inductor", "native")
@@ -174,3 +176,45 @@ def test_the_contract_holds_on_every_path(daemon, tmp_path, path):
     expect_config(again.result(daemon, n=keys["fresh"]), FASTEST[0], False, "rerun: fresh")
     expect_config(again.result(daemon, n=keys["wait"]), FASTEST[1], False, "rerun: wait")
     expect_config(again.result(daemon, n=keys["takeover"]), FASTEST[2], False, "rerun: takeover")
+
+
+# The outage: the daemon killed (-9) while a process holds a pass and
+# another waits, back on the same socket and store this much later; the
+# socket file it leaves makes every client meet "connection refused".
+OUTAGE_S = 3
+
+
+def test_a_daemon_outage_is_a_wait_on_every_path(tmp_path):
+    """docs/resolve-contract.md, "A daemon outage": on each path at once, a
+    holder in its pass and a waiter (asking in 1 s slices where the path
+    slices) across a kill -9 and a restart: the holder reports under the
+    claim libdetd took again (timed once, no lost claim), the waiter gets
+    its config without timing."""
+    _require_build()
+    root = tempfile.mkdtemp(prefix="detd-py-", dir="/tmp")
+    d = Daemon(root).start()
+    try:
+        def env(rank, **extra):
+            return d.env(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=4, DETD_ON_MISS="error", DETD_WAIT_LOG_AFTER_S=1,
+                         DETD_WAIT_LOG_EVERY_S=1, **extra)
+
+        gate = {p: str(tmp_path / f"gate-{p}") for p in PATHS}
+        holder = {p: Proc(p, 288, tmp_path, f"{p}-holder", env(1, DETD_TEST_BENCH_GATE=gate[p])) for p in PATHS}
+        until("holders designated", lambda: all(os.path.exists(g + ".waiting") for g in gate.values()),
+              holder.values(), d)
+        waiter = {p: Proc(p, 288, tmp_path, f"{p}-waiter", env(2)) for p in PATHS}
+        until("three processes waiting", lambda: waiters(d) >= 3, waiter.values(), d)
+        d.proc.kill()
+        d.proc.wait()
+        time.sleep(OUTAGE_S)  # the outage itself, not a wait for a state
+        d.start()
+        for g in gate.values():
+            open(g, "w").close()
+        for p in PATHS:
+            res = holder[p].result(d)
+            expect_config(res, FASTEST[1], True, f"outage: {p} holder")
+            assert res["claims_lost"] == 0, (p, res)
+            expect_config(waiter[p].result(d), FASTEST[1], False, f"outage: {p} waiter")
+    finally:
+        d.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -40,6 +40,7 @@ __all__ = [
     "installed",
     "settings",
     "autotuners",
+    "stats",
     "audit",
     "verify",
     "DivergenceError",
@@ -170,6 +171,21 @@ def autotuners() -> List[dict]:
         out.append(dict(kind="inductor", kernel="inductor::*", name="inductor::*",
                         governed=st["status"] == "governed", why=st["why"], status=st["status"],
                         torch=st["torch"], selections=st["selections"], candidates=[], keys=[]))
+    return out
+
+
+def stats() -> dict:
+    """This process's counters: libdetd's (``outages``: daemon outages
+    the process met, one per outage however many calls waited through it;
+    ``down_ms``: the current one's length, 0 when the daemon answers;
+    ``attaches``; ``claims_renewed``: timing claims taken again after a
+    restart; ``reconnect_ms``: the window), empty before the first call;
+    and the Triton hook's ``fallbacks`` (``on_miss`` applied) and
+    ``claims_lost`` (claims asked for again)."""
+    from . import _hook, _process
+
+    out = dict(_process.client_stats())
+    out.update(_hook.counts())
     return out
 
 

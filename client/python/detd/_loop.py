@@ -306,7 +306,11 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
             answer, reason = None, f"daemon request failed: {e}"
             break
         if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
-            if answer.share_index:
+            if answer.daemon_away:
+                # The daemon went away (or just came back): libdetd waits
+                # for it within the reconnect window; ask again.
+                _process.note_outage()
+            elif answer.share_index:
                 wait.help(answer, share.objs, share.candidates, dkey, share.compile_one, share.bench)
             else:
                 wait.waiting(answer)
@@ -316,7 +320,13 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
         rounds += 1
         if rows is None:
             t0 = time.monotonic()
-            rows = time_pass(answer)
+            try:
+                rows = time_pass(answer)
+            except BaseException:
+                # Never reported: libdetd must not take it again after a
+                # daemon restart.
+                _process.client().forget_claim(answer.claim_id)
+                raise
             deadline += time.monotonic() - t0
         try:
             answer = _process.client().report(answer.claim_id, dkey, rows, version,
@@ -340,6 +350,8 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
 
 def no_decision(answer) -> str:
     """Why an answer that is not a decision gives no config."""
+    if answer.outcome == _native.OUTCOME_TIMEOUT and answer.daemon_away:
+        return "the daemon was unreachable (or had just restarted) until the deadline"
     return {_native.OUTCOME_MISS: "no decision stored and none in the tables",
             _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
                 answer.outcome, f"unexpected outcome {answer.outcome}")
