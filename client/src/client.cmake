@@ -13,6 +13,7 @@ target_compile_options(detd_wire PRIVATE -fvisibility=hidden)
 add_library(detd SHARED ${CMAKE_CURRENT_SOURCE_DIR}/src/client.c
                         ${CMAKE_CURRENT_SOURCE_DIR}/src/share.c
                         ${CMAKE_CURRENT_SOURCE_DIR}/src/session.c
+                        ${CMAKE_CURRENT_SOURCE_DIR}/src/outage.c
                         ${CMAKE_CURRENT_SOURCE_DIR}/src/autotune.c
                         ${CMAKE_CURRENT_SOURCE_DIR}/src/autotune_cuda.c)
 target_include_directories(detd

@@ -819,10 +819,8 @@ int main(int argc, char **argv) {
         detctl_cli_opts_clear(&o);
         return ex;
     }
-    if (o.socket == NULL) {
-        const char *env = getenv("DETD_SOCKET");
-        o.socket = env != NULL && env[0] != '\0' ? env : DETD_DEFAULT_SOCKET;
-    }
+    if (o.socket == NULL)
+        o.socket = wire_default_socket();
 
     static const struct {
         const char *name;

@@ -59,7 +59,9 @@ static const struct opt_def opt_defs[] = {
     {O_VERBOSE, "verbose", no_argument, 'v', NULL, "list each disagreement"},
     {O_SOCKET, "socket", required_argument, 0, "PATH",
      "the daemon's socket (default $DETD_SOCKET, else " DETD_DEFAULT_SOCKET
-     ")"},
+     " when it\n                             exists, else this user's daemon "
+     "started on "
+     "demand)"},
     {O_ADDRESS, "address", required_argument, 0, "HOST:PORT",
      "a daemon's --listen address instead of the socket (Admin calls)"},
     {O_SERVER, "server", required_argument, 0, "HOST:PORT",

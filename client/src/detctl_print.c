@@ -37,8 +37,9 @@ int detctl_print_table_add(struct detctl_print_table *t,
     }
     char **row = &t->cells[t->nrows * t->ncols];
     for (size_t i = 0; i < t->ncols; i++) {
-        row[i] =
-            strdup(cells[i] != NULL && cells[i][0] != '\0' ? cells[i] : "-");
+        /* Cells show what clients sent: escaped, one line each. */
+        row[i] = detctl_print_escape(
+            cells[i] != NULL && cells[i][0] != '\0' ? cells[i] : "-");
         if (row[i] == NULL) {
             while (i-- > 0)
                 free(row[i]);
@@ -308,4 +309,72 @@ json_t *detctl_print_json_verify(const Detd__V1__VerifyResponse *v) {
                      (json_int_t)v->ungoverned, "divergences", divs,
                      "nodes_checked", checked, "nodes_unreachable",
                      unreachable);
+}
+
+char *detctl_print_escape(const char *s) {
+    size_t n = strlen(s);
+    char *out = malloc(n * 4 + 1); /* \xNN: the most a byte becomes */
+    if (out == NULL)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    char *o = out;
+    while (*p != '\0') {
+        unsigned char c = *p;
+        if (c == '\\') {
+            *o++ = '\\';
+            *o++ = '\\';
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            *o++ = '\\';
+            *o++ = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else if (c < 0x20 || c == 0x7f) {
+            o += sprintf(o, "\\x%02x", c);
+        } else if (c == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            o += sprintf(o, "\\u%04x", p[1]); /* C1: U+0080..U+009F */
+            p++;
+        } else if (c == 0xe2 && p[1] == 0x80 &&
+                   (p[2] == 0xa8 || p[2] == 0xa9)) {
+            o += sprintf(o, "\\u%04x", p[2] == 0xa8 ? 0x2028 : 0x2029);
+            p += 2;
+        } else {
+            *o++ = (char)c;
+        }
+        p++;
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Escape every string value under j in place; 0 or -ENOMEM. */
+static int print_escape_tree_(json_t *j) {
+    if (json_is_string(j)) {
+        char *e = detctl_print_escape(json_string_value(j));
+        int rc = e != NULL && json_string_set(j, e) == 0 ? 0 : -ENOMEM;
+        free(e);
+        return rc;
+    }
+    if (json_is_array(j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v) {
+            if (print_escape_tree_(v) < 0)
+                return -ENOMEM;
+        }
+    } else if (json_is_object(j)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) {
+            if (print_escape_tree_(v) < 0)
+                return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+json_t *detctl_print_json_escaped(const json_t *doc) {
+    json_t *copy = json_deep_copy(doc);
+    if (copy == NULL || print_escape_tree_(copy) < 0) {
+        json_decref(copy);
+        return NULL;
+    }
+    return copy;
 }

@@ -22,8 +22,8 @@ struct detctl_print_table;
 struct detctl_print_table *detctl_print_table_new(size_t ncols,
                                                   const char *const *headers);
 
-/* Append a row of ncols cells (copied; NULL prints as "-"). Returns 0 or
- * -ENOMEM. */
+/* Append a row of ncols cells (copied and escaped with
+ * detctl_print_escape(); NULL prints as "-"). Returns 0 or -ENOMEM. */
 int detctl_print_table_add(struct detctl_print_table *t,
                            const char *const *cells);
 
@@ -68,5 +68,23 @@ json_t *detctl_print_json_peer(const Detd__V1__PeerIdentity *p);
 json_t *detctl_print_json_decision(const Detd__V1__Decision *d);
 json_t *detctl_print_json_status(const Detd__V1__StatusResponse *s);
 json_t *detctl_print_json_verify(const Detd__V1__VerifyResponse *v);
+
+/*
+ * s made safe to print on a terminal: control characters (C0, DEL, the C1
+ * range and the Unicode line and paragraph separators) as \n, \r, \t,
+ * \xNN or \uNNNN, and the backslash as \\, so that text a client sent
+ * can neither start a line of its own nor move the cursor. Returns a new
+ * string to free(), or NULL when out of memory. s must be valid UTF-8 or
+ * any bytes (bytes are kept as they are, but for those above).
+ */
+char *detctl_print_escape(const char *s);
+
+/*
+ * A deep copy of doc in which every string value is escaped
+ * (detctl_print_escape()): for text output of documents that carry what
+ * clients sent. Object keys are left alone. A new reference, or NULL when
+ * out of memory.
+ */
+json_t *detctl_print_json_escaped(const json_t *doc);
 
 #endif /* DETD_DETCTL_PRINT_H */

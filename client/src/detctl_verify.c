@@ -943,8 +943,14 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     if (o->json)
         json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER),
             fputc('\n', stdout);
-    else
-        print_text(doc);
+    else {
+        /* What clients sent (keys, errors, reasons) cannot forge a line. */
+        json_t *safe = detctl_print_json_escaped(doc);
+        if (safe == NULL)
+            goto oom;
+        print_text(safe);
+        json_decref(safe);
+    }
     ex = ok ? DETCTL_EXIT_OK : DETCTL_EXIT_NO;
     if (o->report != NULL) {
         int rx = detctl_report_write_file(o->report, doc,

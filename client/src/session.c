@@ -37,6 +37,14 @@ static void session_forget_(struct session *s) {
     s->keeper_running = 0;
     s->attaching = NULL;
     s->down_since = 0;
+    s->reattached_at = 0;
+    s->renewing_gen = 0;
+    s->outages = 0;
+    s->renewed = 0;
+    /* The parent's claims are its own: never taken again here (their
+     * copies are left allocated, as the parent's channels are). */
+    for (unsigned i = 0; i < SESSION_CLAIMS; i++)
+        s->claims[i].key = NULL;
     s->attach_failures = 0;
     s->last_err = 0;
     s->last_msg[0] = '\0';
@@ -141,6 +149,8 @@ void session_destroy(struct session *s) {
     wire_channel_free(s->attach_channel);
     for (unsigned i = 0; i < s->n_retired; i++)
         wire_channel_free(s->retired[i]);
+    for (unsigned i = 0; i < SESSION_CLAIMS; i++)
+        free(s->claims[i].key);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->mu);
     free(s->target);
@@ -171,6 +181,15 @@ int64_t session_jitter_ms(int64_t delay_ms) {
         return delay_ms;
     int64_t half = delay_ms / 2;
     return half + (int64_t)(x % (uint64_t)(delay_ms - half + 1));
+}
+
+/* An outage starts now unless one is already counted (mu held). */
+static void session_down_(struct session *s) {
+    if (s->down_since != 0)
+        return;
+    s->down_since = clock_mono_ms();
+    if (s->reached)
+        s->outages++;
 }
 
 /* Wait on the session's condition until abs_ms at most (mu held). */
@@ -250,6 +269,8 @@ static void session_install_(struct session *s, struct wire_stream *st,
     s->stream = st;
     s->session_id = sid;
     s->lease_ms = lease;
+    if (s->attaches > 0)
+        s->reattached_at = clock_mono_ms();
     s->generation++;
     s->attaches++;
     s->state = SESSION_ATTACHED;
@@ -283,6 +304,45 @@ static void session_renew_(struct session *s, struct wire_channel **slot,
 }
 
 /*
+ * Take the claims still open in this process again on the session just
+ * installed (mu held; released around each call): the first asks the new
+ * daemon gets, before anyone else's claiming ask (SESSION_SETTLE_MS).
+ */
+static void session_renew_claims_(struct session *s, uint64_t sid) {
+    uint64_t gen = s->generation;
+    if (s->reclaim == NULL)
+        return;
+    s->renewing_gen = gen;
+    for (unsigned i = 0; i < SESSION_CLAIMS; i++) {
+        struct session_claim *c = &s->claims[i];
+        if (s->stopping || s->generation != gen)
+            break;
+        if (c->claim_id == 0 || c->key == NULL || c->generation == gen ||
+            c->renewed_gen == gen)
+            continue;
+        uint64_t id = c->claim_id, fresh = 0;
+        struct detd_key *k = session_key_dup(c->key);
+        struct wire_channel *ch = s->channel;
+        if (k == NULL)
+            continue;
+        pthread_mutex_unlock(&s->mu);
+        int rc = s->reclaim(s->reclaim_user, ch, sid, k, &fresh);
+        free(k);
+        pthread_mutex_lock(&s->mu);
+        /* The slot may have been reused meanwhile: find the claim again. */
+        for (unsigned j = 0; rc == 1 && j < SESSION_CLAIMS; j++)
+            if (s->claims[j].claim_id == id) {
+                s->claims[j].renewed_id = fresh;
+                s->claims[j].renewed_gen = gen;
+                s->renewed++;
+                break;
+            }
+    }
+    s->renewing_gen = 0;
+    pthread_cond_broadcast(&s->cond);
+}
+
+/*
  * The keeper: runs the stream of the current session; when it is lost,
  * attaches again with backoff and runs the new one, until the session is
  * destroyed.
@@ -303,8 +363,8 @@ static void *session_thread_(void *arg) {
             s->stream = NULL;
             s->state = SESSION_IDLE;
             s->session_id = 0;
-            if (!s->stopping && s->down_since == 0)
-                s->down_since = clock_mono_ms();
+            if (!s->stopping)
+                session_down_(s);
             pthread_cond_broadcast(&s->cond);
         }
         pthread_mutex_unlock(&s->mu);
@@ -340,14 +400,14 @@ static void *session_thread_(void *arg) {
                 /* A daemon serves again: calls get a fresh channel too. */
                 session_renew_(s, &s->channel, 1);
                 session_install_(s, st, sid, lease);
+                session_renew_claims_(s, sid);
                 break; /* run the new stream (mu held) */
             }
             s->state = SESSION_IDLE;
             s->attach_failures++;
             s->last_err = rc;
             snprintf(s->last_msg, sizeof(s->last_msg), "%s", wire_last_error());
-            if (s->down_since == 0)
-                s->down_since = clock_mono_ms();
+            session_down_(s);
             pthread_cond_broadcast(&s->cond);
             if (s->stopping)
                 goto out;
@@ -565,8 +625,8 @@ void session_note(struct session *s, int ok) {
     if (ok) {
         s->reached = 1;
         s->down_since = 0;
-    } else if (s->down_since == 0) {
-        s->down_since = clock_mono_ms();
+    } else {
+        session_down_(s);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -585,8 +645,52 @@ int session_may_wait(struct session *s, int64_t *ret_until,
     return until != 0 && now < until;
 }
 
+struct detd_key *session_key_dup(const struct detd_key *k) {
+    const char *str[4] = {k->namespace_, k->arch, k->kernel, k->key};
+    size_t need = sizeof(struct detd_key) + k->n_candidates * sizeof(char *);
+    for (unsigned i = 0; i < 4; i++)
+        need += str[i] != NULL ? strlen(str[i]) + 1 : 0;
+    need += k->table_key != NULL ? strlen(k->table_key) + 1 : 0;
+    for (size_t i = 0; i < k->n_candidates; i++)
+        need += strlen(k->candidates[i]) + 1;
+    struct detd_key *d = malloc(need);
+    if (d == NULL)
+        return NULL;
+    const char **cands = (const char **)(d + 1);
+    char *p = (char *)(cands + k->n_candidates);
+#define SESSION_COPY_(dst, src)                                                \
+    do {                                                                       \
+        (dst) = NULL;                                                          \
+        if ((src) != NULL) {                                                   \
+            size_t n_ = strlen(src) + 1;                                       \
+            memcpy(p, (src), n_);                                              \
+            (dst) = p;                                                         \
+            p += n_;                                                           \
+        }                                                                      \
+    } while (0)
+    SESSION_COPY_(d->namespace_, k->namespace_);
+    SESSION_COPY_(d->arch, k->arch);
+    SESSION_COPY_(d->kernel, k->kernel);
+    SESSION_COPY_(d->key, k->key);
+    SESSION_COPY_(d->table_key, k->table_key);
+    for (size_t i = 0; i < k->n_candidates; i++)
+        SESSION_COPY_(cands[i], k->candidates[i]);
+#undef SESSION_COPY_
+    d->candidates = cands;
+    d->n_candidates = k->n_candidates;
+    return d;
+}
+
+void session_set_reclaim(struct session *s, session_reclaim_cb cb, void *user) {
+    pthread_mutex_lock(&s->mu);
+    s->reclaim = cb;
+    s->reclaim_user = user;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void session_claim_note(struct session *s, uint64_t claim_id,
-                        uint64_t generation) {
+                        uint64_t generation, const struct detd_key *key) {
+    struct detd_key *copy = key != NULL ? session_key_dup(key) : NULL;
     pthread_mutex_lock(&s->mu);
     unsigned slot = SESSION_CLAIMS;
     for (unsigned i = 0; i < SESSION_CLAIMS; i++)
@@ -598,25 +702,69 @@ void session_claim_note(struct session *s, uint64_t claim_id,
         slot = s->claims_next;
         s->claims_next = (s->claims_next + 1) % SESSION_CLAIMS;
     }
+    struct detd_key *old = s->claims[slot].key;
     s->claims[slot].claim_id = claim_id;
     s->claims[slot].generation = generation;
+    s->claims[slot].renewed_id = 0;
+    s->claims[slot].renewed_gen = 0;
+    s->claims[slot].key = copy;
     pthread_mutex_unlock(&s->mu);
+    free(old);
 }
 
 int session_claim_find(struct session *s, uint64_t claim_id, int forget,
                        uint64_t *ret_generation) {
     int found = 0;
+    struct detd_key *gone = NULL;
     pthread_mutex_lock(&s->mu);
     for (unsigned i = 0; i < SESSION_CLAIMS && claim_id != 0; i++)
         if (s->claims[i].claim_id == claim_id) {
             *ret_generation = s->claims[i].generation;
-            if (forget)
+            if (forget) {
                 s->claims[i].claim_id = 0;
+                gone = s->claims[i].key;
+                s->claims[i].key = NULL;
+            }
             found = 1;
             break;
         }
     pthread_mutex_unlock(&s->mu);
+    free(gone);
     return found;
+}
+
+int session_claim_current(struct session *s, uint64_t claim_id,
+                          uint64_t claim_gen, uint64_t gen, int64_t deadline_ms,
+                          uint64_t *ret_id) {
+    if (gen == claim_gen) {
+        *ret_id = claim_id;
+        return 1;
+    }
+    int found = 0;
+    pthread_mutex_lock(&s->mu);
+    while (s->renewing_gen == gen && s->generation == gen &&
+           clock_mono_ms() < deadline_ms)
+        session_wait_until_(s, deadline_ms);
+    for (unsigned i = 0; i < SESSION_CLAIMS && claim_id != 0; i++)
+        if (s->claims[i].claim_id == claim_id) {
+            if (s->claims[i].renewed_gen == gen &&
+                s->claims[i].renewed_id != 0) {
+                *ret_id = s->claims[i].renewed_id;
+                found = 1;
+            }
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return found;
+}
+
+int64_t session_settle_until(struct session *s) {
+    pthread_mutex_lock(&s->mu);
+    int64_t until = s->reattached_at != 0 && s->pid == getpid()
+                        ? s->reattached_at + SESSION_SETTLE_MS
+                        : 0;
+    pthread_mutex_unlock(&s->mu);
+    return until > clock_mono_ms() ? until : 0;
 }
 
 void session_invalidate(struct session *s, uint64_t session_id) {

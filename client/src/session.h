@@ -16,7 +16,14 @@
  * session is destroyed. A successful re-attach is a new session: a new
  * session id and a new generation; heartbeats resume on the new stream.
  * Claims handed out under an earlier generation are void (the daemon that
- * knew them is gone, or it ended their session). While the keeper
+ * knew them is gone, or it ended their session), unless the keeper takes
+ * them again: right after a re-attach, before anything else, it asks the
+ * new daemon for the key of every claim still open here (the reclaim
+ * callback); a claim designated again is renewed under the new generation
+ * and its report goes out with the new claim id (session_claim_current()).
+ * For SESSION_SETTLE_MS after a re-attach, session_settle_until() tells
+ * calls to ask without claiming, so that the processes that were timing a
+ * key when the daemon went away take it again first. While the keeper
  * reconnects, session_acquire() waits for it, but only for the reconnect
  * window (reconnect_ms from the first failure seen); after that it fails
  * at once until the daemon is back. A handle that never reached a daemon
@@ -38,6 +45,7 @@
 #include <sys/types.h>
 
 #include "detd.pb-c.h"
+#include "detd/client.h"
 #include "wire.h"
 
 /* Claims remembered with the generation that received them. */
@@ -46,7 +54,20 @@
 struct session_claim {
     uint64_t claim_id; /* 0: free slot */
     uint64_t generation;
+    uint64_t renewed_id;  /* the claim taken again for it, 0: none */
+    uint64_t renewed_gen; /* ... under this generation */
+    struct detd_key *key; /* owned copy (session_key_dup()); NULL: none */
 };
+
+/*
+ * Ask the daemon again for key on channel ch under session sid (the
+ * keeper, after a re-attach). Returns 1 and sets *ret_claim when this
+ * process is designated again, 0 when not (decided, or held by another),
+ * a negative DETD_E* code on failure.
+ */
+typedef int (*session_reclaim_cb)(void *user, struct wire_channel *ch,
+                                  uint64_t sid, const struct detd_key *key,
+                                  uint64_t *ret_claim);
 
 enum session_state {
     SESSION_IDLE = 0,  /* no stream (never attached, failed or lost) */
@@ -91,8 +112,16 @@ struct session {
                               reconnecting) */
     struct wire_stream *attaching; /* the keeper's attach in progress */
     uint64_t attach_failures;      /* failed re-attach attempts */
-    int last_err;                  /* the last re-attach failure */
-    char last_msg[256];            /* ... and its detail */
+    uint64_t outages;              /* outages met after reaching a daemon */
+    int64_t reattached_at; /* clock_mono_ms() of the last re-attach in this
+                              process; 0: none */
+    uint64_t renewing_gen; /* the generation whose claims the keeper is
+                              taking again; 0: none */
+    uint64_t renewed;      /* claims taken again */
+    session_reclaim_cb reclaim;
+    void *reclaim_user;
+    int last_err;       /* the last re-attach failure */
+    char last_msg[256]; /* ... and its detail */
     /* Designations handed out, with their generation (a ring; kept
      * across fork, where every generation of the parent is void). */
     struct session_claim claims[SESSION_CLAIMS];
@@ -104,6 +133,12 @@ struct session {
 #define SESSION_BACKOFF_FIRST_MS 50
 #define SESSION_BACKOFF_MAX_MS 1000
 
+/* After a re-attach, how long claiming asks wait for the processes that
+ * held claims to take them again: a keeper's next attempt comes at most
+ * SESSION_BACKOFF_MAX_MS after the daemon serves, and an attempt that met
+ * the daemon starting may take 2 * SESSION_BACKOFF_MAX_MS. */
+#define SESSION_SETTLE_MS DETD_RECLAIM_SETTLE_MS
+
 /*
  * Prepare s (caller-owned memory) for target. identity is borrowed and
  * must outlive the session. reconnect_ms: how long calls wait for a
@@ -113,6 +148,10 @@ struct session {
 int session_init(struct session *s, const char *target,
                  const Detd__V1__ClientIdentity *identity,
                  uint32_t reconnect_ms);
+
+/* Set the callback the keeper takes claims again with (before the first
+ * call; NULL: claims are not taken again). */
+void session_set_reclaim(struct session *s, session_reclaim_cb cb, void *user);
 
 /*
  * Detach and release everything s holds: cancel the stream, join the
@@ -161,11 +200,32 @@ int session_may_wait(struct session *s, int64_t *ret_until,
                      int64_t *ret_down_ms);
 
 /*
- * Remember that claim_id was handed out under generation (the oldest
- * remembered claim is forgotten when the ring is full).
+ * Remember that claim_id was handed out under generation for key (copied;
+ * NULL or no memory: the claim is not taken again after a restart). The
+ * oldest remembered claim is forgotten when the ring is full.
  */
 void session_claim_note(struct session *s, uint64_t claim_id,
-                        uint64_t generation);
+                        uint64_t generation, const struct detd_key *key);
+
+/*
+ * The id under which claim_id (remembered, from generation claim_gen) may
+ * be reported in generation gen: claim_id itself when gen is claim_gen,
+ * the claim the keeper took again in gen, else none. Waits (until
+ * deadline_ms at most) while the keeper is still taking claims again in
+ * gen. Returns 1 and sets *ret_id, or 0.
+ */
+int session_claim_current(struct session *s, uint64_t claim_id,
+                          uint64_t claim_gen, uint64_t gen, int64_t deadline_ms,
+                          uint64_t *ret_id);
+
+/*
+ * The end of the settling time after a re-attach in this process (see
+ * the top), or 0 when it is over or there was none.
+ */
+int64_t session_settle_until(struct session *s);
+
+/* A copy of k in one allocation (free() it), or NULL without memory. */
+struct detd_key *session_key_dup(const struct detd_key *k);
 
 /*
  * The generation claim_id was handed out under: returns 1 and sets

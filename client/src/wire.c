@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -809,4 +812,29 @@ void wire_stream_free(struct wire_stream *s) {
     wire_gate_enter_();
     wire_stream_free_impl_(s);
     wire_gate_leave_();
+}
+
+/* Whether path is a unix socket (a daemon's, live or left behind). */
+static int is_socket(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+const char *wire_default_socket(void) {
+    static __thread char user[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    const char *env = getenv("DETD_SOCKET");
+    if (env != NULL && env[0] != '\0')
+        return env;
+    if (is_socket(DETD_DEFAULT_SOCKET))
+        return DETD_DEFAULT_SOCKET;
+    /* A daemon started on demand for this user (the Python package starts
+     * one where none is configured): its socket, when there is one. */
+    const char *run = getenv("XDG_RUNTIME_DIR");
+    int n = run != NULL && run[0] == '/'
+                ? snprintf(user, sizeof user, "%s/detd/detd.sock", run)
+                : snprintf(user, sizeof user, "/tmp/detd-%u/detd.sock",
+                           (unsigned)getuid());
+    if (n > 0 && (size_t)n < sizeof user && is_socket(user))
+        return user;
+    return DETD_DEFAULT_SOCKET;
 }

@@ -71,6 +71,10 @@ const char *wire_last_error(void);
 /* Set or clear (fmt NULL) this thread's last error detail. */
 void wire_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The socket a client uses when none is given (detd_client_default_socket()
+ * in detd/client.h: the rule, for libdetd and detctl alike). */
+const char *wire_default_socket(void);
+
 /*
  * Convert a gRPC status code and its message to a DETD_E* code (0 for
  * OK). message may be NULL. Exposed for tests.

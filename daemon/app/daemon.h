@@ -134,7 +134,9 @@ struct daemon {
     uv_async_t wake;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t tick;
-    uv_timer_t watchdog; /* systemd watchdog pings, from the loop */
+    uv_timer_t watchdog;   /* systemd watchdog pings, from the loop */
+    uv_timer_t idle_exit;  /* --exit-when-idle-s: checks once a second */
+    int64_t idle_since_ms; /* 0: not idle at the last check */
     /* Socket activation: the listening socket systemd passed (else -1),
      * polled by the loop; each connection goes to the rpc server. */
     int listen_fd; /* socket activation: the passed socket until opened */

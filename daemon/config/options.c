@@ -157,6 +157,11 @@ static const struct option_row rows[] = {
      NULL, NULL, 0, NULL,
      "close a connection that made no call this long after\n"
      "it was accepted; 0: never (default 30000)"},
+    {"exit-when-idle-s", "N", KIND_U32, CFG(exit_idle_s), 0, 0, 604800, NULL,
+     NULL, 0, NULL,
+     "exit (as on SIGTERM) after N seconds with no client\n"
+     "attached, no claim open and no call waiting; 0: never\n"
+     "(default 0; a daemon started on demand uses it)"},
     {"max-waiters", "N", KIND_U32, CFG(max_waiters), 0, 1, 10000000, NULL,
      NULL, 0, NULL, "calls waiting for a timing pass (default 65536)"},
     {"max-claims-per-session", "N", KIND_U32, CFG(max_claims_per_session), 0,

@@ -44,6 +44,9 @@ struct daemon_config {
     uint32_t max_claims_per_session, max_claims_per_uid;
     uint32_t max_new_keys_per_session, max_new_keys_per_uid;   /* a minute */
     uint32_t max_store_kib_per_session, max_store_kib_per_uid; /* a minute */
+    /* Exit after this long with no client attached, no claim open and no
+     * call waiting (a daemon started on demand); 0: never. */
+    uint32_t exit_idle_s;
     uint32_t max_waiters;
     uint32_t max_claims;
     uint32_t max_queue; /* events queued for the loop */

@@ -79,7 +79,7 @@ def test_wheel_is_any_cpython_and_self_contained(wheels):
         names = z.namelist()
         meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         eps = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-    assert "detd/_lib/libdetd.so" in names and "detd/_lib/detctl" in names
+    assert "detd/_lib/libdetd.so" in names and "detd/_lib/detctl" in names and "detd/_lib/detd" in names
     bundled = {os.path.basename(n) for n in names if n.startswith("detd/_lib/")}
     # gRPC and protobuf-c travel with the package.
     assert any(n.startswith("libgrpc.so") for n in bundled), sorted(bundled)
@@ -95,18 +95,63 @@ def test_wheel_is_any_cpython_and_self_contained(wheels):
     assert re.search(r"^detd-run = detd.run:main$", eps, re.M), eps
 
 
-def test_installed_wheel_runs_detctl_and_a_kernel(wheels, tmp_path):
+@pytest.fixture(scope="module")
+def user_venv(wheels):
+    """A fresh venv with the repaired wheel, torch (CPU) and Triton, as a
+    user installs them."""
     root, _, repaired = wheels
     venv = root / "user-venv"
     run([PY, "-m", "venv", venv])
     pip = venv / "bin" / "pip"
     run([pip, "install", "-q", repaired], env=user_env(), timeout=600)
+    run([pip, "install", "-q", f"torch=={TORCH}", "numpy"], env=user_env(), timeout=900)
+    run([pip, "install", "-q", "--no-deps", f"triton=={TRITON}"], env=user_env(), timeout=900)
+    return venv
+
+
+# A user's script: a real @triton.autotune kernel on two shapes (Triton's
+# CPU interpreter: the benchmark is a CPU timer). Prints how many
+# candidates this process timed.
+TRAIN = textwrap.dedent("""
+    import os, time
+
+    import torch, triton, triton.language as tl
+
+    TIMED = []
+
+    def cpu_bench(kernel_call, quantiles=None, **kw):
+        # The interpreter has no GPU timer: time the call on the CPU.
+        TIMED.append(1)
+        t = time.perf_counter()
+        kernel_call()
+        ms = (time.perf_counter() - t) * 1e3
+        return [ms] * len(quantiles) if quantiles else ms
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["n"],
+                     do_bench=cpu_bench)
+    @triton.jit
+    def double(x, y, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(y + offs, tl.load(x + offs, mask=m) * 2, mask=m)
+
+    for n in (100, 300):
+        x = torch.arange(n, dtype=torch.float32)
+        y = torch.empty_like(x)
+        double[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)
+        assert torch.equal(y, x * 2)
+    print(f"kernel ok, rank {os.environ.get('RANK', '-')} timed {len(TIMED)}")
+""")
+
+
+def test_installed_wheel_runs_detctl_and_a_kernel(user_venv, tmp_path):
+    venv = user_venv
     site = run([venv / "bin" / "python", "-c", "import detd, os; print(os.path.dirname(detd.__file__))"],
                env=user_env(), cwd="/").stdout.strip()
     lib_dir = os.path.join(site, "_lib")
     # Every library the bundled files load resolves inside the package
     # (the system's gRPC is installed here too: RUNPATH must win).
-    for f in ("libdetd.so", "detctl"):
+    for f in ("libdetd.so", "detctl", "detd"):
         for line in run(["ldd", os.path.join(lib_dir, f)], env=user_env()).stdout.splitlines():
             m = re.match(r"\s*(\S+)\s+=>\s+(\S+)", line)
             if m and not SYSTEM.match(m.group(1)):
@@ -132,35 +177,8 @@ def test_installed_wheel_runs_detctl_and_a_kernel(wheels, tmp_path):
             time.sleep(0.1)
         assert status is not None and status.returncode == 0, status.stderr if status else "no status"
 
-        run([pip, "install", "-q", f"torch=={TORCH}", "numpy"], env=user_env(), timeout=900)
-        run([pip, "install", "-q", "--no-deps", f"triton=={TRITON}"], env=user_env(), timeout=900)
         script = tmp_path / "train.py"
-        script.write_text(textwrap.dedent("""
-            import time
-
-            import torch, triton, triton.language as tl
-
-            def cpu_bench(kernel_call, quantiles=None, **kw):
-                # The interpreter has no GPU timer: time the call on the CPU.
-                t = time.perf_counter()
-                kernel_call()
-                ms = (time.perf_counter() - t) * 1e3
-                return [ms] * len(quantiles) if quantiles else ms
-
-            @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["n"],
-                             do_bench=cpu_bench)
-            @triton.jit
-            def double(x, y, n, BLOCK: tl.constexpr):
-                offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-                m = offs < n
-                tl.store(y + offs, tl.load(x + offs, mask=m) * 2, mask=m)
-
-            x = torch.arange(100, dtype=torch.float32)
-            y = torch.empty_like(x)
-            double[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, y, 100)
-            assert torch.equal(y, x * 2)
-            print("kernel ok")
-        """))
+        script.write_text(TRAIN)
         env = user_env(DETD_SOCKET=str(sock), TRITON_INTERPRET="1")
         out = run([venv / "bin" / "detd-run", script], env=env, cwd=str(tmp_path), timeout=600).stdout
         assert "kernel ok" in out, out
@@ -172,3 +190,70 @@ def test_installed_wheel_runs_detctl_and_a_kernel(wheels, tmp_path):
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
+
+
+def _gone(pid):
+    """Whether pid has exited (a zombie left to a parent that does not
+    reap counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _stop(pid, bound_s=60):
+    """SIGTERM pid and wait for it to exit (the drain's bound: its grace and
+    the store's close, far below bound_s)."""
+    import signal
+    import time
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    end = time.monotonic() + bound_s
+    while not _gone(pid):
+        assert time.monotonic() < end, f"detd (pid {pid}) did not exit within {bound_s} s of SIGTERM"
+        time.sleep(0.05)
+
+
+def test_a_new_user_runs_torchrun_with_no_daemon_twice_and_verifies(user_venv, tmp_path):
+    """pip install, then `torchrun -m detd.run train.py` with 4 processes on
+    a node where no daemon runs and nothing of detd's is set: the first
+    process starts this user's daemon (one line says so), every rank uses
+    it, `detctl verify` as typed finds it. The daemon stopped, the same
+    command again starts one on the same store: nothing is timed."""
+    venv = user_venv
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    env = user_env(HOME=str(tmp_path / "home"), XDG_RUNTIME_DIR=str(run_dir), TRITON_INTERPRET="1")
+    env.pop("XDG_STATE_HOME", None)
+    (tmp_path / "train.py").write_text(TRAIN)
+    cmd = [venv / "bin" / "torchrun", "--standalone", "--nproc-per-node", "4", "-m", "detd.run", "train.py"]
+    detctl = venv / "bin" / "detctl"
+    started = "detd: started a daemon for this user at " + str(run_dir / "detd" / "detd.sock")
+    pids = []
+    try:
+        for attempt in (1, 2):
+            p = run(cmd, env=env, cwd=str(tmp_path), timeout=600)
+            out = p.stdout + p.stderr
+            assert out.count(started) == 1, out[-4000:]
+            pids.append(json.loads(run([detctl, "status", "--json"], env=env).stdout)["pid"])
+            timed = [int(m) for m in re.findall(r"kernel ok, rank \d timed (\d+)", out)]
+            assert len(timed) == 4, out[-4000:]
+            # Run 1: each shape timed once, by one rank (3 candidates each);
+            # run 2, on the stored decisions: nothing.
+            assert sum(timed) == (6 if attempt == 1 else 0), (attempt, timed, out[-4000:])
+            v = run([detctl, "verify"], env=env)
+            assert re.search(r"\b0 divergences\b", v.stdout), v.stdout
+            state = tmp_path / "home" / ".local" / "state" / "detd" / "detd.sqlite"
+            assert state.exists(), "the daemon's store is not under the user's state directory"
+            _stop(pids[-1])
+        assert pids[0] != pids[1]
+    finally:
+        st = subprocess.run([detctl, "status", "--json"], capture_output=True, text=True, env=env)
+        if st.returncode == 0:
+            pids.append(json.loads(st.stdout)["pid"])
+        for pid in pids:
+            _stop(pid)

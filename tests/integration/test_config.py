@@ -9,11 +9,12 @@ packaged example (deploy/detd.conf) lists every key with its default.
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from conftest import DETD, REPO, Daemon  # noqa: E402
+from conftest import DETD, REPO, Daemon, ServeClient  # noqa: E402
 
 EXAMPLE = REPO / "deploy" / "detd.conf"
 
@@ -176,3 +177,29 @@ def test_example_lists_every_key_with_its_default(tmpdir_short):
     base = detd("--check-config", env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     assert effective(r.stdout) == effective(base.stdout)
+
+
+def test_exit_when_idle_waits_for_the_last_client_then_exits(tmpdir_short):
+    """--exit-when-idle-s: an attached client keeps the daemon for longer
+    than the idle time (three of them, its checks being a second apart);
+    once it leaves, the daemon logs why and exits 0 within the idle time
+    plus two checks and the drain."""
+    idle_s = 1
+    d = Daemon(tmpdir_short, ["--exit-when-idle-s", str(idle_s)]).start()
+    try:
+        c = ServeClient(d, rank=0)  # libdetd in its own process (the plain build under ASan)
+        r = c.call(op="decide", key="i:0", flags=["no_claim"])  # attached; no claim open
+        assert r["rc"] == 0, r
+        held_until = time.monotonic() + 3 * (idle_s + 1)
+        while time.monotonic() < held_until:
+            assert d.proc.poll() is None, d.read_log()
+            time.sleep(0.1)
+        c.close()
+        # The idle time, two checks (1 s apart) and the drain's bound (its
+        # grace, 2 s): far below this.
+        d.proc.wait(timeout=idle_s + 2 + 10)
+        assert d.proc.returncode == 0, d.read_log()
+        log = d.read_log()
+        assert f"no client for {idle_s} s (--exit-when-idle-s): exiting" in log, log
+    finally:
+        d.stop()

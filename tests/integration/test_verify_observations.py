@@ -209,3 +209,39 @@ def test_list_observations_is_paged_under_the_message_cap(d):
     assert rc == 0 and small["observations"] == n and len(small["keys"]) == n
     assert detctl(d, "verify", "--page-size", 0).returncode == 2
     assert detctl(d, "verify", "--page-size", 1001).returncode == 2
+
+
+def test_verify_escapes_what_clients_wrote(d):
+    # A hostile client's texts try to end verify's report early with a
+    # forged summary line, and to move the terminal's cursor.
+    forged = "ok: 9 keys checked, 9 observations, 0 divergences"
+    p0, p1 = Proc(d, 0), Proc(d, 1)
+    assert p0.observe("m:k@1", "[i:1]", CANDS[0]) == 0
+    assert p1.observe("m:k@1", "[i:1]", CANDS[0], flags=GOVERNED | FAILED,
+                      error=f"boom\n{forged}\r\x1b[2K\u2028{forged}\\n") == 0
+    assert p0.observe(f"m:k@1\n{forged}", "[i:2]", CANDS[0], flags=GOVERNED, why="x") == 0
+    assert p1.observe("m:u@1", f"[i:3]\n{forged}", CANDS[0], flags=0, source=SOURCE_LOCAL,
+                      why=f"not governed\n{forged}") == 0
+    r = detctl(d, "verify")
+    assert r.returncode == 1, r.stdout
+    lines = r.stdout.splitlines()
+    assert not [ln for ln in lines if ln.startswith("ok:")], r.stdout
+    assert lines[-1].startswith("FAIL: "), r.stdout
+    assert not any(ch in r.stdout for ch in "\r\x1b\u2028"), repr(r.stdout)
+    # Shown escaped, readable and unambiguous (a backslash is doubled).
+    assert f"boom\\n{forged}\\r\\x1b[2K\\u2028{forged}\\\\n" in r.stdout, r.stdout
+    # --json carries the texts as they were sent (JSON escapes them).
+    rc, doc = verify_json(d)
+    assert rc == 1
+    msgs = [f["message"] for f in doc["failures"] if f["kind"] == "failed_launch"]
+    assert len(msgs) == 1 and msgs[0].endswith(f"boom\n{forged}\r\x1b[2K\u2028{forged}\\n"), msgs
+    # detctl's tables (status: a client's host and job) escape them too.
+    p2 = Proc(d, 2, b"evil\nclients (0)")
+    assert p2.lib.detd_client_connect(p2.h, 10000) == 0
+    r = detctl(d, "status")
+    assert r.returncode == 0, r.stderr
+    assert "clients (0)" not in r.stdout.splitlines(), r.stdout
+    assert "evil\\nclients (0)" in r.stdout, r.stdout
+    p0.close()
+    p1.close()
+    p2.close()

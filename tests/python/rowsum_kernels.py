@@ -13,13 +13,15 @@ Every call is counted and written to $DETD_TEST_COUNTS at exit.
 Phases a test drives by events, not sleeps: with $DETD_TEST_BENCH_GATE=PATH
 the first do_bench call creates PATH.waiting and blocks until PATH exists;
 with $DETD_TEST_DIE_WHEN=PATH it does the same, then the process dies
-(exit 9) in the middle of its timing pass.
+(exit 9) in the middle of its timing pass; with $DETD_TEST_BENCH_FAIL set
+every candidate raises after running.
 """
 
 import atexit
 import json
 import os
 
+import gates  # tests/python, beside this file
 import torch
 import triton
 import triton.language as tl
@@ -34,18 +36,6 @@ def _position():
     return int(r) if r not in (None, "") else os.getpid()
 
 
-def _wait_for(path):
-    """Announce the pass (PATH.waiting) and block until PATH exists."""
-    import time
-
-    open(path + ".waiting", "w").close()
-    deadline = time.monotonic() + 300  # a test that never opens it must not hang
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            os._exit(8)
-        time.sleep(0.01)
-
-
 def fake_do_bench(kernel_call, quantiles=None, **kw):
     if os.environ.get("DETD_TEST_DIE_IN_BENCH"):
         # A designated rank that dies in the middle of its pass.
@@ -55,16 +45,18 @@ def fake_do_bench(kernel_call, quantiles=None, **kw):
         os._exit(9)
     if os.environ.get("DETD_TEST_DIE_WHEN"):
         # The same, at a moment the test picks: once the file exists.
-        _wait_for(os.environ["DETD_TEST_DIE_WHEN"])
+        gates.wait_for(os.environ["DETD_TEST_DIE_WHEN"])
         os._exit(9)
     gate = os.environ.get("DETD_TEST_BENCH_GATE")
     if gate and not CALLS:
         # A designated rank held in its timing pass until the test opens
         # the gate (the file exists).
-        _wait_for(gate)
+        gates.wait_for(gate)
     kernel_call()
     frame_block = _current_block[0]
     CALLS.append(frame_block)
+    if os.environ.get("DETD_TEST_BENCH_FAIL"):
+        raise RuntimeError(f"BLOCK={frame_block} fails (DETD_TEST_BENCH_FAIL)")
     idx = BLOCKS.index(frame_block) if frame_block in BLOCKS else 0
     ms = 1.0 + ((idx + _position()) % len(BLOCKS))
     if quantiles:

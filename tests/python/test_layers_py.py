@@ -41,6 +41,7 @@ LAYERS = [
     ("_native",       0,    ()),
     ("_cli",          0,    ()),
     ("_triton",       1,    ("_canon",)),
+    ("_daemon",       1,    ("_native",)),
     ("_policy",       2,    ("_canon", "_triton")),
     ("_audit",        2,    ("_triton",)),
     ("_megatron",     2,    ("_triton",)),
@@ -51,8 +52,8 @@ LAYERS = [
     ("_hook",         7,    ("_audit", "_canon", "_loop", "_native", "_policy", "_process", "_samples",
                              "_split", "_triton")),
     ("_inductor",     7,    ("_canon", "_loop", "_native", "_process", "_triton")),
-    ("detd",          8,    ("_audit", "_hook", "_inductor", "_loop", "_megatron", "_native", "_policy",
-                             "_process")),
+    ("detd",          8,    ("_audit", "_daemon", "_hook", "_inductor", "_loop", "_megatron", "_native",
+                             "_policy", "_process")),
     ("run",           9,    ("detd",)),
     ("__main__",     10,    ("run",)),
 ]

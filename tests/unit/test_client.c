@@ -3,6 +3,7 @@
  * socket resolution, and a refused connection within the deadline.
  */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,6 +250,43 @@ TEST(never_reached_is_not_waited_for) {
     }
     CHECK(now_ms() - t0 < 30000);
     CHECK(a == NULL);
+    detd_client_close(c);
+}
+
+/* The counters: arguments checked, nothing met before a daemon answered
+ * (a daemon never reached is no outage), the window as set. */
+TEST(stats) {
+    setenv("DETD_RECONNECT_MS", "1500", 1);
+    detd_client *c = open_missing_();
+    unsetenv("DETD_RECONNECT_MS");
+    struct detd_stats st = {.size = sizeof st};
+    CHECK_EQ_INT(detd_client_stats(NULL, &st), DETD_EINVAL);
+    CHECK_STR(detd_client_last_error(), "client is NULL");
+    CHECK_EQ_INT(detd_client_stats(c, NULL), DETD_EINVAL);
+    st.size = 0;
+    CHECK_EQ_INT(detd_client_stats(c, &st), DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "ret_stats->size 0") != NULL);
+    st.size = sizeof st + 1;
+    CHECK_EQ_INT(detd_client_stats(c, &st), DETD_EINVAL);
+    struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2, NULL};
+    struct detd_answer *a = NULL;
+    int rc = detd_decide(c, &k, 0, 2000, &a);
+    CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
+    memset(&st, 0xff, sizeof st);
+    st.size = sizeof st;
+    CHECK_EQ_INT(detd_client_stats(c, &st), 0);
+    CHECK_EQ_INT(st.size, sizeof st);
+    CHECK_EQ_INT(st.outages, 0);
+    CHECK_EQ_INT(st.attaches, 0);
+    CHECK_EQ_INT(st.claims_renewed, 0);
+    CHECK_EQ_INT(st.reconnect_ms, 1500);
+    /* An older caller's smaller struct: members past its size untouched. */
+    struct detd_stats old;
+    memset(&old, 0xab, sizeof old);
+    old.size = offsetof(struct detd_stats, down_ms);
+    CHECK_EQ_INT(detd_client_stats(c, &old), 0);
+    CHECK_EQ_INT(old.outages, 0);
+    CHECK_EQ_INT(old.down_ms, (int64_t)0xabababababababab);
     detd_client_close(c);
 }
 

@@ -26,18 +26,30 @@
  * behave as follows:
  *
  *  - detd_decide(), detd_observe() and detd_vote() are idempotent: one that
- *    fails because the daemon is gone (also one in flight, or one held
- *    server-side, when it died) is made again, with the same backoff, until
+ *    fails because the daemon is gone (connection refused at a socket file
+ *    a killed daemon left, no socket file, the connection lost, also one
+ *    in flight or held server-side when it died, or a daemon that accepts
+ *    but does not serve yet) is made again, with the same backoff, until
  *    it is answered, its deadline passes, or the daemon has been gone for
- *    longer than the reconnect window. Then the call returns the connection
- *    error (DETD_ECONNECT or DETD_EUNAVAILABLE) and detd_client_last_error()
- *    says for how long the daemon was missing.
- *  - detd_report() is not replayed across sessions. A claim belongs to the
- *    session that received it; when that session ends (the daemon
- *    restarted: the new daemon never gave this claim) the claim is void.
- *    detd_report() then returns DETD_ESTALE without sending anything. It is
- *    sent again only while the session that received the claim is still
- *    up (a repeated report is harmless).
+ *    longer than the reconnect window. Past the window the call returns
+ *    the connection error (DETD_ECONNECT or DETD_EUNAVAILABLE) and
+ *    detd_client_last_error() says for how long the daemon was missing.
+ *    A detd_decide() whose own deadline comes before any answer, within
+ *    the window, returns DETD_OUTCOME_TIMEOUT with answer->daemon_away
+ *    set, as a wait that ended: a caller that asks in slices asks again.
+ *  - detd_report() is not replayed to a daemon that did not give the
+ *    claim. A claim belongs to the session that received it; when that
+ *    session ends (the daemon restarted: the new daemon never gave this
+ *    claim) the handle takes the claim again as soon as it has attached
+ *    anew, before anything else (a Decide for the claim's key under the
+ *    new session), and detd_report() waits for the daemon within its
+ *    deadline and the window and sends the report under the claim taken
+ *    again. Other processes' Decides that would claim a key ask without
+ *    claiming for DETD_RECLAIM_SETTLE_MS after their own re-attach, so
+ *    that the holders take their claims first: a pass in flight across a
+ *    restart is timed once. When the claim could not be taken again
+ *    (another process holds or decided the key), detd_report() returns
+ *    DETD_ESTALE without sending anything.
  *
  * The rule for a designated caller whose report returns DETD_ESTALE: call
  * detd_decide() again for the same key (it waits for the daemon as above).
@@ -48,8 +60,13 @@
  * exactly this key and candidate list remain valid (they are measurements,
  * not state of the daemon) and may be reported again without timing anew;
  * time again only if the key or the candidates changed. Thus a restart
- * costs at most one extra timing pass per key whose pass was in flight,
- * and never a second decision: the store's first writer wins.
+ * costs no extra timing pass when the claim is taken again, at most one
+ * per key whose pass was in flight otherwise (the holder itself died, or
+ * a process met the key for the first time during the settling), and
+ * never a second decision: the store's first writer wins.
+ *
+ * detd_client_stats() counts the outages a handle met and the claims it
+ * took again.
  *
  * The reconnect window is DETD_RECONNECT_DEFAULT_MS (60 s), or
  * $DETD_RECONNECT_MS read by detd_client_open() (0 to DETD_RECONNECT_MAX_MS;
@@ -82,6 +99,9 @@ extern "C" {
 /* The reconnect window (see the top of this file; added in 0.3). */
 #define DETD_RECONNECT_DEFAULT_MS 60000
 #define DETD_RECONNECT_MAX_MS 3600000
+/* How long claiming Decides ask without claiming after a re-attach (see
+ * "Daemon restarts"; added in 0.6). */
+#define DETD_RECLAIM_SETTLE_MS 4000
 
 /* Limits enforced by the daemon and checked early by the library. */
 #define DETD_MAX_KEY_BYTES 4096
@@ -184,6 +204,11 @@ struct detd_answer {
      * share: take candidates with detd_share() and benchmark them on
      * this process's device (detd_client_set_device()). */
     int bench;
+    /* Added in 0.6, for DETD_OUTCOME_TIMEOUT: nonzero when the deadline
+     * came before the daemon answered at all (it was away within the
+     * reconnect window, starting, just back, or not answering; see
+     * "Daemon restarts"): nothing was decided; ask again. */
+    int daemon_away;
 };
 
 /*
@@ -404,6 +429,36 @@ int detd_share(detd_client *client, const struct detd_key *key,
 void detd_share_answer_free(struct detd_share_answer *answer);
 
 /*
+ * Give up claim_id without reporting (added in 0.6): this process will not
+ * time its key (its pass could not run). libdetd stops tracking the claim,
+ * so it is not taken again after a daemon restart. Sends nothing: the
+ * daemon ends the claim at its pass deadline or with the session, as for
+ * any claim never reported. Unknown claims are ignored.
+ * Returns 0 or DETD_EINVAL (client NULL or claim_id 0).
+ */
+int detd_claim_forget(detd_client *client, uint64_t claim_id);
+
+/* What a handle lived through (added in 0.6). */
+struct detd_stats {
+    size_t size;       /* the caller sets sizeof(struct detd_stats) */
+    uint64_t outages;  /* times the daemon went away after the handle had
+                          reached it, in this process: one per outage,
+                          however many calls waited through it */
+    int64_t down_ms;   /* how long the current outage has lasted; 0: none */
+    uint64_t attaches; /* sessions attached in this process (1 + the
+                          re-attaches) */
+    uint64_t claims_renewed; /* claims taken again after a re-attach */
+    uint32_t reconnect_ms;   /* the handle's reconnect window */
+};
+
+/*
+ * Fill *ret_stats (ret_stats->size set by the caller; members past it are
+ * not written). Never blocks on the network.
+ * Returns 0 or DETD_EINVAL.
+ */
+int detd_client_stats(detd_client *client, struct detd_stats *ret_stats);
+
+/*
  * The detail of the last failure of a detd_* call on the calling thread:
  * the daemon's own message ("key exceeds 4096 bytes") or the library's
  * ("cannot reach detd at '/run/detd/detd.sock': ..."). Never NULL; ""
@@ -420,8 +475,12 @@ const char *detd_client_socket(const detd_client *client);
 
 /*
  * The socket path detd_client_open(NULL, ...) would use: $DETD_SOCKET
- * when set and not empty, else DETD_DEFAULT_SOCKET. The string is
- * borrowed from the environment or static; never NULL.
+ * when set and not empty; else DETD_DEFAULT_SOCKET when that socket
+ * exists; else the socket of a daemon started on demand for this user
+ * (by the Python package, where no daemon is configured) when it exists:
+ * $XDG_RUNTIME_DIR/detd/detd.sock, or /tmp/detd-<uid>/detd.sock without
+ * XDG_RUNTIME_DIR; else DETD_DEFAULT_SOCKET. The string is borrowed from
+ * the environment, static or thread-local; never NULL.
  */
 const char *detd_client_default_socket(void);
 

@@ -21,10 +21,12 @@ config) in :mod:`detd._hook`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from typing import List, Optional
 
@@ -38,6 +40,7 @@ __all__ = [
     "installed",
     "settings",
     "autotuners",
+    "stats",
     "audit",
     "verify",
     "DivergenceError",
@@ -80,9 +83,17 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
 
     _process.rank_identity()  # RANK/LOCAL_RANK/WORLD_SIZE must be integers
     if s.mode != "auto":
-        from . import _native
+        from . import _daemon, _native
 
         _native.load()  # fail now, not at the first kernel
+        # The daemon, before the first kernel: the one configured, the
+        # node's, or this user's (started now when none answers).
+        sock, line = _daemon.check(s.socket)
+        if line:
+            print(line, file=sys.stderr, flush=True)
+        if sock is not None and sock != s.socket:
+            s = dataclasses.replace(s, socket=sock)
+            os.environ["DETD_SOCKET"] = sock  # the processes it starts (compile workers, detctl) too
     with _install_lock:
         from . import _megatron
 
@@ -160,6 +171,21 @@ def autotuners() -> List[dict]:
         out.append(dict(kind="inductor", kernel="inductor::*", name="inductor::*",
                         governed=st["status"] == "governed", why=st["why"], status=st["status"],
                         torch=st["torch"], selections=st["selections"], candidates=[], keys=[]))
+    return out
+
+
+def stats() -> dict:
+    """This process's counters: libdetd's (``outages``: daemon outages
+    the process met, one per outage however many calls waited through it;
+    ``down_ms``: the current one's length, 0 when the daemon answers;
+    ``attaches``; ``claims_renewed``: timing claims taken again after a
+    restart; ``reconnect_ms``: the window), empty before the first call;
+    and the Triton hook's ``fallbacks`` (``on_miss`` applied) and
+    ``claims_lost`` (claims asked for again)."""
+    from . import _hook, _process
+
+    out = dict(_process.client_stats())
+    out.update(_hook.counts())
     return out
 
 

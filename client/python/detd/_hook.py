@@ -150,6 +150,13 @@ _gen = [0]
 _direct_tuners = _triton.direct_tuners
 
 
+def counts() -> Dict[str, int]:
+    """The adapter's counters: ``fallbacks`` (``on_miss`` applied) and
+    ``claims_lost`` (reports refused as stale, asked again)."""
+    with _state.records_lock:
+        return {"fallbacks": _state.fallbacks, "claims_lost": _state.claims_lost}
+
+
 def _go_direct(tuner, cache):
     """Let tuner launch without any detd code on a known key.
 

@@ -10,9 +10,10 @@ is the designated rank, reports, asks again after a lost claim within
 one budget, and hands back a :class:`Resolution`; the adapter applies
 the decision or falls back loudly (the ``on_miss`` policy). The Triton
 adapter (:mod:`detd._hook`) and the Inductor adapter
-(:mod:`detd._inductor`) both use it; docs/client-layers.md lists where
-their paths differed before and where the native loop
-(``client/src/autotune.c``) still differs. This module knows no
+(:mod:`detd._inductor`) both use it; the native loop
+(``client/src/autotune.c``) follows the same contract,
+docs/resolve-contract.md (tests/python/test_conformance.py runs its
+table against all three). This module knows no
 autotuner: what is timed, compiled or benchmarked comes in as functions.
 """
 
@@ -289,14 +290,27 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
             answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
             break
         if rounds >= MAX_ASKS:
-            break  # reason: the last report's failure
+            answer, reason = None, f"the claim was lost {lost} times: no decision (last {reason})"
+            break
         try:
             answer = ask((dkey, pinned, wait.ask_ms(left_ms)), wait.share)
         except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+            if getattr(e, "code", None) == _native.ETIMEDOUT:
+                # The Decide's own deadline (the slice asked for) cut it
+                # short: within the budget, ask again; after it, the
+                # budget is spent.
+                if time.monotonic() < deadline:
+                    continue
+                answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
+                break
             answer, reason = None, f"daemon request failed: {e}"
             break
         if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
-            if answer.share_index:
+            if answer.daemon_away:
+                # The daemon went away (or just came back): libdetd waits
+                # for it within the reconnect window; ask again.
+                _process.note_outage()
+            elif answer.share_index:
                 wait.help(answer, share.objs, share.candidates, dkey, share.compile_one, share.bench)
             else:
                 wait.waiting(answer)
@@ -306,7 +320,13 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
         rounds += 1
         if rows is None:
             t0 = time.monotonic()
-            rows = time_pass(answer)
+            try:
+                rows = time_pass(answer)
+            except BaseException:
+                # Never reported: libdetd must not take it again after a
+                # daemon restart.
+                _process.client().forget_claim(answer.claim_id)
+                raise
             deadline += time.monotonic() - t0
         try:
             answer = _process.client().report(answer.claim_id, dkey, rows, version,
@@ -315,9 +335,11 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
             break
         except _native.DetdError as e:
             answer, reason = None, f"report failed: {e}"
-            if e.code == _native.ESTALE:
+            if e.code == _native.ESTALE and not pass_failed(e):
                 # The claim moved on or its session ended (a daemon
-                # restart): ask again; a decision may exist now.
+                # restart): ask again; a decision may exist now. A stale
+                # report whose reason is that every candidate failed is
+                # the daemon's verdict on the key: it ends here.
                 lost += 1
                 continue
             report_error = e
@@ -328,6 +350,8 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
 
 def no_decision(answer) -> str:
     """Why an answer that is not a decision gives no config."""
+    if answer.outcome == _native.OUTCOME_TIMEOUT and answer.daemon_away:
+        return "the daemon was unreachable (or had just restarted) until the deadline"
     return {_native.OUTCOME_MISS: "no decision stored and none in the tables",
             _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
                 answer.outcome, f"unexpected outcome {answer.outcome}")

@@ -129,6 +129,18 @@ class _Answer(ctypes.Structure):
         ("held_ms", c_uint32),
         ("share_index", c_uint32),
         ("bench", c_int),  # libdetd 0.5
+        ("daemon_away", c_int),  # libdetd 0.6
+    ]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("outages", c_uint64),
+        ("down_ms", c_int64),
+        ("attaches", c_uint64),
+        ("claims_renewed", c_uint64),
+        ("reconnect_ms", c_uint32),
     ]
 
 
@@ -191,6 +203,9 @@ class Answer(NamedTuple):
     held_ms: int = 0
     share_index: int = 0
     bench: bool = False  # a benchmark share (DECIDE_BENCH; libdetd 0.5)
+    # OUTCOME_TIMEOUT: the deadline came while the daemon was away or had
+    # just come back (libdetd 0.6): nothing was decided, ask again.
+    daemon_away: bool = False
 
 
 class Given(NamedTuple):
@@ -295,6 +310,11 @@ def _bind(lib):
         lib.detd_share.restype = c_int
         lib.detd_share_answer_free.argtypes = [P(_ShareAnswer)]
         lib.detd_share_answer_free.restype = None
+    if hasattr(lib, "detd_client_stats"):  # libdetd 0.6
+        lib.detd_client_stats.argtypes = [ctypes.c_void_p, P(_Stats)]
+        lib.detd_client_stats.restype = c_int
+        lib.detd_claim_forget.argtypes = [ctypes.c_void_p, c_uint64]
+        lib.detd_claim_forget.restype = c_int
 
 
 def load():
@@ -356,7 +376,8 @@ def _answer(lib, p) -> Answer:
         return Answer(a.outcome, _s(a.config), a.source, _s(a.decision_id), a.claim_id, a.lease_ms,
                       bool(a.takeover), bool(a.superseded), _s(a.decided_by_host), a.decided_by_rank,
                       a.decided_by_pid, a.waited_ms, _s(a.holder_host), a.holder_rank, a.holder_pid, a.held_ms,
-                      a.share_index, bool(a.bench) if _has_share(lib) else False)
+                      a.share_index, bool(a.bench) if _has_share(lib) else False,
+                      bool(a.daemon_away) if hasattr(lib, "detd_client_stats") else False)
     finally:
         lib.detd_answer_free(p)
 
@@ -397,6 +418,25 @@ class Client:
                                                              ctypes.byref(h)))
         self._h = h
         self.pid = os.getpid()
+
+    def stats(self) -> dict:
+        """``detd_client_stats``: ``outages`` (daemon outages this handle
+        met in this process, one per outage), ``down_ms`` (the current
+        one's length; 0: none), ``attaches``, ``claims_renewed`` (claims
+        taken again after a restart) and ``reconnect_ms`` (the window);
+        empty with a libdetd older than 0.6."""
+        if not hasattr(self._lib, "detd_client_stats"):
+            return {}
+        st = _Stats(ctypes.sizeof(_Stats))
+        _check(self._lib, "detd_client_stats", self._lib.detd_client_stats(self._h, ctypes.byref(st)))
+        return {name: int(getattr(st, name)) for name, _ in _Stats._fields_ if name != "size"}
+
+    def forget_claim(self, claim_id: int) -> None:
+        """``detd_claim_forget``: this process gives up ``claim_id``
+        without reporting; it is not taken again after a daemon restart
+        (a no-op with a libdetd older than 0.6)."""
+        if hasattr(self._lib, "detd_claim_forget"):
+            _check(self._lib, "detd_claim_forget", self._lib.detd_claim_forget(self._h, claim_id))
 
     def connect(self, timeout_ms: int = 5000):
         _check(self._lib, "detd_client_connect", self._lib.detd_client_connect(self._h, timeout_ms))

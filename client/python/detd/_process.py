@@ -264,6 +264,32 @@ def client() -> _native.Client:
         return _state.client
 
 
+def client_stats() -> dict:
+    """libdetd's counters of this process's handle (``Client.stats()``:
+    outages, down_ms, attaches, claims_renewed, reconnect_ms); empty when
+    this process has not opened one."""
+    c = _state.client
+    if c is None or _state.client_pid != os.getpid():
+        return {}
+    return c.stats()
+
+
+def note_outage() -> None:
+    """A Decide's slice ended while the daemon was away (or had just come
+    back): say so once per outage (libdetd counts them), with how long the
+    process may still wait (the reconnect window)."""
+    st = client_stats()
+    n = st.get("outages", 0)
+    if st.get("down_ms", 0) <= 0:
+        return  # back already: the settling after a restart
+    warn_once(f"outage:{os.getpid()}:{n}",
+              f"detd: the daemon at {_state.settings.socket or os.environ.get('DETD_SOCKET') or 'the default socket'} "
+              "is unreachable "
+              f"({st['down_ms'] / 1000:.1f} s so far, outage {n} of this process); waiting for it to come "
+              f"back within the reconnect window of {st.get('reconnect_ms', 0) / 1000:g} s "
+              "(DETD_RECONNECT_MS) and the key's budget (DETD_TIMEOUT_MS)")
+
+
 def split_device() -> Optional[str]:
     """This process's device for splitting benchmarks (see
     :mod:`detd._split`), when the split is on and libdetd can do it, else

@@ -10,8 +10,8 @@ Settings come from the ``DETD_*`` environment variables (see
 The script runs as ``__main__`` with ``sys.argv`` as if started directly.
 With ``DETD_RUN_REPORT=PATH`` the process writes, when it exits, what
 :func:`detd.autotuners` says (every autotuner it reached, per key the
-config it launched, its source and wait) to PATH as JSON, with its pid
-and rank.
+config it launched, its source and wait) and :func:`detd.stats` (daemon
+outages met, fallbacks) to PATH as JSON, with its pid and rank.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import sys
 def _write_report(path: str) -> None:
     import detd
 
-    doc = {"pid": os.getpid(), "rank": os.environ.get("RANK"), "autotuners": detd.autotuners()}
+    doc = {"pid": os.getpid(), "rank": os.environ.get("RANK"), "autotuners": detd.autotuners(),
+           "stats": detd.stats()}
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f, default=str)
