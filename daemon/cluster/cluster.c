@@ -93,6 +93,7 @@ static void on_async(uv_async_t *h) {
         e->ev.id = e->id;
         e->ev.node = e->node;
         e->ev.value = e->value;
+        cluster_gate_event(c, &e->ev);
         c->cb(c->cb_ctx, &e->ev);
         free(e->value);
         free(e);
@@ -347,6 +348,23 @@ static int resync_cb(const struct etcd_kv *kv, void *arg) {
     return 0;
 }
 
+/* The namespace's watch: decisions/ and nodes/, and nothing between
+ * them in key order. Claim keys (claims/ sorts before) are not watched:
+ * with one claimant per key their puts and deletes would only add two
+ * messages per node to every key; a node learns of a claim by reading
+ * it (cluster_claimant.c). */
+static int start_watch(cluster *c, int64_t from, etcd_watch **ret) {
+    char *first = key_of(c, "decisions", "");
+    char *last = key_of(c, "nodes", "");
+    int err = DETD_ENOMEM;
+    if (first != NULL && last != NULL)
+        err = etcd_watch_start_range(c->etcd, first, last, from, on_watch, c,
+                                     ret);
+    free(first);
+    free(last);
+    return err;
+}
+
 /* Read every decision, then watch from that snapshot. */
 static void do_resync(cluster *c) {
     pthread_mutex_lock(&c->mu);
@@ -367,8 +385,7 @@ static void do_resync(cluster *c) {
             cluster_post(c, CLUSTER_EV_REVISION, "", 0, 0, "resync", 6, rev,
                          r.n);
             etcd_watch *w = NULL;
-            if (etcd_watch_start(c->etcd, c->ns_prefix, rev + 1, on_watch, c,
-                                 &w) == 0) {
+            if (start_watch(c, rev + 1, &w) == 0) {
                 pthread_mutex_lock(&c->mu);
                 c->watch = w;
                 c->watch_rev = rev;
@@ -406,10 +423,6 @@ static void on_watch(const struct etcd_event *ev, void *arg) {
             if (put && strlen(rest + 10) == KEYID_HEX_LEN)
                 cluster_post(c, CLUSTER_EV_DECISION, rest + 10, 0, 0, ev->value,
                              ev->value_len, ev->revision, 0);
-        } else if (strncmp(rest, "claims/", 7) == 0) {
-            if (!put && strlen(rest + 7) == KEYID_HEX_LEN)
-                cluster_post(c, CLUSTER_EV_CLAIM_GONE, rest + 7, 0, 0, NULL, 0,
-                             ev->revision, 0);
         }
         /* Every event moves the applied revision forward. */
         cluster_post(c, CLUSTER_EV_REVISION, "", 0, 0, NULL, 0, ev->revision,
@@ -495,8 +508,7 @@ static void do_boot(cluster *c) {
                 pthread_mutex_unlock(&c->mu);
                 etcd_watch *w = NULL;
                 if (need_watch && from > 0 &&
-                    etcd_watch_start(c->etcd, c->ns_prefix, from + 1, on_watch,
-                                     c, &w) == 0) {
+                    start_watch(c, from + 1, &w) == 0) {
                     pthread_mutex_lock(&c->mu);
                     c->watch = w;
                     c->watch_rev = from;
@@ -582,6 +594,7 @@ static void free_queues(cluster *c) {
 
 static void cluster_free(cluster *c) {
     free_queues(c);
+    cluster_gate_free(c->gate);
     free(c->ns_prefix);
     free(c->node_key);
     free(c->node_value);
@@ -597,8 +610,10 @@ static void cluster_free(cluster *c) {
     free(c);
 }
 
-static void on_async_closed(uv_handle_t *h) {
-    cluster_free(h->data);
+static void on_handle_closed(uv_handle_t *h) {
+    cluster *c = h->data;
+    if (--c->open_handles == 0)
+        cluster_free(c);
 }
 
 /* See cluster.h. */
@@ -677,6 +692,11 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
         err = strfmt("etcd lease keep-alive: %s", detd_strerror(rc));
         goto fail;
     }
+    c->gate = cluster_gate_new();
+    if (c->gate == NULL) {
+        rc = DETD_ENOMEM;
+        goto fail;
+    }
     rc = uv_async_init(loop, &c->async, on_async);
     if (rc != 0) {
         err = strfmt("async handle: %s", uv_strerror(rc));
@@ -684,6 +704,10 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
         goto fail;
     }
     c->async.data = c;
+    /* Never fails (libuv): both handles are closed by cluster_close(). */
+    uv_timer_init(loop, &c->gate_timer);
+    c->gate_timer.data = c;
+    c->open_handles = 2;
     submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
     for (int i = 0; i < CLUSTER_WORKERS; i++)
         if (pthread_create(&c->workers[i], NULL, worker_main, c) == 0)
@@ -729,18 +753,25 @@ void cluster_close(cluster *c) {
     etcd_thread_deadline(0);
     etcd_close(c->etcd);
     c->etcd = NULL;
-    uv_close((uv_handle_t *)&c->async, on_async_closed);
+    cluster_gate_close(c, on_handle_closed);
+    uv_close((uv_handle_t *)&c->async, on_handle_closed);
 }
 
-/* See cluster.h. */
-int cluster_claim(cluster *c, const char *id, int recheck,
-                  int64_t deadline_ms) {
+/* See cluster_int.h. */
+int cluster_claim_job(cluster *c, const char *id, int recheck,
+                      int64_t deadline_ms) {
     struct job *j = job_new(JOB_CLAIM, id, NULL, 0, deadline_ms, 0);
     if (j == NULL)
         return DETD_ENOMEM;
     j->recheck = recheck != 0;
     enqueue(c, j);
     return 0;
+}
+
+/* See cluster.h. */
+int cluster_claim(cluster *c, const char *id, int recheck,
+                  int64_t deadline_ms) {
+    return cluster_gate_claim(c, id, recheck, deadline_ms);
 }
 
 /* See cluster.h. timeout_ms rides in the job's deadline field. */

@@ -54,6 +54,8 @@ a fault costs a waiter at most:
   daemon_kill / daemon_term        the planned down time + RESTART_S (the
                                    new daemon serves and the client has
                                    reattached); the drain is not excused
+  owner_kill (the claim holder's   the same, plus one lease (its claims
+  daemon)                          go with its node lease)
   etcd_kill of a follower          the planned down time + one lease
   etcd_kill of the leader          the longer of the down time and the
                                    election (2 election timeouts: no write
@@ -255,6 +257,10 @@ def fault_cost(run, f, proc, key=None, answers=()):
         if f.get("daemon") != proc.get("daemon") and run.get("kind") != "etcd":
             return 0.0
         return f.get("down", 0.0) + RESTART_S
+    if kind == "owner_kill":
+        # Its claims hold the keys until its node lease expires (a
+        # restart revokes it sooner), then a waiter's re-check takes over.
+        return f.get("down", 0.0) + RESTART_S + lease
     if kind == "etcd_kill":
         down = f.get("down", 0.0)
         if f.get("leader", True):  # unknown counts as the leader
