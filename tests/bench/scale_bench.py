@@ -834,21 +834,16 @@ def model(res, nodes=1000, ranks=8, keys=10000, write_rate=None):
           f"{pct(allp, 50):.1f} ms |")
     print(f"| idle load on etcd | {at(ireq) * N:,.0f} requests/s, "
           f"{at(ibytes) * N / 2**20:,.1f} MiB/s |")
-    print("Where the limit is: per key every node sends its own claim Txn (a "
-          "Raft write even when it loses), so writes per key grow as N and "
-          "the etcd write rate bounds the decide rate at about "
-          f"{(rate or 0) / max(1.0, p_key):,.1f} keys/s at N = {N}; the "
-          "watch delivers each put and delete to every node (N messages per "
-          "event); idle, each daemon makes one Status call per member a "
-          "second (it reads the node keys only when the watch shows them "
-          "change, and every 30 s). What changes it: one "
-          "claimant per key (a claim owner chosen by rendezvous hashing of "
-          "the key over the registered nodes, the others waiting on the watch "
-          "and claiming only when the owner's lease goes; reading the claim "
-          "key first is not enough, since SPMD ranks ask at the same moment) "
-          "makes claims per key ~1; batching claims (several keys per Txn) "
-          "divides the proposal count by the batch; an etcd gRPC proxy per "
-          "rack coalesces watchers.")
+    print(f"Where the limit is: Raft proposals per key grow by {props[1]:.3f} "
+          f"per node ({p_key:,.1f} at N = {N}), so the etcd write rate bounds "
+          f"the decide rate at about {(rate or 0) / max(1.0, p_key):,.1f} "
+          "keys/s; watch messages per key grow by "
+          f"{wmsg[1]:.2f} per node (every put or delete under the watched "
+          "keys reaches every node). With one claimant per key (README, "
+          "\"Scale\") only the key's owner claims: about 3 proposals and one "
+          "watch message per node per key; batching keys per Txn would divide "
+          "the proposals further, and an etcd gRPC proxy per rack coalesces "
+          "the watchers.")
     return out
 
 
@@ -871,6 +866,8 @@ def main():
     ap.add_argument("--json", help="write the measured figures here")
     ap.add_argument("--model", help="only print the tables and model of this "
                                     "JSON file")
+    ap.add_argument("--model-nodes", default="1000,10000",
+                    help="the model's predictions for these node counts")
     ap.add_argument("--write-rate", type=float,
                     help="model with this etcd proposal rate instead of the "
                          "measured one")
@@ -878,7 +875,8 @@ def main():
     if a.model:
         data = json.loads(Path(a.model).read_text())
         table(data["results"])
-        model(data["results"], write_rate=a.write_rate)
+        for n in a.model_nodes.split(","):
+            model(data["results"], nodes=int(n), write_rate=a.write_rate)
         return 0
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark creates network namespaces")
@@ -919,7 +917,8 @@ def main():
     print(f"\n{meta['date']}, commit {commit}, {meta['cpus']} CPUs; "
           f"args: {' '.join(sys.argv[1:])}")
     table(results)
-    model(results, write_rate=a.write_rate)
+    for n in a.model_nodes.split(","):
+        model(results, nodes=int(n), write_rate=a.write_rate)
     if a.json:
         Path(a.json).write_text(json.dumps({"meta": meta, "results": results},
                                            indent=1))
