@@ -798,10 +798,19 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
     return 0;
 }
 
-/* See cluster.h. */
-int cluster_release(cluster *c, const char *id) {
+/* See cluster_int.h. */
+int cluster_release_job(cluster *c, const char *id) {
     return submit(c, JOB_RELEASE, id, NULL, 0,
                   clock_mono_ms() + CLUSTER_RELEASE_MS, 0);
+}
+
+/* See cluster.h. A decision seen by the watch before this node's own
+ * commit answered makes the caller release the claim the commit job is
+ * about to delete: one delete, not two. */
+int cluster_release(cluster *c, const char *id) {
+    if (cluster_gate_release(c, id))
+        return 0;
+    return cluster_release_job(c, id);
 }
 
 /* See cluster.h. */
@@ -840,5 +849,8 @@ int cluster_commit(cluster *c, const struct decision *r, uint64_t claim_id,
     int rc = cluster_decision_encode(r, writer, &v, &n);
     if (rc != 0)
         return rc;
-    return submit(c, JOB_COMMIT, r->id, v, n, deadline_ms, cookie);
+    rc = submit(c, JOB_COMMIT, r->id, v, n, deadline_ms, cookie);
+    if (rc == 0)
+        cluster_gate_commit(c, r->id);
+    return rc;
 }

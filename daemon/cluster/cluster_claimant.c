@@ -51,7 +51,16 @@ struct claimant {
     struct claimant *next;
 };
 
+/* A commit this node has in flight: its job deletes the claim key after
+ * the decision is stored, so a release asked meanwhile is not sent too. */
+struct inflight {
+    char id[KEYID_HEX_LEN + 1];
+    int release_asked; /* cluster_release() came while it ran */
+    struct inflight *next;
+};
+
 struct cluster_gate {
+    struct inflight *commits;
     struct claimant *buckets[GATE_BUCKETS];
     size_t n;
     int64_t armed_ms; /* the timer's due time, or 0 when stopped */
@@ -122,15 +131,19 @@ static void arm(cluster *c, int64_t due_ms) {
 }
 
 /* e's claim, now or when its deferral ends: the owner (rank 0) at once;
- * another node when its deferral is over, reading the claim key first
- * (recheck) so that it writes only when nobody holds it. */
-static int schedule(cluster *c, struct claimant *e, int recheck,
-                    int64_t deadline_ms, int64_t now) {
+ * another node when its deferral is over; both read the claim key first
+ * (recheck) so that they write only when nobody holds it. */
+static int schedule(cluster *c, struct claimant *e, int64_t deadline_ms,
+                    int64_t now) {
     e->used_ms = now;
     e->pending = 0;
     size_t rank = rank_of(c, e->id);
+    /* The owner reads the claim key first too (a read, not a Raft
+     * proposal): when it meets the key late, another node that met it
+     * early may hold the claim already, and a losing transaction would
+     * cost a proposal. */
     if (rank == 0)
-        return cluster_claim_job(c, e->id, recheck, deadline_ms);
+        return cluster_claim_job(c, e->id, 1, deadline_ms);
     if (e->start_ms == 0)
         e->start_ms = now;
     int64_t due = e->start_ms + cluster_defer_ms(rank, CLUSTER_DEFER_MS,
@@ -199,6 +212,11 @@ void cluster_gate_close(cluster *c, uv_close_cb closed) {
 void cluster_gate_free(struct cluster_gate *g) {
     if (g == NULL)
         return;
+    while (g->commits != NULL) {
+        struct inflight *f = g->commits;
+        g->commits = f->next;
+        free(f);
+    }
     for (size_t b = 0; b < GATE_BUCKETS; b++) {
         while (g->buckets[b] != NULL) {
             struct claimant *e = g->buckets[b];
@@ -215,7 +233,28 @@ int cluster_gate_claim(cluster *c, const char *id, int recheck,
     struct claimant *e = get(c->gate, id);
     if (e == NULL)
         return cluster_claim_job(c, id, recheck, deadline_ms);
-    return schedule(c, e, recheck, deadline_ms, clock_mono_ms());
+    return schedule(c, e, deadline_ms, clock_mono_ms());
+}
+
+/* See cluster_int.h. */
+void cluster_gate_commit(cluster *c, const char *id) {
+    struct inflight *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return; /* then a release may be sent twice: harmless */
+    snprintf(f->id, sizeof(f->id), "%s", id);
+    f->next = c->gate->commits;
+    c->gate->commits = f;
+}
+
+/* See cluster_int.h. */
+int cluster_gate_release(cluster *c, const char *id) {
+    for (struct inflight *f = c->gate->commits; f != NULL; f = f->next) {
+        if (strcmp(f->id, id) == 0) {
+            f->release_asked = 1;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* See cluster_int.h. */
@@ -223,4 +262,19 @@ void cluster_gate_event(cluster *c, const struct cluster_event *ev) {
     /* Decided, or this node times it: nothing left to defer. */
     if (ev->kind == CLUSTER_EV_DECISION || ev->kind == CLUSTER_EV_CLAIMED)
         drop(c->gate, ev->id);
+    if (ev->kind != CLUSTER_EV_COMMITTED)
+        return;
+    for (struct inflight **pp = &c->gate->commits; *pp != NULL;
+         pp = &(*pp)->next) {
+        struct inflight *f = *pp;
+        if (strcmp(f->id, ev->id) != 0)
+            continue;
+        *pp = f->next;
+        /* A failed commit does not delete the claim: send the release
+         * that was held back. */
+        if (f->release_asked && ev->err != 0)
+            cluster_release_job(c, f->id);
+        free(f);
+        return;
+    }
 }

@@ -164,8 +164,19 @@ int cluster_gate_claim(cluster *c, const char *id, int recheck,
                        int64_t deadline_ms);
 
 /* Every event on its way to the loop's callback passes here first: the
- * gate forgets decided and claimed keys. Loop thread. */
+ * gate forgets decided and claimed keys, and commits that ended. Loop
+ * thread. */
 void cluster_gate_event(cluster *c, const struct cluster_event *ev);
+
+/* A commit of id was queued (cluster_commit()); until its COMMITTED event,
+ * cluster_gate_release() holds a release of id back and returns 1 (the
+ * commit job deletes the claim itself; a failed commit sends the release
+ * then), else returns 0. Loop thread. */
+void cluster_gate_commit(cluster *c, const char *id);
+int cluster_gate_release(cluster *c, const char *id);
+
+/* Queue a JOB_RELEASE of id (cluster.c). Returns 0 or DETD_ENOMEM. */
+int cluster_release_job(cluster *c, const char *id);
 
 /* JOB_FANOUT on a worker: every registered node but this one, page by
  * page, CLUSTER_FANOUT_CONCURRENCY at a time, then PEERS_DONE
