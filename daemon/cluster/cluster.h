@@ -171,12 +171,16 @@ void cluster_close(cluster *c);
 /*
  * Take the cluster-wide claim for id, retrying until deadline_ms
  * (clock_mono_ms clock). Answers CLAIMED, CLAIM_LOST, CLAIM_FAILED, or
- * DECISION when the key turns out to be decided. recheck: read the claim
- * key first and send the claim transaction only when it is absent or
- * this node's, so that re-checking a claim another node holds costs etcd
- * a read, not a Raft proposal (a first claim skips the read: in the
- * common case nobody holds it yet). Returns 0 or DETD_ENOMEM. Loop
- * thread.
+ * DECISION when the key turns out to be decided (from the watch, when
+ * this node deferred the claim). The claim key is read first and the
+ * claim transaction sent only when it is absent or this node's, so that
+ * a claim another node holds costs etcd a read, not a Raft proposal. On a
+ * node that is not the key's rendezvous owner, nothing is sent until the
+ * deferral ends (cluster_claimant.c); a decision arriving first answers
+ * the call. recheck is that read asked for explicitly: it matters only
+ * when more than CLUSTER_GATE_MAX keys are being claimed at once (the
+ * gate then passes the call through as it came). Returns 0 or
+ * DETD_ENOMEM. Loop thread.
  */
 int cluster_claim(cluster *c, const char *id, int recheck, int64_t deadline_ms);
 
