@@ -103,46 +103,6 @@ static void on_async(uv_async_t *h) {
 
 /* ---- jobs ---- */
 
-/* Hand a filled job to the workers. */
-static void enqueue(cluster *c, struct job *j) {
-    pthread_mutex_lock(&c->mu);
-    if (c->jobs_tail != NULL)
-        c->jobs_tail->next = j;
-    else
-        c->jobs = j;
-    c->jobs_tail = j;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* A job of kind for id (NULL: none) owning value; NULL when out of
- * memory, value freed. */
-static struct job *job_new(enum job_kind kind, const char *id, char *value,
-                           size_t value_len, int64_t deadline_ms,
-                           uint64_t cookie) {
-    struct job *j = calloc(1, sizeof(*j));
-    if (j == NULL) {
-        free(value);
-        return NULL;
-    }
-    j->kind = kind;
-    snprintf(j->id, sizeof(j->id), "%s", id != NULL ? id : "");
-    j->value = value;
-    j->value_len = value_len;
-    j->deadline_ms = deadline_ms;
-    j->cookie = cookie;
-    return j;
-}
-
-static int submit(cluster *c, enum job_kind kind, const char *id, char *value,
-                  size_t value_len, int64_t deadline_ms, uint64_t cookie) {
-    struct job *j = job_new(kind, id, value, value_len, deadline_ms, cookie);
-    if (j == NULL)
-        return DETD_ENOMEM;
-    enqueue(c, j);
-    return 0;
-}
-
 static char *key_of(const cluster *c, const char *kind, const char *id) {
     char *k = NULL;
     if (asprintf(&k, "%s%s/%s", c->ns_prefix, kind, id) < 0)
@@ -437,7 +397,7 @@ static void on_watch(const struct etcd_event *ev, void *arg) {
         break;
     case ETCD_EVENT_COMPACTED:
         /* Events were lost: read everything again. */
-        submit(c, JOB_RESYNC, "", NULL, 0, 0, 0);
+        cluster_submit(c, JOB_RESYNC, "", NULL, 0, 0, 0);
         break;
     case ETCD_EVENT_ERROR:
         break;
@@ -462,7 +422,7 @@ static void on_lease_lost(int64_t id, int err, void *arg) {
              detd_strerror(err));
     cluster_post(c, CLUSTER_EV_LEASE_LOST, "", err, 0, NULL, 0, 0, 0);
     if (boot)
-        submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
+        cluster_submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
 }
 
 /* Grant the node lease, keep it alive and register the node key; retried
@@ -708,7 +668,7 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     uv_timer_init(loop, &c->gate_timer);
     c->gate_timer.data = c;
     c->open_handles = 2;
-    submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
+    cluster_submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
     for (int i = 0; i < CLUSTER_WORKERS; i++)
         if (pthread_create(&c->workers[i], NULL, worker_main, c) == 0)
             c->n_workers++;
@@ -757,17 +717,6 @@ void cluster_close(cluster *c) {
     uv_close((uv_handle_t *)&c->async, on_handle_closed);
 }
 
-/* See cluster_int.h. */
-int cluster_claim_job(cluster *c, const char *id, int recheck,
-                      int64_t deadline_ms) {
-    struct job *j = job_new(JOB_CLAIM, id, NULL, 0, deadline_ms, 0);
-    if (j == NULL)
-        return DETD_ENOMEM;
-    j->recheck = recheck != 0;
-    enqueue(c, j);
-    return 0;
-}
-
 /* See cluster.h. */
 int cluster_claim(cluster *c, const char *id, int recheck,
                   int64_t deadline_ms) {
@@ -786,7 +735,8 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
         return DETD_ENOMEM;
     }
     memcpy(v, req, req_len);
-    struct job *j = job_new(JOB_FANOUT, NULL, v, req_len, deadline_ms, cookie);
+    struct job *j =
+        cluster_job_new(JOB_FANOUT, NULL, v, req_len, deadline_ms, cookie);
     if (j == NULL) {
         free(m);
         return DETD_ENOMEM;
@@ -794,14 +744,8 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
     j->node_timeout_ms = node_timeout_ms;
     j->method = m;
     j->pager = pager;
-    enqueue(c, j);
+    cluster_enqueue(c, j);
     return 0;
-}
-
-/* See cluster_int.h. */
-int cluster_release_job(cluster *c, const char *id) {
-    return submit(c, JOB_RELEASE, id, NULL, 0,
-                  clock_mono_ms() + CLUSTER_RELEASE_MS, 0);
 }
 
 /* See cluster.h. A decision seen by the watch before this node's own
@@ -849,7 +793,7 @@ int cluster_commit(cluster *c, const struct decision *r, uint64_t claim_id,
     int rc = cluster_decision_encode(r, writer, &v, &n);
     if (rc != 0)
         return rc;
-    rc = submit(c, JOB_COMMIT, r->id, v, n, deadline_ms, cookie);
+    rc = cluster_submit(c, JOB_COMMIT, r->id, v, n, deadline_ms, cookie);
     if (rc == 0)
         cluster_gate_commit(c, r->id);
     return rc;

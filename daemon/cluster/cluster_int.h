@@ -143,8 +143,19 @@ void cluster_post(cluster *c, cluster_event_kind kind, const char *id, int err,
                   int won, const void *value, size_t value_len,
                   int64_t revision, uint64_t cookie);
 
+/* The job queue (cluster_events.c). A job of kind for id (NULL: none)
+ * owning value; NULL when out of memory, value freed. */
+struct job *cluster_job_new(enum job_kind kind, const char *id, char *value,
+                            size_t value_len, int64_t deadline_ms,
+                            uint64_t cookie);
+/* Hand a filled job to the workers (takes c->mu). */
+void cluster_enqueue(cluster *c, struct job *j);
+/* cluster_job_new() and cluster_enqueue(): 0 or DETD_ENOMEM. */
+int cluster_submit(cluster *c, enum job_kind kind, const char *id, char *value,
+                   size_t value_len, int64_t deadline_ms, uint64_t cookie);
+
 /* Queue a JOB_CLAIM for id (recheck: see struct job). Returns 0 or
- * DETD_ENOMEM. Any thread (cluster.c). */
+ * DETD_ENOMEM. Any thread (cluster_events.c). */
 int cluster_claim_job(cluster *c, const char *id, int recheck,
                       int64_t deadline_ms);
 
@@ -175,7 +186,8 @@ void cluster_gate_event(cluster *c, const struct cluster_event *ev);
 void cluster_gate_commit(cluster *c, const char *id);
 int cluster_gate_release(cluster *c, const char *id);
 
-/* Queue a JOB_RELEASE of id (cluster.c). Returns 0 or DETD_ENOMEM. */
+/* Queue a JOB_RELEASE of id (cluster_events.c). Returns 0 or
+ * DETD_ENOMEM. */
 int cluster_release_job(cluster *c, const char *id);
 
 /* JOB_FANOUT on a worker: every registered node but this one, page by
