@@ -26,7 +26,6 @@
  * the registry, read under c->mu.
  */
 #define _GNU_SOURCE
-#include "cluster/cluster.h"
 #include "cluster/cluster_int.h"
 #include "cluster/cluster_nodes.h"
 #include "clock.h"
