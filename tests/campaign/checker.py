@@ -27,7 +27,8 @@ check(run) proves, over the whole history:
   wait-bound   no call ran past its deadline (end - start <= deadline +
                tolerance), no call ended without an answer from the daemon
                (DETD_ETIMEDOUT: the answer did not leave before the
-               deadline), and no waiter was told TIMEOUT after waiting
+               deadline; a call whose whole deadline is below the
+               tolerance excepted), and no waiter was told TIMEOUT after waiting
                longer than the pass bound (a timing pass may hold a key
                only that long before the claim passes on), except while
                an etcd member was down (leader elections extend leases)
@@ -173,7 +174,11 @@ def check(run):
         if wait > dl + tol:
             violate("wait-bound", key_of(r), f"waited {wait:.3f} s with a deadline of {dl:.3f} s",
                     [_brief(r)])
-        elif r.get("errname") == "DETD_ETIMEDOUT":
+        elif r.get("errname") == "DETD_ETIMEDOUT" and dl > tol:
+            # (A call whose whole deadline is shorter than the tolerance, the
+            # last moments of a spent budget, is answered at its deadline
+            # and that answer may arrive within the tolerance: after the
+            # client gave up. Not a finding.)
             violate("wait-bound", key_of(r),
                     f"no answer within the deadline ({wait:.3f} s of {dl:.3f} s: DETD_ETIMEDOUT)",
                     [_brief(r)])
