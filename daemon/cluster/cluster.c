@@ -93,6 +93,7 @@ static void on_async(uv_async_t *h) {
         e->ev.id = e->id;
         e->ev.node = e->node;
         e->ev.value = e->value;
+        cluster_gate_event(c, &e->ev);
         c->cb(c->cb_ctx, &e->ev);
         free(e->value);
         free(e);
@@ -101,46 +102,6 @@ static void on_async(uv_async_t *h) {
 }
 
 /* ---- jobs ---- */
-
-/* Hand a filled job to the workers. */
-static void enqueue(cluster *c, struct job *j) {
-    pthread_mutex_lock(&c->mu);
-    if (c->jobs_tail != NULL)
-        c->jobs_tail->next = j;
-    else
-        c->jobs = j;
-    c->jobs_tail = j;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* A job of kind for id (NULL: none) owning value; NULL when out of
- * memory, value freed. */
-static struct job *job_new(enum job_kind kind, const char *id, char *value,
-                           size_t value_len, int64_t deadline_ms,
-                           uint64_t cookie) {
-    struct job *j = calloc(1, sizeof(*j));
-    if (j == NULL) {
-        free(value);
-        return NULL;
-    }
-    j->kind = kind;
-    snprintf(j->id, sizeof(j->id), "%s", id != NULL ? id : "");
-    j->value = value;
-    j->value_len = value_len;
-    j->deadline_ms = deadline_ms;
-    j->cookie = cookie;
-    return j;
-}
-
-static int submit(cluster *c, enum job_kind kind, const char *id, char *value,
-                  size_t value_len, int64_t deadline_ms, uint64_t cookie) {
-    struct job *j = job_new(kind, id, value, value_len, deadline_ms, cookie);
-    if (j == NULL)
-        return DETD_ENOMEM;
-    enqueue(c, j);
-    return 0;
-}
 
 static char *key_of(const cluster *c, const char *kind, const char *id) {
     char *k = NULL;
@@ -347,6 +308,23 @@ static int resync_cb(const struct etcd_kv *kv, void *arg) {
     return 0;
 }
 
+/* The namespace's watch: decisions/ and nodes/, and nothing between
+ * them in key order. Claim keys (claims/ sorts before) are not watched:
+ * with one claimant per key their puts and deletes would only add two
+ * messages per node to every key; a node learns of a claim by reading
+ * it (cluster_claimant.c). */
+static int start_watch(cluster *c, int64_t from, etcd_watch **ret) {
+    char *first = key_of(c, "decisions", "");
+    char *last = key_of(c, "nodes", "");
+    int err = DETD_ENOMEM;
+    if (first != NULL && last != NULL)
+        err = etcd_watch_start_range(c->etcd, first, last, from, on_watch, c,
+                                     ret);
+    free(first);
+    free(last);
+    return err;
+}
+
 /* Read every decision, then watch from that snapshot. */
 static void do_resync(cluster *c) {
     pthread_mutex_lock(&c->mu);
@@ -367,8 +345,7 @@ static void do_resync(cluster *c) {
             cluster_post(c, CLUSTER_EV_REVISION, "", 0, 0, "resync", 6, rev,
                          r.n);
             etcd_watch *w = NULL;
-            if (etcd_watch_start(c->etcd, c->ns_prefix, rev + 1, on_watch, c,
-                                 &w) == 0) {
+            if (start_watch(c, rev + 1, &w) == 0) {
                 pthread_mutex_lock(&c->mu);
                 c->watch = w;
                 c->watch_rev = rev;
@@ -406,10 +383,6 @@ static void on_watch(const struct etcd_event *ev, void *arg) {
             if (put && strlen(rest + 10) == KEYID_HEX_LEN)
                 cluster_post(c, CLUSTER_EV_DECISION, rest + 10, 0, 0, ev->value,
                              ev->value_len, ev->revision, 0);
-        } else if (strncmp(rest, "claims/", 7) == 0) {
-            if (!put && strlen(rest + 7) == KEYID_HEX_LEN)
-                cluster_post(c, CLUSTER_EV_CLAIM_GONE, rest + 7, 0, 0, NULL, 0,
-                             ev->revision, 0);
         }
         /* Every event moves the applied revision forward. */
         cluster_post(c, CLUSTER_EV_REVISION, "", 0, 0, NULL, 0, ev->revision,
@@ -424,7 +397,7 @@ static void on_watch(const struct etcd_event *ev, void *arg) {
         break;
     case ETCD_EVENT_COMPACTED:
         /* Events were lost: read everything again. */
-        submit(c, JOB_RESYNC, "", NULL, 0, 0, 0);
+        cluster_submit(c, JOB_RESYNC, "", NULL, 0, 0, 0);
         break;
     case ETCD_EVENT_ERROR:
         break;
@@ -449,7 +422,7 @@ static void on_lease_lost(int64_t id, int err, void *arg) {
              detd_strerror(err));
     cluster_post(c, CLUSTER_EV_LEASE_LOST, "", err, 0, NULL, 0, 0, 0);
     if (boot)
-        submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
+        cluster_submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
 }
 
 /* Grant the node lease, keep it alive and register the node key; retried
@@ -495,8 +468,7 @@ static void do_boot(cluster *c) {
                 pthread_mutex_unlock(&c->mu);
                 etcd_watch *w = NULL;
                 if (need_watch && from > 0 &&
-                    etcd_watch_start(c->etcd, c->ns_prefix, from + 1, on_watch,
-                                     c, &w) == 0) {
+                    start_watch(c, from + 1, &w) == 0) {
                     pthread_mutex_lock(&c->mu);
                     c->watch = w;
                     c->watch_rev = from;
@@ -582,6 +554,7 @@ static void free_queues(cluster *c) {
 
 static void cluster_free(cluster *c) {
     free_queues(c);
+    cluster_gate_free(c->gate);
     free(c->ns_prefix);
     free(c->node_key);
     free(c->node_value);
@@ -597,8 +570,10 @@ static void cluster_free(cluster *c) {
     free(c);
 }
 
-static void on_async_closed(uv_handle_t *h) {
-    cluster_free(h->data);
+static void on_handle_closed(uv_handle_t *h) {
+    cluster *c = h->data;
+    if (--c->open_handles == 0)
+        cluster_free(c);
 }
 
 /* See cluster.h. */
@@ -677,6 +652,11 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
         err = strfmt("etcd lease keep-alive: %s", detd_strerror(rc));
         goto fail;
     }
+    c->gate = cluster_gate_new();
+    if (c->gate == NULL) {
+        rc = DETD_ENOMEM;
+        goto fail;
+    }
     rc = uv_async_init(loop, &c->async, on_async);
     if (rc != 0) {
         err = strfmt("async handle: %s", uv_strerror(rc));
@@ -684,7 +664,11 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
         goto fail;
     }
     c->async.data = c;
-    submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
+    /* Never fails (libuv): both handles are closed by cluster_close(). */
+    uv_timer_init(loop, &c->gate_timer);
+    c->gate_timer.data = c;
+    c->open_handles = 2;
+    cluster_submit(c, JOB_BOOT, "", NULL, 0, 0, 0);
     for (int i = 0; i < CLUSTER_WORKERS; i++)
         if (pthread_create(&c->workers[i], NULL, worker_main, c) == 0)
             c->n_workers++;
@@ -729,18 +713,14 @@ void cluster_close(cluster *c) {
     etcd_thread_deadline(0);
     etcd_close(c->etcd);
     c->etcd = NULL;
-    uv_close((uv_handle_t *)&c->async, on_async_closed);
+    cluster_gate_close(c, on_handle_closed);
+    uv_close((uv_handle_t *)&c->async, on_handle_closed);
 }
 
 /* See cluster.h. */
 int cluster_claim(cluster *c, const char *id, int recheck,
                   int64_t deadline_ms) {
-    struct job *j = job_new(JOB_CLAIM, id, NULL, 0, deadline_ms, 0);
-    if (j == NULL)
-        return DETD_ENOMEM;
-    j->recheck = recheck != 0;
-    enqueue(c, j);
-    return 0;
+    return cluster_gate_claim(c, id, recheck, deadline_ms);
 }
 
 /* See cluster.h. timeout_ms rides in the job's deadline field. */
@@ -755,7 +735,8 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
         return DETD_ENOMEM;
     }
     memcpy(v, req, req_len);
-    struct job *j = job_new(JOB_FANOUT, NULL, v, req_len, deadline_ms, cookie);
+    struct job *j =
+        cluster_job_new(JOB_FANOUT, NULL, v, req_len, deadline_ms, cookie);
     if (j == NULL) {
         free(m);
         return DETD_ENOMEM;
@@ -763,14 +744,17 @@ int cluster_fanout(cluster *c, const char *method, const void *req,
     j->node_timeout_ms = node_timeout_ms;
     j->method = m;
     j->pager = pager;
-    enqueue(c, j);
+    cluster_enqueue(c, j);
     return 0;
 }
 
-/* See cluster.h. */
+/* See cluster.h. A decision seen by the watch before this node's own
+ * commit answered makes the caller release the claim the commit job is
+ * about to delete: one delete, not two. */
 int cluster_release(cluster *c, const char *id) {
-    return submit(c, JOB_RELEASE, id, NULL, 0,
-                  clock_mono_ms() + CLUSTER_RELEASE_MS, 0);
+    if (cluster_gate_release(c, id))
+        return 0;
+    return cluster_release_job(c, id);
 }
 
 /* See cluster.h. */
@@ -809,5 +793,8 @@ int cluster_commit(cluster *c, const struct decision *r, uint64_t claim_id,
     int rc = cluster_decision_encode(r, writer, &v, &n);
     if (rc != 0)
         return rc;
-    return submit(c, JOB_COMMIT, r->id, v, n, deadline_ms, cookie);
+    rc = cluster_submit(c, JOB_COMMIT, r->id, v, n, deadline_ms, cookie);
+    if (rc == 0)
+        cluster_gate_commit(c, r->id);
+    return rc;
 }

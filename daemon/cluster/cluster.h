@@ -19,13 +19,18 @@
  * attempt succeeded unseen recognises its own win on retry. A claim
  * carries the writer of the node that holds it.
  *
- * One watch covers the whole /detd/v1/<ns>/ prefix, so decision PUTs and
- * claim DELETEs arrive in revision order: a committer deletes its claim
- * only after its decision is stored, so a node that sees the claim go
- * away has already seen the decision. A node that wins a claim reads the
- * decision key once more before answering (a decision committed before
- * the claim it just took is found there), so a key is timed once even
- * when the watch lags.
+ * One claimant per key (cluster_claimant.c): cluster_claim() on the
+ * key's rendezvous owner among the registered nodes sends the claim at
+ * once; on any other node it waits CLUSTER_DEFER_MS (plus a step per
+ * rank) for the decision, then reads the claim key and writes one only
+ * when nobody holds it. A node that wins a claim reads the decision key
+ * once more before answering (a decision committed before the claim it
+ * just took is found there), so a key is timed once even when the watch
+ * lags.
+ *
+ * One watch covers decisions/ and nodes/ (not claims/: their puts and
+ * deletes would reach every node for every key). A claim held elsewhere
+ * is re-checked by reading it (recheck), never by watching it.
  *
  * The watch starts from the last revision the daemon applied (stored in
  * SQLite by the caller, passed as start_revision) and resumes after it on
@@ -104,7 +109,9 @@ typedef enum cluster_event_kind {
     /* A decision seen in etcd (watch, resync, or found by a claim):
      * value is its JSON; revision its mod revision (0 in a resync). */
     CLUSTER_EV_DECISION,
-    CLUSTER_EV_CLAIM_GONE, /* the claim key of id was deleted */
+    /* The claim key of id was deleted. Not sent since claims/ is not
+     * watched (one claimant per key): waiters re-check by reading. */
+    CLUSTER_EV_CLAIM_GONE,
     /* Every decision up to revision has been delivered: persist it.
      * At the end of a full resync value is "resync" and cookie the count
      * of decisions read. */
@@ -164,12 +171,16 @@ void cluster_close(cluster *c);
 /*
  * Take the cluster-wide claim for id, retrying until deadline_ms
  * (clock_mono_ms clock). Answers CLAIMED, CLAIM_LOST, CLAIM_FAILED, or
- * DECISION when the key turns out to be decided. recheck: read the claim
- * key first and send the claim transaction only when it is absent or
- * this node's, so that re-checking a claim another node holds costs etcd
- * a read, not a Raft proposal (a first claim skips the read: in the
- * common case nobody holds it yet). Returns 0 or DETD_ENOMEM. Loop
- * thread.
+ * DECISION when the key turns out to be decided (from the watch, when
+ * this node deferred the claim). The claim key is read first and the
+ * claim transaction sent only when it is absent or this node's, so that
+ * a claim another node holds costs etcd a read, not a Raft proposal. On a
+ * node that is not the key's rendezvous owner, nothing is sent until the
+ * deferral ends (cluster_claimant.c); a decision arriving first answers
+ * the call. recheck is that read asked for explicitly: it matters only
+ * when more than CLUSTER_GATE_MAX keys are being claimed at once (the
+ * gate then passes the call through as it came). Returns 0 or
+ * DETD_ENOMEM. Loop thread.
  */
 int cluster_claim(cluster *c, const char *id, int recheck, int64_t deadline_ms);
 

@@ -1,11 +1,13 @@
 /*
  * cluster_events: the state the etcd backend's threads share: the stop
  * flag, the condition wait, and the event queue to the loop thread (see
- * cluster_int.h). Uses nothing of cluster.c or cluster_peers.c.
+ * cluster_int.h), and the job queue to the workers. Uses nothing of
+ * cluster.c, cluster_peers.c or cluster_claimant.c.
  */
 #define _GNU_SOURCE
 #include "cluster/cluster_int.h"
 #include "clock.h"
+#include "detd/error.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -61,4 +63,64 @@ void cluster_post(cluster *c, cluster_event_kind kind, const char *id, int err,
     e->ev.revision = revision;
     e->ev.cookie = cookie;
     cluster_deliver(c, e);
+}
+
+/* ---- the job queue (loop -> workers) ---- */
+
+/* See cluster_int.h. */
+void cluster_enqueue(cluster *c, struct job *j) {
+    pthread_mutex_lock(&c->mu);
+    if (c->jobs_tail != NULL)
+        c->jobs_tail->next = j;
+    else
+        c->jobs = j;
+    c->jobs_tail = j;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* See cluster_int.h. */
+struct job *cluster_job_new(enum job_kind kind, const char *id, char *value,
+                            size_t value_len, int64_t deadline_ms,
+                            uint64_t cookie) {
+    struct job *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        free(value);
+        return NULL;
+    }
+    j->kind = kind;
+    snprintf(j->id, sizeof(j->id), "%s", id != NULL ? id : "");
+    j->value = value;
+    j->value_len = value_len;
+    j->deadline_ms = deadline_ms;
+    j->cookie = cookie;
+    return j;
+}
+
+/* See cluster_int.h. */
+int cluster_submit(cluster *c, enum job_kind kind, const char *id, char *value,
+                   size_t value_len, int64_t deadline_ms, uint64_t cookie) {
+    struct job *j =
+        cluster_job_new(kind, id, value, value_len, deadline_ms, cookie);
+    if (j == NULL)
+        return DETD_ENOMEM;
+    cluster_enqueue(c, j);
+    return 0;
+}
+
+/* See cluster_int.h. */
+int cluster_claim_job(cluster *c, const char *id, int recheck,
+                      int64_t deadline_ms) {
+    struct job *j = cluster_job_new(JOB_CLAIM, id, NULL, 0, deadline_ms, 0);
+    if (j == NULL)
+        return DETD_ENOMEM;
+    j->recheck = recheck != 0;
+    cluster_enqueue(c, j);
+    return 0;
+}
+
+/* See cluster_int.h. */
+int cluster_release_job(cluster *c, const char *id) {
+    return cluster_submit(c, JOB_RELEASE, id, NULL, 0,
+                          clock_mono_ms() + CLUSTER_RELEASE_MS, 0);
 }

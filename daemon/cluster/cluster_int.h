@@ -33,6 +33,20 @@
  * "Scale"): the n-th retry waits uniform [0, min(cap, base * 2^n)]. */
 #define CLUSTER_BOOT_RETRY_BASE_MS 100
 #define CLUSTER_BOOT_RETRY_CAP_MS 3000
+/* One claimant per key (README, "Scale"; cluster_claimant.c): a node that
+ * is not a new key's rendezvous owner waits CLUSTER_DEFER_MS after it met
+ * the key, plus CLUSTER_DEFER_STEP_MS per rank past the first (at most
+ * CLUSTER_DEFER_SLOTS steps), for the decision before it reads the claim
+ * key and claims only when nobody holds it. A claim seen held by a node
+ * still registered is taken as held, without a read, for
+ * CLUSTER_CLAIM_TRUST_MS. At most CLUSTER_GATE_MAX keys are tracked (past
+ * it a node claims at once, as every node did before); a key with nothing
+ * pending is forgotten after CLUSTER_GATE_IDLE_MS. */
+#define CLUSTER_DEFER_MS 500
+#define CLUSTER_DEFER_STEP_MS 50
+#define CLUSTER_DEFER_SLOTS 8
+#define CLUSTER_GATE_MAX 65536
+#define CLUSTER_GATE_IDLE_MS 60000
 
 enum job_kind {
     JOB_BOOT = 1,
@@ -65,9 +79,14 @@ struct cev {
     struct cev *next;
 };
 
+struct cluster_gate; /* cluster_claimant.c: loop thread only */
+
 struct cluster {
     etcd_client *etcd;
     uv_async_t async;
+    uv_timer_t gate_timer;     /* the next deferred claim is due */
+    int open_handles;          /* freed when both handles closed */
+    struct cluster_gate *gate; /* one claimant per key */
     cluster_event_cb cb;
     void *cb_ctx;
     char *ns_prefix; /* "/detd/v1/<ns>/" */
@@ -123,6 +142,53 @@ void cluster_deliver(cluster *c, struct cev *e);
 void cluster_post(cluster *c, cluster_event_kind kind, const char *id, int err,
                   int won, const void *value, size_t value_len,
                   int64_t revision, uint64_t cookie);
+
+/* The job queue (cluster_events.c). A job of kind for id (NULL: none)
+ * owning value; NULL when out of memory, value freed. */
+struct job *cluster_job_new(enum job_kind kind, const char *id, char *value,
+                            size_t value_len, int64_t deadline_ms,
+                            uint64_t cookie);
+/* Hand a filled job to the workers (takes c->mu). */
+void cluster_enqueue(cluster *c, struct job *j);
+/* cluster_job_new() and cluster_enqueue(): 0 or DETD_ENOMEM. */
+int cluster_submit(cluster *c, enum job_kind kind, const char *id, char *value,
+                   size_t value_len, int64_t deadline_ms, uint64_t cookie);
+
+/* Queue a JOB_CLAIM for id (recheck: see struct job). Returns 0 or
+ * DETD_ENOMEM. Any thread (cluster_events.c). */
+int cluster_claim_job(cluster *c, const char *id, int recheck,
+                      int64_t deadline_ms);
+
+/* The gate of one claimant per key (cluster_claimant.c): a new, empty
+ * one (NULL when out of memory); close c->gate_timer (closed: the close
+ * callback); free it (NULL: no-op). The timer is initialised by
+ * cluster_open(). */
+struct cluster_gate *cluster_gate_new(void);
+void cluster_gate_close(cluster *c, uv_close_cb closed);
+void cluster_gate_free(struct cluster_gate *g);
+
+/* cluster_claim() through the gate: the owner of id (rendezvous rank 0)
+ * claims at once; another node defers (no etcd call until the decision
+ * arrives or its deferral ends), then checks the claim key before it
+ * writes one. Returns 0 or DETD_ENOMEM. Loop thread. */
+int cluster_gate_claim(cluster *c, const char *id, int recheck,
+                       int64_t deadline_ms);
+
+/* Every event on its way to the loop's callback passes here first: the
+ * gate forgets decided and claimed keys, and commits that ended. Loop
+ * thread. */
+void cluster_gate_event(cluster *c, const struct cluster_event *ev);
+
+/* A commit of id was queued (cluster_commit()); until its COMMITTED event,
+ * cluster_gate_release() holds a release of id back and returns 1 (the
+ * commit job deletes the claim itself; a failed commit sends the release
+ * then), else returns 0. Loop thread. */
+void cluster_gate_commit(cluster *c, const char *id);
+int cluster_gate_release(cluster *c, const char *id);
+
+/* Queue a JOB_RELEASE of id (cluster_events.c). Returns 0 or
+ * DETD_ENOMEM. */
+int cluster_release_job(cluster *c, const char *id);
 
 /* JOB_FANOUT on a worker: every registered node but this one, page by
  * page, CLUSTER_FANOUT_CONCURRENCY at a time, then PEERS_DONE

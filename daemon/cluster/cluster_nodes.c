@@ -259,3 +259,53 @@ void cluster_node_call(const struct cluster_node *nd, const char *method,
     }
     free(own);
 }
+
+/* See cluster_nodes.h. */
+uint64_t cluster_rendezvous_weight(const char *node, const char *id) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)node; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    h = (h ^ 0) * 0x100000001b3ull; /* the separator: "a"+"bc" != "ab"+"c" */
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    return h;
+}
+
+/* See cluster_nodes.h. */
+size_t cluster_rendezvous_rank(const struct cluster_node *v, size_t n,
+                               const char *self, const char *id,
+                               const char *exclude) {
+    int found = 0;
+    for (size_t i = 0; i < n && !found; i++)
+        found = strcmp(v[i].node_id, self) == 0;
+    if (!found)
+        return 0;
+    int excl = exclude != NULL && exclude[0] != '\0';
+    uint64_t mine = cluster_rendezvous_weight(self, id);
+    size_t rank = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *o = v[i].node_id;
+        int cmp = strcmp(o, self);
+        if (cmp == 0 || (excl && strcmp(o, exclude) == 0))
+            continue;
+        uint64_t w = cluster_rendezvous_weight(o, id);
+        /* Equal weights (never seen in practice): the smaller id first. */
+        if (w > mine || (w == mine && cmp < 0))
+            rank++;
+    }
+    return rank;
+}
+
+/* See cluster_nodes.h. */
+int64_t cluster_defer_ms(size_t rank, int64_t defer_ms, int64_t step_ms,
+                         size_t slots) {
+    if (rank == 0)
+        return 0;
+    size_t k = rank - 1 < slots ? rank - 1 : slots;
+    return defer_ms + (int64_t)k * step_ms;
+}

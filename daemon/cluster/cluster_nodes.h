@@ -103,6 +103,37 @@ int64_t cluster_lease_file_revoke(etcd_client *e, const char *path,
 int64_t cluster_backoff_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms,
                            uint64_t *rng);
 
+/*
+ * Rendezvous (highest-random-weight) hashing of decision key id over the
+ * registered nodes v[0..n) (README, "Scale"): the rank of node `self` in
+ * the order of the weights cluster_rendezvous_weight(node, id), 0 for the
+ * key's owner. Nodes named `exclude` (NULL or "": none; a previous claim
+ * holder after its claim went) are left out. Every node computes the same
+ * order from the same registry, so one node per key claims at once and
+ * the others defer. 0 also when self is not among v (a registry not read
+ * yet, or a node that has not registered): such a node claims at once, as
+ * before rendezvous existed. Pure.
+ */
+size_t cluster_rendezvous_rank(const struct cluster_node *v, size_t n,
+                               const char *self, const char *id,
+                               const char *exclude);
+
+/* The weight of node for key id: a 64-bit hash of both (FNV-1a over
+ * "node\0id", then a splitmix64 finaliser). Pure. */
+uint64_t cluster_rendezvous_weight(const char *node, const char *id);
+
+/*
+ * How long a node of rendezvous rank `rank` defers its claim of a new key
+ * after it first met it (or after the claim of a previous holder went):
+ * 0 for the owner; defer_ms + min(rank - 1, slots) * step_ms for the
+ * others, so that when the owner never claims, the next nodes in the
+ * order claim one after the other (each reads the claim key before it
+ * writes, so the first one's claim stops the rest) and none waits longer
+ * than defer_ms + slots * step_ms. Pure.
+ */
+int64_t cluster_defer_ms(size_t rank, int64_t defer_ms, int64_t step_ms,
+                         size_t slots);
+
 /* 0 when id is a valid node id (1 to CLUSTER_MAX_NODE_ID characters, no
  * '/'); else DETD_EINVAL and, when ret_errmsg is not NULL, a message in
  * *ret_errmsg (free() it). */

@@ -328,6 +328,16 @@ int etcd_watch_start(etcd_client *c, const char *prefix, int64_t start_revision,
                      etcd_watch_cb cb, void *arg, etcd_watch **ret);
 
 /*
+ * etcd_watch_start() over a range of keys: from prefix (inclusive) up to
+ * the last key starting with last_prefix (which must not sort before
+ * prefix), e.g. "/ns/decisions/" to "/ns/nodes/" watches both and
+ * whatever sorts between them, but not "/ns/claims/".
+ */
+int etcd_watch_start_range(etcd_client *c, const char *prefix,
+                           const char *last_prefix, int64_t start_revision,
+                           etcd_watch_cb cb, void *arg, etcd_watch **ret);
+
+/*
  * Stop a watch: cancels the stream (closing the client side would not end
  * it), joins the thread and frees w. No callback runs after it returns.
  * Not from w's callback. NULL is a no-op.

@@ -437,13 +437,21 @@ static void *watch_main(void *arg) {
 
 int etcd_watch_start(etcd_client *c, const char *prefix, int64_t start_revision,
                      etcd_watch_cb cb, void *arg, etcd_watch **ret) {
-    if (c == NULL || prefix == NULL || cb == NULL || ret == NULL ||
-        start_revision < 0)
+    return etcd_watch_start_range(c, prefix, prefix, start_revision, cb, arg,
+                                  ret);
+}
+
+int etcd_watch_start_range(etcd_client *c, const char *prefix,
+                           const char *last_prefix, int64_t start_revision,
+                           etcd_watch_cb cb, void *arg, etcd_watch **ret) {
+    if (c == NULL || prefix == NULL || last_prefix == NULL || cb == NULL ||
+        ret == NULL || start_revision < 0)
         return DETD_EINVAL;
     size_t plen = strnlen(prefix, ETCD_MAX_KEY + 1);
-    if (plen == 0)
+    size_t llen = strnlen(last_prefix, ETCD_MAX_KEY + 1);
+    if (plen == 0 || llen == 0 || strcmp(last_prefix, prefix) < 0)
         return DETD_EINVAL;
-    if (plen > ETCD_MAX_KEY)
+    if (plen > ETCD_MAX_KEY || llen > ETCD_MAX_KEY)
         return DETD_ELIMIT;
     etcd_watch *w = calloc(1, sizeof(*w));
     if (w == NULL)
@@ -456,7 +464,7 @@ int etcd_watch_start(etcd_client *c, const char *prefix, int64_t start_revision,
     w->c = c;
     w->prefix = strdup(prefix);
     w->prefix_len = plen;
-    w->end_len = etcd_prefix_end(prefix, plen, w->range_end);
+    w->end_len = etcd_prefix_end(last_prefix, llen, w->range_end);
     w->next_rev = start_revision;
     w->cb = cb;
     w->arg = arg;

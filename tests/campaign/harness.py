@@ -224,7 +224,7 @@ class Harness:
             c = spec[cid]
             d = daemons[c["daemon"]]
             hist = root / f"client{cid}-{gen}.jsonl"
-            kernel = f"campaign:k{sched['seed']}@1"
+            kernel = c.get("kernel", f"campaign:k{sched['seed']}@1")
             cmd = [str(CLIENT), "--socket", d.socket, "--history", str(hist),
                    "--kernel", kernel, "--keys", str(c["keys"]),
                    "--order-seed", str(c["order_seed"] + gen), "--pass-ms", str(c["pass_ms"]),
@@ -363,10 +363,42 @@ class Harness:
                 p.heal()
             end_fault(f)
 
+        def do_owner_kill(ev, limit=None):
+            # The daemon of a designated client holds the key's claim (the
+            # key's rendezvous owner, unless the owner did not meet it).
+            limit = limit or now() + 1.0
+            cands = [e for e in live.values() if running(e) and e["pid"] not in stopped
+                     and _designated(e["history"])]
+            if not cands and now() < limit:
+                at(now() + 0.01, do_owner_kill, ev, limit)
+                return
+            if not cands:
+                return
+            e = sorted(cands, key=lambda x: x["pid"])[ev["pick"] % len(cands)]
+            d = next(x for x in daemons if x.name == e["daemon"])
+            if not d.alive():
+                return
+            f = fault("owner_kill", daemon=d.name, down=ev["down"])
+            d.kill9()
+            at(now() + ev["down"], do_daemon_up, d, f)
+
+        def do_partial(ev):
+            # Clients on some daemons only, keys of their own kernel.
+            f = fault("partial", daemons=[f"d{i}" for i in ev["daemons"]])
+            end_fault(f)
+            for j in range(ev["clients"]):
+                cid = 100 + len([k for k in spec if k >= 100])
+                spec[cid] = {"id": cid, "daemon": ev["daemons"][j % len(ev["daemons"])],
+                             "keys": ev["keys"], "order_seed": ev["order_seed"] + j,
+                             "on_miss": "error", "pass_ms": ev["pass_ms"],
+                             "kernel": f"campaign:p{sched['seed']}@1"}
+                spawn(cid)
+
         table = {"client_kill": do_client_kill,
                  "daemon_kill": lambda ev: do_daemon_down(ev, "daemon_kill"),
                  "daemon_term": lambda ev: do_daemon_down(ev, "daemon_term"),
-                 "hang": do_hang, "etcd_kill": do_etcd_kill, "partition": do_partition}
+                 "hang": do_hang, "etcd_kill": do_etcd_kill, "partition": do_partition,
+                 "owner_kill": do_owner_kill, "partial": do_partial}
         for c in sched["clients"]:
             at(c["start"], spawn, c["id"])
         for ev in sched["events"]:
@@ -377,7 +409,8 @@ class Harness:
         while actions and now() < hard_end:
             t, _, fn, args = actions[0]
             if t > sched["duration"] and fn in (do_client_kill, do_hang, do_etcd_kill,
-                                                do_partition, do_daemon_down):
+                                                do_partition, do_daemon_down, do_owner_kill,
+                                                do_partial):
                 heapq.heappop(actions)
                 continue
             wait = t - now()  # read the clock once: it moves between two reads

@@ -15,6 +15,17 @@ A schedule is a dict:
       etcd_kill    {"member", "down"}          kill -9 an etcd member, restart
       partition    {"daemon", "dur", "mode"}   daemon <-> etcd cut by its
                                                proxies ("drop" | "blackhole")
+      owner_kill   {"pick", "down"}            kill -9 the daemon of the next
+                                               designated client (its node
+                                               holds the key's claim: the
+                                               key's owner, normally),
+                                               restart after down s
+      partial      {"daemons", "clients",      new clients on those daemons
+                    "keys", "order_seed"}      only (never all of them) ask
+                                               keys of their own kernel: a
+                                               key whose owner never meets it
+The last two (one claimant per key) are drawn from a second stream of
+the seed, so the schedules drawn before they existed are unchanged.
 """
 
 import json
@@ -22,6 +33,7 @@ import random
 
 FAULTS_LOCAL = ("client_kill", "daemon_kill", "daemon_term", "hang")
 FAULTS_ETCD = FAULTS_LOCAL + ("etcd_kill", "partition")
+FAULTS_CLAIMANT = ("owner_kill", "partial")
 
 PROFILES = {
     # CI: a few seconds per schedule on 2 cores
@@ -70,10 +82,30 @@ def generate(seed, profile="short", kind=None):
             e = {"daemon": rnd.randrange(daemons), "dur": round(rnd.uniform(0.5, 2.0), 3),
                  "mode": rnd.choice(("drop", "blackhole"))}
         events.append({"t": t, "fault": f, **e})
+    if kind == "etcd":
+        events += claimant_events(seed, profile, daemons, duration, p)
     events.sort(key=lambda e: (e["t"], e["fault"]))
     return {"seed": seed, "profile": profile, "kind": kind, "daemons": daemons,
             "lease_ms": p["lease_ms"], "deadline_ms": p["deadline_ms"], "duration": duration,
             "clients": clients, "events": events}
+
+
+def claimant_events(seed, profile, daemons, duration, p):
+    """The owner_kill and partial events of an etcd schedule (each in
+    about 4 schedules of 10), from their own stream of the seed."""
+    rnd = random.Random(f"detd-campaign/{profile}/{seed}/claimant")
+    out = []
+    if rnd.random() < 0.4:
+        out.append({"t": round(rnd.uniform(0.2, duration * 0.6), 3), "fault": "owner_kill",
+                    "pick": rnd.randrange(1 << 16), "down": round(rnd.uniform(0.1, 1.0), 3)})
+    if rnd.random() < 0.4:
+        left_out = rnd.randrange(daemons)
+        out.append({"t": round(rnd.uniform(0.1, duration * 0.5), 3), "fault": "partial",
+                    "daemons": [d for d in range(daemons) if d != left_out],
+                    "clients": rnd.randint(1, 2), "keys": rnd.randint(*p["keys"]),
+                    "order_seed": rnd.randrange(1 << 30),
+                    "pass_ms": rnd.randint(*p["pass_ms"])})
+    return out
 
 
 if __name__ == "__main__":

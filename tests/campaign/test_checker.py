@@ -115,6 +115,15 @@ def test_answer_lost_at_the_deadline():
     assert props(run) == ["wait-bound"]
 
 
+def test_answer_lost_at_a_deadline_shorter_than_the_tolerance():
+    # The last 5 ms of a spent budget: the daemon's answer at the deadline
+    # may arrive after the client's own deadline, within the tolerance.
+    run = clean()
+    run["records"].append(ans("r0:0", "error", pid=100, start=5.0, end=5.025, deadline_ms=5,
+                              errname="DETD_ETIMEDOUT"))
+    assert props(run) == []
+
+
 def test_timeout_past_the_pass_bound():
     run = clean()
     run["records"].append(ans("r0:3", "timeout", pid=100, start=5.0, end=7.95))
