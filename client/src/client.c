@@ -351,8 +351,11 @@ static enum client_failure client_classify_(int rc) {
     case DETD_ECONNECT:
         return CLIENT_GONE;
     case DETD_EUNAVAILABLE:
-        /* The daemon's own verdict on etcd ("apply on_miss") is final. */
-        if (strcasestr(m, "etcd") != NULL)
+        /* The daemon's own verdict on etcd ("apply on_miss") is final;
+         * matched on its words, not on any "etcd" (a store path may hold
+         * it: a store write failure is retried). */
+        if (strstr(m, "etcd unreachable") != NULL ||
+            strstr(m, "etcd did not answer") != NULL)
             return CLIENT_FINAL;
         if (strstr(m, "passed to another rank") != NULL)
             return CLIENT_AGAIN;
