@@ -529,7 +529,6 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
     for (;;) {
         struct wire_channel *ch;
         uint64_t sid = 0;
-        int settling = 0;
         rc = client_acquire(client, 1, deadline, &ch, &sid, &gen);
         if (rc == 0) {
             int64_t left = deadline - clock_mono_ms();
@@ -539,11 +538,6 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
                 away = session_may_wait(&client->session, NULL, NULL);
                 break;
             }
-            /* Just after a re-attach, processes that held claims take
-             * them again first (session.h): ask without claiming until
-             * then, and wait for the rest of it on a miss. */
-            int64_t settle = session_settle_until(&client->session);
-            settling = settle != 0 && (flags & DETD_DECIDE_NO_CLAIM) == 0;
             struct client_head h;
             client_head_init(client, key, &h);
             Detd__V1__DecideRequest req = DETD__V1__DECIDE_REQUEST__INIT;
@@ -551,7 +545,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
             req.client = &h.id;
             req.session_id = sid;
             req.key = &h.km;
-            req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0 || settling;
+            req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0;
             req.share = (flags & DETD_DECIDE_SHARE) != 0;
             /* Without a device the offer means nothing (client.h). */
             if ((flags & DETD_DECIDE_BENCH) != 0 && client->device != NULL) {
@@ -568,17 +562,6 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
                             (ProtobufCMessage **)&resp);
             if (rc == 0) {
                 session_note(&client->session, 1);
-                if (!settling ||
-                    resp->outcome != DETD__V1__OUTCOME__OUTCOME_MISS)
-                    break;
-                /* Nothing decided yet: ask for real once settled. */
-                protobuf_c_message_free_unpacked(&resp->base, NULL);
-                resp = NULL;
-                client_sleep_until_(settle < deadline ? settle : deadline);
-                if (clock_mono_ms() < deadline)
-                    continue;
-                rc = DETD_ETIMEDOUT;
-                away = 1;
                 break;
             }
         }

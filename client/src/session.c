@@ -37,7 +37,6 @@ static void session_forget_(struct session *s) {
     s->keeper_running = 0;
     s->attaching = NULL;
     s->down_since = 0;
-    s->reattached_at = 0;
     s->renewing_gen = 0;
     s->outages = 0;
     s->renewed = 0;
@@ -269,8 +268,6 @@ static void session_install_(struct session *s, struct wire_stream *st,
     s->stream = st;
     s->session_id = sid;
     s->lease_ms = lease;
-    if (s->attaches > 0)
-        s->reattached_at = clock_mono_ms();
     s->generation++;
     s->attaches++;
     s->state = SESSION_ATTACHED;
@@ -306,7 +303,7 @@ static void session_renew_(struct session *s, struct wire_channel **slot,
 /*
  * Take the claims still open in this process again on the session just
  * installed (mu held; released around each call): the first asks the new
- * daemon gets, before anyone else's claiming ask (SESSION_SETTLE_MS).
+ * daemon gets from this process.
  */
 static void session_renew_claims_(struct session *s, uint64_t sid) {
     uint64_t gen = s->generation;
@@ -756,15 +753,6 @@ int session_claim_current(struct session *s, uint64_t claim_id,
         }
     pthread_mutex_unlock(&s->mu);
     return found;
-}
-
-int64_t session_settle_until(struct session *s) {
-    pthread_mutex_lock(&s->mu);
-    int64_t until = s->reattached_at != 0 && s->pid == getpid()
-                        ? s->reattached_at + SESSION_SETTLE_MS
-                        : 0;
-    pthread_mutex_unlock(&s->mu);
-    return until > clock_mono_ms() ? until : 0;
 }
 
 void session_invalidate(struct session *s, uint64_t session_id) {

@@ -21,9 +21,10 @@
  * new daemon for the key of every claim still open here (the reclaim
  * callback); a claim designated again is renewed under the new generation
  * and its report goes out with the new claim id (session_claim_current()).
- * For SESSION_SETTLE_MS after a re-attach, session_settle_until() tells
- * calls to ask without claiming, so that the processes that were timing a
- * key when the daemon went away take it again first. While the keeper
+ * Meanwhile the daemon keeps such a pass for its holder (a restarted
+ * daemon restores the passes open at its end for the processes still
+ * running: docs/daemon-restarts.md), so other processes wait for it
+ * rather than claim the key. While the keeper
  * reconnects, session_acquire() waits for it, but only for the reconnect
  * window (reconnect_ms from the first failure seen); after that it fails
  * at once until the daemon is back. A handle that never reached a daemon
@@ -113,11 +114,9 @@ struct session {
     struct wire_stream *attaching; /* the keeper's attach in progress */
     uint64_t attach_failures;      /* failed re-attach attempts */
     uint64_t outages;              /* outages met after reaching a daemon */
-    int64_t reattached_at; /* clock_mono_ms() of the last re-attach in this
-                              process; 0: none */
-    uint64_t renewing_gen; /* the generation whose claims the keeper is
-                              taking again; 0: none */
-    uint64_t renewed;      /* claims taken again */
+    uint64_t renewing_gen;         /* the generation whose claims the keeper is
+                                      taking again; 0: none */
+    uint64_t renewed;              /* claims taken again */
     session_reclaim_cb reclaim;
     void *reclaim_user;
     int last_err;       /* the last re-attach failure */
@@ -132,12 +131,6 @@ struct session {
 /* Backoff between reconnect attempts (see above). */
 #define SESSION_BACKOFF_FIRST_MS 50
 #define SESSION_BACKOFF_MAX_MS 1000
-
-/* After a re-attach, how long claiming asks wait for the processes that
- * held claims to take them again: a keeper's next attempt comes at most
- * SESSION_BACKOFF_MAX_MS after the daemon serves, and an attempt that met
- * the daemon starting may take 2 * SESSION_BACKOFF_MAX_MS. */
-#define SESSION_SETTLE_MS DETD_RECLAIM_SETTLE_MS
 
 /*
  * Prepare s (caller-owned memory) for target. identity is borrowed and
@@ -217,12 +210,6 @@ void session_claim_note(struct session *s, uint64_t claim_id,
 int session_claim_current(struct session *s, uint64_t claim_id,
                           uint64_t claim_gen, uint64_t gen, int64_t deadline_ms,
                           uint64_t *ret_id);
-
-/*
- * The end of the settling time after a re-attach in this process (see
- * the top), or 0 when it is over or there was none.
- */
-int64_t session_settle_until(struct session *s);
 
 /* A copy of k in one allocation (free() it), or NULL without memory. */
 struct detd_key *session_key_dup(const struct detd_key *k);

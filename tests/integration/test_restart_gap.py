@@ -31,9 +31,9 @@ from conftest import BUILD, Daemon
 
 HERE = Path(__file__).resolve().parent
 GAPS_S = {5: "refused", 20: "silent", 45: "missing"}
-# libdetd's settling after a re-attach (DETD_RECLAIM_SETTLE_MS) and the
-# reconnect backoff's longest wait: the rest of the run is a few calls.
-SETTLE_S = 4 + 1
+# The reconnect backoff's longest wait (the rest of the run is a few
+# calls).
+SETTLE_S = 1
 SLACK_S = 60  # start-up of four Python processes and a daemon, busy machine
 
 

@@ -44,10 +44,10 @@
  *    anew, before anything else (a Decide for the claim's key under the
  *    new session), and detd_report() waits for the daemon within its
  *    deadline and the window and sends the report under the claim taken
- *    again. Other processes' Decides that would claim a key ask without
- *    claiming for DETD_RECLAIM_SETTLE_MS after their own re-attach, so
- *    that the holders take their claims first: a pass in flight across a
- *    restart is timed once. When the claim could not be taken again
+ *    again. A restarted daemon keeps each pass open at its end for its
+ *    holder while that process runs (up to the lease), so other
+ *    processes wait for it: a pass in flight across a restart is timed
+ *    once. When the claim could not be taken again
  *    (another process holds or decided the key), detd_report() returns
  *    DETD_ESTALE without sending anything.
  *
@@ -99,10 +99,6 @@ extern "C" {
 /* The reconnect window (see the top of this file; added in 0.3). */
 #define DETD_RECONNECT_DEFAULT_MS 60000
 #define DETD_RECONNECT_MAX_MS 3600000
-/* How long claiming Decides ask without claiming after a re-attach (see
- * "Daemon restarts"; added in 0.6). */
-#define DETD_RECLAIM_SETTLE_MS 4000
-
 /* Limits enforced by the daemon and checked early by the library. */
 #define DETD_MAX_KEY_BYTES 4096
 #define DETD_MAX_CANDIDATES 1024
