@@ -331,14 +331,8 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
         detd_answer_free(a);
         a = NULL;
         rc = detd_decide(client, k, flags, left, &a);
-        if (rc == DETD_ETIMEDOUT) {
-            /* The Decide's own deadline: within the budget, ask again. */
-            if (clock_mono_ms() < deadline)
-                continue;
-            wire_set_error("no decision within opts->timeout_ms=%lld",
-                           (long long)budget);
-            break;
-        }
+        if (rc == DETD_ETIMEDOUT)
+            continue; /* the Decide's own deadline: the budget decides */
         if (rc < 0) {
             if (autotune_pass_failed_(rc))
                 rc = autotune_nocand_(k);

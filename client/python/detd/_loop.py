@@ -297,12 +297,8 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
         except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
             if getattr(e, "code", None) == _native.ETIMEDOUT:
                 # The Decide's own deadline (the slice asked for) cut it
-                # short: within the budget, ask again; after it, the
-                # budget is spent.
-                if time.monotonic() < deadline:
-                    continue
-                answer, reason = None, f"no decision within timeout_ms={settings.timeout_ms}"
-                break
+                # short: the budget decides, at the top of the loop.
+                continue
             answer, reason = None, f"daemon request failed: {e}"
             break
         if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
