@@ -819,7 +819,7 @@ DETD_EXPORT int detd_observe_ex(detd_client *client, const struct detd_key *key,
             return DETD_EINVAL;
         }
     if ((int)source < DETD_SOURCE_UNSPECIFIED ||
-        (int)source > DETD_SOURCE_LOCAL) {
+        (int)source > DETD_SOURCE_UNGOVERNED) {
         wire_set_error("unknown source %d", (int)source);
         return DETD_EINVAL;
     }

@@ -164,6 +164,8 @@ const char *detctl_print_source(Detd__V1__Source s) {
         return "fallback";
     case DETD__V1__SOURCE__SOURCE_LOCAL:
         return "local";
+    case DETD__V1__SOURCE__SOURCE_UNGOVERNED:
+        return "ungoverned";
     default:
         return "unspecified";
     }

@@ -105,13 +105,27 @@ static void add_failure(json_t *all, json_t *key, const char *kind,
     json_array_append_new(all, f);
 }
 
-/* The divergence JSON (as the daemon's) of one key's governed uses. */
+/* Whether a use is checked for agreement: governed, or launched by a
+ * tuner detd cannot govern (source "ungoverned"). */
+static int use_checked(json_t *u) {
+    if (json_is_true(json_object_get(u, "governed")))
+        return 1;
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(u, "sources"), i, s) {
+        if (strcmp(json_string_value(s), "ungoverned") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The divergence JSON (as the daemon's) of one key's checked uses. */
 static json_t *divergence_json(json_t *key, const char *reason) {
     json_t *uses = json_array();
     size_t i;
     json_t *u;
     json_array_foreach(json_object_get(key, "uses"), i, u) {
-        if (!json_is_true(json_object_get(u, "governed")))
+        if (!use_checked(u))
             continue;
         json_array_append_new(uses,
                               json_pack("{s:O, s:O, s:O}", "config",
@@ -293,7 +307,10 @@ static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
                           "governed", x->governed, "chaos", x->chaos, "sources",
                           "clients");
             json_array_append_new(uses, u);
-            if (x->governed &&
+            /* A tuner detd cannot govern must agree too (verify.h). */
+            int checked =
+                x->governed || x->source == DETD__V1__SOURCE__SOURCE_UNGOVERNED;
+            if (checked &&
                 (governed_one == NULL || strcmp(governed_one, x->config))) {
                 governed_configs++;
                 governed_one = x->config;

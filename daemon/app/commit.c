@@ -19,7 +19,7 @@
 
 static const char *const source_names[8] = {
     "unspecified", "timed",    "table", "override",
-    "import",      "fallback", "local", "reserved"};
+    "import",      "fallback", "local", "ungoverned"};
 
 /* A commit waiting for etcd's answer. */
 struct commit_op {

@@ -17,7 +17,7 @@
 
 #include "detd/error.h"
 
-/* One governed observation of the current id. */
+/* One governed (or must-agree) observation of the current id. */
 struct row {
     char *config;
     char *host;
@@ -301,7 +301,7 @@ int verify_add(verifier *v, const struct verify_obs *o, const char *decided) {
         v->decided = dec;
         v->res.keys_checked++;
     }
-    if (o->governed) {
+    if (o->governed || o->must_agree) {
         if (v->n_rows == v->rows_cap) {
             size_t cap = v->rows_cap > 0 ? v->rows_cap * 2 : 16;
             struct row *r = realloc(v->rows, cap * sizeof(*r));
@@ -323,9 +323,9 @@ int verify_add(verifier *v, const struct verify_obs *o, const char *decided) {
         r->local_rank = o->local_rank;
         r->chaos = o->chaos != 0;
         v->n_rows++;
-    } else {
-        v->res.ungoverned++;
     }
+    if (!o->governed)
+        v->res.ungoverned++;
     v->res.observations++;
     return 0;
 }

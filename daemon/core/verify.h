@@ -6,7 +6,9 @@
  * key has no decision). A key diverges when its governed observations
  * name more than one config, or when one of them differs from the
  * decision. Ungoverned observations (autotuners outside the scope) are
- * counted but never make the check fail, and are not listed in uses.
+ * counted but never make the check fail, and are not listed in uses;
+ * except those of a tuner detd cannot govern (must_agree: source
+ * ungoverned), whose configs must agree as the governed ones must.
  */
 #ifndef DETD_VERIFY_H
 #define DETD_VERIFY_H
@@ -26,6 +28,9 @@ struct verify_obs {
     int32_t local_rank;
     int governed;
     int chaos;
+    /* Not governed, yet checked for agreement (a tuner detd cannot
+     * govern: DETD_SOURCE_UNGOVERNED); counted as ungoverned too. */
+    int must_agree;
 };
 
 struct verify_client {
@@ -50,7 +55,7 @@ struct verify_divergence {
     char *key;
     char *arch;
     char *decided;           /* NULL: no decision */
-    struct verify_use *uses; /* governed uses, sorted by config */
+    struct verify_use *uses; /* governed (and must-agree) uses, by config */
     size_t n_uses;
     /* "ranks disagree" (more than one config used), else "differs from
      * decision" (the one config used is not the decided one). */

@@ -48,9 +48,11 @@ static int verify_cb(void *ctx, const struct store_observation *o) {
         }
         snprintf(vc->last_id, sizeof(vc->last_id), "%s", o->id);
     }
-    struct verify_obs vo = {o->id,         o->kernel,   o->key,  o->arch,
-                            o->config,     o->host,     o->pid,  o->rank,
-                            o->local_rank, o->governed, o->chaos};
+    struct verify_obs vo = {
+        o->id,       o->kernel, o->key,
+        o->arch,     o->config, o->host,
+        o->pid,      o->rank,   o->local_rank,
+        o->governed, o->chaos,  o->source == DETD_SOURCE_UNGOVERNED};
     vc->rc = verify_add(vc->v, &vo, vc->decided);
     if (vc->rc == 0 && o->governed &&
         peer_tab_add(&vc->peers, o->id, o->host, o->pid, o->claimed_pid,
@@ -515,9 +517,11 @@ static int collect_cb(void *ctx, const struct store_observation *o) {
             return 1;
         }
     }
-    m->o = (struct verify_obs){m->own[0],     m->own[1],   m->own[2], m->own[3],
-                               m->own[4],     m->own[5],   o->pid,    o->rank,
-                               o->local_rank, o->governed, o->chaos};
+    m->o = (struct verify_obs){
+        m->own[0],   m->own[1], m->own[2],
+        m->own[3],   m->own[4], m->own[5],
+        o->pid,      o->rank,   o->local_rank,
+        o->governed, o->chaos,  o->source == DETD_SOURCE_UNGOVERNED};
     c->n++;
     if (o->governed &&
         peer_tab_add(&c->peers, o->id, o->host, o->pid, o->claimed_pid,
@@ -538,17 +542,19 @@ static int add_remote(struct collect_ctx *c, const Detd__V1__Observation *o) {
     struct mobs *m = &c->v[c->n++];
     memset(m, 0, sizeof(*m));
     const Detd__V1__ClientIdentity *ci = o->client;
-    m->o = (struct verify_obs){o->id,
-                               o->kernel,
-                               o->key,
-                               o->arch,
-                               o->config,
-                               ci ? ci->host : "",
-                               ci ? ci->pid : 0,
-                               ci ? ci->rank : -1,
-                               ci ? ci->local_rank : -1,
-                               o->governed,
-                               o->chaos};
+    m->o =
+        (struct verify_obs){o->id,
+                            o->kernel,
+                            o->key,
+                            o->arch,
+                            o->config,
+                            ci ? ci->host : "",
+                            ci ? ci->pid : 0,
+                            ci ? ci->rank : -1,
+                            ci ? ci->local_rank : -1,
+                            o->governed,
+                            o->chaos,
+                            o->source == DETD__V1__SOURCE__SOURCE_UNGOVERNED};
     if (o->governed && o->peer != NULL &&
         peer_tab_add(&c->peers, o->id, ci ? ci->host : "", ci ? ci->pid : 0,
                      o->peer->claimed_pid, o->peer->uid, o->peer->node) != 0)

@@ -2,7 +2,8 @@
 # Fetch the packages of the real-package GPU run (run_packages.py) from
 # PyPI into the folders it reads, for a GPU machine that has no network:
 #
-#   .whl/      liger-kernel 0.8.5, fla-core 0.6.0 (pure-Python wheels)
+#   .whl/      liger-kernel 0.8.5, fla-core 0.6.0 (pure-Python wheels);
+#              .whl/flaggems/: flag-gems 5.0.2 and its imports (run_flaggems.py)
 #   .pkgsrc/   mamba_ssm 2.3.2.post1 (its Python package only: the Triton
 #              kernels need none of its CUDA extensions) and
 #              gemlite-0.6.0.post2/gemlite, unpacked from their sdists
@@ -34,6 +35,11 @@ mkdir -p .whl .pkgsrc
 
 python3 -m pip download -q --no-deps --only-binary=:all: -d .whl \
     liger-kernel==0.8.5 fla-core==0.6.0
+# flag-gems and what it imports, for the GPU machine's Python 3.12
+# (run_flaggems.py installs .whl/flaggems/ on its own).
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d .whl/flaggems \
+    flag_gems==5.0.2 sqlalchemy==2.0.48 PyYAML==6.0.3 greenlet==3.5.6 typing_extensions==4.16.0 packaging==26.4
 python3 -m pip download -q --no-deps --no-binary=:all: -d "$tmp" gemlite==0.6.0.post2
 MAMBA_SKIP_CUDA_BUILD=TRUE "$PY" -m pip download -q --no-deps --no-build-isolation \
     --no-binary=:all: -d "$tmp" mamba_ssm==2.3.2.post1

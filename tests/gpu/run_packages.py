@@ -44,7 +44,9 @@ from run_gpu import Daemon, counter, env_for  # noqa: E402
 PACKAGES = ("gemlite", "liger", "mamba", "fla")
 
 
-def procs(n, package, mode, work, tag, quick, extra=None, per_rank=None, args=(), timeout=480):
+def procs(n, package, mode, work, tag, quick, extra=None, per_rank=None, args=(), timeout=480, worker=None):
+    """n workers at once (pkg_worker.py, or worker(rank, out, env) -> the
+    command, which may add to env); their JSON results in rank order."""
     ps = []
     for r in range(n):
         out = os.path.join(work, f"{tag}_r{r}.json")
@@ -52,8 +54,9 @@ def procs(n, package, mode, work, tag, quick, extra=None, per_rank=None, args=()
                      "TRITON_CACHE_DIR": os.path.join(work, "triton-cache"), **(extra or {}),
                      **((per_rank or (lambda i: {}))(r))})
         log = open(os.path.join(work, f"{tag}_r{r}.log"), "w")
-        cmd = [sys.executable, os.path.join(HERE, "pkg_worker.py"), "--package", package, "--mode", mode,
-               "--out", out, *(["--quick"] if quick else []), *args]
+        cmd = worker(r, out, e) if worker else \
+            [sys.executable, os.path.join(HERE, "pkg_worker.py"), "--package", package, "--mode", mode,
+             "--out", out, *(["--quick"] if quick else []), *args]
         ps.append((subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT), out, log))
     res = []
     deadline = time.time() + timeout

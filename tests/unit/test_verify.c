@@ -223,6 +223,41 @@ TEST(ungoverned_counted_never_fail) {
     verify_free(v);
 }
 
+/* A tuner detd cannot govern (must_agree): its ranks must still agree;
+ * counted as ungoverned, listed in the uses, never compared with a
+ * decision it does not have. */
+TEST(must_agree_rows_checked_for_agreement) {
+    verifier *v = mk();
+    struct verify_obs o = obs("k1", "B=64", "h0", 0, 1);
+    o.governed = 0;
+    o.must_agree = 1;
+    add(v, o, NULL);
+    o = obs("k1", "B=32", "h1", 1, 2);
+    o.governed = 0;
+    o.must_agree = 1;
+    add(v, o, NULL);
+    o = obs("k2", "B=16", "h0", 0, 1); /* agreeing: no divergence */
+    o.governed = 0;
+    o.must_agree = 1;
+    add(v, o, NULL);
+    o.rank = 1;
+    o.host = "h1";
+    add(v, o, NULL);
+    struct verify_result r;
+    finish(v, &r);
+    CHECK_EQ_INT(r.keys_checked, 2);
+    CHECK_EQ_INT(r.observations, 4);
+    CHECK_EQ_INT(r.ungoverned, 4);
+    CHECK_EQ_INT(r.n_divergences, 1);
+    CHECK_STR(r.divergences[0].id, "k1");
+    CHECK_STR(r.divergences[0].reason, "ranks disagree");
+    CHECK_EQ_INT(r.divergences[0].n_uses, 2);
+    CHECK_STR(r.divergences[0].uses[0].config, "B=32");
+    CHECK_STR(r.divergences[0].uses[1].config, "B=64");
+    verify_result_clear(&r);
+    verify_free(v);
+}
+
 /* Ungoverned rows are not listed among the uses of a divergence. */
 TEST(ungoverned_not_listed_in_uses) {
     verifier *v = mk();

@@ -131,6 +131,9 @@ typedef enum detd_source {
     DETD_SOURCE_IMPORT = 4,
     DETD_SOURCE_FALLBACK = 5,
     DETD_SOURCE_LOCAL = 6,
+    /* A tuner detd cannot govern: its own choice; verify requires every
+     * process that launched the key to agree (observe only). */
+    DETD_SOURCE_UNGOVERNED = 7,
 } detd_source;
 
 /* What a Decide call produced (values match detd.v1.Outcome). */

@@ -91,10 +91,14 @@ thread-local call record, and the after-run observations.  After fork
 and on a new ``install()`` every tuner goes back to the full path, so a
 child observes the keys it launches under its own pid.
 
-Not covered: subclasses that override ``run`` without calling
-``Autotuner.run``, direct ``fn.run`` calls, and kernels lowered by
-``torch.compile`` (Inductor's ``CachingAutotuner``); they never reach the
-hook and are therefore not listed either.
+Subclasses that override ``run`` without calling ``Autotuner.run`` are
+governed when they choose through their cache the way flag-gems'
+``LibTuner`` does (``key in self.cache``, then ``self.cache[key]``; the
+``cache_tuners`` setting names them, see :func:`_cache_governed`); any
+other such subclass is listed and observed as ungoverned, with the config
+it reports (:func:`_bypassed`). Not covered: direct ``fn.run`` calls,
+and kernels lowered by ``torch.compile`` (Inductor's
+``CachingAutotuner``, governed by :mod:`detd._inductor`).
 
 Layers
 ------
@@ -760,14 +764,18 @@ def _vote(tuner, info: _TunerInfo, ctx: _Call, key_str: str, cfg: str, configs_t
 
 # ---------------------------------------------------------------- entry points
 
-def _full_run(tuner, cache, args, kwargs):
+def _full_run(tuner, cache, args, kwargs, run=None):
     """A call of the patched ``Autotuner.run`` that is not on the direct
-    path (see :func:`detd._triton._patched_run`). The call's arguments are
-    pushed on a thread-local stack as a plain tuple, turned into a
-    :class:`_Call` only when the cache has work to do, and Triton's run
-    runs under the tuner's lock; its picks are observed afterwards."""
+    path (see :func:`detd._triton._patched_run`), or of a subclass's own
+    ``run`` governed through its cache (``run``; see :func:`_cache_governed`).
+    The call's arguments are pushed on a thread-local stack as a plain
+    tuple, turned into a :class:`_Call` only when the cache has work to
+    do, and the run runs under the tuner's lock; its picks are observed
+    afterwards."""
     if type(cache) is not DetdCache:
-        cache = DetdCache(cache or {})
+        # Triton's dict is kept; another tuner's own cache (flag-gems'
+        # on-disk table) is set aside: it never answers around the daemon.
+        cache = DetdCache(cache if isinstance(cache, dict) else {})
         _triton.set_cache(tuner, cache)
     elif cache._gen != _gen[0]:
         cache._renew()
@@ -779,7 +787,7 @@ def _full_run(tuner, cache, args, kwargs):
             _audit_known(tuner, cache, args, kwargs)
         stack.append((tuner, args, kwargs))
         try:
-            ret = _triton.original_run()(tuner, *args, **kwargs)
+            ret = (run or _triton.original_run())(tuner, *args, **kwargs)
         except Exception as e:
             _launch_failed(tuner, stack[-1], e)  # observed as failed, then raised as ever
             raise
@@ -866,8 +874,9 @@ def _launch_failed(tuner, top, e: BaseException):
 def _bypassed(tuner, cls: str, args, kwargs):
     """A call of an ``Autotuner`` subclass whose own ``run`` never reached
     ``Autotuner.run``: nothing of it can be governed. Listed and observed
-    (once per key) as ungoverned, with the config it reports as its
-    ``best_config`` when it keeps one."""
+    (once per key) with source ``ungoverned`` and the config it reports as
+    its ``best_config`` when it keeps one: ``verify`` fails when the
+    processes that launched the key chose differently."""
     try:
         key = _triton.triton_key(tuner, args, kwargs)
         seen = _observed.get(tuner)
@@ -878,10 +887,31 @@ def _bypassed(tuner, cls: str, args, kwargs):
         key_str = _canon.key_string(key)
         best = _triton.best_config(tuner)
         cfg = _triton.config_string(best) if _triton.is_config(best) else "unknown (bypasses Autotuner.run)"
-        _record(info, key_str, cfg, "local", False, note="bypasses Autotuner.run")
-        _observe(tuner, info, key, key_str, cfg, _native.SOURCE_LOCAL, False)
+        _record(info, key_str, cfg, "ungoverned", False, note="bypasses Autotuner.run")
+        _observe(tuner, info, key, key_str, cfg, _native.SOURCE_UNGOVERNED, False)
     except Exception as e:  # noqa: BLE001 - listing never breaks the caller's launch
         _process.warn_once("bypassed", f"detd: cannot list an ungoverned autotuner ({cls}): {e}")
+
+
+def _cache_governed(tuner) -> bool:
+    """Whether ``tuner``, of an ``Autotuner`` subclass whose ``run`` never
+    calls ``Autotuner.run``, is governed through its cache: its class, or
+    one above it, is named by the ``cache_tuners`` setting (flag-gems'
+    ``LibTuner`` by default) and the tuner is governed. Such a ``run``
+    asks ``key in self.cache`` before it chooses and launches
+    ``self.cache[key]``: the :class:`DetdCache` put in its place answers
+    the first from the daemon (its own cache, flag-gems' on-disk table
+    included, never answers), and the run's own choosing is never
+    reached on a governed key."""
+    names = _cache_classes.get(type(tuner))
+    if names is None:
+        names = _cache_classes[type(tuner)] = frozenset(_triton.class_names(tuner))
+    if not names.intersection(_process.settings().cache_tuners):
+        return False
+    return _info(tuner).governed
+
+
+_cache_classes: "weakref.WeakKeyDictionary[type, frozenset]" = weakref.WeakKeyDictionary()
 
 
 def _resolve_direct(tuner, st, cache, key, args, kwargs):
@@ -907,7 +937,7 @@ def _check_version():
 def patch():
     """Patch Triton's ``Autotuner`` once (idempotent; see
     :func:`detd._triton.patch`)."""
-    if _triton.patch(_process.active, _full_run, _resolve_direct, _bypassed):
+    if _triton.patch(_process.active, _full_run, _resolve_direct, _bypassed, _cache_governed):
         _check_version()
 
 

@@ -46,8 +46,9 @@ SOURCE_OVERRIDE = 3
 SOURCE_IMPORT = 4
 SOURCE_FALLBACK = 5
 SOURCE_LOCAL = 6
+SOURCE_UNGOVERNED = 7  # a tuner detd cannot govern: verify requires agreement
 SOURCE_NAMES = {0: "unspecified", 1: "timed", 2: "table", 3: "override", 4: "import", 5: "fallback",
-                6: "local"}
+                6: "local", 7: "ungoverned"}
 
 DECIDE_NO_CLAIM = 0x1
 DECIDE_SHARE = 0x2

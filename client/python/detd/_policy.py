@@ -32,6 +32,12 @@ argument               variable                meaning
 ``job``                ``DETD_JOB``            free-form job label (default:
                                                the launcher's run id,
                                                :data:`JOB_VARS`)
+``cache_tuners``       ``DETD_CACHE_TUNERS``   ``Autotuner`` subclasses
+                                               (``module.qualname``, comma
+                                               sep.) whose own ``run`` asks
+                                               its ``cache`` before choosing,
+                                               governed through that cache;
+                                               default: flag-gems' LibTuner
 ``megatron``           ``DETD_MEGATRON``       with ``megatron.core.tuning``
                                                installed: who governs Triton's
                                                autotuner, ``detd`` (default)
@@ -82,6 +88,10 @@ from typing import Mapping, Optional, Tuple
 MODES = ("auto", "pinned", "coordinated", "record")
 ON_MISS = ("error", "cheapest", "first")
 
+# Autotuner subclasses governed through their cache by default (see
+# detd._hook._cache_governed).
+CACHE_TUNERS = ("flag_gems.utils.libentry.LibTuner",)
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -101,6 +111,7 @@ class Settings:
     timeout_ms: int = 600_000
     job: Optional[str] = None
     megatron: str = "detd"
+    cache_tuners: Tuple[str, ...] = CACHE_TUNERS
 
     @property
     def governs_anything(self) -> bool:
@@ -334,6 +345,14 @@ def parse(environ: Optional[Mapping[str, str]] = None, **kwargs) -> Settings:
         if isinstance(v, bool) or t <= 0:
             raise _bad("timeout_ms", var, v, "expected a positive integer number of milliseconds")
         out["timeout_ms"] = t
+
+    v, var = get("cache_tuners")
+    if v is not None:
+        names = _list("cache_tuners", var, v)
+        for n in names:
+            if "." not in n or any(not part.isidentifier() for part in n.split(".")):
+                raise _bad("cache_tuners", var, v, f"{n!r} is not a module.qualname")
+        out["cache_tuners"] = names
 
     v, var = get("megatron")
     if v is not None:

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from . import _canon
 
@@ -70,6 +70,7 @@ __all__ = [
     "named_args",
     "replay",
     "ungoverned_classes",
+    "class_names",
 ]
 
 SUPPORTED = ((3, 3), (3, 9))  # oldest and newest minor release checked
@@ -431,6 +432,11 @@ def ungoverned_classes() -> List[str]:
     return sorted(f"{c.__module__}.{c.__qualname__}" for c in _subclasses(at.Autotuner) if "run" in c.__dict__)
 
 
+def class_names(tuner) -> Tuple[str, ...]:
+    """``module.qualname`` of the tuner's class and of every class above it."""
+    return tuple(f"{c.__module__}.{c.__qualname__}" for c in type(tuner).__mro__)
+
+
 def _watch_subclass(cls):
     """Wrap the ``run`` a subclass defines: a call that returns without
     having reached the patched ``Autotuner.run`` (the subclass does its own
@@ -442,6 +448,11 @@ def _watch_subclass(cls):
 
     def run(self, *args, **kwargs):
         prev = _tls.__dict__.get("reached")
+        if _active is not None and _active() and _cache_governed is not None and _cache_governed(self):
+            # A tuner that asks its cache before choosing (flag-gems'
+            # LibTuner): its own run, under the hook's full path.
+            _tls.reached = True
+            return _full_run(self, self.__dict__.get("cache"), args, kwargs, orig)
         _tls.reached = False
         try:
             return orig(self, *args, **kwargs)
@@ -480,6 +491,7 @@ _active = None
 _full_run = None
 _resolve_direct = None
 _bypassed = None
+_cache_governed = None
 
 
 def _patched_run(self, *args, **kwargs):
@@ -574,7 +586,7 @@ def restore_run(module: str) -> bool:
     return False
 
 
-def patch(active, full_run, resolve_direct, bypassed=None) -> bool:
+def patch(active, full_run, resolve_direct, bypassed=None, cache_governed=None) -> bool:
     """Patch ``Autotuner.run``, ``prune_configs`` and ``_bench`` of
     ``triton.runtime.autotuner`` once (idempotent).
 
@@ -586,13 +598,18 @@ def patch(active, full_run, resolve_direct, bypassed=None) -> bool:
     launch, or None to leave it to Triton; ``bypassed(tuner, cls, args,
     kwargs)`` is told of a call of an ``Autotuner`` subclass whose own
     ``run`` never reached ``Autotuner.run`` (subclasses defined before and
-    after this call are watched). Returns True when this call patched the
-    class, False when it was patched already."""
+    after this call are watched); ``cache_governed(tuner)`` says whether
+    such a subclass's ``run`` is governed through its ``cache`` (it asks
+    ``key in self.cache`` before choosing and launches ``self.cache[key]``):
+    its calls then go to ``full_run(tuner, cache, args, kwargs, run)`` with
+    its own ``run``. Returns True when this call patched the class, False
+    when it was patched already."""
     global _original_run, _original_prune, _original_bench, _single_config_benched
-    global _active, _full_run, _resolve_direct, _bypassed, _autotuner_class
+    global _active, _full_run, _resolve_direct, _bypassed, _autotuner_class, _cache_governed
     from triton.runtime import autotuner as at
 
     _active, _full_run, _resolve_direct, _bypassed = active, full_run, resolve_direct, bypassed
+    _cache_governed = cache_governed
     _autotuner_class = at.Autotuner
     for c in _subclasses(at.Autotuner):
         _watch_subclass(c)
