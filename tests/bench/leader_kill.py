@@ -38,7 +38,7 @@ DESIGNATED = 2
 CONFIG_A = "BLOCK=16,num_warps=4"
 CONFIG_B = "BLOCK=32,num_warps=4"
 B_DECIDE_MS = 10000  # each of B's Decide calls
-# A node registers within this once etcd serves (README "Scale": the call
+# A node registers within this once etcd serves (docs/multi-node.md, "Scale": the call
 # under way, one backoff step and one attempt).
 REGISTER_S = 10.0
 

@@ -1,5 +1,4 @@
-# Fault campaign (tests/campaign/README section "Fault campaign" in the
-# top-level README): randomized, seeded schedules of faults while client
+# Fault campaign (docs/fault-campaign.md): randomized, seeded schedules of faults while client
 # processes decide keys, and a history checker over every answer.
 
 # campaign_client: one training process (libdetd), recording every answer.

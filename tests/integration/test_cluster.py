@@ -50,8 +50,8 @@ BOOT_S = 5 * ETCD_CALL_S
 # A decision reaches a connected node's store by its watch; a broken watch
 # reconnects and, compacted, resyncs: twice that for a loaded machine.
 PROPAGATE_S = 2 * (WATCH_RETRY_S + ETCD_CALL_S)
-# Registered once etcd serves (README "Scale"): the call under way, one
-# backoff step and one attempt, rounded up as the README states it.
+# Registered once etcd serves (docs/multi-node.md, "Scale"): the call under
+# way, one backoff step and one attempt, rounded up as that page states it.
 REGISTER_S = 10.0
 # A change to nodes/ is in every daemon's status after its monitor's next
 # round: the round's wait, then its calls (the members' status, the read).
@@ -906,7 +906,7 @@ def test_etcd_up_late_daemons_serve_back_off_then_register(tmpdir_short, etcd,
     """Daemons started while no etcd member runs serve at once (a new key
     gets a clear error naming etcd, never a timing pass of their own),
     retry the boot with backoff (counted in detd_etcd_boot_retries_total)
-    and register within the README's bound once etcd is back; then one
+    and register within the bound docs/multi-node.md states once etcd is back; then one
     timing pass per key cluster-wide."""
     etcd.stop()
     ports = [free_port() for _ in range(4)]
@@ -933,8 +933,8 @@ def test_etcd_up_late_daemons_serve_back_off_then_register(tmpdir_short, etcd,
     assert all(1 <= g <= 4 for g in grown), grown
     etcd.resume()
     t0 = time.monotonic()
-    # Registered (node keys under the node leases) within the bound the
-    # README states once etcd serves: the call under way (retried within its
+    # Registered (node keys under the node leases) within the bound
+    # docs/multi-node.md states once etcd serves: the call under way (retried within its
     # 3 s budget), the backoff step (3 s at most) and one attempt: 10 s.
     def registered():
         r = etcd.ctl("get", "--prefix", f"/detd/v1/{NS}/nodes/", "--keys-only")

@@ -1,4 +1,4 @@
-"""What the README promises, through the real daemon: the timing pass
+"""What docs/operating.md promises, through the real daemon: the timing pass
 deadline (--pass-timeout-ms) and takeover, a superseded report and `detctl verify` naming
 the rank that used another config, `detctl reset --kernel`,
 `--max-waiters`, and a drain that answers its waiters and ends /healthz.

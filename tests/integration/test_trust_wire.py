@@ -319,8 +319,8 @@ def test_idle_connections_closed_and_memory_returned(tmpdir_short):
         time.sleep(4 * sweep_s)
         again = rss_kb(d.proc.pid)
         # Memory is a measurement, not an assertion here (the allocator's
-        # figures vary with the machine's load): printed, and quoted in the
-        # README with this test as the command.
+        # figures vary with the machine's load): printed, and quoted in
+        # docs/operating.md with this test as the command.
         print(f"RSS base {base} kB, {n} idle connections {peak} kB, after {after} kB, "
               f"after a second flood {again} kB")
         assert grown > 0  # the flood was held, then closed (asserted above)

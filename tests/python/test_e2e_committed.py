@@ -142,7 +142,7 @@ def test_verify_fails_on_a_rank_that_launched_another_config(daemon, tmp_path):
 
 
 def test_decided_key_skips_timing_disk_cache_and_print(daemon, tmp_path):
-    """README: "A decided key skips timing, the disk cache and the print".
+    """docs/python.md: "A decided key skips timing, the disk cache and the print".
     Control first: Triton on its own (auto mode) times, looks the key up in
     its autotune disk cache and prints its autotune line; then, with the key
     decided, governed processes do none of it and launch the decision."""

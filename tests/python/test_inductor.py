@@ -259,7 +259,7 @@ def test_gpu_script_summary():
 
 def test_gpu_step_script_summary():
     """The GPU step-time comparison (tests/gpu/run_inductor_step.py) on the
-    five rounds the README quotes, with made-up choices and profiles: the
+    five rounds docs/inductor.md quotes, with made-up choices and profiles: the
     ratios, the default's spread, the keys chosen differently, and a
     check that fails when a later detd process timed a key."""
     sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
