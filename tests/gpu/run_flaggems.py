@@ -9,10 +9,13 @@ flag-gems 5.0.2 and the wheels it needs come from .whl/flaggems/
 another directory); the binaries from .gpu/ (tests/gpu/bundle.sh). Each
 process gets its own FLAGGEMS_CACHE_DIR, as separate nodes have. Runs N
 processes with flag-gems alone, then N under detd (run 1), then N again
-(the rerun), and prints one table: LibTuner keys, keys whose processes
-launched more than one config (alone / detd), outputs with more than one
-digest (alone / detd), timing passes (run 1 / rerun, the daemon's
-counter), detctl verify, and the workload's seconds (median process).
+(the rerun), then N under detd with LibTuner left out of
+DETD_CACHE_TUNERS (observed, not governed), and prints one table: LibTuner
+keys, keys whose processes launched more than one config (alone / detd),
+outputs with more than one digest (alone / detd), timing passes (run 1 /
+rerun, the daemon's counter), detctl verify of each detd run (the last
+must fail where its processes disagreed), and the workload's seconds
+(median process).
 """
 
 import argparse
@@ -77,7 +80,12 @@ def main():
         rerun = procs(a.procs, "detd", work, "detd2", a.quick, extra={"DETD_JOB": "rerun"})
         st2 = d.status()
         progress("detd rerun")
-        verify = {job: d.detctl("verify", "--job", job) for job in ("run1", "rerun")}
+        # LibTuner left out of DETD_CACHE_TUNERS: not governed, its choices
+        # observed; verify must fail where the processes chose differently.
+        ungov = procs(a.procs, "detd", work, "ungov", a.quick,
+                      extra={"DETD_JOB": "ungoverned", "DETD_CACHE_TUNERS": "none.Tuner"})
+        progress("detd, LibTuner not governed")
+        verify = {job: d.detctl("verify", "--job", job) for job in ("run1", "rerun", "ungoverned")}
     finally:
         d.stop()
     ca, da = spread(alone, "configs"), spread(alone, "digests")
@@ -92,8 +100,10 @@ def main():
          f"{counter(st1, 'timing_passes')} / {counter(st2, 'timing_passes') - counter(st1, 'timing_passes')}"),
         ("timing passes, processes (run 1 / rerun)",
          f"{sum(r['passes'] for r in run1)} / {sum(r['passes'] for r in rerun)}"),
-        ("detctl verify (run 1 / rerun)", " / ".join("ok" if v.returncode == 0 else f"FAIL ({v.returncode})"
-                                                      for v in verify.values())),
+        ("detctl verify (run 1 / rerun / LibTuner not governed)",
+         " / ".join("ok" if v.returncode == 0 else f"FAIL ({v.returncode})" for v in verify.values())),
+        ("keys launched with >1 config, LibTuner not governed",
+         str(sum(len(v) > 1 for v in spread(ungov, "configs").values()))),
         ("workload s, median process (alone / run 1 / rerun)",
          " / ".join(f"{statistics.median(r['workload_s'] for r in x):.1f}" for x in (alone, run1, rerun))),
     ]
@@ -111,8 +121,9 @@ def main():
     errs = sorted({f"{op}: {e}" for r in alone + run1 + rerun for op, e in r["errors"].items()})
     if errs:
         print("errors:", errs[:6])
-    print(verify["run1"].stdout[-1500:])
-    json.dump(dict(alone=alone, run1=run1, rerun=rerun), open(os.path.join(work, "flaggems.json"), "w"))
+    print(verify["run1"].stdout[-600:])
+    print(verify["ungoverned"].stdout[-1500:])
+    json.dump(dict(alone=alone, run1=run1, rerun=rerun, ungoverned=ungov), open(os.path.join(work, "flaggems.json"), "w"))
 
 
 if __name__ == "__main__":
