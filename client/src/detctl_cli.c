@@ -42,6 +42,7 @@ enum {
     O_REPORT,
     O_JUNIT,
     O_PAGE_SIZE,
+    O_ALL_JOBS,
     O_END
 };
 
@@ -105,7 +106,12 @@ static const struct opt_def opt_defs[] = {
      "fail for each key fewer than N ranks (0..N-1) observed, naming the "
      "missing ranks"},
     {O_JOB, "job", required_argument, 0, "J",
-     "only the observations of job label J"},
+     "only the observations of job label J (default: the launcher's job "
+     "when run\n                             inside one, $DETD_JOB or "
+     "$TORCHELASTIC_RUN_ID, ...; else the job\n                             "
+     "observed last)"},
+    {O_ALL_JOBS, "all-jobs", no_argument, 0, NULL,
+     "the observations of every job"},
     {O_REPORT, "report", required_argument, 0, "FILE",
      "write a report: HTML for .html/.htm, else Markdown"},
     {O_JUNIT, "junit", required_argument, 0, "FILE",
@@ -157,9 +163,10 @@ static const struct cmd_def cmd_defs[] = {
      "unreachable node, or nothing checked at all (unless\n--allow-empty). "
      "Lists the autotuners by kind (triton, inductor, native), the\n"
      "ungoverned ones with why, and the determinism audit's findings as "
-     "warnings.",
+     "warnings.\nChecks one job: --job J, else the launcher's (run inside "
+     "one), else the job\nobserved last; --all-jobs every job.",
      {O_OUTPUT, O_JSON, O_NAMESPACE, O_CLUSTER, O_ALLOW_EMPTY, O_EXPECT_RANKS,
-      O_JOB, O_REPORT, O_JUNIT, O_PAGE_SIZE, GLOBAL_OPTS, 0}},
+      O_JOB, O_ALL_JOBS, O_REPORT, O_JUNIT, O_PAGE_SIZE, GLOBAL_OPTS, 0}},
     {"reset",
      NULL,
      "(--kernel K | --all)",
@@ -462,6 +469,9 @@ static int apply(struct detctl_opts *o, int id, const char *arg, int argc,
         break;
     case O_JOB:
         o->job = arg;
+        break;
+    case O_ALL_JOBS:
+        o->all_jobs = 1;
         break;
     case O_PAGE_SIZE: {
         char *end = NULL;

@@ -47,6 +47,7 @@ struct detctl_opts {
     int allow_empty;
     long expect_ranks; /* 0: not asked */
     const char *job;
+    int all_jobs;       /* --all-jobs */
     const char *report; /* --report FILE (.html/.htm: HTML, else Markdown) */
     const char *junit;  /* --junit FILE */
     uint32_t page_size; /* --page-size N (0: the daemon's page) */
