@@ -19,6 +19,7 @@
 #include "detctl_call.h"
 #include "detctl_cli.h"
 #include "detctl_key.h"
+#include "detctl_lock.h"
 #include "detctl_merge.h"
 #include "detctl_print.h"
 #include "detctl_table.h"
@@ -808,6 +809,11 @@ static int detctl_table(const struct detctl_opts *o, struct wire_channel *ch) {
     return ex;
 }
 
+static int detctl_lock(const struct detctl_opts *o, struct wire_channel *ch) {
+    return strcmp(o->subcommand, "export") == 0 ? detctl_lock_export_run(o, ch)
+                                                : detctl_lock_import_run(o, ch);
+}
+
 int main(int argc, char **argv) {
     struct detctl_opts o;
     int ex = detctl_cli_parse(argc, argv, &o);
@@ -843,7 +849,7 @@ int main(int argc, char **argv) {
         {"verify", detctl_verify_run}, {"reset", detctl_reset},
         {"health", detctl_health},     {"reload", detctl_reload},
         {"explain", detctl_explain},   {"votes", detctl_votes},
-        {"table", detctl_table},
+        {"table", detctl_table},       {"lock", detctl_lock},
     };
     int (*fn)(const struct detctl_opts *, struct wire_channel *) = NULL;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

@@ -125,6 +125,18 @@ int detctl_call_observations(const struct detctl_opts *o,
     return ex;
 }
 
+/* See detctl_call.h. */
+int detctl_call_decisions(const struct detctl_opts *o, struct wire_channel *ch,
+                          const char *ns,
+                          Detd__V1__ListDecisionsResponse **ret) {
+    Detd__V1__ListDecisionsRequest req = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
+    req.api_version = DETD_API_VERSION;
+    req.namespace_ = (char *)(ns ? ns : "");
+    return detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &req.base,
+                       &detd__v1__list_decisions_response__descriptor,
+                       (ProtobufCMessage **)ret);
+}
+
 static int add_id(char ***ids, size_t *n, const char *id) {
     for (size_t i = 0; i < *n; i++)
         if (strcmp((*ids)[i], id) == 0)
@@ -146,13 +158,8 @@ int detctl_call_kernels(const struct detctl_opts *o, struct wire_channel *ch,
     char **ids = NULL;
     size_t n = 0;
     int ex = DETCTL_EXIT_OK;
-    Detd__V1__ListDecisionsRequest req = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
     Detd__V1__ListDecisionsResponse *r = NULL;
-    req.api_version = DETD_API_VERSION;
-    req.namespace_ = (char *)(ns ? ns : "");
-    ex = detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &req.base,
-                     &detd__v1__list_decisions_response__descriptor,
-                     (ProtobufCMessage **)&r);
+    ex = detctl_call_decisions(o, ch, ns, &r);
     if (ex != DETCTL_EXIT_OK)
         goto fail;
     for (size_t i = 0; i < r->n_decisions && ex == 0; i++)

@@ -51,6 +51,13 @@ int detctl_call_observations(const struct detctl_opts *o,
                              Detd__V1__ListObservationsResponse ***ret_pages,
                              size_t *ret_n, int *ret_capped);
 
+/* The decisions of namespace ns ("" or NULL: the daemon's), one
+ * ListDecisions call (the daemon's cap: check (*ret)->truncated). Returns
+ * 0 with *ret the answer, or the exit status after printing the failure. */
+int detctl_call_decisions(const struct detctl_opts *o, struct wire_channel *ch,
+                          const char *ns,
+                          Detd__V1__ListDecisionsResponse **ret);
+
 /* Where detctl_call_kernels() looks beside the decisions (flags). */
 #define DETCTL_KERNELS_VOTES 1    /* the record-mode votes */
 #define DETCTL_KERNELS_OBSERVED 2 /* the observations */

@@ -9,6 +9,7 @@
 
 #include "detctl_call.h"
 #include "detctl_jobs.h"
+#include "detctl_lock.h"
 #include "detctl_print.h"
 #include "detctl_report.h"
 #include "detd.pb-c.h"
@@ -133,6 +134,8 @@ struct vctx {
     Detd__V1__Decision **decs;
     size_t n_decs;
     uint64_t observations, ungoverned, fallbacks, failed_launches;
+    struct detctl_lock *lock; /* --lock, or NULL */
+    const char *ns;
     json_t *tuners;   /* kernel -> {kernel, kind, governed, ...} */
     json_t *warnings; /* audit findings: listed, never a failure */
 };
@@ -377,6 +380,10 @@ static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
             add_failure(c->failures, key, "failed_launch", msg);
         }
     }
+    char lmsg[1200];
+    if (c->lock != NULL &&
+        detctl_lock_check(c->lock, c->ns, key, lmsg, sizeof lmsg))
+        add_failure(c->failures, key, "lock", lmsg);
     if (seen != NULL) {
         json_t *miss = json_array();
         char list[512] = "";
@@ -508,6 +515,7 @@ static void print_text(const json_t *doc) {
                   {"failed_launch", "FAILED"},
                   {"missing_ranks", "MISSING"},
                   {"empty", "EMPTY"},
+                  {"lock", "LOCK"},
                   {"truncated", "INCOMPLETE"}};
     json_array_foreach(json_object_get(doc, "failures"), i, f) {
         const char *kind = json_string_value(json_object_get(f, "kind"));
@@ -727,7 +735,11 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     json_t *doc = NULL;
     struct node_lists nl = {0};
     struct detctl_jobs jobs = {0};
-    int ex = detctl_call_observations(o, ch, ns, &pages, &n_pages, &capped);
+    struct detctl_lock *lock = NULL;
+    int ex = o->lock != NULL ? detctl_lock_load(o->lock, &lock) : 0;
+    if (ex != DETCTL_EXIT_OK)
+        goto out;
+    ex = detctl_call_observations(o, ch, ns, &pages, &n_pages, &capped);
     if (ex != DETCTL_EXIT_OK)
         goto out;
     if (detctl_jobs_pick(o, pages, n_pages, &jobs) != 0) {
@@ -753,12 +765,7 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     size_t n_all = 0;
     for (size_t i = 0; i < n_pages; i++)
         n_all += pages[i]->n_observations;
-    Detd__V1__ListDecisionsRequest dq = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
-    dq.api_version = DETD_API_VERSION;
-    dq.namespace_ = ns;
-    ex = detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &dq.base,
-                     &detd__v1__list_decisions_response__descriptor,
-                     (ProtobufCMessage **)&ld);
+    ex = detctl_call_decisions(o, ch, ns, &ld);
     if (ex != DETCTL_EXIT_OK)
         goto out;
     ex = DETCTL_EXIT_ERROR;
@@ -793,8 +800,12 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     clock_gettime(CLOCK_REALTIME, &ts);
     detctl_cli_iso_time((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, now,
                         sizeof now);
-    struct vctx c = {
-        .o = o, .v = v, .decs = ld->decisions, .n_decs = ld->n_decisions};
+    struct vctx c = {.o = o,
+                     .v = v,
+                     .decs = ld->decisions,
+                     .n_decs = ld->n_decisions,
+                     .lock = lock,
+                     .ns = ns};
     c.doc = detctl_cli_doc("VerifyReport");
     c.keys = json_array();
     c.failures = json_array();
@@ -866,6 +877,8 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     json_object_set_new(doc, "namespace", json_string(ns));
     json_object_set_new(doc, "namespace_source", json_string(src));
     detctl_jobs_json(&jobs, doc);
+    json_object_set_new(doc, "lock",
+                        lock != NULL ? detctl_lock_json(lock) : json_null());
     json_object_set_new(doc, "cluster", json_boolean(o->cluster));
     json_object_set_new(doc, "expect_ranks",
                         o->expect_ranks > 0
@@ -926,6 +939,7 @@ out:
     json_decref(doc);
     free(obs);
     detctl_jobs_clear(&jobs);
+    detctl_lock_free(lock);
     node_lists_clear(v, &nl);
     if (v != NULL)
         protobuf_c_message_free_unpacked(&v->base, NULL);
