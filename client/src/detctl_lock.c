@@ -11,18 +11,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "detctl_call.h"
+#include "lockfmt.h"
 #include "detctl_jobs.h"
 #include "detctl_print.h"
 #include "detd.pb-c.h"
 #include "detd/client.h"
+#include "detd/error.h"
 #include "wire.h"
 
-#define LOCK_KIND "Lockfile"
-#define LOCK_FORMAT 1
-#define LOCK_MAX_FILE (64 << 20)
 /* An ImportLock request stays under the daemon's 1 MiB message cap. */
 #define LOCK_BATCH_BYTES (768 * 1024)
 #define METHOD_IMPORT_LOCK "/detd.v1.Admin/ImportLock"
@@ -32,78 +29,16 @@
     "those without a finite median are out; of those within 1% of the best "   \
     "score, the smallest config string (strcmp) wins"
 
-/* One entry, borrowed from the document. */
-struct entry {
-    const json_t *j;
-    const char *id, *arch, *kernel, *key, *fp, *config;
-    char ns_id[65]; /* its id in the namespace last asked (detctl_lock_check) */
-};
-
 struct detctl_lock {
-    json_t *doc;
+    struct lockfmt *f;
     char *path;
-    const char *sha256, *ns;
-    struct entry *e;
+    const char *sha256, *ns; /* borrowed from f */
+    struct lockfmt_entry *e; /* f's */
     size_t n;
-    char ids_ns[256]; /* the namespace ns_id is for ("" before) */
+    char (*ns_id)[LOCKFMT_HEX + 1]; /* e[i]'s id in ids_ns */
+    char ids_ns[256];               /* the namespace ns_id is for */
     int ids_done;
 };
-
-static void sha256_hex(const void *p, size_t n, char out[65]) {
-    unsigned char md[32];
-    unsigned int len = 0;
-    EVP_Digest(p, n, md, &len, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
-}
-
-/* The decision id of a key (daemon/core/keyid.h, the same bytes). */
-static void key_id(const char *ns, const char *arch, const char *kernel,
-                   const char *key, const char *fp, char out[65]) {
-    const char *parts[5] = {ns, arch, kernel, key, fp};
-    size_t n = strlen("detd-key-v1\n");
-    for (int i = 0; i < 5; i++)
-        n += strlen(parts[i]) + (i > 0);
-    char *b = malloc(n), *w = b;
-    if (b == NULL) {
-        out[0] = '\0';
-        return;
-    }
-    w = stpcpy(w, "detd-key-v1\n");
-    for (int i = 0; i < 5; i++) {
-        if (i > 0)
-            *w++ = '\0';
-        memcpy(w, parts[i], strlen(parts[i]));
-        w += strlen(parts[i]);
-    }
-    sha256_hex(b, n, out);
-    free(b);
-}
-
-/* The content hash of doc: its canonical form without "sha256". 0, or -1
- * out of memory. */
-static int content_hash(const json_t *doc, char out[65]) {
-    json_t *c = json_copy((json_t *)doc);
-    if (c == NULL)
-        return -1;
-    json_object_del(c, "sha256");
-    char *s = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII |
-                                JSON_REAL_PRECISION(17));
-    json_decref(c);
-    if (s == NULL)
-        return -1;
-    sha256_hex(s, strlen(s), out);
-    free(s);
-    return 0;
-}
-
-static int is_hex64(const char *s) {
-    size_t n = 0;
-    for (; s[n] != '\0'; n++)
-        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
-            return 0;
-    return n == 64;
-}
 
 static const char *str_of(const json_t *o, const char *name) {
     return json_string_value(json_object_get(o, name));
@@ -301,7 +236,7 @@ int detctl_lock_export_run(const struct detctl_opts *o,
     doc = json_pack(
         "{s:s, s:i, s:s, s:o, s:o, s:{s:s, s:s, s:s, s:o, s:s}, "
         "s:{s:s, s:f}, s:I, s:O}",
-        "kind", LOCK_KIND, "format", LOCK_FORMAT, "namespace", ns, "job",
+        "kind", LOCKFMT_KIND, "format", LOCKFMT_FORMAT, "namespace", ns, "job",
         o->all        ? json_null()
         : jobs.pick   ? json_string(jobs.pick)
         : jobs.n == 1 ? json_string(jobs.v[0].job)
@@ -314,7 +249,7 @@ int detctl_lock_export_run(const struct detctl_opts *o,
     if (doc == NULL)
         goto oom;
     char hash[65];
-    if (content_hash(doc, hash) != 0)
+    if (lockfmt_hash(doc, hash) != 0)
         goto oom;
     json_object_set_new(doc, "sha256", json_string(hash));
     ex = write_doc(o->out, doc);
@@ -357,207 +292,50 @@ out:
 void detctl_lock_free(struct detctl_lock *l) {
     if (l == NULL)
         return;
-    json_decref(l->doc);
-    free(l->e);
+    lockfmt_free(l->f);
+    free(l->ns_id);
     free(l->path);
     free(l);
 }
 
 /* See detctl_lock.h. */
 int detctl_lock_load(const char *path, struct detctl_lock **ret) {
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        fprintf(stderr, "detctl: lockfile '%s': %s\n", path, strerror(errno));
-        return DETCTL_EXIT_USAGE;
-    }
-    if (!S_ISREG(sb.st_mode) || sb.st_size > LOCK_MAX_FILE) {
-        fprintf(stderr, "detctl: lockfile '%s': %s\n", path,
-                S_ISREG(sb.st_mode) ? "larger than 64 MiB" : "not a file");
-        return DETCTL_EXIT_USAGE;
-    }
-    json_error_t je;
-    json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (doc == NULL) {
-        fprintf(stderr, "detctl: lockfile '%s': line %d: %s\n", path, je.line,
-                je.text);
-        return DETCTL_EXIT_USAGE;
-    }
+    char why[600];
     struct detctl_lock *l = calloc(1, sizeof(*l));
-    char why[512] = "", hash[65];
     if (l == NULL || (l->path = strdup(path)) == NULL) {
         free(l);
-        json_decref(doc);
         fprintf(stderr, "detctl: out of memory\n");
         return DETCTL_EXIT_ERROR;
     }
-    l->doc = doc;
-    const char *kind = str_of(doc, "kind");
-    json_t *entries = json_object_get(doc, "entries");
-    l->sha256 = str_of(doc, "sha256");
-    l->ns = str_of(doc, "namespace");
-    if (!json_is_object(doc) || kind == NULL || strcmp(kind, LOCK_KIND) != 0)
-        snprintf(why, sizeof why, "kind: not \"%s\"", LOCK_KIND);
-    else if (json_integer_value(json_object_get(doc, "format")) != LOCK_FORMAT)
-        snprintf(why, sizeof why,
-                 "format: not %d (a lockfile of another "
-                 "detctl?)",
-                 LOCK_FORMAT);
-    else if (l->sha256 == NULL || !is_hex64(l->sha256))
-        snprintf(why, sizeof why,
-                 "sha256: missing or not 64 lowercase hex digits");
-    else if (content_hash(doc, hash) != 0)
-        snprintf(why, sizeof why, "out of memory");
-    else if (strcmp(hash, l->sha256) != 0)
-        snprintf(why, sizeof why,
-                 "content hash mismatch: the file says sha256 %s, its content "
-                 "hashes to %s: it was changed after export (export it "
-                 "again; a lock is not edited by hand)",
-                 l->sha256, hash);
-    else if (l->ns == NULL)
-        snprintf(why, sizeof why, "namespace: missing");
-    else if (!json_is_array(entries))
-        snprintf(why, sizeof why, "entries: missing or not a list");
-    size_t n = json_array_size(entries);
-    if (why[0] == '\0' && (l->e = calloc(n + 1, sizeof(*l->e))) == NULL)
-        snprintf(why, sizeof why, "out of memory");
-    for (size_t i = 0; why[0] == '\0' && i < n; i++) {
-        const json_t *j = json_array_get(entries, i);
-        struct entry *e = &l->e[i];
-        static const char *const names[] = {"id",  "arch",          "kernel",
-                                            "key", "candidates_fp", "config"};
-        const char **f[] = {&e->id,  &e->arch, &e->kernel,
-                            &e->key, &e->fp,   &e->config};
-        e->j = j;
-        for (size_t k = 0; why[0] == '\0' && k < 6; k++)
-            if ((*f[k] = str_of(j, names[k])) == NULL ||
-                ((*f[k])[0] == '\0' && k != 3))
-                snprintf(why, sizeof why, "entries[%zu].%s: missing", i,
-                         names[k]);
-        json_int_t nc = json_integer_value(json_object_get(j, "n_candidates"));
-        char id[65];
-        if (why[0] != '\0')
-            break;
-        if (!is_hex64(e->fp))
-            snprintf(why, sizeof why,
-                     "entries[%zu].candidates_fp: not 64 lowercase hex "
-                     "digits",
-                     i);
-        else if (nc < 1 || nc > DETD_MAX_CANDIDATES)
-            snprintf(why, sizeof why, "entries[%zu].n_candidates: not 1 to %d",
-                     i, DETD_MAX_CANDIDATES);
-        else if (key_id(l->ns, e->arch, e->kernel, e->key, e->fp, id),
-                 strcmp(id, e->id) != 0)
-            snprintf(why, sizeof why,
-                     "entries[%zu].id: not the id of its namespace, arch, "
-                     "kernel, key and candidates_fp",
-                     i);
-    }
-    l->n = n;
-    if (why[0] != '\0') {
-        fprintf(stderr, "detctl: lockfile '%s': %s\n", path, why);
+    int rc = lockfmt_load(path, &l->f, why, sizeof why);
+    if (rc == 0 && (l->ns_id = calloc(l->f->n + 1, sizeof(*l->ns_id))) == NULL)
+        rc = DETD_ENOMEM;
+    if (rc != 0) {
+        if (rc == DETD_ENOMEM)
+            fprintf(stderr, "detctl: out of memory\n");
+        else
+            fprintf(stderr, "detctl: lockfile '%s': %s\n", path, why);
         detctl_lock_free(l);
-        return DETCTL_EXIT_USAGE;
+        return rc == DETD_ENOMEM ? DETCTL_EXIT_ERROR : DETCTL_EXIT_USAGE;
     }
+    l->sha256 = l->f->sha256;
+    l->ns = l->f->ns;
+    l->e = l->f->e;
+    l->n = l->f->n;
     *ret = l;
     return DETCTL_EXIT_OK;
 }
 
 /* ---- import ---- */
 
-/* A lock entry as a Decision message, in storage of its own (strings
- * borrowed from the document). */
-struct msg {
-    Detd__V1__Decision d;
-    Detd__V1__ClientIdentity by;
-    Detd__V1__PeerIdentity peer;
-    Detd__V1__CandidateTiming *t;
-    Detd__V1__CandidateTiming **tp;
-    double *ms;
-};
-
-static void msg_clear(struct msg *m) {
-    free(m->t);
-    free(m->tp);
-    free(m->ms);
-}
-
-static const char *s0(const json_t *o, const char *name) {
-    const char *s = str_of(o, name);
-    return s != NULL ? s : "";
-}
-
-static int msg_fill(const struct entry *e, struct msg *m) {
-    const json_t *p = json_object_get(e->j, "provenance");
-    const json_t *by = json_object_get(p, "timed_by");
-    const json_t *seen = json_object_get(p, "seen");
-    const json_t *tm = json_object_get(p, "timings");
-    detd__v1__decision__init(&m->d);
-    m->d.id = (char *)e->id;
-    m->d.arch = (char *)e->arch;
-    m->d.kernel = (char *)e->kernel;
-    m->d.key = (char *)e->key;
-    m->d.candidates_fp = (char *)e->fp;
-    m->d.config = (char *)e->config;
-    m->d.n_candidates =
-        (int32_t)json_integer_value(json_object_get(e->j, "n_candidates"));
-    m->d.source = DETD__V1__SOURCE__SOURCE_IMPORT;
-    m->d.triton_version = (char *)s0(p, "triton_version");
-    m->d.decided_at_ms =
-        json_integer_value(json_object_get(p, "decided_at_ms"));
-    m->d.claim_id = strtoull(s0(p, "claim_id"), NULL, 10);
-    if (json_is_object(by)) {
-        detd__v1__client_identity__init(&m->by);
-        m->by.host = (char *)s0(by, "host");
-        m->by.pid = (int32_t)json_integer_value(json_object_get(by, "pid"));
-        m->by.rank = (int32_t)json_integer_value(json_object_get(by, "rank"));
-        m->by.local_rank =
-            (int32_t)json_integer_value(json_object_get(by, "local_rank"));
-        m->by.device_name = (char *)s0(by, "device_name");
-        m->by.arch = (char *)s0(by, "arch");
-        m->d.decided_by = &m->by;
-    }
-    if (json_is_object(seen)) {
-        detd__v1__peer_identity__init(&m->peer);
-        m->peer.pid = (int32_t)json_integer_value(json_object_get(seen, "pid"));
-        m->peer.uid = json_integer_value(json_object_get(seen, "uid"));
-        m->peer.node = (char *)s0(seen, "node");
-        m->peer.claimed_pid =
-            (int32_t)json_integer_value(json_object_get(seen, "claimed_pid"));
-        m->d.decided_peer = &m->peer;
-    }
-    size_t nt = json_array_size(tm), ns = 0, i;
-    json_t *t;
-    json_array_foreach(tm, i, t) ns +=
-        json_array_size(json_object_get(t, "ms"));
-    m->t = calloc(nt + 1, sizeof(*m->t));
-    m->tp = calloc(nt + 1, sizeof(*m->tp));
-    m->ms = calloc(ns + 1, sizeof(*m->ms));
-    if (m->t == NULL || m->tp == NULL || m->ms == NULL)
-        return -1;
-    size_t k = 0;
-    json_array_foreach(tm, i, t) {
-        Detd__V1__CandidateTiming *c = &m->t[i];
-        detd__v1__candidate_timing__init(c);
-        c->config = (char *)s0(t, "config");
-        c->failed = json_is_true(json_object_get(t, "failed"));
-        c->ms = m->ms + k;
-        size_t j;
-        json_t *v;
-        json_array_foreach(json_object_get(t, "ms"), j, v) m->ms[k++] =
-            json_number_value(v);
-        c->n_ms = json_array_size(json_object_get(t, "ms"));
-        m->tp[i] = c;
-    }
-    m->d.timings = m->tp;
-    m->d.n_timings = nt;
-    return 0;
-}
-
 /* Why entry e is not imported given --arch and --triton-version ("" when
  * it is). */
-static void skip_reason(const struct detctl_opts *o, const struct entry *e,
-                        char *why, size_t len) {
-    const char *tv = s0(json_object_get(e->j, "provenance"), "triton_version");
+static void skip_reason(const struct detctl_opts *o,
+                        const struct lockfmt_entry *e, char *why, size_t len) {
+    const char *tv =
+        str_of(json_object_get(e->j, "provenance"), "triton_version");
+    if (tv == NULL)
+        tv = "";
     why[0] = '\0';
     if (o->arch != NULL && strcmp(o->arch, e->arch) != 0)
         snprintf(why, len, "decided for arch %s, not %s (--arch)", e->arch,
@@ -570,7 +348,7 @@ static void skip_reason(const struct detctl_opts *o, const struct entry *e,
 /* One ImportLock call for m[0..n); adds to the sums and prints conflicts. */
 static int import_batch(const struct detctl_opts *o, struct wire_channel *ch,
                         const char *ns, const struct detctl_lock *l,
-                        struct msg *m, size_t n, uint64_t sums[3]) {
+                        struct lockfmt_msg *m, size_t n, uint64_t sums[3]) {
     Detd__V1__ImportLockRequest req = DETD__V1__IMPORT_LOCK_REQUEST__INIT;
     Detd__V1__ImportLockResponse *r = NULL;
     Detd__V1__Decision **dp = calloc(n + 1, sizeof(*dp));
@@ -625,7 +403,7 @@ int detctl_lock_import_run(const struct detctl_opts *o,
     detctl_call_print_namespace(ns, src);
     printf("lock %s: %zu entries of namespace '%s', sha256 %s\n", l->path, l->n,
            l->ns, l->sha256);
-    struct msg *m = calloc(l->n + 1, sizeof(*m));
+    struct lockfmt_msg *m = calloc(l->n + 1, sizeof(*m));
     uint64_t sums[3] = {0, 0, 0};
     size_t skipped = 0, nb = 0, bytes = 0;
     if (m == NULL)
@@ -639,13 +417,13 @@ int detctl_lock_import_run(const struct detctl_opts *o,
             skipped++;
             continue;
         }
-        if (msg_fill(&l->e[i], &m[nb]) != 0)
+        if (lockfmt_msg_fill(&l->e[i], &m[nb]) != 0)
             goto oom;
         size_t sz = protobuf_c_message_get_packed_size(&m[nb].d.base) + 8;
         if (nb > 0 && bytes + sz > LOCK_BATCH_BYTES) {
             ex = import_batch(o, ch, ns, l, m, nb, sums);
             for (size_t k = 0; k < nb; k++)
-                msg_clear(&m[k]);
+                lockfmt_msg_clear(&m[k]);
             m[0] = m[nb];
             nb = 0;
             bytes = 0;
@@ -669,7 +447,7 @@ oom:
     ex = DETCTL_EXIT_ERROR;
 out:
     for (size_t k = 0; m != NULL && k < nb; k++)
-        msg_clear(&m[k]);
+        lockfmt_msg_clear(&m[k]);
     free(m);
     detctl_lock_free(l);
     return ex;
@@ -682,8 +460,8 @@ int detctl_lock_check(struct detctl_lock *l, const char *ns, const json_t *key,
                       char *msg, size_t len) {
     if (!l->ids_done || strcmp(l->ids_ns, ns) != 0) {
         for (size_t i = 0; i < l->n; i++)
-            key_id(ns, l->e[i].arch, l->e[i].kernel, l->e[i].key, l->e[i].fp,
-                   l->e[i].ns_id);
+            lockfmt_key_id(ns, l->e[i].arch, l->e[i].kernel, l->e[i].key,
+                           l->e[i].fp, l->ns_id[i]);
         snprintf(l->ids_ns, sizeof l->ids_ns, "%s", ns);
         l->ids_done = 1;
     }
@@ -697,9 +475,9 @@ int detctl_lock_check(struct detctl_lock *l, const char *ns, const json_t *key,
         json_is_true(json_object_get(u, "governed"));
     if (!governed || id == NULL || kernel == NULL || k == NULL || arch == NULL)
         return 0;
-    const struct entry *same = NULL, *near = NULL;
+    const struct lockfmt_entry *same = NULL, *near = NULL;
     for (size_t e = 0; e < l->n && same == NULL; e++) {
-        if (strcmp(l->e[e].ns_id, id) == 0)
+        if (strcmp(l->ns_id[e], id) == 0)
             same = &l->e[e];
         else if (strcmp(l->e[e].kernel, kernel) == 0 &&
                  strcmp(l->e[e].key, k) == 0 &&

@@ -169,6 +169,11 @@ static const struct option_row rows[] = {
      "every readable row into a fresh store (the damaged\n"
      "file is kept as detd.sqlite.corrupt-<unix-ms>), then\n"
      "serve"},
+    {"lock", "FILE", KIND_STRING, CFG(lock), 0, 0, 0, NULL, NULL,
+     ROW_CLI_ONLY, NULL,
+     "store the decisions of this lockfile at start\n"
+     "(docs/lockfile.md; as detctl lock import; the\n"
+     "local backend only)"},
     {"tables", "DIR", KIND_LIST, CFG(tables), CFG(n_tables), 0, 0, NULL, NULL,
      0, NULL,
      "per-architecture table directory; repeatable,\n"
@@ -589,6 +594,11 @@ static void finish(struct options *o) {
         }
         c->etcd_password = pw;
     }
+    if (c->etcd_endpoints != NULL && c->lock != NULL) {
+        add_error(o, strfmt("lock: a lockfile is stored into the local "
+                            "backend only, not with etcd"));
+        return;
+    }
     if (c->etcd_endpoints != NULL && c->node_id == NULL) {
         if (gethostname(o->hostname, sizeof(o->hostname) - 1) != 0 ||
             !valid_name(o->hostname)) {
@@ -750,6 +760,7 @@ int options_check_paths(struct options *o) {
     const struct daemon_config *c = &o->cfg;
     size_t before = o->nerrors + o->errors_dropped;
     check_dir_creatable(o, "state-dir", c->state_dir);
+    check_readable_file(o, "lock", c->lock);
     char sockdir[4096];
     snprintf(sockdir, sizeof(sockdir), "%s", c->socket_path);
     char *slash = strrchr(sockdir, '/');

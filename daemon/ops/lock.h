@@ -28,4 +28,12 @@
 /* Admin.ImportLock (consumes the event). */
 void lock_import(struct daemon *d, struct rpc_event *ev);
 
+/*
+ * --lock FILE at start (after the store is open): check the file as
+ * `detctl lock import` does and store its decisions in the daemon's
+ * namespace. 0 (also without --lock, and with conflicts, which are
+ * logged), or -1 after logging why (the daemon does not start).
+ */
+int lock_load_at_start(struct daemon *d);
+
 #endif /* DETD_LOCK_H */

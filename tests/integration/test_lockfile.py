@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DETCTL, Daemon, counter
+from conftest import DETCTL, DETD, Daemon, counter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import detd_client as dc  # noqa: E402
@@ -197,3 +197,31 @@ def test_lock_import_keeps_a_conflicting_decision_and_says_so(two, tmpdir_short)
     assert r.returncode == 2 and "needs -o FILE" in r.stderr
     r = detctl(b, "lock", "frobnicate")
     assert r.returncode == 2 and "the subcommands are export and import" in r.stderr
+
+
+def test_a_lock_given_to_the_daemon_at_start(two, tmpdir_short):
+    a, _ = two
+    first = job(a, "run-1", ranks=1)
+    lock = tmpdir_short / "l.json"
+    assert detctl(a, "lock", "export", "-o", lock).returncode == 0
+    c = Daemon(tmpdir_short, extra_args=["--lock", lock], name="c").start()
+    try:
+        assert job(c, "run-2", ranks=1) == [{i: (dc.DECIDED, first[0][i][1]) for i in (0, 1, 2)}]
+        assert counter(c.status(), "timing_passes") == 0 and counter(c.status(), "decisions_import") == 3
+        assert "lock 'l.json' (sha256 " in c.read_log() and "3 decisions added" in c.read_log()
+    finally:
+        c.stop()
+    # A changed file stops the daemon before it serves, naming both hashes.
+    doc = json.loads(lock.read_text())
+    doc["entries"][0]["config"] = CANDS[3]
+    lock.write_text(json.dumps(doc))
+    r = subprocess.run([str(DETD), "--socket", tmpdir_short / "d.sock", "--state-dir", tmpdir_short / "d-st",
+                        "--lock", lock], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and f"--lock '{lock}': content hash mismatch: the file says sha256 " \
+        f"{doc['sha256']}, its content hashes to " in r.stderr, r.stderr
+    assert not (tmpdir_short / "d.sock").exists()
+    r = subprocess.run([str(DETD), "--check-config", "--socket", tmpdir_short / "d.sock", "--state-dir",
+                        tmpdir_short / "d-st", "--lock", tmpdir_short / "none.json"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and f"lock: '{tmpdir_short / 'none.json'}': No such file or directory" in r.stderr, \
+        r.stderr
