@@ -174,6 +174,15 @@ def test_lock_round_trip_starts_a_second_store_warm(two, tmpdir_short):
     assert f"[i:1] [sm80]: not from the lock {lock}: it holds this kernel and key for arch sm90, not sm80" in text
     assert f"[i:7] [sm90]: not in the lock {lock}" in text
     assert f"[i:2] [sm90]: ran {CANDS[3]}; the lock {lock} says {first[0][2][1]}" in text
+    # explain names why the lock does not answer such an ask.
+    cands = [a for c in CANDS[:3] for a in ("--candidate", c)]
+    e = json.loads(detctl(b, "explain", "--kernel", KERNEL, "--key", "[i:0]", "--arch", "sm90", *cands,
+                          "--json").stdout)
+    assert e["answer"] == "timed" and any(
+        "the lock 'run-1.lock.json' decided this kernel and key for other candidates" in n for n in e["notes"]), e
+    r = detctl(b, "explain", "--kernel", KERNEL, "--key", "[i:1]", "--arch", "sm80",
+               *[a for c in CANDS for a in ("--candidate", c)])
+    assert "the lock 'run-1.lock.json' decided this kernel and key for arch sm90, not sm80" in r.stdout, r.stdout
     vj = json.loads(detctl(b, "verify", "--lock", lock, "--json").stdout)
     assert sorted(f["key"] for f in vj["failures"] if f["kind"] == "lock") == ["[i:0]", "[i:1]", "[i:2]", "[i:7]"]
     assert detctl(b, "verify", "--lock", tampered).returncode == 2
