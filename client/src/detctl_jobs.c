@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Where the launcher names its job, in the Python client's order. */
 static const char *const job_vars[] = {"DETD_JOB", "TORCHELASTIC_RUN_ID",
@@ -44,11 +45,15 @@ int detctl_jobs_pick(const struct detctl_opts *o,
                     ret->v = nv;
                     cap = nc;
                 }
-                ret->v[ret->n++] = (struct detctl_job){l, 0, x->at_ms};
+                ret->v[ret->n++] = (struct detctl_job){l, 0, x->at_ms, -1};
             }
             ret->v[k].observations++;
             if (x->at_ms > ret->v[k].last_ms)
                 ret->v[k].last_ms = x->at_ms;
+            /* Written by a process of this user (as the daemon saw it). */
+            if (x->peer != NULL && x->peer->uid == (int64_t)getuid() &&
+                x->at_ms > ret->v[k].mine_ms)
+                ret->v[k].mine_ms = x->at_ms;
         }
     if (ret->n > 1)
         qsort(ret->v, ret->n, sizeof(*ret->v), newest_first);
@@ -71,8 +76,15 @@ int detctl_jobs_pick(const struct detctl_opts *o,
         } else if (ret->n == 1) {
             ret->src = "only"; /* every observation: no pick */
         } else {
-            ret->pick = ret->v[0].job;
-            ret->src = "latest";
+            /* The job this user's processes observed last, when there is
+             * one: another user's later observation (another label) does
+             * not choose what this user's verify checks. */
+            size_t best = 0;
+            for (size_t i = 1; i < ret->n; i++)
+                if (ret->v[i].mine_ms > ret->v[best].mine_ms)
+                    best = i;
+            ret->pick = ret->v[best].job;
+            ret->src = ret->v[best].mine_ms >= 0 ? "latest-mine" : "latest";
         }
     }
     return 0;
@@ -120,10 +132,13 @@ void detctl_jobs_print_line(const json_t *doc) {
         return;
     if (strcmp(src, "--job") == 0)
         printf("job: %s (--job)\n", shown(job));
-    else if (strcmp(src, "latest") == 0)
-        printf("job: %s (observed last, of %zu jobs; --job J for another, "
+    else if (strcmp(src, "latest") == 0 || strcmp(src, "latest-mine") == 0)
+        printf("job: %s (observed last%s, of %zu jobs; --job J for another, "
                "--all-jobs for every job)\n",
-               shown(job), n);
+               shown(job),
+               strcmp(src, "latest-mine") == 0 ? " by this user's processes"
+                                               : "",
+               n);
     else if (strcmp(src, "only") == 0)
         printf("job: %s (the only job observed)\n", shown(job));
     else if (strcmp(src, "none") == 0)

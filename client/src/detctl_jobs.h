@@ -6,8 +6,9 @@
  * launcher's job when detctl runs inside one ($DETD_JOB, then the
  * launcher's run id: $TORCHELASTIC_RUN_ID, $SLURM_JOB_ID,
  * $PMIX_NAMESPACE, $OMPI_MCA_orte_ess_jobid: the order the Python client
- * labels its processes in); else the job observed last. A pick of the
- * only job observed is every observation.
+ * labels its processes in); else the job this user's processes (their
+ * uid as the daemon saw it) observed last, or with none of theirs the job
+ * observed last. A pick of the only job observed is every observation.
  */
 #ifndef DETD_DETCTL_JOBS_H
 #define DETD_DETCTL_JOBS_H
@@ -25,6 +26,7 @@ struct detctl_job {
     const char *job; /* borrowed from the observations ("": no label) */
     uint64_t observations;
     int64_t last_ms; /* its newest observation, unix ms */
+    int64_t mine_ms; /* its newest written by this user's uid (-1: none) */
 };
 
 /* The labels observed, newest first, and the pick. */
@@ -33,8 +35,8 @@ struct detctl_jobs {
     size_t n;
     const char *pick; /* NULL: every job; else the label checked */
     const char *src;  /* why: "--job", "--all-jobs", "--cluster", an
-                         environment variable's name, "latest", "only",
-                         "none" */
+                         environment variable's name, "latest-mine",
+                         "latest", "only", "none" */
 };
 
 /*

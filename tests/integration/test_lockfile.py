@@ -166,7 +166,8 @@ def test_lock_round_trip_starts_a_second_store_warm(two, tmpdir_short):
     assert p.lib.detd_observe(p.h, ctypes.byref(p.key(2)), CANDS[3].encode(), SOURCE_TIMED, 1, 30000) == 0
     p.close()
     r = detctl(b, "verify", "--lock", lock)
-    assert r.returncode == 1 and r.stdout.startswith("job: run-3 (observed last, of 2 jobs"), r.stdout
+    assert r.returncode == 1, r.stdout
+    assert r.stdout.startswith("job: run-3 (observed last by this user's processes, of 2 jobs"), r.stdout
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("LOCK ")]
     assert len(lines) == 4, r.stdout
     text = "\n".join(lines)

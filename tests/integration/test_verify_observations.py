@@ -280,9 +280,10 @@ def test_verify_checks_the_current_job_and_a_reset_forgets_what_it_reset(d):
         p.close()
     r = detctl(d, "verify")
     assert r.returncode == 0, r.stdout
-    assert r.stdout.splitlines()[0].startswith("job: job-b (observed last, of 2 jobs; --job J"), r.stdout
+    assert r.stdout.splitlines()[0].startswith(
+        "job: job-b (observed last by this user's processes, of 2 jobs; --job J"), r.stdout
     rc, doc = verify_json(d)
-    assert rc == 0 and doc["job"] == "job-b" and doc["job_source"] == "latest" and doc["observations"] == 2
+    assert rc == 0 and doc["job"] == "job-b" and doc["job_source"] == "latest-mine" and doc["observations"] == 2
     assert [(j["job"], j["observations"]) for j in doc["jobs"]] == [("job-b", 2), ("job-a", 1)], doc["jobs"]
     # Inside a launcher, its job: TORCHELASTIC_RUN_ID, DETD_JOB first.
     env = dict(os.environ, TORCHELASTIC_RUN_ID="job-a")
