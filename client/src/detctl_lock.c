@@ -427,8 +427,10 @@ int detctl_lock_import_run(const struct detctl_opts *o,
             m[0] = m[nb];
             nb = 0;
             bytes = 0;
-            if (ex != DETCTL_EXIT_OK)
+            if (ex != DETCTL_EXIT_OK) {
+                nb = 1; /* m[0]: cleared at out */
                 goto out;
+            }
         }
         bytes += sz;
         nb++;

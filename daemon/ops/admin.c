@@ -454,10 +454,17 @@ void admin_reset(struct daemon *d, struct rpc_event *ev) {
         goto out;
     }
     imports_changed(d);
-    log_info("reset namespace '%s' %s%s: %" PRIu64 " decisions and %" PRIu64
-             " observations removed%s",
-             ns, kernel ? "kernel " : "all", kernel ? kernel : "", removed,
-             removed_obs, req->imports ? ", and imported entries" : "");
+    /* Two formats, one line: "kernel %s" gives JSON lines a kernel. */
+    if (kernel != NULL)
+        log_info("reset namespace '%s' kernel %s: %" PRIu64
+                 " decisions and %" PRIu64 " observations removed%s",
+                 ns, kernel, removed, removed_obs,
+                 req->imports ? ", and imported entries" : "");
+    else
+        log_info("reset namespace '%s' all: %" PRIu64 " decisions and %" PRIu64
+                 " observations removed%s",
+                 ns, removed, removed_obs,
+                 req->imports ? ", and imported entries" : "");
     if (req->imports)
         log_info("reset namespace '%s': %" PRIu64 " imported entries removed",
                  ns, removed_imports);

@@ -53,6 +53,7 @@ def test_json_lines_each_decision_once(tmpdir_short):
     d = Daemon(tmpdir_short, extra_args=["--log-format", "json"]).start()
     try:
         outs = workload(d, tmpdir_short, prefix=PREFIX)
+        assert d.detctl("reset", "--kernel", "m:none@0").returncode == 0  # removes nothing, logs once
     finally:
         assert d.stop() == 0
     lines = d.read_log().splitlines()
@@ -87,6 +88,8 @@ def test_json_lines_each_decision_once(tmpdir_short):
     # Every event naming a claim, a session, a key or a pid carries them as
     # members too: each report names its claim, key id, session, pid, uid
     # and rank, and the claim is the one its decision was logged with.
+    (reset,) = [e for e in events if e["msg"].startswith("reset namespace ")]
+    assert reset["namespace"] == "default" and reset["kernel"] == "m:none@0", reset
     reports = [e for e in events if e["msg"].startswith("report for claim ")]
     assert len(reports) == 5, [e["msg"] for e in events]
     claims = {e["claim"]: e for e in decided}
