@@ -272,8 +272,7 @@ oom:
     ex = DETCTL_EXIT_ERROR;
 out:
     json_decref(doc);
-    if (doc == NULL)
-        json_decref(entries);
+    json_decref(entries); /* doc holds its own reference ("O") */
     free(ids);
     detctl_jobs_clear(&jobs);
     for (size_t i = 0; i < n_pages; i++)
