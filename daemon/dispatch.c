@@ -9,6 +9,7 @@
 #include "app/imports.h"
 #include "app/storeerr.h"
 #include "ops/admin.h"
+#include "ops/lock.h"
 #include "ops/obslist.h"
 #include "ops/tableadmin.h"
 #include "ops/votes.h"

@@ -16,6 +16,7 @@
 #include "app/waiters.h"
 #include "dispatch.h"
 #include "ops/admin.h"
+#include "ops/lock.h"
 #include "ops/tableadmin.h"
 #include "clock.h"
 
@@ -893,6 +894,7 @@ static const struct start_step {
     {"answer cache", start_hotcache, stop_hotcache},
     {"engine", start_engine, stop_engine},
     {"tables", start_tables, tableadmin_free},
+    {"lockfile", lock_load_at_start, NULL},
     {"GPU probe", start_gpus, stop_gpus},
     {"loop handles", start_handles, stop_handles},
     {"socket directory", start_socket_dir, NULL},

@@ -40,8 +40,11 @@ add_executable(detctl ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_call.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_key.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_verify.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_jobs.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_lock.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_report.c)
-target_link_libraries(detctl PRIVATE detd_wire detd_common PkgConfig::JANSSON)
+target_link_libraries(detctl PRIVATE detd_wire detd_common detd_lockfmt
+                                     PkgConfig::JANSSON)
 
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/detd.pc.in
                ${CMAKE_CURRENT_BINARY_DIR}/detd.pc @ONLY)

@@ -19,6 +19,7 @@
 #include "detctl_call.h"
 #include "detctl_cli.h"
 #include "detctl_key.h"
+#include "detctl_lock.h"
 #include "detctl_merge.h"
 #include "detctl_print.h"
 #include "detctl_table.h"
@@ -404,7 +405,7 @@ out:
 /* One Reset call; adds to the sums. */
 static int reset_one(const struct detctl_opts *o, struct wire_channel *ch,
                      const char *ns, const char *kernel, uint64_t *removed,
-                     uint64_t *removed_imports) {
+                     uint64_t *removed_imports, uint64_t *removed_obs) {
     Detd__V1__ResetRequest req = DETD__V1__RESET_REQUEST__INIT;
     Detd__V1__ResetResponse *r = NULL;
     req.api_version = DETD_API_VERSION;
@@ -421,6 +422,7 @@ static int reset_one(const struct detctl_opts *o, struct wire_channel *ch,
         return ex;
     *removed += r->removed;
     *removed_imports += r->removed_imports;
+    *removed_obs += r->removed_observations;
     protobuf_c_message_free_unpacked(&r->base, NULL);
     return DETCTL_EXIT_OK;
 }
@@ -444,7 +446,10 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
     int ex = DETCTL_EXIT_OK;
     if (o->kernel != NULL &&
         detctl_kernel_form(o->kernel) != DETCTL_KERNEL_ID) {
-        ex = detctl_call_kernels(o, ch, ns, o->kernel, o->votes, &ids, &n);
+        ex = detctl_call_kernels(o, ch, ns, o->kernel,
+                                 o->votes ? DETCTL_KERNELS_VOTES
+                                          : DETCTL_KERNELS_OBSERVED,
+                                 &ids, &n);
         if (ex != DETCTL_EXIT_OK)
             return ex;
     } else if (o->kernel != NULL) {
@@ -456,16 +461,19 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
         }
         n = 1;
     }
-    uint64_t removed = 0, removed_imports = 0;
+    uint64_t removed = 0, removed_imports = 0, removed_obs = 0;
     if (o->all)
-        ex = reset_one(o, ch, ns, NULL, &removed, &removed_imports);
+        ex = reset_one(o, ch, ns, NULL, &removed, &removed_imports,
+                       &removed_obs);
     for (size_t i = 0; ex == DETCTL_EXIT_OK && i < n; i++)
-        ex = reset_one(o, ch, ns, ids[i], &removed, &removed_imports);
+        ex = reset_one(o, ch, ns, ids[i], &removed, &removed_imports,
+                       &removed_obs);
     /* Imported entries are named as their table writes the kernel:
      * module:qualname is tried as it is too. */
     if (ex == DETCTL_EXIT_OK && o->imports && o->kernel != NULL &&
         detctl_kernel_form(o->kernel) == DETCTL_KERNEL_QUALNAME)
-        ex = reset_one(o, ch, ns, o->kernel, &removed, &removed_imports);
+        ex = reset_one(o, ch, ns, o->kernel, &removed, &removed_imports,
+                       &removed_obs);
     if (ex != DETCTL_EXIT_OK)
         goto out;
     if (o->json) {
@@ -487,6 +495,8 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
                                 json_integer((json_int_t)removed));
             json_object_set_new(doc, "removed_imports",
                                 json_integer((json_int_t)removed_imports));
+            json_object_set_new(doc, "removed_observations",
+                                json_integer((json_int_t)removed_obs));
         }
         ex = detctl_cli_print_doc(doc);
         goto out;
@@ -498,6 +508,9 @@ static int detctl_reset(const struct detctl_opts *o, struct wire_channel *ch) {
         printf("kernel %s\n", ids[i]);
     printf("removed %llu %s%s\n", (unsigned long long)removed,
            o->votes ? "vote" : "decision", removed == 1 ? "" : "s");
+    if (!o->votes)
+        printf("removed %llu observation%s (verify no longer sees them)\n",
+               (unsigned long long)removed_obs, removed_obs == 1 ? "" : "s");
     if (o->imports)
         printf("removed %llu imported entr%s\n",
                (unsigned long long)removed_imports,
@@ -565,7 +578,8 @@ static int resolve_one_kernel(const struct detctl_opts *o,
     }
     char **ids = NULL;
     size_t n = 0;
-    int ex = detctl_call_kernels(o, ch, ns, pattern, 1, &ids, &n);
+    int ex =
+        detctl_call_kernels(o, ch, ns, pattern, DETCTL_KERNELS_VOTES, &ids, &n);
     if (ex != DETCTL_EXIT_OK)
         return ex;
     if (n == 1) {
@@ -795,6 +809,11 @@ static int detctl_table(const struct detctl_opts *o, struct wire_channel *ch) {
     return ex;
 }
 
+static int detctl_lock(const struct detctl_opts *o, struct wire_channel *ch) {
+    return strcmp(o->subcommand, "export") == 0 ? detctl_lock_export_run(o, ch)
+                                                : detctl_lock_import_run(o, ch);
+}
+
 int main(int argc, char **argv) {
     struct detctl_opts o;
     int ex = detctl_cli_parse(argc, argv, &o);
@@ -830,7 +849,7 @@ int main(int argc, char **argv) {
         {"verify", detctl_verify_run}, {"reset", detctl_reset},
         {"health", detctl_health},     {"reload", detctl_reload},
         {"explain", detctl_explain},   {"votes", detctl_votes},
-        {"table", detctl_table},
+        {"table", detctl_table},       {"lock", detctl_lock},
     };
     int (*fn)(const struct detctl_opts *, struct wire_channel *) = NULL;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

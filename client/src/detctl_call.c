@@ -10,6 +10,13 @@
 #include "detd/client.h"
 #include "wire.h"
 
+/* Not in wire.h's list (detctl's call only). */
+#define DETCTL_METHOD_LIST_OBSERVATIONS "/detd.v1.Admin/ListObservations"
+
+static const char *str0(const char *s) {
+    return s != NULL ? s : "";
+}
+
 /* See detctl_call.h. */
 int detctl_call_fail(const struct detctl_opts *o, const char *what, int rc) {
     const char *detail = wire_last_error();
@@ -67,6 +74,69 @@ void detctl_call_print_namespace(const char *ns, const char *src) {
            strcmp(src, "daemon") == 0 ? "the daemon's" : src);
 }
 
+/* See detctl_call.h. */
+int detctl_call_observations(const struct detctl_opts *o,
+                             struct wire_channel *ch, const char *ns,
+                             Detd__V1__ListObservationsResponse ***ret_pages,
+                             size_t *ret_n, int *ret_capped) {
+    char *token = NULL;
+    int ex = DETCTL_EXIT_OK;
+    for (;;) {
+        Detd__V1__ListObservationsRequest oq =
+            DETD__V1__LIST_OBSERVATIONS_REQUEST__INIT;
+        oq.api_version = DETD_API_VERSION;
+        oq.namespace_ = (char *)ns;
+        oq.page_size = o->page_size;
+        oq.page_token = token != NULL ? token : "";
+        Detd__V1__ListObservationsResponse *lo = NULL;
+        ex = detctl_call(o, ch, DETCTL_METHOD_LIST_OBSERVATIONS, &oq.base,
+                         &detd__v1__list_observations_response__descriptor,
+                         (ProtobufCMessage **)&lo);
+        if (ex != DETCTL_EXIT_OK)
+            break;
+        Detd__V1__ListObservationsResponse **nv =
+            realloc(*ret_pages, (*ret_n + 1) * sizeof(*nv));
+        if (nv == NULL) {
+            protobuf_c_message_free_unpacked(&lo->base, NULL);
+            fprintf(stderr, "detctl: out of memory\n");
+            ex = DETCTL_EXIT_ERROR;
+            break;
+        }
+        *ret_pages = nv;
+        nv[(*ret_n)++] = lo;
+        const char *next = str0(lo->next_page_token);
+        if (next[0] == '\0') {
+            *ret_capped |= lo->truncated;
+            break;
+        }
+        /* A page that does not move on would never end. */
+        if (lo->n_observations == 0 ||
+            (token != NULL && strcmp(token, next) == 0)) {
+            fprintf(stderr,
+                    "detctl: verify: detd at '%s' answered a page of %zu "
+                    "observations whose next page token '%.40s' does not "
+                    "move on\n",
+                    o->socket, lo->n_observations, next);
+            ex = DETCTL_EXIT_ERROR;
+            break;
+        }
+        token = lo->next_page_token;
+    }
+    return ex;
+}
+
+/* See detctl_call.h. */
+int detctl_call_decisions(const struct detctl_opts *o, struct wire_channel *ch,
+                          const char *ns,
+                          Detd__V1__ListDecisionsResponse **ret) {
+    Detd__V1__ListDecisionsRequest req = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
+    req.api_version = DETD_API_VERSION;
+    req.namespace_ = (char *)(ns ? ns : "");
+    return detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &req.base,
+                       &detd__v1__list_decisions_response__descriptor,
+                       (ProtobufCMessage **)ret);
+}
+
 static int add_id(char ***ids, size_t *n, const char *id) {
     for (size_t i = 0; i < *n; i++)
         if (strcmp((*ids)[i], id) == 0)
@@ -83,18 +153,13 @@ static int add_id(char ***ids, size_t *n, const char *id) {
 
 /* See detctl_call.h. */
 int detctl_call_kernels(const struct detctl_opts *o, struct wire_channel *ch,
-                        const char *ns, const char *pattern, int votes,
+                        const char *ns, const char *pattern, int from,
                         char ***ret_ids, size_t *ret_n) {
     char **ids = NULL;
     size_t n = 0;
     int ex = DETCTL_EXIT_OK;
-    Detd__V1__ListDecisionsRequest req = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
     Detd__V1__ListDecisionsResponse *r = NULL;
-    req.api_version = DETD_API_VERSION;
-    req.namespace_ = (char *)(ns ? ns : "");
-    ex = detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &req.base,
-                     &detd__v1__list_decisions_response__descriptor,
-                     (ProtobufCMessage **)&r);
+    ex = detctl_call_decisions(o, ch, ns, &r);
     if (ex != DETCTL_EXIT_OK)
         goto fail;
     for (size_t i = 0; i < r->n_decisions && ex == 0; i++)
@@ -103,7 +168,7 @@ int detctl_call_kernels(const struct detctl_opts *o, struct wire_channel *ch,
             ex = DETCTL_EXIT_ERROR;
     protobuf_c_message_free_unpacked(&r->base, NULL);
     uint64_t after = 0;
-    while (votes && ex == DETCTL_EXIT_OK) {
+    while ((from & DETCTL_KERNELS_VOTES) && ex == DETCTL_EXIT_OK) {
         Detd__V1__ListVotesRequest vq = DETD__V1__LIST_VOTES_REQUEST__INIT;
         Detd__V1__ListVotesResponse *v = NULL;
         vq.api_version = DETD_API_VERSION;
@@ -123,6 +188,26 @@ int detctl_call_kernels(const struct detctl_opts *o, struct wire_channel *ch,
         protobuf_c_message_free_unpacked(&v->base, NULL);
         if (!more)
             break;
+    }
+    if (ex == DETCTL_EXIT_OK && (from & DETCTL_KERNELS_OBSERVED)) {
+        Detd__V1__ListObservationsResponse **pages = NULL;
+        size_t np = 0;
+        int capped = 0;
+        int cx =
+            detctl_call_observations(o, ch, ns ? ns : "", &pages, &np, &capped);
+        for (size_t p = 0; p < np; p++) {
+            for (size_t i = 0; ex == 0 && i < pages[p]->n_observations; i++)
+                if (detctl_kernel_match(pattern,
+                                        pages[p]->observations[i]->kernel) &&
+                    add_id(&ids, &n, pages[p]->observations[i]->kernel) != 0)
+                    ex = DETCTL_EXIT_ERROR;
+            protobuf_c_message_free_unpacked(&pages[p]->base, NULL);
+        }
+        free(pages);
+        if (cx != DETCTL_EXIT_OK) {
+            ex = cx; /* the call failed: printed */
+            goto fail;
+        }
     }
     if (ex != DETCTL_EXIT_OK) {
         fprintf(stderr, "detctl: out of memory\n");

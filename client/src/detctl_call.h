@@ -40,14 +40,38 @@ void detctl_call_namespace(const struct detctl_opts *o, struct wire_channel *ch,
 void detctl_call_print_namespace(const char *ns, const char *src);
 
 /*
+ * Every observation of namespace ns, page by page, into *ret_pages (the
+ * answers: free each with protobuf_c_message_free_unpacked(), then the
+ * array) and *ret_n pages; *ret_capped is set when a daemon without
+ * paging cut its list at its cap. Returns 0 or an exit status after
+ * printing the failure (the pages read so far are still returned).
+ */
+int detctl_call_observations(const struct detctl_opts *o,
+                             struct wire_channel *ch, const char *ns,
+                             Detd__V1__ListObservationsResponse ***ret_pages,
+                             size_t *ret_n, int *ret_capped);
+
+/* The decisions of namespace ns ("" or NULL: the daemon's), one
+ * ListDecisions call (the daemon's cap: check (*ret)->truncated). Returns
+ * 0 with *ret the answer, or the exit status after printing the failure. */
+int detctl_call_decisions(const struct detctl_opts *o, struct wire_channel *ch,
+                          const char *ns,
+                          Detd__V1__ListDecisionsResponse **ret);
+
+/* Where detctl_call_kernels() looks beside the decisions (flags). */
+#define DETCTL_KERNELS_VOTES 1    /* the record-mode votes */
+#define DETCTL_KERNELS_OBSERVED 2 /* the observations */
+
+/*
  * The distinct kernel ids of namespace ns (NULL: the daemon's) that match
- * pattern (detctl_key.h), from the decisions and, with votes, the votes.
+ * pattern (detctl_key.h), from the decisions and what the flags in from
+ * add (DETCTL_KERNELS_*).
  * Returns 0 with *ret_ids a heap array of heap strings (free each, then
  * the array; NULL when none) and *ret_n their count, or an exit status
  * after printing the failure.
  */
 int detctl_call_kernels(const struct detctl_opts *o, struct wire_channel *ch,
-                        const char *ns, const char *pattern, int votes,
+                        const char *ns, const char *pattern, int from,
                         char ***ret_ids, size_t *ret_n);
 
 /* Free what detctl_call_kernels returned. */

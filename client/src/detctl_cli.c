@@ -42,6 +42,9 @@ enum {
     O_REPORT,
     O_JUNIT,
     O_PAGE_SIZE,
+    O_ALL_JOBS,
+    O_LOCK,
+    O_TRITON_VERSION,
     O_END
 };
 
@@ -105,7 +108,19 @@ static const struct opt_def opt_defs[] = {
      "fail for each key fewer than N ranks (0..N-1) observed, naming the "
      "missing ranks"},
     {O_JOB, "job", required_argument, 0, "J",
-     "only the observations of job label J"},
+     "only the observations of job label J (default: the launcher's job "
+     "when run\n                             inside one, $DETD_JOB or "
+     "$TORCHELASTIC_RUN_ID, ...; else the job\n                             "
+     "observed last)"},
+    {O_ALL_JOBS, "all-jobs", no_argument, 0, NULL,
+     "the observations of every job"},
+    {O_LOCK, "lock", required_argument, 0, "FILE",
+     "also fail on a key the run used that the lockfile FILE does not hold, "
+     "or\n                             with another config "
+     "(docs/lockfile.md)"},
+    {O_TRITON_VERSION, "triton-version", required_argument, 0, "V",
+     "import only the entries timed with Triton V (the others are listed, "
+     "with why)"},
     {O_REPORT, "report", required_argument, 0, "FILE",
      "write a report: HTML for .html/.htm, else Markdown"},
     {O_JUNIT, "junit", required_argument, 0, "FILE",
@@ -157,9 +172,11 @@ static const struct cmd_def cmd_defs[] = {
      "unreachable node, or nothing checked at all (unless\n--allow-empty). "
      "Lists the autotuners by kind (triton, inductor, native), the\n"
      "ungoverned ones with why, and the determinism audit's findings as "
-     "warnings.",
+     "warnings.\nChecks one job: --job J, else the launcher's (run inside "
+     "one), else the job\nobserved last; --all-jobs every job.",
      {O_OUTPUT, O_JSON, O_NAMESPACE, O_CLUSTER, O_ALLOW_EMPTY, O_EXPECT_RANKS,
-      O_JOB, O_REPORT, O_JUNIT, O_PAGE_SIZE, GLOBAL_OPTS, 0}},
+      O_JOB, O_ALL_JOBS, O_LOCK, O_REPORT, O_JUNIT, O_PAGE_SIZE, GLOBAL_OPTS,
+      0}},
     {"reset",
      NULL,
      "(--kernel K | --all)",
@@ -233,6 +250,26 @@ static const struct cmd_def cmd_defs[] = {
      "The table's entries answer Decide in the namespace before the tables "
      "(admin call).",
      {O_NAMESPACE, GLOBAL_OPTS, 0}},
+    {"lock",
+     "export",
+     "-o FILE",
+     0,
+     1,
+     "Write the decisions a job used, with their provenance, as a "
+     "content-hashed\nlockfile (docs/lockfile.md): the job as verify picks "
+     "it (--job J, --all-jobs),\nor with --all every decision of the "
+     "namespace.",
+     {O_OUTFILE, O_JOB, O_ALL_JOBS, O_ALL, O_NAMESPACE, GLOBAL_OPTS, 0}},
+    {"lock",
+     "import",
+     "FILE",
+     1,
+     1,
+     "Store a lockfile's decisions in the namespace: its keys are decided, "
+     "never\ntimed. Refuses a file whose content hash does not match; "
+     "--arch A and\n--triton-version V keep only the entries made there "
+     "(the others are listed,\nwith why).",
+     {O_ARCH, O_TRITON_VERSION, O_NAMESPACE, GLOBAL_OPTS, 0}},
 };
 
 #define N_CMDS (sizeof(cmd_defs) / sizeof(cmd_defs[0]))
@@ -463,6 +500,15 @@ static int apply(struct detctl_opts *o, int id, const char *arg, int argc,
     case O_JOB:
         o->job = arg;
         break;
+    case O_ALL_JOBS:
+        o->all_jobs = 1;
+        break;
+    case O_LOCK:
+        o->lock = arg;
+        break;
+    case O_TRITON_VERSION:
+        o->triton_version = arg;
+        break;
     case O_PAGE_SIZE: {
         char *end = NULL;
         errno = 0;
@@ -581,28 +627,29 @@ int detctl_cli_parse(int argc, char **argv, struct detctl_opts *o) {
         return DETCTL_EXIT_OK;
     }
     const struct cmd_def *c = NULL;
-    if (strcmp(o->command, "table") == 0) {
+    if (strcmp(o->command, "table") == 0 || strcmp(o->command, "lock") == 0) {
+        const char *subs = strcmp(o->command, "table") == 0
+                               ? "export, merge, report and import"
+                               : "export and import";
         if (at + 1 >= argc || argv[at + 1][0] == '-') {
             if (at + 1 < argc && (strcmp(argv[at + 1], "--help") == 0 ||
                                   strcmp(argv[at + 1], "-h") == 0)) {
                 for (size_t i = 0; i < N_CMDS; i++)
-                    if (cmd_defs[i].sub != NULL) {
+                    if (cmd_defs[i].sub != NULL &&
+                        strcmp(cmd_defs[i].name, o->command) == 0) {
                         usage_cmd(stdout, &cmd_defs[i]);
                         fputc('\n', stdout);
                     }
                 return DETCTL_EXIT_OK;
             }
-            return usage_err("table", "table needs a subcommand: %s",
-                             "export, merge, report or import");
+            return usage_err(o->command, "%s needs a subcommand: %s",
+                             o->command, subs);
         }
         o->subcommand = argv[at + 1];
-        c = cmd_find("table", o->subcommand);
+        c = cmd_find(o->command, o->subcommand);
         if (c == NULL)
-            return usage_err(
-                "table",
-                "table '%s': the subcommands are export, merge, report "
-                "and import",
-                o->subcommand);
+            return usage_err(o->command, "%s '%s': the subcommands are %s",
+                             o->command, o->subcommand, subs);
         at++;
     } else {
         c = cmd_find(o->command, NULL);

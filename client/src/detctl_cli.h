@@ -23,7 +23,7 @@
  * the environment; the arrays are the caller's (detctl_cli_opts_clear). */
 struct detctl_opts {
     const char *command;
-    const char *subcommand; /* table */
+    const char *subcommand; /* table, lock */
     /* connection */
     const char *socket;
     const char *address; /* --address HOST:PORT: a daemon's --listen */
@@ -47,6 +47,10 @@ struct detctl_opts {
     int allow_empty;
     long expect_ranks; /* 0: not asked */
     const char *job;
+    int all_jobs;     /* --all-jobs */
+    const char *lock; /* verify --lock FILE */
+    /* lock import */
+    const char *triton_version;
     const char *report; /* --report FILE (.html/.htm: HTML, else Markdown) */
     const char *junit;  /* --junit FILE */
     uint32_t page_size; /* --page-size N (0: the daemon's page) */

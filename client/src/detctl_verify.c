@@ -8,14 +8,13 @@
 #include <time.h>
 
 #include "detctl_call.h"
+#include "detctl_jobs.h"
+#include "detctl_lock.h"
 #include "detctl_print.h"
 #include "detctl_report.h"
 #include "detd.pb-c.h"
 #include "detd/client.h"
 #include "wire.h"
-
-/* Not in wire.h's list (no other caller). */
-#define DETCTL_METHOD_LIST_OBSERVATIONS "/detd.v1.Admin/ListObservations"
 
 static const char *str0(const char *s) {
     return s != NULL ? s : "";
@@ -149,6 +148,8 @@ struct vctx {
     Detd__V1__Decision **decs;
     size_t n_decs;
     uint64_t observations, ungoverned, fallbacks, failed_launches;
+    struct detctl_lock *lock; /* --lock, or NULL */
+    const char *ns;
     json_t *tuners;   /* kernel -> {kernel, kind, governed, ...} */
     json_t *warnings; /* audit findings: listed, never a failure */
 };
@@ -396,6 +397,10 @@ static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
             add_failure(c->failures, key, "failed_launch", msg);
         }
     }
+    char lmsg[1200];
+    if (c->lock != NULL &&
+        detctl_lock_check(c->lock, c->ns, key, lmsg, sizeof lmsg))
+        add_failure(c->failures, key, "lock", lmsg);
     if (seen != NULL) {
         json_t *miss = json_array();
         char list[512] = "";
@@ -461,14 +466,13 @@ static void add_remote(struct vctx *c, const Detd__V1__Divergence *dv) {
 static void print_text(const json_t *doc) {
     size_t i, j, k;
     json_t *d, *u, *cl, *f;
+    detctl_jobs_print_line(doc);
     printf("namespace: %s (%s)\n",
            json_string_value(json_object_get(doc, "namespace")),
            strcmp(json_string_value(json_object_get(doc, "namespace_source")),
                   "daemon") == 0
                ? "the daemon's"
                : json_string_value(json_object_get(doc, "namespace_source")));
-    if (json_is_string(json_object_get(doc, "job")))
-        printf("job: %s\n", json_string_value(json_object_get(doc, "job")));
     json_array_foreach(json_object_get(doc, "divergences"), i, d) {
         printf("DIVERGED %s %s [%s]\n",
                json_string_value(json_object_get(d, "kernel")),
@@ -528,6 +532,7 @@ static void print_text(const json_t *doc) {
                   {"failed_launch", "FAILED"},
                   {"missing_ranks", "MISSING"},
                   {"empty", "EMPTY"},
+                  {"lock", "LOCK"},
                   {"truncated", "INCOMPLETE"}};
     json_array_foreach(json_object_get(doc, "failures"), i, f) {
         const char *kind = json_string_value(json_object_get(f, "kind"));
@@ -583,6 +588,8 @@ static void print_text(const json_t *doc) {
                why && why[0] ? why : "not governed (no reason sent)");
     }
     int ok = json_is_true(json_object_get(doc, "ok"));
+    if (!ok)
+        detctl_jobs_print_hint(doc);
     long long kc = json_integer_value(json_object_get(doc, "keys_checked"));
     long long ob = json_integer_value(json_object_get(doc, "observations"));
     size_t nd = json_array_size(json_object_get(doc, "divergences"));
@@ -610,59 +617,6 @@ static void print_text(const json_t *doc) {
     printf("\n");
     json_array_foreach(json_object_get(doc, "nodes_unreachable"), i, d)
         printf("UNREACHABLE %s\n", json_string_value(d));
-}
-
-/* Every observation of namespace ns, page by page, into *ret_pages (the
- * answers, freed by the caller) and *ret_n pages; *ret_capped is set when
- * a daemon without paging cut its list at its cap. */
-static int list_observations(const struct detctl_opts *o,
-                             struct wire_channel *ch, char *ns,
-                             Detd__V1__ListObservationsResponse ***ret_pages,
-                             size_t *ret_n, int *ret_capped) {
-    char *token = NULL;
-    int ex = DETCTL_EXIT_OK;
-    for (;;) {
-        Detd__V1__ListObservationsRequest oq =
-            DETD__V1__LIST_OBSERVATIONS_REQUEST__INIT;
-        oq.api_version = DETD_API_VERSION;
-        oq.namespace_ = ns;
-        oq.page_size = o->page_size;
-        oq.page_token = token != NULL ? token : "";
-        Detd__V1__ListObservationsResponse *lo = NULL;
-        ex = detctl_call(o, ch, DETCTL_METHOD_LIST_OBSERVATIONS, &oq.base,
-                         &detd__v1__list_observations_response__descriptor,
-                         (ProtobufCMessage **)&lo);
-        if (ex != DETCTL_EXIT_OK)
-            break;
-        Detd__V1__ListObservationsResponse **nv =
-            realloc(*ret_pages, (*ret_n + 1) * sizeof(*nv));
-        if (nv == NULL) {
-            protobuf_c_message_free_unpacked(&lo->base, NULL);
-            fprintf(stderr, "detctl: out of memory\n");
-            ex = DETCTL_EXIT_ERROR;
-            break;
-        }
-        *ret_pages = nv;
-        nv[(*ret_n)++] = lo;
-        const char *next = str0(lo->next_page_token);
-        if (next[0] == '\0') {
-            *ret_capped |= lo->truncated;
-            break;
-        }
-        /* A page that does not move on would never end. */
-        if (lo->n_observations == 0 ||
-            (token != NULL && strcmp(token, next) == 0)) {
-            fprintf(stderr,
-                    "detctl: verify: detd at '%s' answered a page of %zu "
-                    "observations whose next page token '%.40s' does not "
-                    "move on\n",
-                    o->socket, lo->n_observations, next);
-            ex = DETCTL_EXIT_ERROR;
-            break;
-        }
-        token = lo->next_page_token;
-    }
-    return ex;
 }
 
 /* The node lists of a verify --cluster answer v after its first page:
@@ -774,6 +728,11 @@ static void node_lists_clear(Detd__V1__VerifyResponse *v,
 
 /* See detctl_verify.h. */
 int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
+    if (o->job != NULL && o->all_jobs) {
+        fprintf(stderr, "detctl: verify takes --job J or --all-jobs, not "
+                        "both (see 'detctl verify --help')\n");
+        return DETCTL_EXIT_USAGE;
+    }
     if (o->cluster && (o->job != NULL || o->expect_ranks > 0)) {
         fprintf(stderr, "detctl: verify --cluster takes neither --job nor "
                         "--expect-ranks: the other nodes' observations are "
@@ -792,8 +751,21 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     Detd__V1__Observation **obs = NULL;
     json_t *doc = NULL;
     struct node_lists nl = {0};
-    int ex;
-    if (o->job == NULL) {
+    struct detctl_jobs jobs = {0};
+    struct detctl_lock *lock = NULL;
+    int ex = o->lock != NULL ? detctl_lock_load(o->lock, &lock) : 0;
+    if (ex != DETCTL_EXIT_OK)
+        goto out;
+    ex = detctl_call_observations(o, ch, ns, &pages, &n_pages, &capped);
+    if (ex != DETCTL_EXIT_OK)
+        goto out;
+    if (detctl_jobs_pick(o, pages, n_pages, &jobs) != 0) {
+        ex = DETCTL_EXIT_ERROR;
+        goto oom;
+    }
+    /* Every job: the daemon compares (across nodes with --cluster); one
+     * job: the comparison is made here, the daemon's way. */
+    if (jobs.pick == NULL) {
         Detd__V1__VerifyRequest req = DETD__V1__VERIFY_REQUEST__INIT;
         req.api_version = DETD_API_VERSION;
         req.namespace_ = ns;
@@ -807,18 +779,10 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
         if (ex != DETCTL_EXIT_OK)
             goto out;
     }
-    ex = list_observations(o, ch, ns, &pages, &n_pages, &capped);
-    if (ex != DETCTL_EXIT_OK)
-        goto out;
     size_t n_all = 0;
     for (size_t i = 0; i < n_pages; i++)
         n_all += pages[i]->n_observations;
-    Detd__V1__ListDecisionsRequest dq = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
-    dq.api_version = DETD_API_VERSION;
-    dq.namespace_ = ns;
-    ex = detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &dq.base,
-                     &detd__v1__list_decisions_response__descriptor,
-                     (ProtobufCMessage **)&ld);
+    ex = detctl_call_decisions(o, ch, ns, &ld);
     if (ex != DETCTL_EXIT_OK)
         goto out;
     ex = DETCTL_EXIT_ERROR;
@@ -832,8 +796,7 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
             Detd__V1__Observation *x = pages[p]->observations[i];
             const Detd__V1__ClientIdentity *c = x->client;
             job_labels |= c != NULL && c->job != NULL && c->job[0] != '\0';
-            if (o->job != NULL &&
-                (c == NULL || c->job == NULL || strcmp(c->job, o->job) != 0))
+            if (!detctl_jobs_match(&jobs, x))
                 continue;
             obs[n++] = x;
         }
@@ -854,8 +817,12 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     clock_gettime(CLOCK_REALTIME, &ts);
     detctl_cli_iso_time((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, now,
                         sizeof now);
-    struct vctx c = {
-        .o = o, .v = v, .decs = ld->decisions, .n_decs = ld->n_decisions};
+    struct vctx c = {.o = o,
+                     .v = v,
+                     .decs = ld->decisions,
+                     .n_decs = ld->n_decisions,
+                     .lock = lock,
+                     .ns = ns};
     c.doc = detctl_cli_doc("VerifyReport");
     c.keys = json_array();
     c.failures = json_array();
@@ -911,8 +878,8 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
                  "%s (a mistyped namespace, DETD_NAMESPACE not set as the "
                  "job's, or a run that launched nothing?); --allow-empty "
                  "accepts it",
-                 ns, o->job ? " of job '" : "", o->job ? o->job : "",
-                 o->job ? "'" : "");
+                 ns, jobs.pick ? " of job '" : "", jobs.pick ? jobs.pick : "",
+                 jobs.pick ? "'" : "");
         add_failure(c.failures, NULL, "empty", msg);
     }
     json_t *divs = c.divs;
@@ -926,7 +893,9 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     int ok = json_array_size(c.failures) == 0;
     json_object_set_new(doc, "namespace", json_string(ns));
     json_object_set_new(doc, "namespace_source", json_string(src));
-    json_object_set_new(doc, "job", o->job ? json_string(o->job) : json_null());
+    detctl_jobs_json(&jobs, doc);
+    json_object_set_new(doc, "lock",
+                        lock != NULL ? detctl_lock_json(lock) : json_null());
     json_object_set_new(doc, "cluster", json_boolean(o->cluster));
     json_object_set_new(doc, "expect_ranks",
                         o->expect_ranks > 0
@@ -986,6 +955,8 @@ oom:
 out:
     json_decref(doc);
     free(obs);
+    detctl_jobs_clear(&jobs);
+    detctl_lock_free(lock);
     node_lists_clear(v, &nl);
     if (v != NULL)
         protobuf_c_message_free_unpacked(&v->base, NULL);

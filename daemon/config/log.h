@@ -40,20 +40,30 @@ int log_enabled(log_level level);
 
 /*
  * Print one line: "<UTC time> <level> detd: <message>", or in JSON
- * {"ts":"<RFC 3339 UTC, ms>","level":"info","msg":"<message>"}.
- * Thread-safe: each line is one write.
+ * {"ts":"<RFC 3339 UTC, ms>","level":"info","msg":"<message>",<fields>}.
+ * In JSON the values the message names are also members of their own:
+ * a conversion right after one of the words claim, session, pid, uid,
+ * rank, helper (numbers), key, kernel, host, namespace, node, device
+ * (strings; "key %.12s", a key's id cut short, is key_id), with an optional
+ * quote between ("namespace '%s'"): "claim %" PRIu64 " on key %.12s" adds
+ * "claim":N,"key_id":"...". The first of a name is kept. The human line
+ * is the message alone. Thread-safe: each line is one write.
  */
 void log_msg(log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* A structured field of an event: a string (s != NULL) or a number. */
+/* A structured field of an event: a string (s != NULL) or a number,
+ * signed, or with u set unsigned (n holds its bits: claim ids use all 64). */
 struct log_field {
     const char *key;
     const char *s;
     long long n;
+    int u;
 };
-#define LOG_STR(k, v) ((struct log_field){(k), (v) != NULL ? (v) : "", 0})
-#define LOG_NUM(k, v) ((struct log_field){(k), NULL, (long long)(v)})
+#define LOG_STR(k, v) ((struct log_field){(k), (v) != NULL ? (v) : "", 0, 0})
+#define LOG_NUM(k, v) ((struct log_field){(k), NULL, (long long)(v), 0})
+#define LOG_UNUM(k, v)                                                         \
+    ((struct log_field){(k), NULL, (long long)(unsigned long long)(v), 1})
 
 /*
  * Print one event with fields (borrowed for the call): in JSON each field

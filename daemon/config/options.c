@@ -7,10 +7,12 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -82,6 +84,43 @@ static int check_socket(const struct option_row *r, const char *v,
     return 0;
 }
 
+/* --metrics: what the metrics endpoint resolves at start (metrics_http.c),
+ * so that --check-config refuses what the daemon would: [ADDRESS]:PORT or
+ * HOST:PORT, a port from 1 to 65535, a host that resolves now. */
+static int check_metrics(const struct option_row *r, const char *v,
+                         char **ret_err) {
+    char host[256];
+    const char *end = v[0] == '[' ? strchr(v, ']') : strrchr(v, ':');
+    const char *port = end == NULL ? NULL : v[0] == '[' ? end + 1 : end;
+    size_t hl = end == NULL ? 0 : (size_t)(end - v) - (v[0] == '[');
+    if (port == NULL || port[0] != ':' || end == v || hl == 0 ||
+        hl >= sizeof host) {
+        *ret_err = strfmt("'%s' is not %s", v,
+                          v[0] == '[' ? "[ADDRESS]:PORT" : "HOST:PORT");
+        return DETD_EINVAL;
+    }
+    memcpy(host, v + (v[0] == '['), hl);
+    host[hl] = '\0';
+    port++;
+    char *pend = NULL;
+    long p = strtol(port, &pend, 10);
+    if (pend == port || *pend != '\0' || p < 1 || p > 65535) {
+        *ret_err = strfmt("'%s': port must be 1 to 65535", v);
+        return DETD_EINVAL;
+    }
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    int rc = getaddrinfo(host, port, &hints, &ai);
+    if (rc != 0) {
+        *ret_err = strfmt("'%s': %s", v, gai_strerror(rc));
+        return DETD_EINVAL;
+    }
+    freeaddrinfo(ai);
+    return 0;
+}
+
 static int check_mode(const struct option_row *r, const char *v,
                       char **ret_err) {
     char *end = NULL;
@@ -130,6 +169,11 @@ static const struct option_row rows[] = {
      "every readable row into a fresh store (the damaged\n"
      "file is kept as detd.sqlite.corrupt-<unix-ms>), then\n"
      "serve"},
+    {"lock", "FILE", KIND_STRING, CFG(lock), 0, 0, 0, NULL, NULL,
+     ROW_CLI_ONLY, NULL,
+     "store the decisions of this lockfile at start\n"
+     "(docs/lockfile.md; as detctl lock import; the\n"
+     "local backend only)"},
     {"tables", "DIR", KIND_LIST, CFG(tables), CFG(n_tables), 0, 0, NULL, NULL,
      0, NULL,
      "per-architecture table directory; repeatable,\n"
@@ -254,12 +298,13 @@ static const struct option_row rows[] = {
      "allowed caller"},
     {"admin-gid", "GROUP", KIND_LIST, OPT(admin_gid), OPT(n_admin_gid), 1, 0,
      NULL, check_id, 0, NULL, "repeatable, name or gid (see admin-uid)"},
-    {"metrics", "HOST:PORT", KIND_STRING, CFG(metrics), 0, 0, 0, NULL, NULL,
+    {"metrics", "HOST:PORT", KIND_STRING, CFG(metrics), 0, 0, 0, NULL,
+     check_metrics,
      0, NULL, "Prometheus /metrics and /healthz over HTTP"},
     {"version", NULL, KIND_FLAG, OPT(version), 0, 0, 0, NULL, NULL,
      ROW_CLI_ONLY, "", "print the version and exit"},
     {"help", NULL, KIND_FLAG, OPT(help), 0, 0, 0, NULL, NULL, ROW_CLI_ONLY,
-     NULL, "print this help and exit"},
+     NULL, "print this help and exit (also -h)"},
 };
 /* clang-format on */
 #define NROWS (sizeof(rows) / sizeof(rows[0]))
@@ -549,6 +594,11 @@ static void finish(struct options *o) {
         }
         c->etcd_password = pw;
     }
+    if (c->etcd_endpoints != NULL && c->lock != NULL) {
+        add_error(o, strfmt("lock: a lockfile is stored into the local "
+                            "backend only, not with etcd"));
+        return;
+    }
     if (c->etcd_endpoints != NULL && c->node_id == NULL) {
         if (gethostname(o->hostname, sizeof(o->hostname) - 1) != 0 ||
             !valid_name(o->hostname)) {
@@ -580,7 +630,11 @@ int options_parse(struct options *o, int argc, char **argv) {
     optind = 0; /* full re-initialisation (glibc) */
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":", lopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", lopts, NULL)) != -1) {
+        if (c == 'h') { /* -h: --help, as detctl and most tools take it */
+            o->help = 1;
+            continue;
+        }
         if (c == '?') {
             add_error(o, strfmt("unknown option '%s' (see detd --help)",
                                 argv[optind - 1]));
@@ -706,6 +760,7 @@ int options_check_paths(struct options *o) {
     const struct daemon_config *c = &o->cfg;
     size_t before = o->nerrors + o->errors_dropped;
     check_dir_creatable(o, "state-dir", c->state_dir);
+    check_readable_file(o, "lock", c->lock);
     char sockdir[4096];
     snprintf(sockdir, sizeof(sockdir), "%s", c->socket_path);
     char *slash = strrchr(sockdir, '/');

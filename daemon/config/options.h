@@ -74,6 +74,8 @@ struct daemon_config {
     const char *metrics;
     /* --repair: salvage a store that fails its integrity check, then serve. */
     int repair;
+    /* --lock FILE: a lockfile whose decisions are stored at start. */
+    const char *lock;
 };
 
 /* Most errors collected before parsing gives up reporting more. */

@@ -41,7 +41,7 @@
  *
  * No foreign keys: an observation may arrive for a key that has no
  * decision (auto mode, ungoverned autotuners), and store_reset() removes
- * the observations of the decisions it deletes explicitly.
+ * the observations of what it resets explicitly.
  */
 struct store_migration {
     int version; /* user_version after this step */
@@ -754,21 +754,22 @@ out:
 }
 
 int store_reset(store *s, const char *ns, const char *kernel,
-                uint64_t *ret_removed) {
+                uint64_t *ret_removed, uint64_t *ret_removed_obs) {
     static const char op[] = "reset decisions";
     if (s == NULL || ns == NULL)
         return store_einval(s, op, "ns is NULL");
     sqlite3_stmt *del_fail = NULL, *del_obs = NULL, *del_dec = NULL;
-    uint64_t removed = 0;
+    uint64_t removed = 0, removed_obs = 0;
     int err;
     if ((err = store_prepare(s,
                              "DELETE FROM failures WHERE ns = ?1"
                              " AND (?2 IS NULL OR kernel = ?2)",
                              0, &del_fail, op)) < 0 ||
         (err = store_prepare(s,
-                             "DELETE FROM observations WHERE id IN"
+                             "DELETE FROM observations WHERE ns = ?1"
+                             " AND (?2 IS NULL OR kernel = ?2 OR id IN"
                              " (SELECT id FROM decisions WHERE ns = ?1"
-                             "  AND (?2 IS NULL OR kernel = ?2))",
+                             "  AND kernel = ?2))",
                              0, &del_obs, op)) < 0 ||
         (err = store_prepare(s,
                              "DELETE FROM decisions WHERE ns = ?1"
@@ -792,12 +793,16 @@ int store_reset(store *s, const char *ns, const char *kernel,
             err = store_fail(s, rc, op);
             goto out;
         }
+        if (i == 1)
+            removed_obs = (uint64_t)sqlite3_changes64(s->db);
     }
     removed = (uint64_t)sqlite3_changes64(s->db);
     if ((err = store_commit(s, op)) < 0)
         goto out;
     if (ret_removed != NULL)
         *ret_removed = removed;
+    if (ret_removed_obs != NULL)
+        *ret_removed_obs = removed_obs;
 out:
     if (err < 0)
         store_rollback(s);

@@ -202,13 +202,17 @@ int store_each_observation_page(store *s, const char *ns, int64_t after,
                                 void *ctx);
 
 /*
- * Delete decisions (and their observations) of namespace ns: those of
- * kernel, or all when kernel is NULL. *ret_removed gets the count of
- * decisions removed (ret_removed may be NULL). One transaction. ns must
- * not be NULL. Returns 0 or an error (nothing removed).
+ * Delete decisions of namespace ns, with their failed passes and the
+ * observations of what is reset: those of kernel (the observations of
+ * kernel and those of its decisions' ids), or with kernel NULL every
+ * decision and every observation of ns (failed launches of keys never
+ * decided included, so a verify after a reset sees only later runs).
+ * *ret_removed gets the count of decisions removed, *ret_removed_obs of
+ * observations (each may be NULL). One transaction. ns must not be NULL.
+ * Returns 0 or an error (nothing removed).
  */
 int store_reset(store *s, const char *ns, const char *kernel,
-                uint64_t *ret_removed);
+                uint64_t *ret_removed, uint64_t *ret_removed_obs);
 
 /*
  * Count decisions of namespace ns (NULL: all): *ret_total (may be NULL)

@@ -54,6 +54,8 @@
       votes_export_decisions)                                                  \
     X(IMPORT_TABLE, "/detd.v1.Admin/ImportTable",                              \
       detd__v1__import_table_request__descriptor, 0, 1, imports_on_import)     \
+    X(IMPORT_LOCK, "/detd.v1.Admin/ImportLock",                                \
+      detd__v1__import_lock_request__descriptor, 0, 1, lock_import)            \
     X(HEALTH, "/grpc.health.v1.Health/Check",                                  \
       grpc__health__v1__health_check_request__descriptor, 0, 0, admin_health)
 /* clang-format on */

@@ -425,7 +425,7 @@ void admin_reset(struct daemon *d, struct rpc_event *ev) {
     const char *ns =
         req->namespace_ && req->namespace_[0] ? req->namespace_ : d->cfg->ns;
     const char *kernel = req->kernel && req->kernel[0] ? req->kernel : NULL;
-    uint64_t removed = 0;
+    uint64_t removed = 0, removed_obs = 0;
     if (req->votes) {
         votes_reset(d, ev);
         return;
@@ -442,7 +442,7 @@ void admin_reset(struct daemon *d, struct rpc_event *ev) {
     }
     /* Cached answers may name removed decisions: drop them all. */
     hotcache_clear(d->hot);
-    int rc = store_reset(d->store, ns, kernel, &removed);
+    int rc = store_reset(d->store, ns, kernel, &removed, &removed_obs);
     if (rc != 0) {
         storeerr_reply(d, ev->call, rc);
         goto out;
@@ -454,9 +454,17 @@ void admin_reset(struct daemon *d, struct rpc_event *ev) {
         goto out;
     }
     imports_changed(d);
-    log_info("reset namespace '%s' %s%s: %" PRIu64 " decisions removed%s", ns,
-             kernel ? "kernel " : "all", kernel ? kernel : "", removed,
-             req->imports ? ", and imported entries" : "");
+    /* Two formats, one line: "kernel %s" gives JSON lines a kernel. */
+    if (kernel != NULL)
+        log_info("reset namespace '%s' kernel %s: %" PRIu64
+                 " decisions and %" PRIu64 " observations removed%s",
+                 ns, kernel, removed, removed_obs,
+                 req->imports ? ", and imported entries" : "");
+    else
+        log_info("reset namespace '%s' all: %" PRIu64 " decisions and %" PRIu64
+                 " observations removed%s",
+                 ns, removed, removed_obs,
+                 req->imports ? ", and imported entries" : "");
     if (req->imports)
         log_info("reset namespace '%s': %" PRIu64 " imported entries removed",
                  ns, removed_imports);
@@ -464,6 +472,7 @@ void admin_reset(struct daemon *d, struct rpc_event *ev) {
     resp.api_version = SVC_API_VERSION;
     resp.removed = removed;
     resp.removed_imports = removed_imports;
+    resp.removed_observations = removed_obs;
     rpc_reply(ev->call, &resp.base);
 out:
     protobuf_c_message_free_unpacked(ev->msg, NULL);

@@ -300,6 +300,35 @@ struct find_ctx {
     size_t matches;
 };
 
+/* A lock's decision of this kernel and key made for another arch or
+ * other candidates (why a lock does not answer an ask): the first, as a
+ * note (heap). */
+struct lock_miss_ctx {
+    const char *arch, *key, *fp;
+    char *note;
+};
+
+static int lock_miss_cb(void *ctx, const struct decision *r) {
+    struct lock_miss_ctx *m = ctx;
+    if (r->source != DETD_SOURCE_IMPORT || strncmp(r->table_file, "lock:", 5) ||
+        strcmp(r->key, m->key) != 0)
+        return 0;
+    int rc =
+        strcmp(r->arch, m->arch) != 0
+            ? asprintf(&m->note,
+                       "the lock '%s' decided this kernel and key for arch "
+                       "%s, not %s: it does not answer this ask (a miss)",
+                       r->table_file + 5, r->arch, m->arch)
+            : asprintf(&m->note,
+                       "the lock '%s' decided this kernel and key for other "
+                       "candidates (fingerprint %.12s..., these %.12s...): it "
+                       "does not answer this ask (a miss)",
+                       r->table_file + 5, r->candidates_fp, m->fp);
+    if (rc < 0)
+        m->note = NULL;
+    return 1;
+}
+
 static int find_cb(void *ctx, const struct decision *r) {
     struct find_ctx *f = ctx;
     if (strcmp(r->arch, f->arch) != 0 || strcmp(r->key, f->key) != 0)
@@ -385,6 +414,15 @@ void tableadmin_explain(struct daemon *d, struct rpc_event *ev) {
         } else if (rc != DETD_ENOTFOUND) {
             storeerr_reply(d, ev->call, rc);
             goto out;
+        } else {
+            struct lock_miss_ctx lm = {req->arch, key, fp, NULL};
+            if ((rc = store_each_decision(d->store, ns, req->kernel, 0,
+                                          lock_miss_cb, &lm)) != 0) {
+                storeerr_reply(d, ev->call, rc);
+                goto out;
+            }
+            if (lm.note != NULL)
+                notes[nnotes++] = lm.note;
         }
     } else {
         fc.arch = req->arch;

@@ -33,7 +33,7 @@ def file_keys():
     """The file keys, from --help (every long flag but the CLI-only ones)."""
     out = detd("--help").stdout
     keys = re.findall(r"^  --([a-z-]+)", out, re.M)
-    return [k for k in keys if k not in ("config", "check-config", "repair", "version", "help")]
+    return [k for k in keys if k not in ("config", "check-config", "repair", "lock", "version", "help")]
 
 
 def test_check_config_prints_effective_configuration(tmpdir_short):
@@ -203,3 +203,30 @@ def test_exit_when_idle_waits_for_the_last_client_then_exits(tmpdir_short):
         assert f"no client for {idle_s} s (--exit-when-idle-s): exiting" in log, log
     finally:
         d.stop()
+
+
+def test_check_config_refuses_the_metrics_values_the_daemon_refuses(tmpdir_short):
+    base = ["--state-dir", tmpdir_short / "st", "--socket", tmpdir_short / "d.sock"]
+    bad = {"foo": "--metrics: 'foo' is not HOST:PORT",
+           ":9100": "--metrics: ':9100' is not HOST:PORT",
+           "[::1:9100": "--metrics: '[::1:9100' is not [ADDRESS]:PORT",
+           "127.0.0.1:0": "--metrics: '127.0.0.1:0': port must be 1 to 65535",
+           "127.0.0.1:99999": "--metrics: '127.0.0.1:99999': port must be 1 to 65535"}
+    conf = tmpdir_short / "m.conf"
+    for value, msg in bad.items():
+        for args in (["--check-config", "--metrics", value], ["--metrics", value]):
+            r = detd(*base, *args)
+            assert r.returncode == 2 and msg in r.stderr, (args, r.returncode, r.stderr)
+        conf.write_text(f"metrics = {value}\n")
+        r = detd(*base, "--check-config", "--config", conf)
+        assert r.returncode == 2 and msg.split(": ", 1)[1] in r.stderr, r.stderr
+    assert not (tmpdir_short / "st").exists()  # refused before anything was made
+    for value in ("127.0.0.1:9100", "[::1]:9100"):
+        r = detd(*base, "--check-config", "--metrics", value)
+        assert r.returncode == 0 and f"metrics = {value}" in r.stdout, r.stderr
+
+
+def test_dash_h_is_help():
+    r, long_ = detd("-h"), detd("--help")
+    assert r.returncode == 0 and r.stdout == long_.stdout and r.stdout.startswith("Usage: detd"), r.stderr
+    assert "print this help and exit (also -h)" in r.stdout

@@ -53,6 +53,7 @@ def test_json_lines_each_decision_once(tmpdir_short):
     d = Daemon(tmpdir_short, extra_args=["--log-format", "json"]).start()
     try:
         outs = workload(d, tmpdir_short, prefix=PREFIX)
+        assert d.detctl("reset", "--kernel", "m:none@0").returncode == 0  # removes nothing, logs once
     finally:
         assert d.stop() == 0
     lines = d.read_log().splitlines()
@@ -76,6 +77,7 @@ def test_json_lines_each_decision_once(tmpdir_short):
         assert e["namespace"] == "default" and e["source"] == "timed"
         assert e["origin"] == "local" and e["via"] == "report"
         assert isinstance(e["pid"], int) and isinstance(e["claim"], int)
+        assert e["claim"] > 0, e  # 64 random bits, unsigned as elsewhere
         assert e["uid"] == os.getuid() and e["node"] != "", e
     # Every process launched the logged config.
     logged = {e["key"]: e["config"] for e in decided}
@@ -83,6 +85,20 @@ def test_json_lines_each_decision_once(tmpdir_short):
         for key, v in out["keys"].items():
             assert v["config"] == logged[key]
     assert any(e["msg"].startswith("detd ") and "serving on" in e["msg"] for e in events)
+    # Every event naming a claim, a session, a key or a pid carries them as
+    # members too: each report names its claim, key id, session, pid, uid
+    # and rank, and the claim is the one its decision was logged with.
+    (reset,) = [e for e in events if e["msg"].startswith("reset namespace ")]
+    assert reset["namespace"] == "default" and reset["kernel"] == "m:none@0", reset
+    reports = [e for e in events if e["msg"].startswith("report for claim ")]
+    assert len(reports) == 5, [e["msg"] for e in events]
+    claims = {e["claim"]: e for e in decided}
+    for e in reports:
+        assert {"claim", "key_id", "session", "pid", "uid", "rank"} <= set(e), e
+        assert f"report for claim {e['claim']} on key {e['key_id']} from session {e['session']} " \
+               f"(pid {e['pid']} uid {e['uid']} on " in e["msg"], e
+        assert claims[e["claim"]]["id"].startswith(e["key_id"]) and len(e["key_id"]) == 12, e
+        assert claims[e["claim"]]["pid"] == e["pid"] and claims[e["claim"]]["rank"] == e["rank"], e
 
 
 def test_human_lines(tmpdir_short):
@@ -96,6 +112,10 @@ def test_human_lines(tmpdir_short):
         assert HUMAN.match(ln), ln
     decided = [ln for ln in lines if " detd: decided id=" in ln]
     assert len(decided) == 4
+    # Other events are their message alone (the fields are JSON's only).
+    reports = [ln for ln in lines if " detd: report for claim " in ln]
+    assert len(reports) == 4 and all(re.search(r"rank -?\d+\)$", ln) for ln in reports), reports
+    assert all(int(re.search(r" claim=(\d+) ", ln).group(1)) > 0 for ln in decided), decided
     ids = {re.search(r" id=([0-9a-f]{64}) ", ln).group(1) for ln in decided}
     assert ids == set(store_rows(d))
     for ln in decided:

@@ -217,10 +217,12 @@ def test_verify_fails_naming_a_rank_that_used_another_config(daemon, tmpdir_shor
     div = vj["divergences"][0]
     assert div["reason"] == "differs from decision" and div["decided"] == winner, div
     assert [u["config"] for u in div["uses"]] == [other], div
-    # The deciding rank reports what it launched: two configs for one key.
+    # The deciding rank reports what it launched: two configs for one key
+    # (the raw observation carries no job label, the client's is "it":
+    # every job is checked).
     p = daemon.client("--keys", 1, "--rank", 1, "--observe", out=tmpdir_short / "w2.json")
     assert p.wait(DEADLINE) == 0
-    vj = json.loads(daemon.detctl("verify", "--json").stdout)
+    vj = json.loads(daemon.detctl("verify", "--json", "--all-jobs").stdout)
     assert vj["ok"] is False and [d["reason"] for d in vj["divergences"]] == ["ranks disagree"], vj
     assert sorted(u["config"] for u in vj["divergences"][0]["uses"]) == sorted([winner, other])
 

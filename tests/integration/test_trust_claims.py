@@ -210,9 +210,14 @@ def test_observation_cannot_be_overwritten_and_verify_shows_who_the_daemon_saw(t
         code, msg, _ = probe(d, "/detd.v1.Decider/Observe",
                              observe_body(winner, rank=1, pid=r1["pid"]), prefix=as_nobody())
         assert code == 0, msg
+        # verify's default job is the one this user's processes observed
+        # last ("it"), not the forger's later row (another uid, no label).
         v = d.detctl("verify")
         assert v.returncode == 1, v.stdout
-        vj = json.loads(d.detctl("verify", "--json").stdout)
+        assert v.stdout.startswith("job: it (observed last by this user's processes"), v.stdout
+        v = d.detctl("verify", "--all-jobs")
+        assert v.returncode == 1, v.stdout
+        vj = json.loads(d.detctl("verify", "--json", "--all-jobs").stdout)
         assert vj["ok"] is False and len(vj["divergences"]) == 1, vj
         uses = {u["config"]: u for u in vj["divergences"][0]["uses"]}
         assert len(uses) == 2 and winner in uses, uses

@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,75 @@ def test_verify_escapes_what_clients_wrote(d):
     p0.close()
     p1.close()
     p2.close()
+
+
+def newest_at_ms(d):
+    return sqlite3.connect(os.path.join(d.state, "detd.sqlite")).execute(
+        "SELECT max(at_ms) FROM observations").fetchone()[0]
+
+
+def past_ms(at_ms):
+    """Wait for the clock to leave the millisecond at_ms (the store's order
+    of jobs is by time of observation)."""
+    while int(time.time() * 1000) <= at_ms:
+        pass
+
+
+def test_verify_checks_the_current_job_and_a_reset_forgets_what_it_reset(d):
+    # An earlier broken run (job-a): a launch raised before a config was
+    # chosen, on a key never decided.
+    p = Proc(d, 0, b"job-a")
+    assert p.observe("m:broken@1", "[i:1]", "", flags=GOVERNED | FAILED, error="ImportError: no numpy") == 0
+    p.close()
+    r = detctl(d, "verify")
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert lines[0] == "job: job-a (the only job observed)", r.stdout
+    assert any("'detctl verify --job J'" in ln for ln in lines) and lines[-1].startswith("FAIL: "), r.stdout
+    assert any("detctl reset --kernel K' (or --all)" in ln for ln in lines), r.stdout
+    past_ms(newest_at_ms(d))
+    # The next run (job-b) is fine: verify checks it, the run observed last.
+    for rank in (0, 1):
+        p = Proc(d, rank, b"job-b")
+        assert p.observe("m:k@1", "[i:1]", CANDS[0]) == 0
+        p.close()
+    r = detctl(d, "verify")
+    assert r.returncode == 0, r.stdout
+    assert r.stdout.splitlines()[0].startswith(
+        "job: job-b (observed last by this user's processes, of 2 jobs; --job J"), r.stdout
+    rc, doc = verify_json(d)
+    assert rc == 0 and doc["job"] == "job-b" and doc["job_source"] == "latest-mine" and doc["observations"] == 2
+    assert [(j["job"], j["observations"]) for j in doc["jobs"]] == [("job-b", 2), ("job-a", 1)], doc["jobs"]
+    # Inside a launcher, its job: TORCHELASTIC_RUN_ID, DETD_JOB first.
+    env = dict(os.environ, TORCHELASTIC_RUN_ID="job-a")
+    env.pop("DETD_JOB", None)
+    r = subprocess.run([str(DETCTL), "--socket", d.socket, "verify"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 1 and r.stdout.startswith(
+        "job: job-a (the launcher's, $TORCHELASTIC_RUN_ID; --all-jobs"), r.stdout
+    assert "hint: checked job job-a only; other jobs observed: job-b (2 observations)" in r.stdout, r.stdout
+    env["DETD_JOB"] = "job-b"
+    r = subprocess.run([str(DETCTL), "--socket", d.socket, "verify"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("job: job-b (the launcher's, $DETD_JOB"), r.stdout
+    # --all-jobs: every job, and the FAIL text names --job.
+    r = detctl(d, "verify", "--all-jobs")
+    assert r.returncode == 1 and r.stdout.startswith("job: every job (--all-jobs; 2 observed)"), r.stdout
+    assert "these observations are of 2 jobs: job-b (2 observations), job-a (1 observations). " \
+           "'detctl verify --job J' checks one job's" in r.stdout, r.stdout
+    assert detctl(d, "verify", "--all-jobs", "--job", "x").returncode == 2
+    # A reset of the broken kernel (named module:qualname, known only from
+    # its observations) forgets its failed launch.
+    r = detctl(d, "reset", "--kernel", "m:broken")
+    assert r.returncode == 0 and "removed 0 decisions\nremoved 1 observation " in r.stdout, r.stdout
+    assert detctl(d, "verify", "--all-jobs").returncode == 0
+    # reset --all forgets every observation: verify then sees nothing.
+    p = Proc(d, 0, b"job-a")
+    assert p.observe("m:broken@1", "[i:1]", "", flags=GOVERNED | FAILED, error="ImportError: no numpy") == 0
+    p.close()
+    assert detctl(d, "verify", "--all-jobs").returncode == 1
+    r = detctl(d, "reset", "--all", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["removed_observations"] == 3, r.stdout
+    r = detctl(d, "verify")
+    assert r.returncode == 1 and "EMPTY nothing was checked" in r.stdout, r.stdout
+    assert r.stdout.startswith("job: every job (nothing observed)"), r.stdout

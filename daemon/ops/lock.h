@@ -1,0 +1,39 @@
+/*
+ * lock: Admin.ImportLock, a lockfile's decisions stored as decisions of a
+ * namespace (`detctl lock import`, docs/lockfile.md), on the loop thread.
+ *
+ * detctl checks the file (its content hash, its fields, the provenance the
+ * importer asked for) and sends its decisions in batches; each batch is
+ * checked again here and stored in one transaction. A decision's id is
+ * made again for this daemon's namespace from arch, kernel, key and the
+ * candidates' fingerprint, so a client asking the same key with the same
+ * candidates on the same arch gets it DECIDED without timing anything,
+ * while one asking with other candidates or on another arch asks another
+ * id: the lock does not answer it. First writer wins: a key decided
+ * already keeps its decision (the same config: unchanged; another: a
+ * conflict, listed). The local backend only: with etcd a decision is
+ * committed through etcd (app/commit.c), which a batch import does not
+ * do; the call is refused FAILED_PRECONDITION.
+ */
+#ifndef DETD_LOCK_H
+#define DETD_LOCK_H
+
+#include "app/daemon.h"
+
+/* Decisions in one ImportLock request (its message is capped at 1 MiB). */
+#define LOCK_MAX_BATCH 100000
+/* Conflicts listed in one answer. */
+#define LOCK_MAX_CONFLICTS 100
+
+/* Admin.ImportLock (consumes the event). */
+void lock_import(struct daemon *d, struct rpc_event *ev);
+
+/*
+ * --lock FILE at start (after the store is open): check the file as
+ * `detctl lock import` does and store its decisions in the daemon's
+ * namespace. 0 (also without --lock, and with conflicts, which are
+ * logged), or -1 after logging why (the daemon does not start).
+ */
+int lock_load_at_start(struct daemon *d);
+
+#endif /* DETD_LOCK_H */

@@ -1,0 +1,237 @@
+"""Lockfiles through two real daemons (two "clusters") and detctl: a job's
+decisions exported with provenance and a content hash, imported into a
+fresh store whose clients then get them DECIDED without a timing pass,
+provenance filters at import, a changed file refused naming both hashes,
+keys a lock does not hold (other candidates, another arch, a new key)
+missing from it with the reason, and verify --lock passing and failing
+(docs/lockfile.md)."""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DETCTL, DETD, Daemon, counter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import detd_client as dc  # noqa: E402
+
+KERNEL = "tests.lock:row_sum@0123456789abcdef"
+CANDS = [f"BLOCK={16 << i},num_warps=4" for i in range(4)]
+SOURCE_TIMED, SOURCE_FALLBACK = 1, 5
+
+
+def detctl(d, *args):
+    env = dict(os.environ)
+    for v in ("DETD_NAMESPACE", "DETD_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE"):
+        env.pop(v, None)
+    return subprocess.run([str(DETCTL), "--socket", d.socket, *map(str, args)], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+class Rank:
+    """One process: decides keys (timing when designated: key i's winner is
+    candidate i mod 4, or `winner`), observes what it launched."""
+
+    def __init__(self, d, rank, job, arch="sm90", cands=CANDS):
+        self.lib = dc.load()
+        self.ident = dc.Identity(f"node-{rank}-{job}".encode(), rank, rank, 2, b"Test GPU", arch.encode(), 132,
+                                 job.encode())
+        self.h = ctypes.c_void_p()
+        assert self.lib.detd_client_open(d.socket.encode(), ctypes.byref(self.ident), ctypes.byref(self.h)) == 0
+        self.arch, self.cands = arch.encode(), cands
+        self.arr = (ctypes.c_char_p * len(cands))(*[c.encode() for c in cands])
+
+    def key(self, i):
+        return dc.Key(None, self.arch, KERNEL.encode(), f"[i:{i}]".encode(), self.arr, len(self.cands), None)
+
+    def decide(self, i, no_claim=False, winner=None):
+        key = self.key(i)
+        ans = ctypes.POINTER(dc.Answer)()
+        flags = dc.DECIDE_NO_CLAIM if no_claim else 0
+        assert self.lib.detd_decide(self.h, ctypes.byref(key), flags, 30000, ctypes.byref(ans)) == 0
+        outcome = ans.contents.outcome
+        if outcome == dc.DESIGNATED:
+            n = len(self.cands)
+            w = i % n if winner is None else winner
+            samples = [(ctypes.c_double * 3)(*[1.0 + (j - w) % n] * 3) for j in range(n)]
+            tarr = (dc.Timing * n)(*[dc.Timing(c.encode(), s, 3, 0) for c, s in zip(self.cands, samples)])
+            rep = ctypes.POINTER(dc.Answer)()
+            assert self.lib.detd_report(self.h, ans.contents.claim_id, ctypes.byref(key), tarr, n, b"3.6.0",
+                                        30000, ctypes.byref(rep)) == 0
+            cfg = rep.contents.config.decode()
+            self.lib.detd_answer_free(rep)
+        elif outcome == dc.DECIDED:
+            cfg = ans.contents.config.decode()
+        else:
+            cfg = None
+        self.lib.detd_answer_free(ans)
+        return outcome, cfg
+
+    def run(self, keys, **kw):
+        """Decide and observe each key (a miss launches the first candidate,
+        observed as the fallback it is); {key: (outcome, config)}."""
+        out = {}
+        for i in keys:
+            outcome, cfg = self.decide(i, **kw)
+            src = SOURCE_TIMED
+            if cfg is None:
+                cfg, src = self.cands[0], SOURCE_FALLBACK
+            assert self.lib.detd_observe(self.h, ctypes.byref(self.key(i)), cfg.encode(), src, 1, 30000) == 0
+            out[i] = (outcome, cfg)
+        return out
+
+    def close(self):
+        self.lib.detd_client_close(self.h)
+
+
+def job(d, name, ranks=2, keys=(0, 1, 2), **kw):
+    res = []
+    for r in range(ranks):
+        p = Rank(d, r, name, **{k: v for k, v in kw.items() if k in ("arch", "cands")})
+        res.append(p.run(keys, **{k: v for k, v in kw.items() if k in ("no_claim", "winner")}))
+        p.close()
+    return res
+
+
+@pytest.fixture
+def two(tmpdir_short):
+    a = Daemon(tmpdir_short, name="a").start(wait=False)
+    b = Daemon(tmpdir_short, name="b").start(wait=False)
+    a.wait_ready()
+    b.wait_ready()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+def test_lock_round_trip_starts_a_second_store_warm(two, tmpdir_short):
+    a, b = two
+    first = job(a, "run-1")
+    assert counter(a.status(), "timing_passes") == 3
+    lock = tmpdir_short / "run-1.lock.json"
+    r = detctl(a, "lock", "export", "-o", lock)
+    assert r.returncode == 0 and f"wrote {lock}: 3 decisions of the job, sha256 " in r.stdout, r.stdout + r.stderr
+    doc = json.loads(lock.read_text())
+    assert doc["kind"] == "Lockfile" and doc["format"] == 1 and doc["job"] == "run-1" and len(doc["sha256"]) == 64
+    assert "median" in doc["winner_rule"]["text"] and doc["created_by"]["detctl"]
+    e0 = doc["entries"][0]
+    assert e0["source"] == "timed" and e0["arch"] == "sm90" and e0["n_candidates"] == 4
+    p = e0["provenance"]
+    assert p["triton_version"] == "3.6.0" and p["device"] == "Test GPU" and p["timed_by"]["host"] == "node-0-run-1"
+    assert p["seen"]["pid"] == os.getpid() and len(p["timings"]) == 4 and int(p["claim_id"]) > 0
+    assert {e["config"] for e in doc["entries"]} == {first[0][i][1] for i in (0, 1, 2)}
+
+    # A file changed after export is refused, naming both hashes.
+    bad = dict(doc, entries=[dict(e0, config=CANDS[3])] + doc["entries"][1:])
+    tampered = tmpdir_short / "tampered.json"
+    tampered.write_text(json.dumps(bad))
+    r = detctl(b, "lock", "import", tampered)
+    assert r.returncode == 2 and f"lockfile '{tampered}': content hash mismatch: the file says sha256 " \
+        f"{doc['sha256']}, its content hashes to " in r.stderr, r.stderr
+    # Provenance the importer asks for: entries timed elsewhere are misses.
+    r = detctl(b, "lock", "import", lock, "--namespace", "other", "--triton-version", "3.5.0")
+    assert r.returncode == 0 and r.stdout.count("timed with Triton 3.6.0, not 3.5.0 (--triton-version)") == 3
+    assert "0 added, 0 unchanged, 0 conflicting (kept as stored), 3 skipped" in r.stdout, r.stdout
+    r = detctl(b, "lock", "import", lock, "--namespace", "other", "--arch", "sm80")
+    assert r.stdout.count("decided for arch sm90, not sm80 (--arch)") == 3, r.stdout
+
+    r = detctl(b, "lock", "import", lock)
+    assert r.returncode == 0 and "3 added, 0 unchanged, 0 conflicting" in r.stdout, r.stdout + r.stderr
+    r = detctl(b, "lock", "import", lock)
+    assert r.returncode == 0 and "0 added, 3 unchanged" in r.stdout, r.stdout
+    # The second store answers every key of the lock: decided, never timed,
+    # the first job's configs.
+    second = job(b, "run-2")
+    assert all(res == {i: (dc.DECIDED, first[0][i][1]) for i in (0, 1, 2)} for res in second), second
+    st = b.status()
+    assert counter(st, "timing_passes") == 0 and counter(st, "decisions_import") == 3
+    r = detctl(b, "verify", "--lock", lock)
+    assert r.returncode == 0 and r.stdout.startswith("job: run-2 (the only job observed)"), r.stdout
+    assert json.loads(detctl(b, "verify", "--lock", lock, "--json").stdout)["lock"]["entries"] == 3
+    d = json.loads(detctl(b, "decisions", "--json").stdout)["decisions"]
+    assert {x["table_file"] for x in d} == {"lock:run-1.lock.json"} and {x["source"] for x in d} == {"import"}
+
+    # Keys the lock does not answer: other candidates, another arch (pinned
+    # ranks: a miss, then their fallback), a key it never held (timed), and
+    # a rank that launched another config than the lock's.
+    job(b, "run-3", ranks=1, keys=(0,), cands=CANDS[:3], no_claim=True)
+    job(b, "run-3", ranks=1, keys=(1,), arch="sm80", no_claim=True)
+    res = job(b, "run-3", ranks=1, keys=(7,))
+    assert res[0][7][0] == dc.DESIGNATED
+    p = Rank(b, 5, "run-3")
+    assert p.lib.detd_observe(p.h, ctypes.byref(p.key(2)), CANDS[3].encode(), SOURCE_TIMED, 1, 30000) == 0
+    p.close()
+    r = detctl(b, "verify", "--lock", lock)
+    assert r.returncode == 1, r.stdout
+    assert r.stdout.startswith("job: run-3 (observed last by this user's processes, of 2 jobs"), r.stdout
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("LOCK ")]
+    assert len(lines) == 4, r.stdout
+    text = "\n".join(lines)
+    assert f"[i:0] [sm90]: not from the lock {lock}: it holds this kernel and key for other candidates" in text
+    assert f"[i:1] [sm80]: not from the lock {lock}: it holds this kernel and key for arch sm90, not sm80" in text
+    assert f"[i:7] [sm90]: not in the lock {lock}" in text
+    assert f"[i:2] [sm90]: ran {CANDS[3]}; the lock {lock} says {first[0][2][1]}" in text
+    # explain names why the lock does not answer such an ask.
+    cands = [a for c in CANDS[:3] for a in ("--candidate", c)]
+    e = json.loads(detctl(b, "explain", "--kernel", KERNEL, "--key", "[i:0]", "--arch", "sm90", *cands,
+                          "--json").stdout)
+    assert e["answer"] == "timed" and any(
+        "the lock 'run-1.lock.json' decided this kernel and key for other candidates" in n for n in e["notes"]), e
+    r = detctl(b, "explain", "--kernel", KERNEL, "--key", "[i:1]", "--arch", "sm80",
+               *[a for c in CANDS for a in ("--candidate", c)])
+    assert "the lock 'run-1.lock.json' decided this kernel and key for arch sm90, not sm80" in r.stdout, r.stdout
+    vj = json.loads(detctl(b, "verify", "--lock", lock, "--json").stdout)
+    assert sorted(f["key"] for f in vj["failures"] if f["kind"] == "lock") == ["[i:0]", "[i:1]", "[i:2]", "[i:7]"]
+    assert detctl(b, "verify", "--lock", tampered).returncode == 2
+
+
+def test_lock_import_keeps_a_conflicting_decision_and_says_so(two, tmpdir_short):
+    a, b = two
+    first = job(a, "run-1", ranks=1, keys=(0, 1))
+    lock = tmpdir_short / "l.json"
+    assert detctl(a, "lock", "export", "-o", lock, "--all").returncode == 0
+    # b decided key 0 already, with another winner.
+    other = job(b, "mine", ranks=1, keys=(0,), winner=3)
+    assert other[0][0][1] == CANDS[3] != first[0][0][1]
+    r = detctl(b, "lock", "import", lock)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"CONFLICT {KERNEL} [i:0] [sm90]: decided already as {CANDS[3]} (timed); the lock says " \
+           f"{first[0][0][1]}: kept" in r.stdout, r.stdout
+    assert "1 added, 0 unchanged, 1 conflicting (kept as stored)" in r.stdout
+    assert "lock 'l.json': " in b.read_log()
+    r = detctl(b, "lock", "export")
+    assert r.returncode == 2 and "needs -o FILE" in r.stderr
+    r = detctl(b, "lock", "frobnicate")
+    assert r.returncode == 2 and "the subcommands are export and import" in r.stderr
+
+
+def test_a_lock_given_to_the_daemon_at_start(two, tmpdir_short):
+    a, _ = two
+    first = job(a, "run-1", ranks=1)
+    lock = tmpdir_short / "l.json"
+    assert detctl(a, "lock", "export", "-o", lock).returncode == 0
+    c = Daemon(tmpdir_short, extra_args=["--lock", lock], name="c").start()
+    try:
+        assert job(c, "run-2", ranks=1) == [{i: (dc.DECIDED, first[0][i][1]) for i in (0, 1, 2)}]
+        assert counter(c.status(), "timing_passes") == 0 and counter(c.status(), "decisions_import") == 3
+        assert "lock 'l.json' (sha256 " in c.read_log() and "3 decisions added" in c.read_log()
+    finally:
+        c.stop()
+    # A changed file stops the daemon before it serves, naming both hashes.
+    doc = json.loads(lock.read_text())
+    doc["entries"][0]["config"] = CANDS[3]
+    lock.write_text(json.dumps(doc))
+    r = subprocess.run([str(DETD), "--socket", tmpdir_short / "d.sock", "--state-dir", tmpdir_short / "d-st",
+                        "--lock", lock], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and f"--lock '{lock}': content hash mismatch: the file says sha256 " \
+        f"{doc['sha256']}, its content hashes to " in r.stderr, r.stderr
+    assert not (tmpdir_short / "d.sock").exists()
+    r = subprocess.run([str(DETD), "--check-config", "--socket", tmpdir_short / "d.sock", "--state-dir",
+                        tmpdir_short / "d-st", "--lock", tmpdir_short / "none.json"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and f"lock: '{tmpdir_short / 'none.json'}': No such file or directory" in r.stderr, \
+        r.stderr
