@@ -69,14 +69,14 @@ def agreement(results):
 
 
 class Daemon:
-    def __init__(self, root, tables=None):
+    def __init__(self, root, tables=None, args=()):
         os.makedirs(root, exist_ok=True)
         self.root = root
         self.sock = os.path.join(root, "detd.sock")
         self.state = os.path.join(root, "state")
         self.log = open(os.path.join(root, "detd.log"), "a")
         os.environ["DETD_SOCKET"] = self.sock  # for the workers' detd.install()
-        extra = ["--tables", tables] if tables else []
+        extra = (["--tables", tables] if tables else []) + list(args)
         self.p = subprocess.Popen([os.path.join(BIN, "detd"), "--socket", self.sock, "--state-dir", self.state,
                                    *extra], env=env_for({}), stdout=self.log, stderr=subprocess.STDOUT)
         for _ in range(200):
