@@ -53,6 +53,10 @@ void commit_state_free(commit_state *s) {
 /* See commit.h. */
 void commit_log_decision(const struct decision *r, const char *origin,
                          const char *via) {
+    /* Claim ids are 64 random bits: unsigned, as every other line and
+     * libdetd write them (a JSON string, as proto3's JSON has uint64). */
+    char claim[24];
+    snprintf(claim, sizeof claim, "%" PRIu64, r->claim_id);
     const struct log_field f[] = {
         LOG_STR("id", r->id),
         LOG_STR("namespace", r->ns),
@@ -61,7 +65,7 @@ void commit_log_decision(const struct decision *r, const char *origin,
         LOG_STR("key", r->key),
         LOG_STR("config", r->config),
         LOG_STR("source", source_names[r->source & 7]),
-        LOG_NUM("claim", (long long)r->claim_id),
+        LOG_STR("claim", claim),
         LOG_STR("host", r->by_host),
         LOG_NUM("pid", r->by_pid),
         LOG_NUM("rank", r->by_rank),

@@ -575,6 +575,74 @@ static void report_rejected(struct daemon *d, rpc_call *call,
     rpc_fail(call, RPC_INVALID_ARGUMENT, "%s", why);
 }
 
+/* What an environment release tells the waiters of its key. */
+struct env_release {
+    struct daemon *d;
+    const char *text;
+};
+
+static void on_env_released(void *ctx, const struct engine_event *ev) {
+    const struct env_release *r = ctx;
+    struct pending *p = waiters_take(r->d->waiters, ev->token);
+    if (p == NULL)
+        return;
+    rpc_fail(p->call, RPC_FAILED_PRECONDITION, "%s", r->text);
+    pending_free(p);
+}
+
+/*
+ * The holder of claim on vk says its timing pass could not run in its
+ * process's environment (err: a module missing, no GPU driver): nothing
+ * about the candidates is known, so nothing is stored. The claim ends at
+ * once, like a rejected report's, and every waiter of the key gets the
+ * error (it would most likely meet it too); the next asker is designated
+ * anew. The holder gets an empty ReportResponse (no decision).
+ */
+static void release_env(struct daemon *d, rpc_call *call, const struct vkey *vk,
+                        uint64_t claim, const Detd__V1__ClientIdentity *c,
+                        int32_t ppid, const char *err) {
+    char text[DAEMON_MAX_NOTE + 512];
+    /* The words "could not run in the environment of" are what clients
+     * match (libdetd's DETD_EENV); never "session" (a re-attach). */
+    snprintf(text, sizeof text,
+             "the timing pass of kernel %.200s key %.12s could not run in "
+             "the environment of rank %d (pid %d on %.100s): %s; nothing "
+             "was stored: the key is timed again once that is fixed",
+             vk->k->kernel, vk->id, c != NULL ? (int)c->rank : -1, (int)ppid,
+             c != NULL && c->host != NULL ? c->host : "", err);
+    d->counters.passes_env_released++;
+    struct env_release r = {d, text};
+    int n = engine_reject(d->engine, vk->id, claim, on_env_released, &r);
+    if (d->coord != NULL)
+        coord_sweep(d->coord); /* the cluster claim goes too */
+    log_warn("claim %" PRIu64 " on %s key %s given back: its timing pass "
+             "could not run in the environment of pid %d (rank %d) on %s: "
+             "%s; nothing stored, %d waiters told",
+             claim, vk->k->kernel, vk->k->key ? vk->k->key : "", (int)ppid,
+             c != NULL ? (int)c->rank : -1, d->node, err, n < 0 ? 0 : n);
+    Detd__V1__ReportResponse resp = DETD__V1__REPORT_RESPONSE__INIT;
+    resp.api_version = DETD_API_VERSION;
+    rpc_reply(call, &resp.base);
+}
+
+/* The reason a pass in which every candidate failed is kept with: the
+ * daemon's verdict (the words clients match), then the first failed
+ * candidate's own error when the report carried one. */
+static void failed_pass_reason(const Detd__V1__ReportRequest *req, char *buf,
+                               size_t size) {
+    static const char all_failed[] = "timings: no candidate has a valid timing "
+                                     "(all failed, empty or not finite)";
+    for (size_t i = 0; i < req->n_timings; i++) {
+        const Detd__V1__CandidateTiming *t = req->timings[i];
+        if (t->error != NULL && t->error[0] != '\0') {
+            snprintf(buf, size, "%s; the first error, candidate '%.200s': %s",
+                     all_failed, t->config, t->error);
+            return;
+        }
+    }
+    snprintf(buf, size, "%s", all_failed);
+}
+
 /* Keep the failure of the pass on vk (every candidate failed) for the
  * askers that come after (answer_failed_pass()), with who the daemon saw
  * report it (ppid, puid: SO_PEERCRED) beside what the client wrote. A
@@ -647,7 +715,9 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
     if (validate_identity(ev->call, req->client) != 0 ||
         validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0 ||
         validate_str(ev->call, "triton_version", req->triton_version,
-                     DAEMON_MAX_IDENTITY_STRING, 0) != 0) {
+                     DAEMON_MAX_IDENTITY_STRING, 0) != 0 ||
+        validate_str(ev->call, "env_error", req->env_error, DAEMON_MAX_NOTE,
+                     0) != 0) {
         d->counters.rejected++;
         goto free_msg;
     }
@@ -707,8 +777,15 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         goto free_msg;
     }
 
+    /* The holder's pass could not run in its environment: its claim is
+     * given back, nothing stored. */
+    if (req->env_error != NULL && req->env_error[0] != '\0') {
+        release_env(d, ev->call, &vk, req->claim_id, req->client, ppid,
+                    req->env_error);
+        goto free_msg;
+    }
     /* The holder's own report: an unusable one ends its claim at once. */
-    char why[512];
+    char why[DAEMON_MAX_NOTE + 512];
     if (req->n_timings == 0 || req->n_timings > DETD_MAX_CANDIDATES) {
         snprintf(why, sizeof why, "timings has %zu entries: must be 1 to %d",
                  req->n_timings, DETD_MAX_CANDIDATES);
@@ -721,6 +798,15 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
             snprintf(why, sizeof why,
                      "timings[%zu].ms has %zu samples, over the limit of %d", i,
                      t->n_ms, DAEMON_MAX_TIMING_SAMPLES);
+            report_rejected(d, ev->call, &vk, req->claim_id, why);
+            goto free_msg;
+        }
+        size_t elen = t->error != NULL ? strlen(t->error) : 0;
+        if (elen > DAEMON_MAX_NOTE) {
+            snprintf(why, sizeof why,
+                     "timings[%zu].error is %zu bytes, over the limit of %d "
+                     "bytes",
+                     i, elen, DAEMON_MAX_NOTE);
             report_rejected(d, ev->call, &vk, req->claim_id, why);
             goto free_msg;
         }
@@ -750,11 +836,9 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
                                vk.k->n_candidates);
     free(et);
     if (w < 0) {
-        static const char all_failed[] =
-            "timings: no candidate has a valid timing "
-            "(all failed, empty or not finite)";
-        record_failed_pass(d, &vk, req->client, ppid, puid, all_failed);
-        report_rejected(d, ev->call, &vk, req->claim_id, all_failed);
+        failed_pass_reason(req, why, sizeof why);
+        record_failed_pass(d, &vk, req->client, ppid, puid, why);
+        report_rejected(d, ev->call, &vk, req->claim_id, why);
         goto free_msg;
     }
     /* What the row adds to the store: about the request's size. */

@@ -75,7 +75,9 @@ def test_json_lines_each_decision_once(tmpdir_short):
         assert e["key"].startswith(PREFIX)
         assert e["namespace"] == "default" and e["source"] == "timed"
         assert e["origin"] == "local" and e["via"] == "report"
-        assert isinstance(e["pid"], int) and isinstance(e["claim"], int)
+        assert isinstance(e["pid"], int)
+        # 64 random bits, unsigned as every other line writes them.
+        assert isinstance(e["claim"], str) and e["claim"].isdigit() and 0 < int(e["claim"]) < 2**64, e
         assert e["uid"] == os.getuid() and e["node"] != "", e
     # Every process launched the logged config.
     logged = {e["key"]: e["config"] for e in decided}

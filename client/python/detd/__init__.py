@@ -31,7 +31,7 @@ import threading
 from typing import List, Optional
 
 from . import _policy
-from ._loop import MissError, PassFailedError
+from ._loop import MissError, PassEnvError, PassFailedError
 from ._native import DetdError, LibraryNotFound
 from ._policy import Settings
 
@@ -45,6 +45,7 @@ __all__ = [
     "verify",
     "DivergenceError",
     "MissError",
+    "PassEnvError",
     "PassFailedError",
     "DetdError",
     "LibraryNotFound",
