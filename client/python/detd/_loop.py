@@ -455,9 +455,10 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
                 _pass_tls.progress = None
             deadline += time.monotonic() - t0
         try:
+            errs = pass_errors() if pass_errors is not None else None
             answer = _process.client().report(answer.claim_id, dkey, rows, version,
                                               max(1, int((deadline - time.monotonic()) * 1000)),
-                                              errors=pass_errors() if pass_errors is not None else None)
+                                              **({"errors": errs} if errs else {}))
             answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
             break
         except _native.DetdError as e:
