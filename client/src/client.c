@@ -37,6 +37,33 @@ static void client_identity_free_(Detd__V1__ClientIdentity *id) {
     free(id->job);
 }
 
+/* An integer launcher variable (RANK, WORLD_SIZE, ...), or dflt when it
+ * is unset or not an integer. */
+static int32_t client_env_int_(const char *name, int32_t dflt) {
+    const char *v = getenv(name);
+    if (v == NULL || v[0] == '\0')
+        return dflt;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno != 0 || *end != '\0' || n < INT32_MIN || n > INT32_MAX)
+        return dflt;
+    return (int32_t)n;
+}
+
+/* The job label when the caller gave none: $DETD_JOB, else the
+ * launcher's run id (torchrun, Slurm), as the Python package reads it. */
+static const char *client_env_job_(void) {
+    static const char *const vars[] = {"DETD_JOB", "TORCHELASTIC_RUN_ID",
+                                       "SLURM_JOB_ID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && v[0] != '\0')
+            return v;
+    }
+    return NULL;
+}
+
 static int client_identity_init_(Detd__V1__ClientIdentity *id,
                                  const struct detd_identity *in) {
     Detd__V1__ClientIdentity init = DETD__V1__CLIENT_IDENTITY__INIT;
@@ -48,13 +75,20 @@ static int client_identity_init_(Detd__V1__ClientIdentity *id,
         host[sizeof(host) - 1] = '\0';
     }
     id->host = strdup(in != NULL && in->host != NULL ? in->host : host);
-    id->rank = in != NULL ? in->rank : -1;
-    id->local_rank = in != NULL ? in->local_rank : -1;
-    id->world_size = in != NULL ? in->world_size : 0;
+    /* Unknown: what the launcher says (torchrun's variables). */
+    id->rank =
+        in != NULL && in->rank >= 0 ? in->rank : client_env_int_("RANK", -1);
+    id->local_rank = in != NULL && in->local_rank >= 0
+                         ? in->local_rank
+                         : client_env_int_("LOCAL_RANK", -1);
+    id->world_size = in != NULL && in->world_size > 0
+                         ? in->world_size
+                         : client_env_int_("WORLD_SIZE", 0);
     id->sm_count = in != NULL ? in->sm_count : 0;
     id->device_name = client_strdup_or_empty_(in ? in->device_name : NULL);
     id->arch = client_strdup_or_empty_(in ? in->arch : NULL);
-    id->job = client_strdup_or_empty_(in ? in->job : NULL);
+    id->job = client_strdup_or_empty_(
+        in != NULL && in->job != NULL ? in->job : client_env_job_());
     id->client_version = strdup(detd_version());
     if (id->host == NULL || id->device_name == NULL || id->arch == NULL ||
         id->job == NULL || id->client_version == NULL) {

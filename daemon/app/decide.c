@@ -696,6 +696,8 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         .by_pid = ppid != 0 ? ppid : (c ? c->pid : 0),
         .by_rank = sess->rank,
         .by_local_rank = c ? c->local_rank : -1,
+        .by_world_size = c ? c->world_size : 0,
+        .by_job = c ? c->job : "",
         .by_device = c ? c->device_name : "",
         .by_arch = c ? c->arch : "",
         .triton_version = req->triton_version,

@@ -143,7 +143,9 @@ def expect_error(res, case, path):
 @pytest.mark.parametrize("path", PATHS)
 def test_the_contract_holds_on_every_path(daemon, tmp_path, path):
     def env(rank, **extra):
-        return daemon.env(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=4, DETD_ON_MISS="error", **extra)
+        # torchrun's variables (the run id names the job)
+        return daemon.env(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=4, TORCHELASTIC_RUN_ID="conformance-run",
+                          DETD_ON_MISS="error", **extra)
 
     gate = {c: str(tmp_path / f"gate-{c}") for c in ("wait", "all_failed", "takeover", "budget", "env")}
     keys = dict(fresh=64, wait=96, all_failed=128, takeover=160, budget=192, pinned=224, no_daemon=256, env=288)
@@ -232,6 +234,11 @@ def test_the_contract_holds_on_every_path(daemon, tmp_path, path):
     assert res["bench_calls"] == 0, res
     with open(daemon.log_path, errors="replace") as f:
         assert f.read().count("given back: its timing pass could not run in the environment") == 1
+    # Every timed decision names the job and its size, as torchrun set them.
+    r = daemon.detctl("decisions", "--json")
+    timed = [x for x in json.loads(r.stdout)["decisions"] if x["source"] == "timed"]
+    assert len(timed) == 5, timed  # fresh, wait, takeover, budget, env
+    assert {(x["decided_by"]["world_size"], x["decided_by"]["job"]) for x in timed} == {(4, "conformance-run")}, timed
 
 
 # The outage: the daemon killed (-9) while a process holds a pass and

@@ -110,6 +110,10 @@ typedef struct detd_client detd_client;
  * Who this process is. Strings are copied by detd_client_open(). A NULL
  * string means "unknown"; rank/local_rank -1 and world_size 0 likewise.
  * host defaults to the host name, pid is always taken from getpid().
+ * Since 0.7 an unknown rank, local_rank and world_size are read from the
+ * launcher's $RANK, $LOCAL_RANK and $WORLD_SIZE (torchrun's) when they
+ * hold integers, and an unknown job from $DETD_JOB, else
+ * $TORCHELASTIC_RUN_ID, else $SLURM_JOB_ID.
  */
 struct detd_identity {
     const char *host;
