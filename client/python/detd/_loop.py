@@ -97,6 +97,13 @@ def pass_failed(e) -> bool:
     return getattr(e, "code", None) == _native.ENOCAND or NOCAND_TEXT in str(e)
 
 
+def _failed_reason(e) -> str:
+    """The daemon's verdict on a failed pass as its own text (not
+    libdetd's code name), always naming it as such."""
+    detail = getattr(e, "detail", "") or str(e)
+    return detail if NOCAND_TEXT in detail else f"{NOCAND_TEXT}: {detail}"
+
+
 # Errors that say a process's environment cannot run a timing pass at all
 # (nothing about the candidates), by the words of their text, with the
 # next step: Triton without a GPU driver, torch without a device or a
@@ -420,8 +427,7 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
             if code == _native.EENV:
                 wait.done(None)
                 raise PassEnvError(kernel, key_str, getattr(e, "detail", "") or str(e)) from None
-            # The daemon's verdict on a failed pass is its own text.
-            reason = (getattr(e, "detail", "") or str(e)) if pass_failed(e) else f"daemon request failed: {e}"
+            reason = _failed_reason(e) if pass_failed(e) else f"daemon request failed: {e}"
             answer = None
             break
         if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
