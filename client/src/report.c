@@ -21,7 +21,11 @@ static size_t report_utf8_len_(const unsigned char *s, size_t n) {
                  : (s[0] & 0xf0) == 0xe0 ? 3
                  : (s[0] & 0xf8) == 0xf0 ? 4
                                          : 0;
-    if (len == 0 || len > n || (len == 2 && s[0] < 0xc2))
+    if (len == 0 || len > n || (len == 2 && s[0] < 0xc2) || s[0] > 0xf4)
+        return 0;
+    /* No overlong forms, no surrogates, nothing past U+10FFFF. */
+    if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) ||
+        (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))
         return 0;
     for (size_t i = 1; i < len; i++)
         if ((s[i] & 0xc0) != 0x80)

@@ -82,6 +82,20 @@ void passend_reject(struct daemon *d, rpc_call *call, const struct vkey *vk,
     rpc_fail(call, RPC_INVALID_ARGUMENT, "%s", why);
 }
 
+/* Cut buf's string where it ends inside a UTF-8 character (snprintf
+ * cuts bytes): the text goes into messages, logs and the store. */
+static void passend_utf8_end(char *buf) {
+    size_t n = strlen(buf), i = n;
+    while (i > 0 && ((unsigned char)buf[i - 1] & 0xc0) == 0x80)
+        i--;
+    if (i == 0)
+        return;
+    unsigned char lead = (unsigned char)buf[i - 1];
+    size_t want = lead < 0x80 ? 1 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+    if (lead >= 0xc0 && n - (i - 1) < want)
+        buf[i - 1] = '\0';
+}
+
 /* What an environment release tells the waiters of its key. */
 struct env_release {
     struct daemon *d;
@@ -118,6 +132,7 @@ void passend_release_env(struct daemon *d, rpc_call *call,
              "was stored: the key is timed again once that is fixed",
              vk->k->kernel, vk->id, c != NULL ? (int)c->rank : -1, (int)ppid,
              c != NULL && c->host != NULL ? c->host : "", err);
+    passend_utf8_end(text);
     d->counters.passes_env_released++;
     struct env_release r = {d, text};
     int n = engine_reject(d->engine, vk->id, claim, on_env_released, &r);
@@ -143,8 +158,14 @@ void passend_failed_reason(const Detd__V1__ReportRequest *req, char *buf,
     for (size_t i = 0; i < req->n_timings; i++) {
         const Detd__V1__CandidateTiming *t = req->timings[i];
         if (t->error != NULL && t->error[0] != '\0') {
+            /* At most 400 bytes of it: the whole verdict (with who sent it)
+             * must fit the clients' messages. */
+            char first[401];
+            snprintf(first, sizeof first, "%s", t->error);
+            passend_utf8_end(first);
             snprintf(buf, size, "%s; the first error, candidate '%.200s': %s",
-                     all_failed, t->config, t->error);
+                     all_failed, t->config, first);
+            passend_utf8_end(buf);
             return;
         }
     }
