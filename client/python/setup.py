@@ -44,7 +44,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def _log(msg):
-    print(f"detd build: {msg}", file=sys.stderr)
+    print(f"detd build: {msg}", file=sys.stderr, flush=True)
 
 
 class BuildError(RuntimeError):
@@ -71,9 +71,11 @@ def _cmake_build(build_dir):
     fresh = not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt"))
     try:
         if fresh:
+            _log("stage 1 of 3: configure (cmake: finds gRPC, protobuf-c, libuv, SQLite, jansson, OpenSSL, systemd, microhttpd)")
             subprocess.check_call(["cmake", "-S", REPO, "-B", build_dir, "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
                                    "-DDETD_BUILD_TESTS=OFF"])
         step = "build"
+        _log(f"stage 2 of 3: compile libdetd, detctl and the daemon ({jobs} jobs, DETD_BUILD_JOBS)")
         subprocess.check_call(["cmake", "--build", build_dir, "-j", jobs, "--target", "detd", "detctl",
                                "detd_daemon"])
     except (OSError, subprocess.CalledProcessError) as e:
@@ -171,6 +173,7 @@ class build_py(_build_py):
         bundled = [os.path.join(target, f) for f in ("libdetd.so", "detctl", "detd")
                    if os.path.exists(os.path.join(target, f))]
         if bundled and os.environ.get("DETD_NO_VENDOR") != "1":
+            _log("stage 3 of 3: bundle the libraries they need next to them")
             _vendor(target, bundled)
 
 

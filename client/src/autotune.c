@@ -20,8 +20,9 @@
 #define AUTOTUNE_MAX_ASKS 8
 
 /* The daemon's reason for a pass in which every candidate failed; it
- * reaches the waiters and later askers as a FAILED_PRECONDITION
- * (DETD_ESTALE) and the reporter as INVALID_ARGUMENT (DETD_EINVAL). */
+ * reaches the waiters and later askers as DETD_ENOCAND (libdetd 0.7;
+ * DETD_ESTALE before) and the reporter as INVALID_ARGUMENT
+ * (DETD_EINVAL). */
 #define AUTOTUNE_NOCAND_TEXT "no candidate has a valid timing"
 
 /* Room for the report's framing per timing and for the key's other
@@ -40,8 +41,13 @@
 struct autotune_pass {
     struct detd_timing *timings; /* one per candidate, in key order */
     double *samples;             /* n_candidates * reps */
+    char (*why)[200];            /* per candidate: why it failed, or "" */
+    const char **errors;         /* per candidate: why[i] (the report's) */
     size_t n_failed;
     char first_failure[400]; /* "candidates[i] 'cfg': why" */
+    /* The timer said this process's environment cannot run the pass
+     * (DETD_EENV): what it timed is void, the claim is given back. */
+    int env;
 };
 
 DETD_EXPORT void detd_autotune_options_init(struct detd_autotune_options *o) {
@@ -220,8 +226,12 @@ static int autotune_check_(const detd_client *client, const struct detd_key *k,
 static void autotune_pass_free_(struct autotune_pass *p) {
     free(p->timings);
     free(p->samples);
+    free(p->why);
+    free(p->errors);
     p->timings = NULL;
     p->samples = NULL;
+    p->why = NULL;
+    p->errors = NULL;
 }
 
 /* Time every candidate once (this process is designated). */
@@ -235,37 +245,54 @@ static int autotune_time_all_(const struct detd_key *k, detd_launch_cb launch,
     unsigned warmup = o->warmup;
     p->timings = calloc(n, sizeof(*p->timings));
     p->samples = calloc(n * reps, sizeof(*p->samples));
-    if (p->timings == NULL || p->samples == NULL) {
+    p->why = calloc(n, sizeof(*p->why));
+    p->errors = calloc(n, sizeof(*p->errors));
+    if (p->timings == NULL || p->samples == NULL || p->why == NULL ||
+        p->errors == NULL) {
         autotune_pass_free_(p);
         return DETD_ENOMEM;
     }
     p->n_failed = 0;
+    p->env = 0;
     p->first_failure[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         const char *cfg = k->candidates[i];
         double *ms = p->samples + i * reps;
-        char why[200] = "";
+        char *why = p->why[i];
         int failed;
         if (o->timer != NULL) {
-            failed = o->timer(o->timer_user, i, cfg, launch, launch_user,
-                              warmup, reps, ms) != 0;
+            int trc = o->timer(o->timer_user, i, cfg, launch, launch_user,
+                               warmup, reps, ms);
+            if (trc == DETD_EENV) {
+                /* Nothing about the candidates: the pass stops here. */
+                snprintf(p->first_failure, sizeof p->first_failure,
+                         "the timer returned DETD_EENV for candidates[%zu] "
+                         "'%.100s': this process's environment cannot run "
+                         "the timing pass",
+                         i, cfg);
+                p->env = 1;
+                return 0;
+            }
+            failed = trc != 0;
             if (failed)
-                snprintf(why, sizeof why, "the timer failed");
+                snprintf(why, sizeof p->why[i], "the timer failed (%d)", trc);
             for (unsigned r = 0; r < reps && !failed; r++) {
                 if (!isfinite(ms[r]) || ms[r] < 0) {
-                    snprintf(why, sizeof why, "the timer gave sample %u = %g",
-                             r, ms[r]);
+                    snprintf(why, sizeof p->why[i],
+                             "the timer gave sample %u = %g", r, ms[r]);
                     failed = 1;
                 }
             }
         } else {
-            failed = autotune_cuda_time(cuda, o->stream, launch, launch_user, i,
-                                        cfg, warmup, reps, ms, why, sizeof why);
+            failed =
+                autotune_cuda_time(cuda, o->stream, launch, launch_user, i, cfg,
+                                   warmup, reps, ms, why, sizeof p->why[i]);
         }
         p->timings[i].config = cfg;
         p->timings[i].ms = failed ? NULL : ms;
         p->timings[i].n_ms = failed ? 0 : reps;
         p->timings[i].failed = failed;
+        p->errors[i] = failed ? why : NULL;
         if (failed && p->n_failed++ == 0)
             snprintf(p->first_failure, sizeof p->first_failure,
                      "candidates[%zu] '%.100s': %s", i, cfg, why);
@@ -385,14 +412,30 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
                 break;
             }
             deadline += clock_mono_ms() - t0;
+            if (pass.env) {
+                /* Give the claim back: nothing is stored, the key is
+                 * timed again once the environment is fixed. */
+                int64_t rl = deadline - clock_mono_ms();
+                if (detd_claim_release(client, a->claim_id, k,
+                                       pass.first_failure, rl > 0 ? rl : 1) < 0)
+                    detd_claim_forget(client, a->claim_id); /* not again */
+                wire_set_error("kernel %.200s key %.200s was not timed: %s; "
+                               "the claim was given back and nothing was "
+                               "stored",
+                               k->kernel, k->key, pass.first_failure);
+                rc = DETD_EENV;
+                break;
+            }
             timed = 1;
             res->timed_here = 1;
             res->n_failed = pass.n_failed;
         }
         struct detd_answer *r = NULL;
         int64_t rleft = deadline - clock_mono_ms();
-        rc = detd_report(client, a->claim_id, k, pass.timings, k->n_candidates,
-                         o->version, rleft > 0 ? rleft : 1, &r);
+        struct detd_report_extra ex = {sizeof ex, pass.errors};
+        rc = detd_report_ex(client, a->claim_id, k, pass.timings,
+                            k->n_candidates, &ex, o->version,
+                            rleft > 0 ? rleft : 1, &r);
         if (rc == DETD_ESTALE && !autotune_pass_failed_(rc)) {
             res->claims_lost++; /* passed on, or the daemon restarted */
             continue;

@@ -37,6 +37,33 @@ static void client_identity_free_(Detd__V1__ClientIdentity *id) {
     free(id->job);
 }
 
+/* An integer launcher variable (RANK, WORLD_SIZE, ...), or dflt when it
+ * is unset or not an integer. */
+static int32_t client_env_int_(const char *name, int32_t dflt) {
+    const char *v = getenv(name);
+    if (v == NULL || v[0] == '\0')
+        return dflt;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno != 0 || *end != '\0' || n < INT32_MIN || n > INT32_MAX)
+        return dflt;
+    return (int32_t)n;
+}
+
+/* The job label when the caller gave none: $DETD_JOB, else the
+ * launcher's run id (torchrun, Slurm), as the Python package reads it. */
+static const char *client_env_job_(void) {
+    static const char *const vars[] = {"DETD_JOB", "TORCHELASTIC_RUN_ID",
+                                       "SLURM_JOB_ID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && v[0] != '\0')
+            return v;
+    }
+    return NULL;
+}
+
 static int client_identity_init_(Detd__V1__ClientIdentity *id,
                                  const struct detd_identity *in) {
     Detd__V1__ClientIdentity init = DETD__V1__CLIENT_IDENTITY__INIT;
@@ -48,13 +75,20 @@ static int client_identity_init_(Detd__V1__ClientIdentity *id,
         host[sizeof(host) - 1] = '\0';
     }
     id->host = strdup(in != NULL && in->host != NULL ? in->host : host);
-    id->rank = in != NULL ? in->rank : -1;
-    id->local_rank = in != NULL ? in->local_rank : -1;
-    id->world_size = in != NULL ? in->world_size : 0;
+    /* Unknown: what the launcher says (torchrun's variables). */
+    id->rank =
+        in != NULL && in->rank >= 0 ? in->rank : client_env_int_("RANK", -1);
+    id->local_rank = in != NULL && in->local_rank >= 0
+                         ? in->local_rank
+                         : client_env_int_("LOCAL_RANK", -1);
+    id->world_size = in != NULL && in->world_size > 0
+                         ? in->world_size
+                         : client_env_int_("WORLD_SIZE", 0);
     id->sm_count = in != NULL ? in->sm_count : 0;
     id->device_name = client_strdup_or_empty_(in ? in->device_name : NULL);
     id->arch = client_strdup_or_empty_(in ? in->arch : NULL);
-    id->job = client_strdup_or_empty_(in ? in->job : NULL);
+    id->job = client_strdup_or_empty_(
+        in != NULL && in->job != NULL ? in->job : client_env_job_());
     id->client_version = strdup(detd_version());
     if (id->host == NULL || id->device_name == NULL || id->arch == NULL ||
         id->job == NULL || id->client_version == NULL) {
@@ -284,9 +318,9 @@ static char *client_dup_nonempty_(const char *s) {
     return s != NULL && s[0] != '\0' ? strdup(s) : NULL;
 }
 
-/* Build an answer from a decision (may be NULL). */
-static int client_answer_new_(detd_outcome outcome, const Detd__V1__Decision *d,
-                              struct detd_answer **ret) {
+/* See client_int.h. */
+int client_answer_new(detd_outcome outcome, const Detd__V1__Decision *d,
+                      struct detd_answer **ret) {
     struct detd_answer *a = calloc(1, sizeof(*a));
     if (a == NULL)
         return DETD_ENOMEM;
@@ -392,28 +426,20 @@ static void client_backoff_(int64_t *delay_ms, int64_t until) {
                                                        : *delay_ms * 2;
 }
 
-/* Retry bookkeeping of one call. */
-struct client_retry {
-    int64_t deadline;
-    int64_t delay_ms;
-    int again; /* CLIENT_AGAIN / CLIENT_SESSION retries made */
-};
-
-static void client_retry_init_(struct client_retry *r, int64_t deadline) {
+/* See client_int.h. */
+void client_retry_init(struct client_retry *r, int64_t deadline) {
     r->deadline = deadline;
     r->delay_ms = SESSION_BACKOFF_FIRST_MS;
     r->again = 0;
 }
 
-/*
- * After a failed attempt (rc) of an idempotent call made under session
- * sid (0: none): whether to make another attempt, after the wait this
- * function makes. A daemon that went away is waited for within the
- * call's deadline and the handle's reconnect window; one that was never
- * reached is not.
- */
-static int client_retry_(detd_client *c, struct client_retry *r, int rc,
-                         uint64_t sid) {
+/* See client_int.h. */
+int client_gone(int rc) {
+    return client_classify_(rc) == CLIENT_GONE;
+}
+
+/* See client_int.h. */
+int client_retry(detd_client *c, struct client_retry *r, int rc, uint64_t sid) {
     switch (client_classify_(rc)) {
     case CLIENT_FINAL:
         return 0;
@@ -496,6 +522,24 @@ int client_pack_timings(const struct detd_timing *timings, size_t n,
     return 0;
 }
 
+/*
+ * The daemon's final word on a key comes as FAILED_PRECONDITION, which
+ * the wire maps to DETD_ESTALE ("claim no longer held": wrong for a
+ * Decide): the key's pass failed for every candidate (kept), or it could
+ * not run in its timing process's environment (given back). Matched on
+ * the daemon's words (daemon/app/decide.c).
+ */
+static int client_verdict_(int rc) {
+    const char *m = wire_last_error();
+    if (rc != DETD_ESTALE)
+        return rc;
+    if (strstr(m, "no candidate has a valid timing") != NULL)
+        return DETD_ENOCAND;
+    if (strstr(m, "could not run in the environment of") != NULL)
+        return DETD_EENV;
+    return rc;
+}
+
 DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
                             int flags, int64_t timeout_ms,
                             struct detd_answer **ret_answer) {
@@ -523,7 +567,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
     int64_t deadline = clock_mono_ms() + timeout;
 
     struct client_retry retry;
-    client_retry_init_(&retry, deadline);
+    client_retry_init(&retry, deadline);
     uint64_t gen = 0;
     int away = 0; /* the deadline passed while the daemon was away */
     for (;;) {
@@ -566,13 +610,12 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
             }
         }
         /* Decide is idempotent: ask again across a restart. */
-        if (!client_retry_(client, &retry, rc, sid)) {
+        if (!client_retry(client, &retry, rc, sid)) {
             /* ETIMEDOUT: the call's own deadline (its timeout is what
              * was left of it), whatever the clocks' rounding says. */
-            away =
-                (rc == DETD_ETIMEDOUT || (client_classify_(rc) == CLIENT_GONE &&
-                                          clock_mono_ms() >= deadline)) &&
-                session_may_wait(&client->session, NULL, NULL);
+            away = (rc == DETD_ETIMEDOUT ||
+                    (client_gone(rc) && clock_mono_ms() >= deadline)) &&
+                   session_may_wait(&client->session, NULL, NULL);
             break;
         }
     }
@@ -581,7 +624,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
          * reconnect window (the daemon away, starting, just back or not
          * answering): a wait that ended (ask again), not an error. */
         struct detd_answer *a = NULL;
-        rc = client_answer_new_(DETD_OUTCOME_TIMEOUT, NULL, &a);
+        rc = client_answer_new(DETD_OUTCOME_TIMEOUT, NULL, &a);
         if (rc < 0)
             return rc;
         a->holder_rank = -1;
@@ -592,7 +635,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
         return 0;
     }
     if (rc < 0)
-        return client_conn_err(client, rc);
+        return client_conn_err(client, client_verdict_(rc));
 
     switch (resp->outcome) {
     case DETD__V1__OUTCOME__OUTCOME_DECIDED:
@@ -618,7 +661,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
         goto out;
     }
     struct detd_answer *a = NULL;
-    rc = client_answer_new_((detd_outcome)resp->outcome, resp->decision, &a);
+    rc = client_answer_new((detd_outcome)resp->outcome, resp->decision, &a);
     if (rc < 0)
         goto out;
     a->claim_id = resp->claim_id;
@@ -646,122 +689,6 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
     *ret_answer = a;
 out:
     protobuf_c_message_free_unpacked(&resp->base, NULL);
-    return rc;
-}
-
-DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
-                            const struct detd_key *key,
-                            const struct detd_timing *timings, size_t n_timings,
-                            const char *triton_version, int64_t timeout_ms,
-                            struct detd_answer **ret_answer) {
-    Detd__V1__CandidateTiming *tm = NULL, **tmp = NULL;
-    Detd__V1__ReportResponse *resp = NULL;
-    int rc;
-
-    wire_set_error(NULL);
-    if (client == NULL || ret_answer == NULL ||
-        (timings == NULL && n_timings > 0)) {
-        wire_set_error("%s is NULL", client == NULL       ? "client"
-                                     : ret_answer == NULL ? "ret_answer"
-                                                          : "timings");
-        return DETD_EINVAL;
-    }
-    if (claim_id == 0) {
-        wire_set_error("claim_id is 0");
-        return DETD_EINVAL;
-    }
-    rc = client_check_key(key);
-    if (rc < 0)
-        return rc;
-    rc = client_pack_timings(timings, n_timings, &tm, &tmp);
-    if (rc < 0)
-        return rc;
-    int64_t timeout = client_timeout(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
-    int64_t deadline = clock_mono_ms() + timeout;
-    /* The claim belongs to the session (generation) that received it. A
-     * report goes to that same session, or, after the daemon restarted (or
-     * the stream was lost), to the new session under the claim the keeper
-     * took again for it (session.h); it is never replayed to a daemon that
-     * gave neither. */
-    uint64_t claim_gen = 0;
-    int known = session_claim_find(&client->session, claim_id, 0, &claim_gen);
-    struct client_retry retry;
-    client_retry_init_(&retry, deadline);
-    for (;;) {
-        struct wire_channel *ch;
-        uint64_t sid = 0, gen = 0, send_id = claim_id;
-        rc = client_acquire(client, 1, deadline, &ch, &sid, &gen);
-        if (rc == 0 && !known) {
-            /* Not remembered (an old or foreign claim): from now on it
-             * belongs to the session it is first sent with. */
-            known = 1;
-            claim_gen = gen;
-        } else if (rc == 0 &&
-                   !session_claim_current(&client->session, claim_id, claim_gen,
-                                          gen, deadline, &send_id)) {
-            session_claim_find(&client->session, claim_id, 1, &claim_gen);
-            wire_set_error("report: claim %llu was given to a session "
-                           "that has ended (the daemon restarted or the "
-                           "connection to it was lost) and could not be "
-                           "taken again; it is void and nothing was sent: "
-                           "ask again with detd_decide()",
-                           (unsigned long long)claim_id);
-            rc = DETD_ESTALE;
-            goto out;
-        }
-        if (rc == 0) {
-            struct client_head h;
-            client_head_init(client, key, &h);
-            Detd__V1__ReportRequest req = DETD__V1__REPORT_REQUEST__INIT;
-            req.api_version = DETD_API_VERSION;
-            req.client = &h.id;
-            req.session_id = sid;
-            req.claim_id = send_id;
-            req.key = &h.km;
-            req.n_timings = n_timings;
-            req.timings = tmp;
-            if (triton_version != NULL)
-                req.triton_version = (char *)triton_version;
-            int64_t left = deadline - clock_mono_ms();
-            rc = wire_unary(ch, WIRE_METHOD_REPORT, &req.base,
-                            &detd__v1__report_response__descriptor,
-                            left > 0 ? left : 1, (ProtobufCMessage **)&resp);
-            if (rc == 0) {
-                session_note(&client->session, 1);
-                break;
-            }
-        }
-        /* Only an outage is retried (the same session, if it survives,
-         * gets the same report again: harmless). A session the daemon
-         * does not know is final here: the claim went with it. */
-        if (client_classify_(rc) != CLIENT_GONE ||
-            !client_retry_(client, &retry, rc, sid)) {
-            /* The daemon answered (refused, rejected, ended the claim):
-             * the claim is over; never taken again after a restart. */
-            if (client_classify_(rc) != CLIENT_GONE)
-                session_claim_find(&client->session, claim_id, 1, &claim_gen);
-            client_conn_err(client, rc);
-            goto out;
-        }
-    }
-    session_claim_find(&client->session, claim_id, 1, &claim_gen);
-    if (resp->decision == NULL || resp->decision->config[0] == '\0') {
-        wire_set_error("report: the daemon committed no config");
-        rc = DETD_EPROTO;
-        goto out;
-    }
-    struct detd_answer *a = NULL;
-    rc = client_answer_new_(DETD_OUTCOME_DECIDED, resp->decision, &a);
-    if (rc < 0)
-        goto out;
-    a->claim_id = resp->decision->claim_id;
-    a->superseded = resp->superseded != 0;
-    *ret_answer = a;
-out:
-    if (resp != NULL)
-        protobuf_c_message_free_unpacked(&resp->base, NULL);
-    free(tmp);
-    free(tm);
     return rc;
 }
 
@@ -829,7 +756,7 @@ DETD_EXPORT int detd_observe_ex(detd_client *client, const struct detd_key *key,
     int64_t timeout = client_timeout(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
     struct client_retry retry;
-    client_retry_init_(&retry, deadline);
+    client_retry_init(&retry, deadline);
     for (;;) {
         struct wire_channel *ch;
         uint64_t sid = 0;
@@ -865,7 +792,7 @@ DETD_EXPORT int detd_observe_ex(detd_client *client, const struct detd_key *key,
             }
         }
         /* An observation is idempotent: send it again after a restart. */
-        if (!client_retry_(client, &retry, rc, 0))
+        if (!client_retry(client, &retry, rc, 0))
             return client_conn_err(client, rc);
     }
     protobuf_c_message_free_unpacked(resp, NULL);
@@ -900,7 +827,7 @@ DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
     int64_t timeout = client_timeout(timeout_ms, CLIENT_CALL_TIMEOUT_MS);
     int64_t deadline = clock_mono_ms() + timeout;
     struct client_retry retry;
-    client_retry_init_(&retry, deadline);
+    client_retry_init(&retry, deadline);
     for (;;) {
         struct wire_channel *ch;
         uint64_t sid = 0;
@@ -929,7 +856,7 @@ DETD_EXPORT int detd_vote(detd_client *client, const struct detd_key *key,
             }
         }
         /* A vote replaces this process's earlier one: send it again. */
-        if (!client_retry_(client, &retry, rc, 0)) {
+        if (!client_retry(client, &retry, rc, 0)) {
             client_conn_err(client, rc);
             goto out;
         }

@@ -11,6 +11,7 @@ target_compile_options(detd_wire PRIVATE -fvisibility=hidden)
 # libdetd.so.0: only the detd_* API is exported (the version script also
 # hides the protobuf-c code linked in from detd_proto).
 add_library(detd SHARED ${CMAKE_CURRENT_SOURCE_DIR}/src/client.c
+                        ${CMAKE_CURRENT_SOURCE_DIR}/src/report.c
                         ${CMAKE_CURRENT_SOURCE_DIR}/src/share.c
                         ${CMAKE_CURRENT_SOURCE_DIR}/src/session.c
                         ${CMAKE_CURRENT_SOURCE_DIR}/src/outage.c

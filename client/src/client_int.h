@@ -66,4 +66,34 @@ int client_pack_timings(const struct detd_timing *timings, size_t n,
                         Detd__V1__CandidateTiming **ret_tm,
                         Detd__V1__CandidateTiming ***ret_tmp);
 
+/* A new answer (outcome, and what decision d says; d may be NULL) in
+ * *ret, the caller's to free with detd_answer_free(). Returns 0 or
+ * DETD_ENOMEM. */
+int client_answer_new(detd_outcome outcome, const Detd__V1__Decision *d,
+                      struct detd_answer **ret);
+
+/* Retry bookkeeping of one call (client_retry()). */
+struct client_retry {
+    int64_t deadline;
+    int64_t delay_ms;
+    int again; /* retries the daemon asked for, or of a lost session */
+};
+
+/* Start r for a call that ends at deadline (clock_mono_ms()). */
+void client_retry_init(struct client_retry *r, int64_t deadline);
+
+/*
+ * After a failed attempt (rc) of an idempotent call made under session
+ * sid (0: none): whether to make another attempt, after the wait this
+ * function makes. A daemon that went away is waited for within the
+ * call's deadline and the handle's reconnect window; one that was never
+ * reached is not.
+ */
+int client_retry(detd_client *c, struct client_retry *r, int rc, uint64_t sid);
+
+/* Whether a failed attempt's rc (and the thread's error message) says
+ * the daemon is gone (refused, socket gone, connection lost, draining),
+ * rather than answered. */
+int client_gone(int rc);
+
 #endif /* DETD_CLIENT_INT_H */

@@ -53,7 +53,9 @@ struct wire_stream {
 };
 
 static pthread_once_t wire_once_ = PTHREAD_ONCE_INIT;
-static _Thread_local char wire_err_[512];
+/* Room for the daemon's longest verdict: a failed pass's reason with its
+ * first candidate's error, and who reported it. */
+static _Thread_local char wire_err_[2048];
 
 static void wire_log_discard_(gpr_log_func_args *args) {
     (void)args;

@@ -33,6 +33,8 @@ void convert_decision_fill(const struct decision *r, struct convert_decision *p,
     p->by.local_rank = r->by_local_rank;
     p->by.device_name = r->by_device ? r->by_device : "";
     p->by.arch = r->by_arch ? r->by_arch : "";
+    p->by.world_size = r->by_world_size;
+    p->by.job = r->by_job ? r->by_job : "";
     p->msg.decided_by = &p->by;
     detd__v1__peer_identity__init(&p->peer);
     p->peer.pid = r->by_pid;

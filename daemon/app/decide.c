@@ -20,6 +20,7 @@
 #include "app/imports.h"
 #include "app/reply.h"
 #include "app/fair.h"
+#include "app/passend.h"
 #include "app/passes.h"
 #include "app/session.h"
 #include "app/storeerr.h"
@@ -347,33 +348,6 @@ int decide_fast(struct daemon *d, struct rpc_event *ev) {
     return 1;
 }
 
-/*
- * A key whose timing pass failed on every candidate: answer call
- * FAILED_PRECONDITION with the recorded failure (the same words every
- * waiter got), so that a rerun of the same code fails at once instead of
- * timing again; a new code guard is a new id and `detctl reset` clears
- * it. Returns 1 when it answered, 0 when id has no failure recorded.
- */
-static int answer_failed_pass(struct daemon *d, rpc_call *call,
-                              const char *id) {
-    struct store_failure f;
-    int rc = store_get_failure(d->store, id, &f);
-    if (rc == DETD_ENOTFOUND)
-        return 0;
-    if (rc != 0) {
-        storeerr_reply(d, call, rc);
-        return 1;
-    }
-    d->counters.failed_pass_answers++;
-    rpc_fail(call, RPC_FAILED_PRECONDITION,
-             "%s (the timing pass of key %.12s by rank %d pid %d on %s); "
-             "not timed again until the kernel's code changes or detctl "
-             "reset clears it",
-             f.reason, id, (int)f.by_rank, (int)f.by_pid, f.by_host);
-    store_failure_clear(&f);
-    return 1;
-}
-
 /* See decide.h. */
 void decide_decide(struct daemon *d, struct rpc_event *ev) {
     Detd__V1__DecideRequest *req = (Detd__V1__DecideRequest *)ev->msg;
@@ -404,7 +378,7 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         storeerr_reply(d, ev->call, rc);
         goto free_msg;
     }
-    if (answer_failed_pass(d, ev->call, vk.id))
+    if (passend_answer_failed(d, ev->call, vk.id))
         goto free_msg;
     char what[512];
     struct imports_result ir;
@@ -537,83 +511,6 @@ free_msg:
 
 /* ---- Report ----------------------------------------------------------- */
 
-/* What a rejected report tells the waiters of its key. */
-struct rejection {
-    struct daemon *d;
-    const char *why;
-};
-
-static void on_rejected(void *ctx, const struct engine_event *ev) {
-    const struct rejection *r = ctx;
-    struct pending *p = waiters_take(r->d->waiters, ev->token);
-    if (p == NULL)
-        return;
-    rpc_fail(p->call, RPC_FAILED_PRECONDITION,
-             "the timing pass for key %.12s was rejected by the daemon: %s; "
-             "nothing was decided (apply on_miss)",
-             ev->id, r->why);
-    pending_free(p);
-}
-
-/*
- * The holder of claim on vk sent a report the daemon cannot use (why):
- * answer it INVALID_ARGUMENT, end its claim at once and fail every waiter
- * of the key with why, so that nobody times it again in turn.
- */
-static void report_rejected(struct daemon *d, rpc_call *call,
-                            const struct vkey *vk, uint64_t claim,
-                            const char *why) {
-    d->counters.rejected++;
-    d->counters.reports_rejected++;
-    struct rejection r = {d, why};
-    int n = engine_reject(d->engine, vk->id, claim, on_rejected, &r);
-    if (d->coord != NULL)
-        coord_sweep(d->coord); /* the cluster claim goes too */
-    log_warn("rejected the report for claim %" PRIu64 " on key %.12s: %s; "
-             "claim ended, %d waiters told",
-             claim, vk->id, why, n < 0 ? 0 : n);
-    rpc_fail(call, RPC_INVALID_ARGUMENT, "%s", why);
-}
-
-/* Keep the failure of the pass on vk (every candidate failed) for the
- * askers that come after (answer_failed_pass()), with who the daemon saw
- * report it (ppid, puid: SO_PEERCRED) beside what the client wrote. A
- * store that cannot keep it only costs a rerun its timing pass: logged,
- * not answered. */
-static void record_failed_pass(struct daemon *d, const struct vkey *vk,
-                               const Detd__V1__ClientIdentity *c, int32_t ppid,
-                               uint32_t puid, const char *why) {
-    struct store_failure f = {
-        .id = (char *)vk->id,
-        .ns = (char *)vk->ns,
-        .arch = vk->k->arch,
-        .kernel = vk->k->kernel,
-        .key = vk->k->key ? vk->k->key : "",
-        .reason = (char *)why,
-        .by_host = c != NULL && c->host != NULL ? c->host : "",
-        /* What the kernel saw, not what the caller wrote. */
-        .by_pid = ppid != 0 ? ppid : (c != NULL ? c->pid : 0),
-        .by_rank = c != NULL ? c->rank : -1,
-        .at_ms = clock_unix_ms(),
-        .by_claimed_pid = c != NULL ? c->pid : 0,
-        .by_uid = puid == UINT32_MAX ? -1 : (int64_t)puid,
-        .by_node = d->node,
-    };
-    int rc = store_put_failure(d->store, &f);
-    if (rc != 0) {
-        if (!storeerr_note(d, rc))
-            log_error("record the failed timing pass of key %.12s: %s", vk->id,
-                      store_errmsg(d->store));
-        return;
-    }
-    d->counters.failed_passes++;
-    log_warn("timing pass of %s key %s failed on every candidate: %s; "
-             "reported by pid %d uid %u on %s, rank %d; recorded, not timed "
-             "again until its code changes or a reset",
-             vk->k->kernel, vk->k->key ? vk->k->key : "", why, (int)f.by_pid,
-             (unsigned)puid, d->node, (int)f.by_rank);
-}
-
 /*
  * Answer a report for claim on an undecided key vk that is not its live
  * claim, saying what happened: the key's pass is held by another claim
@@ -647,7 +544,9 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
     if (validate_identity(ev->call, req->client) != 0 ||
         validate_key(d->cfg->ns, ev->call, req->key, &vk) != 0 ||
         validate_str(ev->call, "triton_version", req->triton_version,
-                     DAEMON_MAX_IDENTITY_STRING, 0) != 0) {
+                     DAEMON_MAX_IDENTITY_STRING, 0) != 0 ||
+        validate_str(ev->call, "env_error", req->env_error, DAEMON_MAX_NOTE,
+                     0) != 0) {
         d->counters.rejected++;
         goto free_msg;
     }
@@ -707,12 +606,19 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         goto free_msg;
     }
 
+    /* The holder's pass could not run in its environment: its claim is
+     * given back, nothing stored. */
+    if (req->env_error != NULL && req->env_error[0] != '\0') {
+        passend_release_env(d, ev->call, &vk, req->claim_id, req->client, ppid,
+                            req->env_error);
+        goto free_msg;
+    }
     /* The holder's own report: an unusable one ends its claim at once. */
-    char why[512];
+    char why[DAEMON_MAX_NOTE + 512];
     if (req->n_timings == 0 || req->n_timings > DETD_MAX_CANDIDATES) {
         snprintf(why, sizeof why, "timings has %zu entries: must be 1 to %d",
                  req->n_timings, DETD_MAX_CANDIDATES);
-        report_rejected(d, ev->call, &vk, req->claim_id, why);
+        passend_reject(d, ev->call, &vk, req->claim_id, why);
         goto free_msg;
     }
     for (size_t i = 0; i < req->n_timings; i++) {
@@ -721,7 +627,16 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
             snprintf(why, sizeof why,
                      "timings[%zu].ms has %zu samples, over the limit of %d", i,
                      t->n_ms, DAEMON_MAX_TIMING_SAMPLES);
-            report_rejected(d, ev->call, &vk, req->claim_id, why);
+            passend_reject(d, ev->call, &vk, req->claim_id, why);
+            goto free_msg;
+        }
+        size_t elen = t->error != NULL ? strlen(t->error) : 0;
+        if (elen > DAEMON_MAX_NOTE) {
+            snprintf(why, sizeof why,
+                     "timings[%zu].error is %zu bytes, over the limit of %d "
+                     "bytes",
+                     i, elen, DAEMON_MAX_NOTE);
+            passend_reject(d, ev->call, &vk, req->claim_id, why);
             goto free_msg;
         }
         if (!validate_has_candidate(vk.k, t->config)) {
@@ -729,7 +644,7 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
                      "timings[%zu].config '%.200s' is not one of the key's "
                      "candidates",
                      i, t->config);
-            report_rejected(d, ev->call, &vk, req->claim_id, why);
+            passend_reject(d, ev->call, &vk, req->claim_id, why);
             goto free_msg;
         }
     }
@@ -750,11 +665,9 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
                                vk.k->n_candidates);
     free(et);
     if (w < 0) {
-        static const char all_failed[] =
-            "timings: no candidate has a valid timing "
-            "(all failed, empty or not finite)";
-        record_failed_pass(d, &vk, req->client, ppid, puid, all_failed);
-        report_rejected(d, ev->call, &vk, req->claim_id, all_failed);
+        passend_failed_reason(req, why, sizeof why);
+        passend_record_failed(d, &vk, req->client, ppid, puid, why);
+        passend_reject(d, ev->call, &vk, req->claim_id, why);
         goto free_msg;
     }
     /* What the row adds to the store: about the request's size. */
@@ -783,6 +696,8 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         .by_pid = ppid != 0 ? ppid : (c ? c->pid : 0),
         .by_rank = sess->rank,
         .by_local_rank = c ? c->local_rank : -1,
+        .by_world_size = c ? c->world_size : 0,
+        .by_job = c ? c->job : "",
         .by_device = c ? c->device_name : "",
         .by_arch = c ? c->arch : "",
         .triton_version = req->triton_version,

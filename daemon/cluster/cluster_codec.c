@@ -70,7 +70,7 @@ int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
         json_decref(o);
         return DETD_EPROTO;
     }
-    int64_t n_cand, source, claim, pid, rank, lrank, at, uid, claimed;
+    int64_t n_cand, source, claim, pid, rank, lrank, at, uid, claimed, world;
     const size_t big = 1024 * 1024;
     int err;
     if ((err = get_str(o, "id", KEYID_HEX_LEN, 1, &d.id)) < 0 ||
@@ -99,7 +99,11 @@ int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
         (err = get_str(o, "by_node", CLUSTER_MAX_NODE_ID, 0, &d.by_node)) < 0 ||
         (err = get_int_or(o, "by_uid", -1, UINT32_MAX, -1, &uid)) < 0 ||
         (err = get_int_or(o, "by_claimed_pid", INT32_MIN, INT32_MAX, 0,
-                          &claimed)) < 0)
+                          &claimed)) < 0 ||
+        /* The timing process's job: absent from older records. */
+        (err = get_int_or(o, "by_world_size", INT32_MIN, INT32_MAX, 0,
+                          &world)) < 0 ||
+        (err = get_str(o, "by_job", 4096, 0, &d.by_job)) < 0)
         goto fail;
     d.n_candidates = (int32_t)n_cand;
     d.source = (int32_t)source;
@@ -110,6 +114,7 @@ int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
     d.decided_at_ms = at;
     d.by_uid = uid;
     d.by_claimed_pid = (int32_t)claimed;
+    d.by_world_size = (int32_t)world;
     /* The id must be what the key fields hash to. */
     char id[KEYID_HEX_LEN + 1];
     keyid_decision_id(d.ns, d.arch, d.kernel, d.key, d.candidates_fp, id);
@@ -137,7 +142,8 @@ int cluster_decision_encode(const struct decision *r, const char *writer,
 #define S(x) ((x) != NULL ? (x) : "")
     json_t *o = json_pack(
         "{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:I, s:s, "
-        "s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s, s:i}",
+        "s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s, s:i, s:i, "
+        "s:s}",
         "v", 1, "writer", writer, "id", r->id, "ns", S(r->ns), "arch",
         S(r->arch), "kernel", S(r->kernel), "key", S(r->key), "candidates_fp",
         S(r->candidates_fp), "n_candidates", (int)r->n_candidates, "config",
@@ -148,7 +154,8 @@ int cluster_decision_encode(const struct decision *r, const char *writer,
         S(r->by_arch), "triton_version", S(r->triton_version), "timings",
         S(r->timings_json), "table_file", S(r->table_file), "decided_at_ms",
         (json_int_t)r->decided_at_ms, "by_uid", (json_int_t)r->by_uid,
-        "by_node", S(r->by_node), "by_claimed_pid", (int)r->by_claimed_pid);
+        "by_node", S(r->by_node), "by_claimed_pid", (int)r->by_claimed_pid,
+        "by_world_size", (int)r->by_world_size, "by_job", S(r->by_job));
 #undef S
     char *v = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);

@@ -40,6 +40,11 @@ struct decision {
     int64_t by_uid;
     int32_t by_claimed_pid;
     char *by_node;
+    /* The job of the process that timed it, as it said (schema 10; 0 and
+     * "" for tables, imports and older rows): its world size and its job
+     * label (DETD_JOB, or the launcher's run id). */
+    int32_t by_world_size;
+    char *by_job;
 };
 
 /* Free the strings of a row (not the row itself) and zero it. NULL is a

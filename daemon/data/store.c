@@ -178,6 +178,10 @@ static const struct store_migration store_migrations[] = {
         " DEFAULT 0;"
         "ALTER TABLE failures ADD COLUMN by_uid INTEGER NOT NULL DEFAULT -1;"
         "ALTER TABLE failures ADD COLUMN by_node TEXT NOT NULL DEFAULT '';"},
+    /* 10: the job of the process that timed a decision, as it said. */
+    {10, "ALTER TABLE decisions ADD COLUMN by_world_size INTEGER NOT NULL"
+         " DEFAULT 0;"
+         "ALTER TABLE decisions ADD COLUMN by_job TEXT NOT NULL DEFAULT '';"},
 };
 
 #define STORE_SCHEMA_VERSION                                                   \
@@ -206,7 +210,9 @@ enum {
     DC_DECIDED_AT_MS,
     DC_BY_UID,
     DC_BY_NODE,
-    DC_BY_CLAIMED_PID
+    DC_BY_CLAIMED_PID,
+    DC_BY_WORLD_SIZE,
+    DC_BY_JOB
 };
 
 /* The string fields of a decision and their columns. */
@@ -228,6 +234,7 @@ static const struct {
     {DC_TIMINGS_JSON, offsetof(struct decision, timings_json)},
     {DC_TABLE_FILE, offsetof(struct decision, table_file)},
     {DC_BY_NODE, offsetof(struct decision, by_node)},
+    {DC_BY_JOB, offsetof(struct decision, by_job)},
 };
 #define N_DECISION_STRINGS                                                     \
     (sizeof decision_strings / sizeof decision_strings[0])
@@ -237,7 +244,7 @@ static const char sql_get_decision[] =
 static const char sql_put_decision[] =
     "INSERT INTO decisions (" DECISION_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, "
     "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
-    "?21, ?22, ?23) "
+    "?21, ?22, ?23, ?24, ?25) "
     "ON CONFLICT (id) DO NOTHING";
 
 /* See store_int.h. */
@@ -272,7 +279,9 @@ int store_read_decision(store *s, sqlite3_stmt *st, const char *op,
         (err = store_col_int(s, st, DC_BY_UID, -1, UINT32_MAX, op, &d.by_uid)) <
             0 ||
         (err = store_col_int32(s, st, DC_BY_CLAIMED_PID, INT32_MIN, INT32_MAX,
-                               op, &d.by_claimed_pid)) < 0)
+                               op, &d.by_claimed_pid)) < 0 ||
+        (err = store_col_int32(s, st, DC_BY_WORLD_SIZE, INT32_MIN, INT32_MAX,
+                               op, &d.by_world_size)) < 0)
         goto out;
     *ret = d;
     return 0;
@@ -569,6 +578,8 @@ static int store_insert_decision(store *s, const struct decision *d,
                               op)) < 0 ||
         (err = store_bind_int(s, st, DC_BY_UID + 1, d->by_uid, op)) < 0 ||
         (err = store_bind_int(s, st, DC_BY_CLAIMED_PID + 1, d->by_claimed_pid,
+                              op)) < 0 ||
+        (err = store_bind_int(s, st, DC_BY_WORLD_SIZE + 1, d->by_world_size,
                               op)) < 0)
         goto out;
     int rc = sqlite3_step(st);

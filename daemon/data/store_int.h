@@ -39,7 +39,7 @@ struct store {
     "id, ns, arch, kernel, key, candidates_fp, n_candidates, config, "         \
     "source, claim_id, by_host, by_pid, by_rank, by_local_rank, by_device, "   \
     "by_arch, triton_version, timings_json, table_file, decided_at_ms, "       \
-    "by_uid, by_node, by_claimed_pid"
+    "by_uid, by_node, by_claimed_pid, by_world_size, by_job"
 #define OBSERVATION_COLS                                                       \
     "id, host, pid, ns, arch, kernel, key, config, source, governed, "         \
     "chaos, rank, local_rank, device, at_ms, claimed_pid, peer_uid, node, "    \

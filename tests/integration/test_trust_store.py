@@ -165,12 +165,14 @@ def test_a_version_7_store_keeps_its_decisions_with_unknown_peers(tmpdir_short):
     before = {x["key"]: x for x in json.loads(d.detctl("decisions", "--json", check=True).stdout)["decisions"]}
     assert len(before) == 3 and all(x["decided_peer"]["uid"] == os.getuid() for x in before.values())
     assert d.stop() == 0
-    # The file as detd of schema version 7 left it: no by_uid, by_node or
-    # by_claimed_pid in decisions, no claimed_pid, by_uid or by_node in
+    # The file as detd of schema version 7 left it: no by_uid, by_node,
+    # by_claimed_pid, by_world_size or by_job in decisions, no claimed_pid, by_uid or by_node in
     # failures.
     store = Path(d.state) / "detd.sqlite"
     db = sqlite3.connect(store)
-    db.executescript("ALTER TABLE failures DROP COLUMN claimed_pid;"
+    db.executescript("ALTER TABLE decisions DROP COLUMN by_world_size;"
+                     "ALTER TABLE decisions DROP COLUMN by_job;"
+                     "ALTER TABLE failures DROP COLUMN claimed_pid;"
                      "ALTER TABLE failures DROP COLUMN by_uid;"
                      "ALTER TABLE failures DROP COLUMN by_node;"
                      "ALTER TABLE decisions DROP COLUMN by_uid;"
@@ -182,7 +184,12 @@ def test_a_version_7_store_keeps_its_decisions_with_unknown_peers(tmpdir_short):
     after = {x["key"]: x for x in json.loads(d.detctl("decisions", "--json", check=True).stdout)["decisions"]}
     assert set(after) == set(before)
     for k, x in after.items():
-        assert x["config"] == before[k]["config"] and x["decided_by"] == before[k]["decided_by"], x
+        # (the job of the timing process was not kept before schema 10)
+        job = ("world_size", "job")
+        assert x["config"] == before[k]["config"], x
+        assert {f: v for f, v in x["decided_by"].items() if f not in job} == \
+            {f: v for f, v in before[k]["decided_by"].items() if f not in job}, x
+        assert (x["decided_by"]["world_size"], x["decided_by"]["job"]) == (0, ""), x
         # The pid the daemon saw was always kept; the rest was not.
         assert x["decided_peer"] == {"pid": first["pid"], "uid": -1, "node": "", "claimed_pid": 0}, x
     # Served from the store: nothing is timed again.
@@ -196,7 +203,7 @@ def test_a_version_7_store_keeps_its_decisions_with_unknown_peers(tmpdir_short):
     assert fresh["decided_peer"] == {"pid": new["pid"], "uid": os.getuid(), "node": "node-7",
                                      "claimed_pid": new["pid"]}, fresh
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as ro:
-        assert ro.execute("PRAGMA user_version").fetchone()[0] == 9
+        assert ro.execute("PRAGMA user_version").fetchone()[0] == 10
     assert d.stop() == 0
 
 

@@ -19,7 +19,8 @@ test drives phases through files, never sleeps: with $DETD_TEST_BENCH_GATE
 the first timing creates GATE.waiting and blocks until GATE exists; with
 $DETD_TEST_DIE_WHEN it does the same and then the process dies (exit 9)
 in the middle of its pass; with $DETD_TEST_BENCH_FAIL every candidate
-fails.
+fails; with $DETD_TEST_BENCH_ENV the first timing meets an environment
+error (ModuleNotFoundError for numpy; the native timer returns DETD_EENV).
 
 OUT.json: per key N, config (None without one), timed_here, bench_calls
 (timings made for that key), error (the exception's type, or the DETD_*
@@ -64,6 +65,8 @@ def cpu_ms(index):
     """The timer: candidate index's time in this process, or None when
     candidates fail."""
     _hold()
+    if os.environ.get("DETD_TEST_BENCH_ENV"):
+        raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
     CALLS.append(index)
     if os.environ.get("DETD_TEST_BENCH_FAIL"):
         return None
@@ -139,7 +142,10 @@ def run_native(n):
 
     @_TIMER
     def timer(user, index, config, launch, launch_user, warmup, reps, ret_ms):
-        ms = cpu_ms(index)
+        try:
+            ms = cpu_ms(index)
+        except ModuleNotFoundError:
+            return _native.EENV  # this process cannot time at all
         if ms is None:
             return 1
         for r in range(reps):
@@ -182,8 +188,9 @@ def main():
         try:
             res = {"triton": run_triton, "inductor": run_inductor, "native": run_native}[path](n)
         except Exception as e:  # noqa: BLE001 - the outcome the test checks
+            # The error's notes too (the next step detd adds).
             res = dict(config=None, timed_here=calls() > before, claims_lost=0, error=type(e).__name__,
-                       reason=str(e))
+                       reason=" ".join([str(e)] + list(getattr(e, "__notes__", []))))
         res["bench_calls"] = calls() - before
         res["elapsed_s"] = round(time.monotonic() - t0, 3)
         results[str(n)] = res

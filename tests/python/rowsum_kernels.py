@@ -14,7 +14,8 @@ Phases a test drives by events, not sleeps: with $DETD_TEST_BENCH_GATE=PATH
 the first do_bench call creates PATH.waiting and blocks until PATH exists;
 with $DETD_TEST_DIE_WHEN=PATH it does the same, then the process dies
 (exit 9) in the middle of its timing pass; with $DETD_TEST_BENCH_FAIL set
-every candidate raises after running.
+every candidate raises after running; with $DETD_TEST_BENCH_ENV set the
+first one raises ModuleNotFoundError for numpy (an environment error).
 """
 
 import atexit
@@ -52,6 +53,9 @@ def fake_do_bench(kernel_call, quantiles=None, **kw):
         # A designated rank held in its timing pass until the test opens
         # the gate (the file exists).
         gates.wait_for(gate)
+    if os.environ.get("DETD_TEST_BENCH_ENV"):
+        # An environment error: nothing about the candidate.
+        raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
     kernel_call()
     frame_block = _current_block[0]
     CALLS.append(frame_block)

@@ -39,6 +39,11 @@ NO_CONFIG = {
     "all_failed_holder": {"triton": "RuntimeError", "inductor": "PassFailedError", "native": "DETD_ENOCAND"},
     # ... and every process waiting for it
     "all_failed_waiter": {"triton": "PassFailedError", "inductor": "PassFailedError", "native": "DETD_ENOCAND"},
+    # the pass could not run in the timing process's environment (a module
+    # missing): the timing process raises the error itself...
+    "env_holder": {"triton": "ModuleNotFoundError", "inductor": "ModuleNotFoundError", "native": "DETD_EENV"},
+    # ... and every process waiting for it is told, whatever on_miss says
+    "env_waiter": {"triton": "PassEnvError", "inductor": "PassEnvError", "native": "DETD_EENV"},
     # the budget ended while another process timed the key
     "budget": {"triton": "MissError", "inductor": "MissError", "native": "DETD_ETIMEDOUT"},
     # pinned (no claim) and nothing decided
@@ -51,33 +56,52 @@ NO_CONFIG = {
 REASON = {
     "all_failed_holder": ("fail",),
     "all_failed_waiter": ("no candidate has a valid timing",),
+    "env_holder": ("pip install numpy",),
+    "env_waiter": ("No module named 'numpy' (next step: pip install numpy)",),
     "budget": ("no decision within timeout_ms=3000", "timed out waiting for another rank's timing pass"),
     "pinned": ("no decision stored and none in the tables",),
     "no_daemon": ("daemon request failed",),
 }
+# The key as each Python path names it in its lines (the row length 96).
+WAIT_KEY = {"triton": '[i:96,s:"torch.float32",s:"torch.float32"]', "inductor": "n=96"}
 REASON_NATIVE = {
+    "env_holder": ("the timer returned DETD_EENV for candidates[0]",),
+    "env_waiter": ("the timer returned DETD_EENV for candidates[0]",),
     "budget": ("no decision within opts->timeout_ms=3000", "timed out waiting for another process's timing pass"),
     "pinned": ("none stored and none in the tables",),
     "no_daemon": ("connect",),
 }
 
 
+# The first error of an every-candidate-failed pass, as every later asker
+# is told it (Inductor's time_pass gives no error per candidate).
+FIRST_ERROR = {"triton": "RuntimeError: BLOCK=16 fails (DETD_TEST_BENCH_FAIL)", "inductor": "",
+               "native": "candidate 'BLOCK=16': the timer failed"}
+
+
 class Proc:
     def __init__(self, path, keys, tmp, name, env):
         self.name, self.out, self.keys = name, tmp / f"{name}.json", [keys] if isinstance(keys, int) else keys
-        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "conformance_worker.py"), path,
-                                   ",".join(map(str, self.keys)), str(self.out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True)
+        self.log = tmp / f"{name}.log"  # its stdout and stderr
+        with open(self.log, "w") as log:
+            self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "conformance_worker.py"), path,
+                                       ",".join(map(str, self.keys)), str(self.out)], env=env, stdout=log,
+                                      stderr=subprocess.STDOUT, text=True)
         self.text = None
+
+    def output(self):
+        """What the process wrote so far."""
+        return self.log.read_text(errors="replace")
 
     def result(self, daemon, want_rc=0, n=None):
         """The result of key n (the only key by default)."""
         if self.text is None:
             try:
-                self.text, _ = self.p.communicate(timeout=WORKER_BOUND_S)
+                self.p.wait(timeout=WORKER_BOUND_S)
             except subprocess.TimeoutExpired:
                 self.p.kill()
-                self.text, _ = self.p.communicate()
+                self.p.wait()
+            self.text = self.output()
         assert self.p.returncode == want_rc, (self.name, self.p.returncode, self.text[-3000:], daemon.log())
         if want_rc != 0:
             return None
@@ -91,7 +115,7 @@ def until(what, cond, procs, daemon):
     while not cond():
         for p in procs:
             if p.p.poll() is not None:
-                text = p.p.stdout.read() if p.p.stdout else ""
+                text = p.output()
                 raise AssertionError(f"{what}: {p.name} exited {p.p.returncode}: {text[-3000:]}\n{daemon.log()}")
         assert time.monotonic() < end, f"{what}: not within {WORKER_BOUND_S} s\n{daemon.log()}"
         time.sleep(0.02)
@@ -119,10 +143,12 @@ def expect_error(res, case, path):
 @pytest.mark.parametrize("path", PATHS)
 def test_the_contract_holds_on_every_path(daemon, tmp_path, path):
     def env(rank, **extra):
-        return daemon.env(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=4, DETD_ON_MISS="error", **extra)
+        # torchrun's variables (the run id names the job)
+        return daemon.env(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=4, TORCHELASTIC_RUN_ID="conformance-run",
+                          DETD_ON_MISS="error", **extra)
 
-    gate = {c: str(tmp_path / f"gate-{c}") for c in ("wait", "all_failed", "takeover", "budget")}
-    keys = dict(fresh=64, wait=96, all_failed=128, takeover=160, budget=192, pinned=224, no_daemon=256)
+    gate = {c: str(tmp_path / f"gate-{c}") for c in ("wait", "all_failed", "takeover", "budget", "env")}
+    keys = dict(fresh=64, wait=96, all_failed=128, takeover=160, budget=192, pinned=224, no_daemon=256, env=288)
 
     # Phase 1: the processes that take a claim (held in their pass by a
     # gate), and those that need nobody.
@@ -133,7 +159,9 @@ def test_the_contract_holds_on_every_path(daemon, tmp_path, path):
                         env(1, DETD_TEST_BENCH_GATE=gate["all_failed"], DETD_TEST_BENCH_FAIL="1")),
         takeover=Proc(path, keys["takeover"], tmp_path, "takeover-holder",
                       env(1, DETD_TEST_DIE_WHEN=gate["takeover"])),
-        budget=Proc(path, keys["budget"], tmp_path, "budget-holder", env(1, DETD_TEST_BENCH_GATE=gate["budget"])))
+        budget=Proc(path, keys["budget"], tmp_path, "budget-holder", env(1, DETD_TEST_BENCH_GATE=gate["budget"])),
+        env=Proc(path, keys["env"], tmp_path, "env-holder",
+                 env(1, DETD_TEST_BENCH_GATE=gate["env"], DETD_TEST_BENCH_ENV="1")))
     pinned = Proc(path, keys["pinned"], tmp_path, "pinned", env(0, DETD_MODE="pinned"))
     no_daemon = Proc(path, keys["no_daemon"], tmp_path, "no_daemon",
                      env(0, DETD_SOCKET=str(tmp_path / "nobody.sock"), DETD_TIMEOUT_MS=1000))
@@ -141,21 +169,40 @@ def test_the_contract_holds_on_every_path(daemon, tmp_path, path):
           holder.values(), daemon)
 
     # Phase 2: a process waits on each held key.
-    waiter = {c: Proc(path, keys[c], tmp_path, f"{c}-waiter", env(2)) for c in ("wait", "all_failed", "takeover")}
-    until("three processes waiting", lambda: waiters(daemon) >= 3, waiter.values(), daemon)
+    waiter = {c: Proc(path, keys[c], tmp_path, f"{c}-waiter", env(2))
+              for c in ("wait", "all_failed", "takeover", "env")}
+    until("four processes waiting", lambda: waiters(daemon) >= 4, waiter.values(), daemon)
     waiter["budget"] = Proc(path, keys["budget"], tmp_path, "budget-waiter", env(2, DETD_TIMEOUT_MS=BUDGET_MS))
 
-    # Phase 3: the holders' passes end: reported, all failed, died.
-    for c in ("wait", "all_failed", "takeover"):
+    # Phase 3: the holders' passes end: all failed, died, environment; the
+    # wait case's once its waiter said (by default after 5 s) who it waits
+    # for (the Python paths; libdetd writes nothing).
+    for c in ("all_failed", "takeover", "env"):
         open(gate[c], "w").close()
 
     expect_config(fresh.result(daemon), FASTEST[0], True, "fresh")
-    expect_config(holder["wait"].result(daemon), FASTEST[1], True, "wait: holder")
-    expect_config(waiter["wait"].result(daemon), FASTEST[1], False, "wait: waiter")
     res = holder["all_failed"].result(daemon)
     expect_error(res, "all_failed_holder", path)
     assert res["bench_calls"] == N_CANDS, res
-    expect_error(waiter["all_failed"].result(daemon), "all_failed_waiter", path)
+    res = waiter["all_failed"].result(daemon)
+    expect_error(res, "all_failed_waiter", path)
+    assert FIRST_ERROR[path] in res["reason"] and "claim no longer held" not in res["reason"], res
+    res = holder["env"].result(daemon)
+    expect_error(res, "env_holder", path)
+    assert res["bench_calls"] == 0, res
+    expect_error(waiter["env"].result(daemon), "env_waiter", path)
+    if path != "native":
+        until("the waiter says who it waits for", lambda: "detd: waiting" in waiter["wait"].output(),
+              [waiter["wait"]], daemon)
+    open(gate["wait"], "w").close()
+    expect_config(holder["wait"].result(daemon), FASTEST[1], True, "wait: holder")
+    expect_config(waiter["wait"].result(daemon), FASTEST[1], False, "wait: waiter")
+    if path != "native":
+        # Once each: the holder what it times, the waiter whom it waits for.
+        said = [ln for ln in holder["wait"].text.splitlines() if "is timing kernel" in ln]
+        assert len(said) == 1 and f"key {WAIT_KEY[path]}" in said[0] and "4 candidates" in said[0], said
+        said = [ln for ln in waiter["wait"].text.splitlines() if ln.startswith("detd: waiting")]
+        assert len(said) == 1 and f"rank 1 (pid {holder['wait'].p.pid} on " in said[0], said
     holder["takeover"].result(daemon, want_rc=9)
     expect_config(waiter["takeover"].result(daemon), FASTEST[2], True, "takeover: the waiter times")
     res = waiter["budget"].result(daemon)
@@ -172,10 +219,26 @@ def test_the_contract_holds_on_every_path(daemon, tmp_path, path):
 
     # A rerun (a new process, rank 3, whose own fastest differs): the
     # decided keys answer at once, nothing is timed.
-    again = Proc(path, [keys[c] for c in ("fresh", "wait", "takeover")], tmp_path, "rerun", env(3))
+    # The key whose pass met an environment error was not stored: timed
+    # again, by this process. The failed one is answered with its first
+    # error, not a bare DETD_ESTALE.
+    again = Proc(path, [keys[c] for c in ("fresh", "wait", "takeover", "env", "all_failed")], tmp_path, "rerun",
+                 env(3))
     expect_config(again.result(daemon, n=keys["fresh"]), FASTEST[0], False, "rerun: fresh")
     expect_config(again.result(daemon, n=keys["wait"]), FASTEST[1], False, "rerun: wait")
     expect_config(again.result(daemon, n=keys["takeover"]), FASTEST[2], False, "rerun: takeover")
+    expect_config(again.result(daemon, n=keys["env"]), FASTEST[3], True, "rerun: env, timed now")
+    res = again.result(daemon, n=keys["all_failed"])
+    expect_error(res, "all_failed_waiter", path)
+    assert FIRST_ERROR[path] in res["reason"] and "DETD_ESTALE" not in res["reason"], res
+    assert res["bench_calls"] == 0, res
+    with open(daemon.log_path, errors="replace") as f:
+        assert f.read().count("given back: its timing pass could not run in the environment") == 1
+    # Every timed decision names the job and its size, as torchrun set them.
+    r = daemon.detctl("decisions", "--json")
+    timed = [x for x in json.loads(r.stdout)["decisions"] if x["source"] == "timed"]
+    assert len(timed) == 5, timed  # fresh, wait, takeover, budget, env
+    assert {(x["decided_by"]["world_size"], x["decided_by"]["job"]) for x in timed} == {(4, "conformance-run")}, timed
 
 
 # The outage: the daemon killed (-9) while a process holds a pass and

@@ -131,3 +131,27 @@ def test_a_daemon_that_cannot_start_is_named_with_its_log(user, monkeypatch):
     monkeypatch.setenv("DETD_DAEMON", DETD_BIN)
     _daemon._resolved.clear()
     assert _daemon.socket(None) == (str(user / "run" / "detd" / "detd.sock"), "")
+
+
+def test_detd_run_without_a_daemon_says_one_line_before_the_script(user, tmp_path):
+    """detd-run with no daemon answering at the configured socket (none may
+    be started there) and on_miss=error: one line saying what to do, exit
+    2, and the script never starts (its first governed kernel would fail
+    with a traceback)."""
+    script = tmp_path / "train.py"
+    ran = tmp_path / "ran"
+    script.write_text(f"open({str(ran)!r}, 'w').close()\n")
+    env = dict(os.environ, DETD_SOCKET="/nowhere/d.sock",
+               PYTHONPATH=os.path.join(REPO, "client", "python"))
+    p = subprocess.run([sys.executable, "-m", "detd.run", str(script)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("detd: no daemon answers at /nowhere/d.sock "), p.stderr
+    assert "detd-run stops before the script" in lines[0], lines
+    assert not ran.exists()
+    # With a fallback allowed the script runs (the line is said once).
+    p = subprocess.run([sys.executable, "-m", "detd.run", str(script)], env=dict(env, DETD_ON_MISS="first"),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and ran.exists(), (p.stdout, p.stderr)
+    assert p.stderr.count("detd: no daemon answers at /nowhere/d.sock") == 1, p.stderr

@@ -32,7 +32,7 @@ class Scripted:
         self.decides.append((key, no_claim))
         return self._decide(key)
 
-    def report(self, claim_id, key, rows, triton_version, timeout_ms):
+    def report(self, claim_id, key, rows, triton_version, timeout_ms, errors=None):
         self.reports.append(rows)
         return self._report(key, rows)
 

@@ -172,13 +172,15 @@ class Scripted:
         self._decide, self._report = decide, report
         self.decides, self.reports, self.observed = [], [], []
         self.failed, self.audits = [], []  # failed launches, audit results sent
+        self.errors = []  # per report: the candidates' errors sent with it
 
     def decide(self, key, no_claim, timeout_ms, share=False):
         self.decides.append(key)
         return self._decide(key)
 
-    def report(self, claim_id, key, rows, triton_version, timeout_ms):
+    def report(self, claim_id, key, rows, triton_version, timeout_ms, errors=None):
         self.reports.append(rows)
+        self.errors.append(errors)
         return self._report(key, rows)
 
     def observe(self, key, config, source, governed, chaos, timeout_ms=0, failed=None, audit=None, differing=(),
@@ -245,7 +247,9 @@ def test_waiter_told_every_candidate_failed_raises_at_once(hooked):
     with pytest.raises(detd.PassFailedError) as e:
         pk.run_allfail(torch.ones(100))
     assert time.monotonic() - t0 < 5
-    assert "scale_allfail" in str(e.value) and "ENOCAND" in str(e.value)
+    # The daemon's reason as it is, not libdetd's code name for it.
+    assert "scale_allfail" in str(e.value) and "rank 0: every candidate failed: AttributeError" in str(e.value)
+    assert "claim no longer held" not in str(e.value)
     assert len(pk.CALLS) == before and s.reports == [] and s.observed == []
     assert detd.autotuners()[0]["keys"][0]["source"] == "failed"
 
@@ -260,6 +264,11 @@ def test_designated_rank_reports_every_candidate_failed_and_raises_its_error(hoo
     assert "no_such_api_in_any_triton" in str(e.value) and not isinstance(e.value, detd.MissError)
     (rows,) = s.reports
     assert len(rows) == 3 and all(failed for _, _, failed in rows)
+    # Each candidate's own error goes with the report (the daemon keeps the
+    # first for every later asker).
+    (errors,) = s.errors
+    assert sorted(errors) == sorted(r[0] for r in rows), errors
+    assert all("no_such_api_in_any_triton" in t for t in errors.values()), errors
     assert sorted(r[0] for r in rows) == sorted(s.decides[0].candidates)
     assert s.observed == []  # nothing launched
     # The launch that raised is observed as failed, with the kernel's error.

@@ -60,9 +60,17 @@ static const char *tmp_path(const char *name) {
     "ALTER TABLE decisions DROP COLUMN by_node;"                               \
     "ALTER TABLE decisions DROP COLUMN by_claimed_pid;"
 
-/* SQL that takes the failures table of a fresh store back to schema 8
- * (before who the daemon saw report a failed pass was kept). */
+/* SQL that takes the decisions table of a fresh store back to schema 9
+ * (before the timing process's job was kept). */
+#define STORE_FX_DECISIONS_V9                                                  \
+    "ALTER TABLE decisions DROP COLUMN by_world_size;"                         \
+    "ALTER TABLE decisions DROP COLUMN by_job;"
+
+/* SQL that takes a fresh store back to schema 8: the decisions table to
+ * 9, the failures table to 8 (before who the daemon saw report a failed
+ * pass was kept). */
 #define STORE_FX_FAILURES_V8                                                   \
+    STORE_FX_DECISIONS_V9                                                      \
     "ALTER TABLE failures DROP COLUMN claimed_pid;"                            \
     "ALTER TABLE failures DROP COLUMN by_uid;"                                 \
     "ALTER TABLE failures DROP COLUMN by_node;"

@@ -196,6 +196,37 @@ TEST(report_and_observe_validate) {
     detd_client_close(c);
 }
 
+TEST(report_ex_and_claim_release_validate) {
+    detd_client *c = open_missing_();
+    struct detd_answer *a = NULL;
+    struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2, NULL};
+    double ms[] = {1.0};
+    struct detd_timing t[] = {{cands_[0], ms, 1, 1}};
+    const char *errs[] = {"ValueError: broke"};
+    struct detd_report_extra bad = {0, errs};
+    CHECK_EQ_INT(detd_report_ex(c, 7, &k, t, 1, &bad, NULL, 1000, &a),
+                 DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "extra->size 0") != NULL);
+    bad.size = sizeof bad + 8; /* a newer release's: not this one */
+    CHECK_EQ_INT(detd_report_ex(c, 7, &k, t, 1, &bad, NULL, 1000, &a),
+                 DETD_EINVAL);
+    CHECK_EQ_INT(detd_claim_release(c, 7, &k, "", 1000), DETD_EINVAL);
+    CHECK_STR(detd_client_last_error(), "why is empty");
+    CHECK_EQ_INT(detd_claim_release(c, 7, &k, NULL, 1000), DETD_EINVAL);
+    CHECK_EQ_INT(detd_claim_release(c, 0, &k, "no driver", 1000), DETD_EINVAL);
+    CHECK_EQ_INT(detd_claim_release(NULL, 7, &k, "no driver", 1000),
+                 DETD_EINVAL);
+    /* Valid: only the missing daemon stops it. */
+    struct detd_report_extra ok = {sizeof ok, errs};
+    CHECK_EQ_INT(detd_report_ex(c, 7, &k, t, 1, &ok, NULL, 1000, &a),
+                 DETD_ECONNECT);
+    CHECK_EQ_INT(detd_claim_release(c, 7, &k, "no driver", 1000),
+                 DETD_ECONNECT);
+    CHECK(a == NULL);
+    CHECK_STR(detd_err_name(DETD_EENV), "DETD_EENV");
+    detd_client_close(c);
+}
+
 TEST(connection_refused_within_deadline) {
     detd_client *c = open_missing_();
     struct detd_key k = {NULL, "sm90", "m:k@1", "x", cands_, 2, NULL};

@@ -54,6 +54,8 @@ static void row_make(struct row *r) {
         .by_uid = 1234,
         .by_claimed_pid = 99,
         .by_node = "n1",
+        .by_world_size = 16,
+        .by_job = "run-9",
     };
 }
 
@@ -101,6 +103,8 @@ TEST(the_peer_fields_survive_the_round_trip) {
     CHECK_EQ_INT(got.by_uid, 1234);
     CHECK_EQ_INT(got.by_claimed_pid, 99);
     CHECK_STR(got.by_node, "n1");
+    CHECK_EQ_INT(got.by_world_size, 16);
+    CHECK_STR(got.by_job, "run-9");
     decision_clear(&got);
     free(writer);
     /* Unknown uid and no node (a table's decision) too. */

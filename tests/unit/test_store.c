@@ -99,6 +99,8 @@ static void dec_make(struct dec *b, const char *ns, const char *kernel,
         .by_uid = 1000 + i % 3,
         .by_claimed_pid = 4000 + i % 2,
         .by_node = "node-b",
+        .by_world_size = 8,
+        .by_job = "run-17",
     };
 }
 
@@ -130,6 +132,8 @@ static void check_dec_eq(const struct decision *a, const struct decision *b) {
     CHECK_EQ_INT(a->by_uid, b->by_uid);
     CHECK_EQ_INT(a->by_claimed_pid, b->by_claimed_pid);
     CHECK_STR(nz(a->by_node), nz(b->by_node));
+    CHECK_EQ_INT(a->by_world_size, b->by_world_size);
+    CHECK_STR(nz(a->by_job), nz(b->by_job));
 }
 
 static void check_stored(store *s, const struct decision *want) {
@@ -254,10 +258,10 @@ TEST(open_close_reopen_keeps_data) {
     /* The schema and its bookkeeping, seen from outside. */
     char v[64];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "9");
+    CHECK_STR(v, "10");
     sql_on_side(path, "SELECT value FROM meta WHERE name = 'schema_version'", v,
                 sizeof v);
-    CHECK_STR(v, "9");
+    CHECK_STR(v, "10");
     sql_on_side(path,
                 "SELECT CAST(value AS INTEGER) > 1600000000000 FROM meta"
                 " WHERE name = 'created_at_ms'",
@@ -638,22 +642,22 @@ TEST(count_by_source) {
 TEST(newer_schema_version_is_refused_naming_both_versions) {
     const char *path = tmp_path("s.db");
     store_close(open_ok(path));
-    sql_on_side(path, "PRAGMA user_version = 10", NULL, 0);
+    sql_on_side(path, "PRAGMA user_version = 11", NULL, 0);
 
     store *s = (store *)0x1;
     char *msg = NULL;
     CHECK_EQ_INT(store_open(path, &s, &msg), DETD_ECORRUPT);
     CHECK(s == (store *)0x1);
     CHECK(msg != NULL);
+    CHECK(strstr(msg, "version 11") != NULL);
     CHECK(strstr(msg, "version 10") != NULL);
-    CHECK(strstr(msg, "version 9") != NULL);
     CHECK(strstr(msg, path) != NULL);
     free(msg);
 
-    /* Nothing was changed: a build that knows version 10 still finds it. */
+    /* Nothing was changed: a build that knows version 11 still finds it. */
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "10");
+    CHECK_STR(v, "11");
     /* ret_errmsg is optional. */
     CHECK_EQ_INT(store_open(path, &s, NULL), DETD_ECORRUPT);
     tmp_cleanup();
@@ -686,7 +690,7 @@ TEST(migration_from_version_7_reads_decisions_as_unknown_peer) {
     store_close(s);
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "9");
+    CHECK_STR(v, "10");
 
     /* A value no daemon writes is corruption, not a uid. */
     sql_on_side(path, "UPDATE decisions SET by_uid = -7", NULL, 0);
@@ -1083,7 +1087,7 @@ TEST(migration_from_version_8_reads_failures_as_unknown_peer) {
     store_close(s);
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "9");
+    CHECK_STR(v, "10");
 
     /* A value no daemon writes is corruption, not a uid. */
     sql_on_side(path, "UPDATE failures SET by_uid = -7", NULL, 0);

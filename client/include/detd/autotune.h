@@ -101,7 +101,11 @@ typedef int (*detd_launch_cb)(void *launch_user, size_t index,
  * times timed, and write reps samples in milliseconds into ret_ms[0..reps)
  * (the daemon uses their median). Returns 0 when measured, nonzero when
  * the candidate failed. A sample that is negative, NaN or infinite also
- * makes the candidate fail.
+ * makes the candidate fail. Since 0.7, DETD_EENV says this process's
+ * environment cannot run the pass at all (no device, a library missing:
+ * nothing about this candidate): the pass stops, its claim is given back
+ * (detd_claim_release()), nothing is stored, and detd_autotune() returns
+ * DETD_EENV here and in every process waiting for the key.
  */
 typedef int (*detd_timer_cb)(void *timer_user, size_t index, const char *config,
                              detd_launch_cb launch, void *launch_user,
@@ -173,7 +177,10 @@ struct detd_autotune_result {
  *                 candidate, the candidate count, reps, the report size).
  *   -ENODEV       no usable CUDA and no options.timer (nothing was asked).
  *   DETD_ENOCAND  every candidate failed in the key's timing pass (here
- *                 or in the process that timed it).
+ *                 or in the process that timed it); the message names
+ *                 the first candidate's error (0.7).
+ *   DETD_EENV     the timer returned DETD_EENV here, or in the process
+ *                 whose pass this call waited for (0.7): nothing stored.
  *   DETD_ENOTFOUND  DETD_AUTOTUNE_NO_CLAIM and nothing decided.
  *   DETD_ETIMEDOUT  no decision within timeout_ms.
  *   DETD_ECONNECT, DETD_EUNAVAILABLE, DETD_EPROTO, ... as detd_decide().

@@ -110,6 +110,10 @@ typedef struct detd_client detd_client;
  * Who this process is. Strings are copied by detd_client_open(). A NULL
  * string means "unknown"; rank/local_rank -1 and world_size 0 likewise.
  * host defaults to the host name, pid is always taken from getpid().
+ * Since 0.7 an unknown rank, local_rank and world_size are read from the
+ * launcher's $RANK, $LOCAL_RANK and $WORLD_SIZE (torchrun's) when they
+ * hold integers, and an unknown job from $DETD_JOB, else
+ * $TORCHELASTIC_RUN_ID, else $SLURM_JOB_ID.
  */
 struct detd_identity {
     const char *host;
@@ -258,7 +262,13 @@ int detd_client_connect(detd_client *client, int64_t timeout_ms);
  * this file).
  * On success *ret_answer holds the outcome (free it with
  * detd_answer_free()). Errors: DETD_EINVAL, DETD_ELIMIT (key or candidate
- * limits), DETD_ECONNECT, DETD_ETIMEDOUT, DETD_EBUSY, DETD_EPROTO, ...
+ * limits), DETD_ECONNECT, DETD_ETIMEDOUT, DETD_EBUSY, DETD_EPROTO, ...;
+ * since 0.7, DETD_ENOCAND when the key's timing pass failed for every
+ * candidate (kept by the daemon: detd_client_last_error() says why, with
+ * the first candidate's error; before 0.7 this was DETD_ESTALE) and
+ * DETD_EENV when the pass this call waited for could not run in its
+ * timing process's environment (detd_claim_release(); the text names the
+ * cause).
  */
 int detd_decide(detd_client *client, const struct detd_key *key, int flags,
                 int64_t timeout_ms, struct detd_answer **ret_answer);
@@ -279,6 +289,54 @@ int detd_report(detd_client *client, uint64_t claim_id,
                 const struct detd_key *key, const struct detd_timing *timings,
                 size_t n_timings, const char *triton_version,
                 int64_t timeout_ms, struct detd_answer **ret_answer);
+
+/*
+ * Added in 0.7: the longest error text a report carries per candidate
+ * (detd_report_extra.errors) and for an environment error
+ * (detd_claim_release()); longer texts are cut to it (at a UTF-8
+ * character boundary).
+ */
+#define DETD_MAX_ERROR_BYTES 1024
+
+/* Added in 0.7: what a report carries besides the timings. */
+struct detd_report_extra {
+    size_t size; /* the caller sets sizeof(struct detd_report_extra) */
+    /* NULL, or one entry per timing: why timings[i] failed (NULL or "":
+     * not said), e.g. "CompilationError: ...". When every candidate
+     * failed, the daemon keeps the first candidate's error with the
+     * failure and names it to every process that asks for the key. */
+    const char *const *errors;
+};
+
+/*
+ * detd_report() with extra (NULL: as detd_report()), added in 0.7.
+ * Returns what detd_report() returns, and DETD_EINVAL for a bad
+ * extra->size.
+ */
+int detd_report_ex(detd_client *client, uint64_t claim_id,
+                   const struct detd_key *key,
+                   const struct detd_timing *timings, size_t n_timings,
+                   const struct detd_report_extra *extra,
+                   const char *triton_version, int64_t timeout_ms,
+                   struct detd_answer **ret_answer);
+
+/*
+ * Give claim_id back because its timing pass could not run in this
+ * process's environment (added in 0.7): why names the cause (a module
+ * missing, no GPU driver, no device: nothing about the candidates),
+ * required, cut to DETD_MAX_ERROR_BYTES. The daemon ends the claim and
+ * stores nothing, so the key is timed again once the cause is fixed;
+ * the processes waiting for the key get DETD_EENV from detd_decide()
+ * with the daemon's text naming why and this process (they would most
+ * likely meet it too). Returns 0 (given back), DETD_ESTALE (the claim
+ * was no longer held, or the key was decided meanwhile: nothing to give
+ * back), DETD_EINVAL, or a connection error (the daemon then ends the
+ * claim at its pass deadline or with the session). Waits at most
+ * timeout_ms (<= 0: 30 s).
+ */
+int detd_claim_release(detd_client *client, uint64_t claim_id,
+                       const struct detd_key *key, const char *why,
+                       int64_t timeout_ms);
 
 /* Flags for detd_observe(). */
 #define DETD_OBSERVE_GOVERNED 0x1

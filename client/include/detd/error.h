@@ -31,7 +31,8 @@ extern "C" {
     X(ECORRUPT, -1015, "corrupt data")                                         \
     X(EEXIST, -1016, "already exists")                                         \
     X(ENOCAND, -1017, "no candidate has a valid timing")                       \
-    X(EFORK, -1018, "handle used across fork")
+    X(EFORK, -1018, "handle used across fork")                                 \
+    X(EENV, -1019, "the timing pass could not run in a process's environment")
 
 typedef enum detd_errno {
 #define DETD_ERR_ENUM_(name, value, msg) DETD_##name = (value),

@@ -31,13 +31,14 @@ import threading
 from typing import List, Optional
 
 from . import _policy
-from ._loop import MissError, PassFailedError
+from ._loop import MissError, PassEnvError, PassFailedError
 from ._native import DetdError, LibraryNotFound
 from ._policy import Settings
 
 __all__ = [
     "install",
     "installed",
+    "daemon_problem",
     "settings",
     "autotuners",
     "stats",
@@ -45,6 +46,7 @@ __all__ = [
     "verify",
     "DivergenceError",
     "MissError",
+    "PassEnvError",
     "PassFailedError",
     "DetdError",
     "LibraryNotFound",
@@ -106,6 +108,17 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
 
         _inductor.install()  # torch.compile's autotuners: now, or when Inductor is imported
     return s
+
+
+def daemon_problem(socket: Optional[str] = None) -> str:
+    """Whether a daemon serves this process: "" when one answers (at
+    ``socket``, else the configured one, the node's, or this user's,
+    started now when none answers and starting is allowed), else one line
+    saying what to do. What :func:`install` checks before the first
+    kernel."""
+    from . import _daemon
+
+    return _daemon.check(socket if socket is not None else _policy.parse().socket)[1]
 
 
 def installed() -> bool:

@@ -501,7 +501,8 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
         done = out.record()
         _triton.set_timings(ctx.tuner, timings, time.time() - t0)
     else:
-        timings, errors = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs)
+        timings, errors = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs,
+                                                  stop=_loop.environment_hint, each=_loop.progress())
     t1 = time.time()
     medians = {}
     for config, t in timings.items():
@@ -513,7 +514,7 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
     if near:
         samples = {c: _samples.as_list(timings[c]) for c in near}
         for order in _loop.recheck_orders(near):
-            again, errors2 = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order)
+            again, errors2 = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order, stop=_loop.environment_hint)
             for c in order:
                 if c in errors2:
                     errors[c] = errors2[c]
@@ -597,6 +598,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             split = (answer.claim_id, dkey) if _process.split_device() is not None else None
             rows, timed["errors"], timed["remeasured"], timed["lock"], timed["pass_s"], timed["split"] = \
                 _timing_pass(ctx, cands, split)
+            timed["rows"] = rows
             return rows
 
         # While another rank times the key: ask in slices, so that a long
@@ -605,7 +607,15 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         share = _loop.Share(cands.objs, cands.candidates,
                             lambda config: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, config),
                             _bench(ctx, False))
-        res = _loop.resolve(dkey, info.kernel, key_str, _triton.version(), time_pass, share)
+        def pass_errors():
+            # Why each failed candidate failed: its exception, or inf from
+            # Triton's own benchmarker (out of resources, a compile-time
+            # assertion).
+            errs = timed.get("errors") or {}
+            return {s: _loop.error_line(errs[s]) if s in errs else _INF_TEXT
+                    for s, _, f in timed.get("rows") or () if f}
+
+        res = _loop.resolve(dkey, info.kernel, key_str, _triton.version(), time_pass, share, pass_errors)
         answer, reason, report_rows, lost, wait = res.answer, res.reason, res.rows, res.lost, res.wait
         if report_rows is not None:
             errors, remeasured, lock_waited = timed["errors"], timed["remeasured"], timed["lock"]
@@ -668,6 +678,10 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
         _send_audit(info, key_str, _audit.check(tuner, info.kernel, info.name, key, key_str, chosen, ctx.args,
                                                 ctx.kw))
     return True
+
+
+# A failed candidate without an exception: Triton's benchmarker gave inf.
+_INF_TEXT = "inf (out of resources or a compile-time assertion)"
 
 
 def _all_failed(info: _TunerInfo, key_str: str, cands: _Cands, errors: dict) -> BaseException:

@@ -20,6 +20,8 @@ autotuner: what is timed, compiled or benchmarked comes in as functions.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -71,8 +73,19 @@ class PassFailedError(RuntimeError):
         super().__init__(f"detd: every candidate of kernel {kernel} key {key} failed in the timing pass: {reason}")
 
 
-# libdetd's DETD_ENOCAND (detd/error.h): no candidate has a valid timing.
-_ENOCAND = -1017
+class PassEnvError(RuntimeError):
+    """The timing pass of a governed key could not run in the timing
+    rank's environment (a module missing, no GPU driver): nothing was
+    stored, and the key is timed again once that is fixed. The timing
+    rank raises the error itself (with a note naming the next step);
+    every rank that waited for it raises this, with the timing rank's
+    error, whatever ``on_miss`` says."""
+
+    def __init__(self, kernel: str, key: str, reason: str):
+        self.kernel, self.key, self.reason = kernel, key, reason
+        super().__init__(f"detd: kernel {kernel} key {key} was not timed: {reason}")
+
+
 # The daemon's reason for a report in which every candidate failed.
 NOCAND_TEXT = "no candidate has a valid timing"
 
@@ -80,8 +93,65 @@ NOCAND_TEXT = "no candidate has a valid timing"
 def pass_failed(e) -> bool:
     """Whether a libdetd error says the key's timing pass failed for every
     candidate (the reporter's own report, or the reason the daemon sends
-    every waiter of that claim)."""
-    return getattr(e, "code", None) == _ENOCAND or NOCAND_TEXT in str(e)
+    every waiter of that claim and every later asker)."""
+    return getattr(e, "code", None) == _native.ENOCAND or NOCAND_TEXT in str(e)
+
+
+def _failed_reason(e) -> str:
+    """The daemon's verdict on a failed pass as its own text (not
+    libdetd's code name), always naming it as such."""
+    detail = getattr(e, "detail", "") or str(e)
+    return detail if NOCAND_TEXT in detail else f"{NOCAND_TEXT}: {detail}"
+
+
+# Errors that say a process's environment cannot run a timing pass at all
+# (nothing about the candidates), by the words of their text, with the
+# next step: Triton without a GPU driver, torch without a device or a
+# CUDA build, no libcuda.
+_ENV_TEXTS = (
+    ("0 active drivers", "no GPU driver for Triton: run on a GPU node, or under TRITON_INTERPRET=1 give the "
+     "autotuner a do_bench= that times on the CPU (docs/resolve-contract.md)"),
+    ("libcuda.so cannot found", "install the NVIDIA driver (libcuda.so), or run on a GPU node"),
+    ("Found no NVIDIA driver", "install the NVIDIA driver, or run on a GPU node"),
+    ("No CUDA GPUs are available", "no CUDA device is visible: check CUDA_VISIBLE_DEVICES"),
+    ("CUDA driver version is insufficient", "update the NVIDIA driver for this CUDA runtime"),
+    ("Torch not compiled with CUDA enabled", "install a CUDA build of torch"),
+)
+
+
+def environment_hint(e: BaseException) -> Optional[str]:
+    """The next step when ``e`` says this process's environment cannot
+    run a timing pass at all (an import failed: ``pip install`` the
+    module; no GPU driver or device), else None: an error of a candidate,
+    which fails that candidate only."""
+    if isinstance(e, ModuleNotFoundError):
+        name = (e.name or "").split(".")[0]
+        return f"pip install {name}" if name else "install the missing module"
+    if isinstance(e, ImportError):
+        return "an import failed: a package of this environment is missing or broken"
+    text = str(e)
+    for words, hint in _ENV_TEXTS:
+        if words in text:
+            return hint
+    return None
+
+
+def _give_back(dkey, claim_id: int, kernel: str, key_str: str, e: BaseException, hint: str):
+    """This process's environment cannot run the pass of claim_id (``e``,
+    ``hint``): give the claim back (the daemon stores nothing and tells the
+    waiters), and say on ``e`` what happened and what to do."""
+    why = f"{error_line(e)} (next step: {hint})"
+    try:
+        _process.client().release(claim_id, dkey, why, 10_000)
+    except (_native.DetdError, OSError):
+        # Gone, or the claim already ended: it ends at its deadline.
+        _process.client().forget_claim(claim_id)
+    note = (f"detd: kernel {kernel} key {key_str} was not timed: this process's environment cannot run its timing "
+            f"pass; nothing was stored, the key is timed again on the next run. Next step: {hint}")
+    if hasattr(e, "add_note"):
+        e.add_note(note)
+    else:  # Python 3.10: no notes
+        log.error(note)
 
 
 def error_line(e: BaseException) -> str:
@@ -112,6 +182,51 @@ def recheck_orders(near: list):
     reverse first, then as listed, alternating."""
     for r in range(RECHECK_ROUNDS):
         yield near[::-1] if r % 2 == 0 else near
+
+
+def _say(msg: str) -> None:
+    """A line a user sees without configuring anything: a record of the
+    ``detd`` logger when the program configured logging to show it, else
+    one line on stderr."""
+    if log.hasHandlers() and log.isEnabledFor(logging.INFO):
+        log.info(msg)
+    else:
+        import sys
+
+        print(msg, file=sys.stderr, flush=True)
+
+
+# A timing pass that has run this long says which candidate it is at (at
+# most one line per this many seconds).
+PASS_SLOW_S = 10.0
+_pass_tls = threading.local()
+
+
+class PassProgress:
+    """What a timing rank says: one line when its pass starts (which
+    kernel and key, how many candidates), then, once the pass has run
+    :data:`PASS_SLOW_S`, ``candidate i of n`` at most once per
+    :data:`PASS_SLOW_S` (called by the adapter before each candidate)."""
+
+    def __init__(self, kernel: str, key_str: str, n: int):
+        self.kernel, self.key_str, self.n = kernel, key_str, n
+        self.t0 = self.last = time.monotonic()
+        rank = _process.identity()["rank"]
+        who = f"rank {rank}" if rank >= 0 else f"pid {os.getpid()}"
+        _say(f"detd: {who} is timing kernel {kernel} key {key_str}: {n} candidates, once for the whole job")
+
+    def __call__(self, i: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= PASS_SLOW_S:
+            self.last = now
+            _say(f"detd: timing kernel {self.kernel} key {self.key_str}: candidate {i + 1} of {self.n} "
+                 f"({now - self.t0:.0f} s into the pass)")
+
+
+def progress() -> Callable[[int], None]:
+    """The pass this thread is timing (see :class:`PassProgress`), to
+    call before each candidate; a no-op outside a pass."""
+    return getattr(_pass_tls, "progress", None) or (lambda i: None)
 
 
 class Wait:
@@ -165,14 +280,17 @@ class Wait:
         now = time.monotonic()
         if self.next_log is None or now + 0.05 < self.next_log:
             return
-        # The first line is INFO; a wait that goes on is a WARNING, so it
-        # shows even where the program configured no logging.
-        level = logging.WARNING if self.logged else logging.INFO
+        # The first line is seen without any logging configured (stderr);
+        # the lines of a wait that goes on are INFO records.
+        first = not self.logged
         self.logged = True
         _, every = _process.wait_log()
         self.next_log = now + every if every > 0 else None
-        log.log(level, "detd: waiting %.1f s for kernel %s key %s: %s", now - self.t0, self.kernel,
-                self.key_str, self._who(answer))
+        msg = f"detd: waiting {now - self.t0:.1f} s for kernel {self.kernel} key {self.key_str}: {self._who(answer)}"
+        if first:
+            _say(msg)
+        else:
+            log.info(msg)
 
     def help(self, answer, objs: Sequence[Any], candidates: Sequence[str], dkey,
              compile_one: Callable[[Any], Any], bench: Callable[[Sequence[Any]], Any]):
@@ -262,7 +380,8 @@ class Resolution(NamedTuple):
 
 def resolve(dkey, kernel: str, key_str: str, version: str,
             time_pass: Callable[[Any], List[Tuple[str, List[float], bool]]],
-            share: Optional[Share] = None) -> Resolution:
+            share: Optional[Share] = None,
+            pass_errors: Optional[Callable[[], dict]] = None) -> Resolution:
     """The resolve loop of one governed key, for every adapter: ask the
     daemon; while another rank times the key, wait in slices (logged, see
     :class:`Wait`) and help the pass when ``share`` is given and sharing
@@ -274,7 +393,12 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
     at most :data:`MAX_ASKS` designations. Never raises for the daemon's
     sake: the adapter applies the decision, or ``on_miss`` with the
     returned reason (its errors: :class:`MissError`,
-    :class:`PassFailedError`). ``time_pass`` may raise; that propagates."""
+    :class:`PassFailedError`). ``time_pass`` may raise; that propagates,
+    after an environment error (:func:`environment_hint`) has given the
+    claim back with a note on the error naming the next step. A wait
+    for a pass given back so raises :class:`PassEnvError`.
+    ``pass_errors()``: why each failed candidate failed (candidate string
+    -> text), sent with the report."""
     settings = _process.settings()
     pinned = settings.mode == "pinned"
     answer, reason, rows, report_error = None, None, None, None
@@ -295,11 +419,16 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
         try:
             answer = ask((dkey, pinned, wait.ask_ms(left_ms)), wait.share)
         except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-            if getattr(e, "code", None) == _native.ETIMEDOUT:
+            code = getattr(e, "code", None)
+            if code == _native.ETIMEDOUT:
                 # The Decide's own deadline (the slice asked for) cut it
                 # short: the budget decides, at the top of the loop.
                 continue
-            answer, reason = None, f"daemon request failed: {e}"
+            if code == _native.EENV:
+                wait.done(None)
+                raise PassEnvError(kernel, key_str, getattr(e, "detail", "") or str(e)) from None
+            reason = _failed_reason(e) if pass_failed(e) else f"daemon request failed: {e}"
+            answer = None
             break
         if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
             if answer.daemon_away:
@@ -316,17 +445,26 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
         rounds += 1
         if rows is None:
             t0 = time.monotonic()
+            _pass_tls.progress = PassProgress(kernel, key_str, len(dkey.candidates))
             try:
                 rows = time_pass(answer)
-            except BaseException:
-                # Never reported: libdetd must not take it again after a
-                # daemon restart.
-                _process.client().forget_claim(answer.claim_id)
+            except BaseException as e:
+                hint = environment_hint(e)
+                if hint is not None:
+                    _give_back(dkey, answer.claim_id, kernel, key_str, e, hint)
+                else:
+                    # Never reported: libdetd must not take it again after
+                    # a daemon restart.
+                    _process.client().forget_claim(answer.claim_id)
                 raise
+            finally:
+                _pass_tls.progress = None
             deadline += time.monotonic() - t0
         try:
+            errs = pass_errors() if pass_errors is not None else None
             answer = _process.client().report(answer.claim_id, dkey, rows, version,
-                                              max(1, int((deadline - time.monotonic()) * 1000)))
+                                              max(1, int((deadline - time.monotonic()) * 1000)),
+                                              **({"errors": errs} if errs else {}))
             answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
             break
         except _native.DetdError as e:

@@ -63,6 +63,8 @@ ECONNECT = -1002
 ETIMEDOUT = -1003
 ESTALE = -1007
 EUNAVAILABLE = -1014
+ENOCAND = -1017
+EENV = -1019  # libdetd 0.7: a timing pass given back (environment)
 
 
 class _ObserveExtra(ctypes.Structure):
@@ -107,6 +109,13 @@ class _Timing(ctypes.Structure):
         ("ms", ctypes.POINTER(ctypes.c_double)),
         ("n_ms", c_size_t),
         ("failed", c_int),
+    ]
+
+
+class _ReportExtra(ctypes.Structure):  # libdetd 0.7
+    _fields_ = [
+        ("size", c_size_t),
+        ("errors", ctypes.POINTER(c_char_p)),
     ]
 
 
@@ -311,6 +320,12 @@ def _bind(lib):
         lib.detd_share.restype = c_int
         lib.detd_share_answer_free.argtypes = [P(_ShareAnswer)]
         lib.detd_share_answer_free.restype = None
+    if hasattr(lib, "detd_report_ex"):  # libdetd 0.7
+        lib.detd_report_ex.argtypes = [ctypes.c_void_p, c_uint64, P(_Key), P(_Timing), c_size_t, P(_ReportExtra),
+                                       c_char_p, c_int64, P(P(_Answer))]
+        lib.detd_report_ex.restype = c_int
+        lib.detd_claim_release.argtypes = [ctypes.c_void_p, c_uint64, P(_Key), c_char_p, c_int64]
+        lib.detd_claim_release.restype = c_int
     if hasattr(lib, "detd_client_stats"):  # libdetd 0.6
         lib.detd_client_stats.argtypes = [ctypes.c_void_p, P(_Stats)]
         lib.detd_client_stats.restype = c_int
@@ -341,6 +356,12 @@ def _s(b) -> Optional[str]:
 
 def _b(s) -> Optional[bytes]:
     return None if s is None else s.encode("utf-8")
+
+
+def _b_text(s) -> Optional[bytes]:
+    """A message for the daemon: UTF-8 whatever it holds (libdetd cuts it
+    to DETD_MAX_ERROR_BYTES)."""
+    return None if s is None else str(s).encode("utf-8", "replace")
 
 
 def _check(lib, call: str, rc: int):
@@ -457,14 +478,40 @@ class Client:
         return _answer(self._lib, p)
 
     def report(self, claim_id: int, key: Key, timings: Sequence[Tuple[str, Sequence[float], bool]],
-               triton_version: str, timeout_ms: int) -> Answer:
+               triton_version: str, timeout_ms: int, errors: Optional[dict] = None) -> Answer:
+        """``detd_report``; ``errors``: candidate string -> why it failed,
+        sent with the timings (``detd_report_ex``, libdetd 0.7; ignored
+        with an older one): the daemon keeps the first with a pass in
+        which every candidate failed."""
         ck = _CKey(key)
         arr, _keep = _timings_array(timings)
         p = ctypes.POINTER(_Answer)()
-        rc = self._lib.detd_report(self._h, claim_id, ctypes.byref(ck.s), arr, len(timings), _b(triton_version),
-                                   timeout_ms, ctypes.byref(p))
+        if errors and hasattr(self._lib, "detd_report_ex"):
+            texts = [_b_text(errors.get(cfg)) for cfg, _, _ in timings]
+            earr = (c_char_p * max(1, len(texts)))(*texts)
+            ex = _ReportExtra(ctypes.sizeof(_ReportExtra), ctypes.cast(earr, ctypes.POINTER(c_char_p)))
+            rc = self._lib.detd_report_ex(self._h, claim_id, ctypes.byref(ck.s), arr, len(timings), ctypes.byref(ex),
+                                          _b(triton_version), timeout_ms, ctypes.byref(p))
+        else:
+            rc = self._lib.detd_report(self._h, claim_id, ctypes.byref(ck.s), arr, len(timings), _b(triton_version),
+                                       timeout_ms, ctypes.byref(p))
         _check(self._lib, "detd_report", rc)
         return _answer(self._lib, p)
+
+    def release(self, claim_id: int, key: Key, why: str, timeout_ms: int) -> bool:
+        """``detd_claim_release``: give ``claim_id`` back because this
+        process's environment cannot run its timing pass (``why``); the
+        daemon stores nothing and tells the key's waiters. False with a
+        libdetd older than 0.7 (the claim is only forgotten then, and
+        ends at its pass deadline). Raises DetdError (DETD_ESTALE: the
+        claim was no longer held)."""
+        if not hasattr(self._lib, "detd_claim_release"):
+            self.forget_claim(claim_id)
+            return False
+        ck = _CKey(key)
+        _check(self._lib, "detd_claim_release",
+               self._lib.detd_claim_release(self._h, claim_id, ctypes.byref(ck.s), _b_text(why), timeout_ms))
+        return True
 
     def observe(self, key: Key, config: str, source: int, governed: bool, chaos: bool, timeout_ms: int = 10_000,
                 failed: Optional[str] = None, audit: Optional[str] = None, differing: Sequence[str] = (),

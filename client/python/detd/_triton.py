@@ -304,7 +304,7 @@ def prune(tuner, args, kwargs) -> List[Any]:
     return list(_original_prune(tuner, kwargs))
 
 
-def time_candidates(tuner, args, kwargs, pruned, record: bool = True) -> tuple:
+def time_candidates(tuner, args, kwargs, pruned, record: bool = True, stop=None, each=None) -> tuple:
     """Time each config of ``pruned`` (the list :func:`prune` returned) with
     the tuner's own ``_bench`` (Triton's benchmarker or the kernel's
     ``do_bench=``), as Triton's ``benchmark()`` does, and set
@@ -317,17 +317,23 @@ def time_candidates(tuner, args, kwargs, pruned, record: bool = True) -> tuple:
     as Triton's benchmarker treats the ones it knows), and the exception is
     returned so the caller can raise it when every candidate failed.
     ``record`` False leaves ``configs_timings`` and ``bench_time`` as they
-    were (a rank benchmarking a share of another rank's pass).
+    were (a rank benchmarking a share of another rank's pass). ``stop(e)``
+    true raises ``e`` at once (an error of the process, not of the
+    candidate); ``each(i)`` is called before candidate ``i``.
     Returns ``(timings, errors)``: ``Config -> timing`` (a float or a list
     of them) and ``Config -> exception``."""
     tuner.nargs = dict(zip(tuner.arg_names, args))
     _tls.skip = None
     start = time.time()
     timings, errors = {}, {}
-    for config in pruned:
+    for i, config in enumerate(pruned):
+        if each is not None:
+            each(i)
         try:
             timings[config] = tuner._bench(*args, config=config, **kwargs)
         except Exception as e:  # noqa: BLE001 - every failure counts, as inf
+            if stop is not None and stop(e):
+                raise
             errors[config] = e
             timings[config] = [float("inf"), float("inf"), float("inf")]
         tuner.nargs = dict(zip(tuner.arg_names, args))  # a hook may have cleared it

@@ -6,7 +6,9 @@
     detd-run train.py [args...]
 
 Settings come from the ``DETD_*`` environment variables (see
-:mod:`detd._policy`); invalid ones stop the run before the script starts.
+:mod:`detd._policy`); invalid ones stop the run before the script starts,
+and so does a missing daemon (one line saying what to do) when its first
+governed kernel would fail (``on_miss=error``, the default).
 The script runs as ``__main__`` with ``sys.argv`` as if started directly.
 With ``DETD_RUN_REPORT=PATH`` the process writes, when it exits, what
 :func:`detd.autotuners` says (every autotuner it reached, per key the
@@ -42,6 +44,15 @@ def main(argv=None) -> int:
     import detd
 
     try:
+        s = detd.settings()
+        if s.mode in ("coordinated", "pinned") and s.on_miss == "error":
+            # Its first governed kernel would fail: one line, before the
+            # script starts, instead of a traceback there.
+            problem = detd.daemon_problem(s.socket)
+            if problem:
+                print(f"{problem} (detd-run stops before the script: with on_miss=error its first governed "
+                      "kernel would fail)", file=sys.stderr)
+                return 2
         detd.install()
     except (ValueError, ImportError) as e:
         print(f"detd-run: {e}", file=sys.stderr)
