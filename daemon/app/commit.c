@@ -53,7 +53,7 @@ void commit_state_free(commit_state *s) {
 /* See commit.h. */
 void commit_log_decision(const struct decision *r, const char *origin,
                          const char *via) {
-    /* Claim ids are 64 random bits: unsigned, as every other line and
+    /* Claim ids are 63 random bits: unsigned, as every other line and
      * libdetd write them (a JSON number, as the claim field of every
      * other event: log.c). */
     const struct log_field f[] = {

@@ -63,14 +63,16 @@ static int64_t wait_deadline(const rpc_call *call, uint32_t wait_ms,
 
 /* ---- claim policy ------------------------------------------------------ */
 
-/* 64 random bits; 0 (the engine draws again, then counts) if the kernel
- * has none to give, which getrandom() only does before Linux 3.17. */
+/* 63 random bits: below 2^63, so every reader writes the same number
+ * (detctl's JSON integers, a signed or an unsigned log field, ctypes);
+ * 0 (the engine draws again, then counts) if the kernel has none to give,
+ * which getrandom() only does before Linux 3.17. */
 static uint64_t claim_id_random(void *ctx) {
     (void)ctx;
     uint64_t v = 0;
     if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
         return 0;
-    return v;
+    return v & (uint64_t)INT64_MAX;
 }
 
 /* See decide.h. */

@@ -43,7 +43,7 @@ void decide_closed(struct daemon *d, struct rpc_event *ev);
 
 /*
  * Give d's engine (just created) the daemon's claim policy: claim ids of
- * 64 random bits (getrandom), session 0 never designated, and the timing
+ * 63 random bits (getrandom), session 0 never designated, and the timing
  * pass deadline --pass-timeout-ms. Also sets d->node (--node-id, else the
  * hostname). Returns 0 or a negative DETD_E*.
  */

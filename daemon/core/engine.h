@@ -14,7 +14,7 @@
  * attached keeps its claims' leases renewed (engine_tick renews them).
  * Passing a claim always makes a new claim id, so a report for the old
  * one is stale. By default ids count from 1; engine_set_options() may
- * give a source of ids (the daemon draws 64 random bits), and the engine
+ * give a source of ids (the daemon draws 63 random bits), and the engine
  * then keeps every live claim id nonzero and unique. The waiter
  * designated is the oldest one whose session has not ended, preferring
  * named sessions over session 0 (never session 0 with the named_only

@@ -141,6 +141,11 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
             "Timing passes in which every candidate failed (recorded: the key "
             "is not timed again until its code changes or a reset).",
             c->failed_passes);
+    counter(&b, "detd_passes_env_released_total",
+            "Timing passes given back because they could not run in the "
+            "timing process's environment (an import, no driver): nothing "
+            "stored, the key is timed again.",
+            c->passes_env_released);
     counter(&b, "detd_failed_pass_answers_total",
             "Decide calls answered with a recorded failed pass.",
             c->failed_pass_answers);

@@ -77,7 +77,7 @@ def test_json_lines_each_decision_once(tmpdir_short):
         assert e["namespace"] == "default" and e["source"] == "timed"
         assert e["origin"] == "local" and e["via"] == "report"
         assert isinstance(e["pid"], int) and isinstance(e["claim"], int)
-        assert e["claim"] > 0, e  # 64 random bits, unsigned as elsewhere
+        assert e["claim"] > 0, e  # 63 random bits, unsigned as elsewhere
         assert e["uid"] == os.getuid() and e["node"] != "", e
     # Every process launched the logged config.
     logged = {e["key"]: e["config"] for e in decided}

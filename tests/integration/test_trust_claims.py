@@ -95,7 +95,7 @@ def test_claim_ids_are_not_guessable_and_another_user_cannot_commit_a_claim(tmpd
         h1, c1 = holder(d, tmpdir_short, "a", "--kernel", "m.a:k@aaaaaaaaaaaaaaaa")
         h2, c2 = holder(d, tmpdir_short, "b", "--kernel", "m.b:k@bbbbbbbbbbbbbbbb")
         hs = [h1, h2]
-        # 64 random bits: neither small nor consecutive.
+        # 63 random bits: neither small nor consecutive.
         assert c1 > 1 << 32 and c2 > 1 << 32 and abs(c1 - c2) > 1000, (c1, c2)
         # uid 65534 tries the ids a counter would have given, then the real
         # one (learned some other way) without the session, then with it.

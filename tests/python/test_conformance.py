@@ -234,6 +234,8 @@ def test_the_contract_holds_on_every_path(daemon, tmp_path, path):
     assert res["bench_calls"] == 0, res
     with open(daemon.log_path, errors="replace") as f:
         assert f.read().count("given back: its timing pass could not run in the environment") == 1
+    st = json.loads(daemon.detctl("status", "--json").stdout)
+    assert st["counters"]["passes_env_released"] == 1, st["counters"]
     # Every timed decision names the job and its size, as torchrun set them.
     r = daemon.detctl("decisions", "--json")
     timed = [x for x in json.loads(r.stdout)["decisions"] if x["source"] == "timed"]
