@@ -96,6 +96,13 @@ struct cluster_options {
     const char *peer_ca;
     const char *peer_cert;
     const char *peer_key;
+    /* One claimant per key (cluster_claimant.c): a node that is not a new
+     * key's owner defers its claim defer_ms, plus defer_step_ms per rank
+     * past the first, at most defer_slots steps. defer_ms 0: the defaults
+     * (CLUSTER_DEFER_MS, _STEP_MS, _SLOTS) for all three. */
+    uint32_t defer_ms;
+    uint32_t defer_step_ms;
+    uint32_t defer_slots;
 };
 
 typedef enum cluster_event_kind {
@@ -109,9 +116,6 @@ typedef enum cluster_event_kind {
     /* A decision seen in etcd (watch, resync, or found by a claim):
      * value is its JSON; revision its mod revision (0 in a resync). */
     CLUSTER_EV_DECISION,
-    /* The claim key of id was deleted. Not sent since claims/ is not
-     * watched (one claimant per key): waiters re-check by reading. */
-    CLUSTER_EV_CLAIM_GONE,
     /* Every decision up to revision has been delivered: persist it.
      * At the end of a full resync value is "resync" and cookie the count
      * of decisions read. */

@@ -145,9 +145,9 @@ static int schedule(cluster *c, struct claimant *e, int64_t deadline_ms,
         return cluster_claim_job(c, e->id, 1, deadline_ms);
     if (e->start_ms == 0)
         e->start_ms = now;
-    int64_t due = e->start_ms + cluster_defer_ms(rank, CLUSTER_DEFER_MS,
-                                                 CLUSTER_DEFER_STEP_MS,
-                                                 CLUSTER_DEFER_SLOTS);
+    int64_t due =
+        e->start_ms + cluster_defer_ms(rank, c->defer_ms, c->defer_step_ms,
+                                       (size_t)c->defer_slots);
     if (due <= now)
         return cluster_claim_job(c, e->id, 1, deadline_ms);
     e->pending = 1;
