@@ -21,12 +21,13 @@
  *
  * One claimant per key (cluster_claimant.c): cluster_claim() on the
  * key's rendezvous owner among the registered nodes sends the claim at
- * once; on any other node it waits CLUSTER_DEFER_MS (plus a step per
+ * once; on any other node it waits --claim-defer-ms (plus a step per
  * rank) for the decision, then reads the claim key and writes one only
- * when nobody holds it. A node that wins a claim reads the decision key
- * once more before answering (a decision committed before the claim it
- * just took is found there), so a key is timed once even when the watch
- * lags.
+ * when nobody holds it. A claim is created only if the claim key and the
+ * decision key are both absent (one Txn: a decision committed before the
+ * claim is found by it), so a key is timed once even when the watch lags.
+ * The commit deletes the committer's claim key in its own Txn. Claims
+ * (commits) of keys met together go out as one Txn (cluster_batch.c).
  *
  * One watch covers decisions/ and nodes/ (not claims/: their puts and
  * deletes would reach every node for every key). A claim held elsewhere
@@ -190,7 +191,7 @@ int cluster_claim(cluster *c, const char *id, int recheck, int64_t deadline_ms);
 
 /*
  * Commit a decision row (first writer wins, never leased), retrying until
- * deadline_ms; then give up this node's claim key for it. claim_id goes
+ * deadline_ms; the same Txn deletes this node's claim key for it. claim_id goes
  * into the writer id. Answers COMMITTED with cookie. row is borrowed for
  * the call. Returns 0, DETD_ENOMEM or DETD_EINVAL. Loop thread.
  */

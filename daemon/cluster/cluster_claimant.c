@@ -7,7 +7,7 @@
  * (cluster_rendezvous_rank()), claims at once; every other node defers:
  * it makes no etcd call while the owner claims, times and commits, and the
  * decision reaches it through the watch. Only when its deferral ends
- * (CLUSTER_DEFER_MS after it met the key, plus a step per rank) without a
+ * (--claim-defer-ms after it met the key, plus a step per rank) without a
  * decision does it read the claim key, and it writes a claim only when
  * nobody holds one: the owner never met the key (pipeline or expert
  * parallelism), is cut off, or died. The nodes after the owner in the

@@ -36,7 +36,9 @@
 /* One claimant per key (README, "Scale"; cluster_claimant.c): a node that
  * is not a new key's rendezvous owner waits CLUSTER_DEFER_MS after it met
  * the key, plus CLUSTER_DEFER_STEP_MS per rank past the first (at most
- * CLUSTER_DEFER_SLOTS steps), for the decision before it reads the claim
+ * CLUSTER_DEFER_SLOTS steps; these are the defaults of --claim-defer-ms,
+ * --claim-defer-step-ms and --claim-defer-slots), for the decision before
+ * it reads the claim
  * key and claims only when nobody holds it. A claim seen held by a node
  * still registered is taken as held, without a read, for
  * CLUSTER_CLAIM_TRUST_MS. At most CLUSTER_GATE_MAX keys are tracked (past

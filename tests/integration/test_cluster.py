@@ -41,8 +41,6 @@ MONITOR_S = 1.0       # CLUSTER_MONITOR_MS: the status monitor's round (nodes/ r
 WATCH_RETRY_S = 2.0   # RECONNECT_MAX_MS: the longest wait before a broken watch reconnects
 PERSIST_S = 0.5       # COORD_PERSIST_MS: how often the applied revision is stored
 RECHECK_S = 1.0       # COORD_RECLAIM_MS: a waiting node re-reads a claim held elsewhere
-DEFER_S = 0.5         # CLUSTER_DEFER_MS: a key's non-owner defers its claim this long
-DEFER_MAX_S = 0.9     # ... plus CLUSTER_DEFER_STEP_MS per rank, CLUSTER_DEFER_SLOTS at most
 CLAIM_TRUST_S = 3.0   # CLUSTER_CLAIM_TRUST_MS: a claim read held is trusted this long
 # A boot on a reachable etcd: its calls (revoke, grant, put, the resync's
 # read, the watch) each within its budget.
@@ -848,10 +846,14 @@ def test_one_claimant_per_key_and_keys_the_owner_never_meets(tmpdir_short, etcd,
     node claimed before: 4 + 1 Txn per key; the commit deletes the claim in
     its own Txn). Then keys whose owner (n0) never asks them,
     as in pipeline or expert parallelism: the nodes that do meet them defer
-    (no answer before DEFER_S), then the first of them claims and times
+    (no answer before the deferral ends), then the first of them claims and times
     it: exactly one timing pass per key, every asker answered within
-    DEFER_MAX_S plus the claim's and the commit's etcd calls."""
-    ns = nodes(4)
+    the longest deferral plus the claim's and the commit's etcd calls. The daemons
+    run with a deferral of their own (--claim-defer-ms and the step and
+    slots options): the bounds follow it."""
+    defer_ms, step_ms, slots = 800, 25, 2
+    ns = nodes(4, extra=["--claim-defer-ms", str(defer_ms), "--claim-defer-step-ms",
+                         str(step_ms), "--claim-defer-slots", str(slots)])
     names = [nd.name for nd in ns]
     wait_settled(etcd, ns)
     keys = 6
@@ -880,7 +882,7 @@ def test_one_claimant_per_key_and_keys_the_owner_never_meets(tmpdir_short, etcd,
              for k in owned for j, nd in enumerate(ns[1:])]
     release_clients(start, procs, CLIENT_RUN_S)
     res = finish(procs)
-    bound_ms = (DEFER_MAX_S + 3 * ETCD_CALL_S) * 1000
+    bound_ms = defer_ms + step_ms * slots + 3 * ETCD_CALL_S * 1000
     for k in owned:
         mine = [r for r in res if f"part:{k}#0" in r["keys"]]
         entries = [r["keys"][f"part:{k}#0"] for r in mine]
@@ -888,7 +890,7 @@ def test_one_claimant_per_key_and_keys_the_owner_never_meets(tmpdir_short, etcd,
         assert len({e["config"] for e in entries}) == 1, entries
         # Nobody was answered before the deferral ended (n0 owns it and
         # never claimed), everybody within the bound.
-        assert min(e["wait_ms"] for e in entries) >= DEFER_S * 1000, entries
+        assert min(e["wait_ms"] for e in entries) >= defer_ms, entries
         assert max(e["wait_ms"] for e in entries) <= bound_ms, entries
     in_etcd, raw = etcd_decisions(etcd)
     assert raw == len(in_etcd) == keys + 2
