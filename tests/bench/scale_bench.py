@@ -868,8 +868,8 @@ def model(res, nodes=1000, ranks=8, keys=10000, write_rate=None):
           f"{s_key * keys / 2**30:,.1f} GiB sent by etcd |")
     # One claim per key (nodes that see the claim wait): the losing claim
     # Txns go (a key's Txns are its claims and one commit); the rest stay.
-    # At least the claim, the commit and the claim's delete.
-    p_one = max(3.0, p_key - max(0.0, at(claims) - 2.0))
+    # At least the claim and the commit (whose Txn deletes the claim).
+    p_one = max(2.0, p_key - max(0.0, at(claims) - 2.0))
     out = {"m": m, "xs": xs, "props_per_key": p_key,
            "total_props": total_props, "wal_mib": w_key * keys / 2**20,
            "watch_msgs": at(wmsg) * keys, "watch_gib": s_key * keys / 2**30,
@@ -896,10 +896,11 @@ def model(res, nodes=1000, ranks=8, keys=10000, write_rate=None):
           "keys/s; watch messages per key grow by "
           f"{wmsg[1]:.2f} per node (every put or delete under the watched "
           "keys reaches every node). With one claimant per key (README, "
-          "\"Scale\") only the key's owner claims: about 3 proposals and one "
-          "watch message per node per key; batching keys per Txn would divide "
-          "the proposals further, and an etcd gRPC proxy per rack coalesces "
-          "the watchers.")
+          "\"Scale\") only the key's owner claims and its commit deletes the "
+          "claim in the same Txn: about 2 proposals and one watch message per "
+          "node per key; keys a node meets together share one claim Txn and "
+          "one commit Txn, and an etcd gRPC proxy per rack coalesces the "
+          "watchers.")
     return out
 
 
