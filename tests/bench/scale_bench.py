@@ -2,7 +2,7 @@
 
     python3 tests/bench/scale_bench.py [--nodes 16,32,64] [--members 3,5]
         [--keys 30] [--burst 60] [--idle-s 10] [--json FILE]
-        [--grpc-proxy K] [--model-nodes 1000,10000]
+        [--grpc-proxy K] [--model-nodes 1000,10000] [--daemon-arg ARG ...]
     python3 tests/bench/scale_bench.py --model FILE   (the model only)
 
 Run as root (it creates network namespaces). For each etcd size M (a
@@ -65,6 +65,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("DETD_BUILD_DIR", REPO / "build"))
+DAEMON_ARGS = []  # --daemon-arg: given to every daemon
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 from etcd_cluster import EtcdCluster  # noqa: E402
 from detd_client import (  # noqa: E402
@@ -326,7 +327,7 @@ class Fleet:
                  if self.proxies else self.etcd.endpoints),
                 "--node-id", f"n{i}", "--lease-ms", "5000",
                 "--log-level", "debug",
-                "--metrics", f"{self.net.addr(i)}:{METRICS_PORT}"]
+                "--metrics", f"{self.net.addr(i)}:{METRICS_PORT}", *DAEMON_ARGS]
 
     def start_all(self):
         for i in range(self.n):
@@ -923,6 +924,9 @@ def main():
     ap.add_argument("--json", help="write the measured figures here")
     ap.add_argument("--model", help="only print the tables and model of this "
                                     "JSON file")
+    ap.add_argument("--daemon-arg", action="append", default=[], metavar="ARG",
+                    help="an argument for every daemon (repeatable), e.g. "
+                    "--daemon-arg=--claim-defer-slots --daemon-arg=40")
     ap.add_argument("--grpc-proxy", type=int, default=0, metavar="K",
                     help="daemons reach etcd through K `etcd grpc-proxy` "
                          "processes (daemon i through proxy i %% K)")
@@ -938,6 +942,7 @@ def main():
         for n in a.model_nodes.split(","):
             model(data["results"], nodes=int(n), write_rate=a.write_rate)
         return 0
+    DAEMON_ARGS[:] = a.daemon_arg
     if os.geteuid() != 0:
         sys.exit("run as root: the benchmark creates network namespaces")
     if shutil.which("etcd") is None:
