@@ -112,17 +112,18 @@ static char *claim_value(cluster *c) {
 }
 
 /* A recheck: read the claim key; held by another node (the usual answer
- * while its pass runs), say so without a write. Absent: read the decision
- * key too, since a commit deletes the claim in the Txn that stores the
- * decision: reads queued behind it (an etcd stall) all find the claim
- * gone at once, and each would pay a claim Txn (a Raft proposal, refused
- * by its guard) for a decision it can read. Returns 0 (go on and claim),
- * 1 (answered) or a read's error. */
+ * while its pass runs), say so without a write. Absent, on a re-check of
+ * a claim seen held (CLAIM_READ_BOTH): read the decision key too, since a
+ * commit deletes the claim in the Txn that stores the decision: re-checks
+ * queued behind it (an etcd stall) all find the claim gone at once, and
+ * each would pay a claim Txn (a Raft proposal, refused by its guard) for
+ * a decision it can read. Returns 0 (go on and claim), 1 (answered) or a
+ * read's error. */
 static int recheck(cluster *c, struct bkey *k) {
     struct etcd_kv kv = {0};
     int err = etcd_get(c->etcd, k->ckey, &kv, NULL);
     cluster_note(c, err, "claim");
-    if (err == DETD_ENOTFOUND) {
+    if (err == DETD_ENOTFOUND && k->j->recheck == CLAIM_READ_BOTH) {
         err = etcd_get(c->etcd, k->dkey, &kv, NULL);
         cluster_note(c, err, "claim");
         if (err == DETD_ENOTFOUND)
@@ -134,6 +135,8 @@ static int recheck(cluster *c, struct bkey *k) {
         etcd_kv_clear(&kv);
         return 1;
     }
+    if (err == DETD_ENOTFOUND)
+        return 0;
     if (err != 0)
         return err;
     int lost = !cluster_value_is_mine(c, kv.value, kv.value_len);

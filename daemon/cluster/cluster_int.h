@@ -55,6 +55,8 @@
 #define CLUSTER_BATCH_WINDOW_MS 2
 #define CLUSTER_GATE_IDLE_MS 60000
 
+enum { CLAIM_READ_FIRST = 1, CLAIM_READ_BOTH = 2 };
+
 enum job_kind {
     JOB_BOOT = 1,
     JOB_RESYNC,
@@ -74,7 +76,10 @@ struct job {
     int64_t deadline_ms;
     int64_t node_timeout_ms; /* JOB_FANOUT: one page of one node */
     uint64_t cookie;
-    int recheck; /* JOB_CLAIM: read the claim key before the transaction */
+    /* JOB_CLAIM: CLAIM_READ_FIRST reads the claim key before the
+     * transaction; CLAIM_READ_BOTH, for a re-check of a claim seen held,
+     * also reads the decision key when the claim is gone. */
+    int recheck;
     struct job *next;
 };
 
