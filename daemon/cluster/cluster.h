@@ -182,13 +182,14 @@ void cluster_close(cluster *c);
  * a claim another node holds costs etcd a read, not a Raft proposal. On a
  * node that is not the key's rendezvous owner, nothing is sent until the
  * deferral ends (cluster_claimant.c); a decision arriving first answers
- * the call. recheck marks a re-check of a claim seen held: when the
- * claim key is gone the decision key is read too (the commit deletes the
- * claim in the Txn that stores the decision), so that a re-check answered
- * just after a commit reads the decision instead of paying a claim Txn.
- * Past CLUSTER_GATE_MAX keys claimed at once the gate passes a call
- * through, reading first only when recheck is set. Returns 0 or
- * DETD_ENOMEM. Loop thread.
+ * the call. The reads before the claim take the claim key and the
+ * decision key at once (the commit deletes the claim in the Txn that
+ * stores the decision: a read answered just after a commit, before the
+ * watch brought it, finds the decision there instead of paying a claim
+ * Txn). recheck is that read asked for explicitly: it matters only when
+ * more than CLUSTER_GATE_MAX keys are being claimed at once (the gate then
+ * passes the call through as it came). Returns 0 or DETD_ENOMEM. Loop
+ * thread.
  */
 int cluster_claim(cluster *c, const char *id, int recheck, int64_t deadline_ms);
 

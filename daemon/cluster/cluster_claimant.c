@@ -132,8 +132,8 @@ static void arm(cluster *c, int64_t due_ms) {
 /* e's claim, now or when its deferral ends: the owner (rank 0) at once;
  * another node when its deferral is over; both read the claim key first
  * (recheck) so that they write only when nobody holds it. */
-static int schedule(cluster *c, struct claimant *e, int read,
-                    int64_t deadline_ms, int64_t now) {
+static int schedule(cluster *c, struct claimant *e, int64_t deadline_ms,
+                    int64_t now) {
     e->used_ms = now;
     e->pending = 0;
     size_t rank = rank_of(c, e->id);
@@ -142,14 +142,14 @@ static int schedule(cluster *c, struct claimant *e, int read,
      * early may hold the claim already, and a losing transaction would
      * cost a proposal. */
     if (rank == 0)
-        return cluster_claim_job(c, e->id, read, deadline_ms);
+        return cluster_claim_job(c, e->id, 1, deadline_ms);
     if (e->start_ms == 0)
         e->start_ms = now;
     int64_t due =
         e->start_ms + cluster_defer_ms(rank, c->defer_ms, c->defer_step_ms,
                                        (size_t)c->defer_slots);
     if (due <= now)
-        return cluster_claim_job(c, e->id, read, deadline_ms);
+        return cluster_claim_job(c, e->id, 1, deadline_ms);
     e->pending = 1;
     e->due_ms = due;
     e->deadline_ms = deadline_ms;
@@ -175,8 +175,7 @@ static void on_timer(uv_timer_t *t) {
                 if (e->deadline_ms <= now)
                     cluster_post(c, CLUSTER_EV_CLAIM_FAILED, e->id,
                                  DETD_ETIMEDOUT, 0, NULL, 0, 0, 0);
-                else if (cluster_claim_job(c, e->id, CLAIM_READ_FIRST,
-                                           e->deadline_ms))
+                else if (cluster_claim_job(c, e->id, 1, e->deadline_ms))
                     cluster_post(c, CLUSTER_EV_CLAIM_FAILED, e->id, DETD_ENOMEM,
                                  0, NULL, 0, 0, 0);
             }
@@ -230,15 +229,10 @@ void cluster_gate_free(struct cluster_gate *g) {
 /* See cluster_int.h. */
 int cluster_gate_claim(cluster *c, const char *id, int recheck,
                        int64_t deadline_ms) {
-    /* A re-check of a claim seen held reads the decision too when the
-     * claim is gone (cluster_batch.c); a first claim reads the claim key
-     * only, so that the span between its read and its write stays one
-     * round trip. */
-    int read = recheck ? CLAIM_READ_BOTH : CLAIM_READ_FIRST;
     struct claimant *e = get(c->gate, id);
     if (e == NULL)
-        return cluster_claim_job(c, id, recheck ? read : 0, deadline_ms);
-    return schedule(c, e, read, deadline_ms, clock_mono_ms());
+        return cluster_claim_job(c, id, recheck, deadline_ms);
+    return schedule(c, e, deadline_ms, clock_mono_ms());
 }
 
 /* See cluster_int.h. */

@@ -117,7 +117,7 @@ int cluster_claim_job(cluster *c, const char *id, int recheck,
     struct job *j = cluster_job_new(JOB_CLAIM, id, NULL, 0, deadline_ms, 0);
     if (j == NULL)
         return DETD_ENOMEM;
-    j->recheck = recheck;
+    j->recheck = recheck != 0;
     cluster_enqueue(c, j);
     return 0;
 }

@@ -55,8 +55,6 @@
 #define CLUSTER_BATCH_WINDOW_MS 2
 #define CLUSTER_GATE_IDLE_MS 60000
 
-enum { CLAIM_READ_FIRST = 1, CLAIM_READ_BOTH = 2 };
-
 enum job_kind {
     JOB_BOOT = 1,
     JOB_RESYNC,
@@ -76,9 +74,8 @@ struct job {
     int64_t deadline_ms;
     int64_t node_timeout_ms; /* JOB_FANOUT: one page of one node */
     uint64_t cookie;
-    /* JOB_CLAIM: CLAIM_READ_FIRST reads the claim key before the
-     * transaction; CLAIM_READ_BOTH, for a re-check of a claim seen held,
-     * also reads the decision key when the claim is gone. */
+    /* JOB_CLAIM: read the claim key and the decision key before the
+     * transaction (cluster_batch.c) */
     int recheck;
     struct job *next;
 };

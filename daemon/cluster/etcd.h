@@ -201,6 +201,16 @@ int etcd_create_batch(etcd_client *c, struct etcd_create *ops, size_t n,
 void etcd_create_clear(struct etcd_create *op);
 
 /*
+ * Read n keys (at most ETCD_GET_MANY_MAX) in one request, at one
+ * revision: a Txn of reads only, which etcd serves as a linearizable read
+ * (no Raft proposal). ret[i] gets keys[i] (key NULL when absent); clear
+ * each with etcd_kv_clear().
+ */
+#define ETCD_GET_MANY_MAX 64
+int etcd_get_many(etcd_client *c, const char *const *keys, size_t n,
+                  struct etcd_kv *ret);
+
+/*
  * Unconditional put (lease 0 for none). *ret_revision (may be NULL) gets
  * the revision of the write.
  */

@@ -286,3 +286,42 @@ int etcd_create_batch(etcd_client *c, struct etcd_create *ops, size_t n,
     protobuf_c_message_free_unpacked(m, NULL);
     return err;
 }
+
+/* See etcd.h. */
+int etcd_get_many(etcd_client *c, const char *const *keys, size_t n,
+                  struct etcd_kv *ret) {
+    if (c == NULL || keys == NULL || ret == NULL || n == 0)
+        return DETD_EINVAL;
+    if (n > ETCD_GET_MANY_MAX)
+        return DETD_ELIMIT;
+    Etcdserverpb__RangeRequest rr[ETCD_GET_MANY_MAX];
+    Etcdserverpb__RequestOp op[ETCD_GET_MANY_MAX], *ops[ETCD_GET_MANY_MAX];
+    int err;
+    for (size_t i = 0; i < n; i++) {
+        if ((err = key_ok(keys[i])) != 0)
+            return err;
+        range_op(&op[i], &rr[i], keys[i]);
+        ops[i] = &op[i];
+    }
+    /* No compare and only reads: etcd serves it as one linearizable read
+     * at one revision, without a Raft proposal. */
+    Etcdserverpb__TxnRequest txn = ETCDSERVERPB__TXN_REQUEST__INIT;
+    txn.n_success = n;
+    txn.success = ops;
+    ProtobufCMessage *m = NULL;
+    err = etcd_call_unary(c, M_TXN, &txn.base,
+                          &etcdserverpb__txn_response__descriptor, &m);
+    if (err != 0)
+        return err;
+    Etcdserverpb__TxnResponse *r = (void *)m;
+    memset(ret, 0, n * sizeof(*ret));
+    if (!r->succeeded || r->n_responses != n)
+        err = DETD_EPROTO;
+    for (size_t i = 0; err == 0 && i < n; i++)
+        err = range_kv(r->responses[i], &ret[i]);
+    if (err != 0)
+        for (size_t i = 0; i < n; i++)
+            etcd_kv_clear(&ret[i]);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return err;
+}

@@ -1044,6 +1044,15 @@ TEST(create_batch) {
     CHECK_ERR(etcd_get(c, "/t/b/d1", &kv, NULL));
     CHECK_STR((char *)kv.value, "v1");
     etcd_kv_clear(&kv);
+    /* Reads of several keys at once, absent ones included. */
+    const char *rd[3] = {"/t/b/held", "/t/b/nothing", "/t/b/d1"};
+    struct etcd_kv got[3];
+    CHECK_ERR(etcd_get_many(c, rd, 3, got));
+    CHECK_STR((char *)got[0].value, "them");
+    CHECK(got[1].key == NULL);
+    CHECK_STR((char *)got[2].value, "v1");
+    for (size_t i = 0; i < 3; i++)
+        etcd_kv_clear(&got[i]);
     /* The same batch again (a retry after a lost answer): own values. */
     CHECK_ERR(etcd_create_batch(c, ops, 1, NULL));
     CHECK(!ops[0].won && ops[0].same_value);
