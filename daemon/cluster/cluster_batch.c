@@ -210,7 +210,7 @@ static void split(cluster *c, struct bkey *b, size_t n, int err,
 
 /* Claim the batch's keys in one Txn: each claim key is created (under the
  * node lease) only if it and the key's decision are absent. Rechecks read
- * their claim key first. */
+ * both keys first (recheck()). */
 static void do_claim(cluster *c, struct bkey *b, size_t n) {
     char *val = claim_value(c);
     struct etcd_create *ops = calloc(n, sizeof(*ops));
@@ -236,6 +236,7 @@ static void do_claim(cluster *c, struct bkey *b, size_t n) {
                 of[r++] = &b[i];
         }
         err = r > 0 ? recheck(c, of, r) : 0;
+        etcd_thread_deadline(first); /* a claim key dropped took its own */
         if (err != 0 && !cluster_transient(err))
             break;
         if (err != 0)
