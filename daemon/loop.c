@@ -706,6 +706,9 @@ static int start_etcd(struct daemon *d) {
         .listen = cfg->listen,
         .socket_path = cfg->socket_path,
         .lease_ms = cfg->lease_ms,
+        .defer_ms = cfg->claim_defer_ms,
+        .defer_step_ms = cfg->claim_defer_step_ms,
+        .defer_slots = cfg->claim_defer_slots,
         .start_revision = revision,
         .lease_file = lease_file,
         /* Other nodes' listeners: same CA and certificate as ours. */

@@ -371,13 +371,6 @@ void coord_event(coord *c, const struct cluster_event *ev) {
         k->retry_at = clock_mono_ms() + 200;
         ckey_settle(c, k);
         break;
-    case CLUSTER_EV_CLAIM_GONE:
-        k = ckey_find(c, ev->id);
-        if (k != NULL && k->held != NULL && !k->ours) {
-            k->remote = 0;
-            start_claim(c, k, 0);
-        }
-        break;
     case CLUSTER_EV_REVISION:
         /* Stored lazily (coord_tick, drain): a revision older than what
          * is applied only replays events, which are idempotent. */

@@ -35,20 +35,6 @@
 #include "core/keyid.h"
 #include "grpc_unary.h"
 
-static int transient(int err) {
-    return err == DETD_ETIMEDOUT || err == DETD_EUNAVAILABLE;
-}
-
-/* Sleep ms unless stopping; returns nonzero when stopping. */
-static int nap(cluster *c, int64_t ms) {
-    pthread_mutex_lock(&c->mu);
-    if (!c->stopping)
-        cluster_timed_wait_locked(c, ms);
-    int stop = c->stopping;
-    pthread_mutex_unlock(&c->mu);
-    return stop;
-}
-
 /* A boot or resync attempt failed: count it, then wait out the next
  * backoff step (*attempt counts this run of retries). */
 static void retry_nap(cluster *c, unsigned *attempt) {
@@ -57,27 +43,7 @@ static void retry_nap(cluster *c, unsigned *attempt) {
                                     CLUSTER_BOOT_RETRY_CAP_MS, &c->rng);
     c->boot_retries++;
     pthread_mutex_unlock(&c->mu);
-    nap(c, ms);
-}
-
-/* Record the outcome of an etcd call for status (and tell the loop when
- * the state flips). */
-static void note(cluster *c, int err, const char *what) {
-    pthread_mutex_lock(&c->mu);
-    int was = c->connected;
-    if (err == 0 || !transient(err)) {
-        c->connected = 1;
-    } else {
-        c->connected = 0;
-        snprintf(c->last_error, sizeof(c->last_error), "%s: %s", what,
-                 detd_strerror(err));
-    }
-    int conn = c->connected;
-    int flip = was != conn;
-    pthread_mutex_unlock(&c->mu);
-    if (flip)
-        cluster_post(c, CLUSTER_EV_STATE, "", conn ? 0 : err, 0, what,
-                     strlen(what), 0, 0);
+    cluster_nap(c, ms);
 }
 
 /* ---- the event queue (any thread -> loop) ---- */
@@ -103,188 +69,28 @@ static void on_async(uv_async_t *h) {
 
 /* ---- jobs ---- */
 
-static char *key_of(const cluster *c, const char *kind, const char *id) {
-    char *k = NULL;
-    if (asprintf(&k, "%s%s/%s", c->ns_prefix, kind, id) < 0)
-        return NULL;
-    return k;
-}
-
-/* The lease to attach claims to, waiting for the bootstrap until
- * deadline_ms. 0 if none. */
-static int64_t wait_lease(cluster *c, int64_t deadline_ms) {
-    pthread_mutex_lock(&c->mu);
-    while (c->lease_id == 0 && !c->stopping && clock_mono_ms() < deadline_ms)
-        cluster_timed_wait_locked(c, CLUSTER_BACKOFF_MS);
-    int64_t id = c->lease_id;
-    pthread_mutex_unlock(&c->mu);
-    return id;
-}
-
-/* Whether the claim value v (n bytes) names our writer prefix followed by
- * '/' (or the end): this process wrote it. */
-static int value_is_mine(const cluster *c, const unsigned char *v, size_t n) {
-    char w[512];
-    cluster_value_writer(v, n, w, sizeof(w));
-    size_t len = strlen(c->writer);
-    return strncmp(w, c->writer, len) == 0 && (w[len] == '\0' || w[len] == '/');
-}
-
 /* Delete our claim key for id if it still holds our writer. */
 static void release_claim(cluster *c, const char *id, int64_t deadline_ms) {
-    char *key = key_of(c, "claims", id);
+    char *key = cluster_key_of(c, "claims", id);
     if (key == NULL)
         return;
     while (!cluster_stopping(c)) {
         struct etcd_kv kv = {0};
         int err = etcd_get(c->etcd, key, &kv, NULL);
-        note(c, err, "release claim");
+        cluster_note(c, err, "release claim");
         if (err == 0) {
-            int mine = value_is_mine(c, kv.value, kv.value_len);
+            int mine = cluster_value_is_mine(c, kv.value, kv.value_len);
             etcd_kv_clear(&kv);
             if (!mine)
                 break;
             err = etcd_delete(c->etcd, key, 0, NULL, NULL);
-            note(c, err, "release claim");
+            cluster_note(c, err, "release claim");
         }
-        if (!transient(err) || clock_mono_ms() >= deadline_ms)
+        if (!cluster_transient(err) || clock_mono_ms() >= deadline_ms)
             break;
-        nap(c, CLUSTER_BACKOFF_MS);
+        cluster_nap(c, CLUSTER_BACKOFF_MS);
     }
     free(key);
-}
-
-/* Delete a claim key this job created, past the job's deadline if need
- * be: a claim key left behind holds the key for every node until the
- * lease goes. */
-static void drop_claim_key(cluster *c, const char *ckey) {
-    etcd_thread_deadline(clock_mono_ms() + CLUSTER_RELEASE_MS);
-    etcd_delete(c->etcd, ckey, 0, NULL, NULL);
-}
-
-static void do_claim(cluster *c, struct job *j) {
-    char *ckey = key_of(c, "claims", j->id);
-    char *dkey = key_of(c, "decisions", j->id);
-    char *val = NULL;
-    json_t *o = json_pack("{s:s, s:s, s:I}", "node", c->node_id, "writer",
-                          c->writer, "at_ms", (json_int_t)clock_unix_ms());
-    if (o != NULL)
-        val = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    int err = DETD_ENOMEM;
-    if (ckey == NULL || dkey == NULL || val == NULL)
-        goto fail;
-    for (;;) {
-        int64_t lease = wait_lease(c, j->deadline_ms);
-        if (lease == 0) {
-            err = cluster_stopping(c) ? DETD_ECANCELLED : DETD_EUNAVAILABLE;
-            goto fail;
-        }
-        if (j->recheck) {
-            /* Held by another node (the usual answer while its pass
-             * runs): say so without a write. Absent or ours: claim. */
-            struct etcd_kv kv = {0};
-            err = etcd_get(c->etcd, ckey, &kv, NULL);
-            note(c, err, "claim");
-            int lost = err == 0 && !value_is_mine(c, kv.value, kv.value_len);
-            if (lost)
-                cluster_post(c, CLUSTER_EV_CLAIM_LOST, j->id, 0, 0, kv.value,
-                             kv.value_len, 0, 0);
-            etcd_kv_clear(&kv);
-            if (lost)
-                goto out;
-            if (err != 0 && err != DETD_ENOTFOUND)
-                goto retry;
-        }
-        struct etcd_put_result r = {0};
-        err = etcd_put_if_absent(c->etcd, ckey, val, strlen(val), lease, &r);
-        note(c, err, "claim");
-        if (err == 0) {
-            int mine = r.won || r.same_value ||
-                       value_is_mine(c, r.kv.value, r.kv.value_len);
-            if (!mine) {
-                cluster_post(c, CLUSTER_EV_CLAIM_LOST, j->id, 0, 0, r.kv.value,
-                             r.kv.value_len, 0, 0);
-                etcd_put_result_clear(&r);
-                goto out;
-            }
-            etcd_put_result_clear(&r);
-            /* Won: a decision committed before this claim existed is
-             * found now (the committer deletes its claim only after). */
-            struct etcd_kv kv = {0};
-            for (;;) {
-                err = etcd_get(c->etcd, dkey, &kv, NULL);
-                note(c, err, "claim");
-                if (!transient(err) || clock_mono_ms() >= j->deadline_ms ||
-                    cluster_stopping(c))
-                    break;
-                nap(c, CLUSTER_BACKOFF_MS);
-            }
-            if (err == 0) {
-                cluster_post(c, CLUSTER_EV_DECISION, j->id, 0, 0, kv.value,
-                             kv.value_len, 0, 0);
-                etcd_kv_clear(&kv);
-                drop_claim_key(c, ckey);
-                goto out;
-            }
-            if (err == DETD_ENOTFOUND) {
-                cluster_post(c, CLUSTER_EV_CLAIMED, j->id, 0, 1, NULL, 0, 0, 0);
-                goto out;
-            }
-            /* Unknown: do not time on a guess. */
-            drop_claim_key(c, ckey);
-            goto fail;
-        }
-    retry:
-        if (!transient(err) || clock_mono_ms() >= j->deadline_ms ||
-            cluster_stopping(c))
-            goto fail;
-        nap(c, CLUSTER_BACKOFF_MS);
-    }
-fail:
-    cluster_post(c, CLUSTER_EV_CLAIM_FAILED, j->id, err, 0, NULL, 0, 0, 0);
-out:
-    free(ckey);
-    free(dkey);
-    free(val);
-}
-
-static void do_commit(cluster *c, struct job *j) {
-    char *dkey = key_of(c, "decisions", j->id);
-    int err = DETD_ENOMEM;
-    if (dkey == NULL)
-        goto fail;
-    for (;;) {
-        struct etcd_put_result r = {0};
-        err = etcd_put_if_absent(c->etcd, dkey, j->value, j->value_len, 0, &r);
-        note(c, err, "commit");
-        if (err == 0) {
-            char w[512];
-            cluster_value_writer(r.kv.value, r.kv.value_len, w, sizeof(w));
-            char mine[512];
-            cluster_value_writer((const unsigned char *)j->value, j->value_len,
-                                 mine, sizeof(mine));
-            int won = r.won || r.same_value || strcmp(w, mine) == 0;
-            cluster_post(c, CLUSTER_EV_COMMITTED, j->id, 0, won, r.kv.value,
-                         r.kv.value_len, 0, j->cookie);
-            etcd_put_result_clear(&r);
-            /* The decision is stored and answered: the claim may go, with
-             * its own budget (the job's deadline is for the answer). */
-            int64_t until = clock_mono_ms() + CLUSTER_RELEASE_MS;
-            etcd_thread_deadline(until);
-            release_claim(c, j->id, until);
-            free(dkey);
-            return;
-        }
-        if (!transient(err) || clock_mono_ms() >= j->deadline_ms ||
-            cluster_stopping(c))
-            break;
-        nap(c, CLUSTER_BACKOFF_MS);
-    }
-fail:
-    cluster_post(c, CLUSTER_EV_COMMITTED, j->id,
-                 err != 0 ? err : DETD_EINTERNAL, 0, NULL, 0, 0, j->cookie);
-    free(dkey);
 }
 
 /* ---- watch and resync ---- */
@@ -314,8 +120,8 @@ static int resync_cb(const struct etcd_kv *kv, void *arg) {
  * messages per node to every key; a node learns of a claim by reading
  * it (cluster_claimant.c). */
 static int start_watch(cluster *c, int64_t from, etcd_watch **ret) {
-    char *first = key_of(c, "decisions", "");
-    char *last = key_of(c, "nodes", "");
+    char *first = cluster_key_of(c, "decisions", "");
+    char *last = cluster_key_of(c, "nodes", "");
     int err = DETD_ENOMEM;
     if (first != NULL && last != NULL)
         err = etcd_watch_start_range(c->etcd, first, last, from, on_watch, c,
@@ -340,7 +146,7 @@ static void do_resync(cluster *c) {
         struct resync_ctx r = {c, strlen(dprefix), 0};
         int64_t rev = 0;
         int err = etcd_range_prefix(c->etcd, dprefix, 0, resync_cb, &r, &rev);
-        note(c, err, "resync");
+        cluster_note(c, err, "resync");
         if (err == 0) {
             cluster_post(c, CLUSTER_EV_REVISION, "", 0, 0, "resync", 6, rev,
                          r.n);
@@ -390,10 +196,10 @@ static void on_watch(const struct etcd_event *ev, void *arg) {
         break;
     }
     case ETCD_EVENT_CONNECTED:
-        note(c, 0, "watch");
+        cluster_note(c, 0, "watch");
         break;
     case ETCD_EVENT_DISCONNECTED:
-        note(c, ev->err != 0 ? ev->err : DETD_EUNAVAILABLE, "watch");
+        cluster_note(c, ev->err != 0 ? ev->err : DETD_EUNAVAILABLE, "watch");
         break;
     case ETCD_EVENT_COMPACTED:
         /* Events were lost: read everything again. */
@@ -438,22 +244,22 @@ static void do_boot(cluster *c) {
         if (old != 0)
             cluster_post(c, CLUSTER_EV_PREVIOUS_LEASE, "", 0, revoked, NULL, 0,
                          old, 0);
-        if (transient(rerr)) {
+        if (cluster_transient(rerr)) {
             /* etcd is unreachable: the grant would spend its whole budget
              * failing too. The attempt has failed; count it and back off. */
-            note(c, rerr, "revoke previous lease");
+            cluster_note(c, rerr, "revoke previous lease");
             retry_nap(c, &attempt);
             continue;
         }
         int64_t id = 0, ttl = 0;
         int err = etcd_lease_grant(c->etcd, c->lease_ttl_s, &id, &ttl);
-        note(c, err, "grant node lease");
+        cluster_note(c, err, "grant node lease");
         if (err == 0) {
             err = etcd_keepalive_add(c->ka, id, ttl > 0 ? ttl : c->lease_ttl_s);
             if (err == 0) {
                 err = etcd_put(c->etcd, c->node_key, c->node_value,
                                strlen(c->node_value), id, NULL);
-                note(c, err, "register node");
+                cluster_note(c, err, "register node");
                 if (err != 0)
                     etcd_keepalive_remove(c->ka, id);
             }
@@ -487,20 +293,44 @@ static void do_boot(cluster *c) {
 
 /* ---- threads ---- */
 
+static void job_free(struct job *j) {
+    free(j->value);
+    free(j->method);
+    free(j);
+}
+
 static void *worker_main(void *arg) {
     cluster *c = arg;
     for (;;) {
         pthread_mutex_lock(&c->mu);
-        while (c->jobs == NULL && !c->stopping)
+        struct job *j = NULL;
+        while (!c->stopping && (j = cluster_take_job(c)) == NULL)
             pthread_cond_wait(&c->cv, &c->mu);
         if (c->stopping) {
             pthread_mutex_unlock(&c->mu);
+            if (j != NULL)
+                job_free(j);
             return NULL;
         }
-        struct job *j = c->jobs;
-        c->jobs = j->next;
-        if (c->jobs == NULL)
-            c->jobs_tail = NULL;
+        /* Claims (commits) met together go out as one Txn: those queued
+         * now or within CLUSTER_BATCH_WINDOW_MS; meanwhile other workers
+         * leave them to this one. */
+        struct job *batch[CLUSTER_BATCH_MAX] = {j};
+        size_t n = 1;
+        if (j->kind == JOB_CLAIM || j->kind == JOB_COMMIT) {
+            unsigned bit = 1u << j->kind;
+            c->gathering |= bit;
+            int64_t until = clock_mono_ms() + CLUSTER_BATCH_WINDOW_MS;
+            for (;;) {
+                cluster_gather(c, j->kind, batch, &n);
+                int64_t left = until - clock_mono_ms();
+                if (n >= CLUSTER_BATCH_MAX || left <= 0 || c->stopping)
+                    break;
+                cluster_timed_wait_locked(c, left);
+            }
+            c->gathering &= ~bit;
+            pthread_cond_broadcast(&c->cv);
+        }
         pthread_mutex_unlock(&c->mu);
         switch (j->kind) {
         case JOB_BOOT:
@@ -510,16 +340,10 @@ static void *worker_main(void *arg) {
             do_resync(c);
             break;
         case JOB_CLAIM:
+        case JOB_COMMIT:
             /* A claim or commit answers within its job's deadline: no
              * etcd call inside may run past it. */
-            etcd_thread_deadline(j->deadline_ms);
-            do_claim(c, j);
-            etcd_thread_deadline(0);
-            break;
-        case JOB_COMMIT:
-            etcd_thread_deadline(j->deadline_ms);
-            do_commit(c, j);
-            etcd_thread_deadline(0);
+            cluster_run_batch(c, batch, n);
             break;
         case JOB_RELEASE:
             release_claim(c, j->id, j->deadline_ms);
@@ -528,9 +352,8 @@ static void *worker_main(void *arg) {
             cluster_do_fanout(c, j);
             break;
         }
-        free(j->value);
-        free(j->method);
-        free(j);
+        for (size_t i = 0; i < n; i++)
+            job_free(batch[i]);
     }
 }
 
@@ -540,9 +363,7 @@ static void free_queues(cluster *c) {
     while (c->jobs != NULL) {
         struct job *j = c->jobs;
         c->jobs = j->next;
-        free(j->value);
-        free(j->method);
-        free(j);
+        job_free(j);
     }
     while (c->evs != NULL) {
         struct cev *e = c->evs;
@@ -603,6 +424,11 @@ int cluster_open(const struct cluster_options *opt, uv_loop_t *loop,
     c->connected = -1; /* unknown: the first answer is reported */
     snprintf(c->node_id, sizeof(c->node_id), "%s", opt->node_id);
     c->lease_ttl_s = (opt->lease_ms + 999) / 1000;
+    c->defer_ms = opt->defer_ms != 0 ? opt->defer_ms : CLUSTER_DEFER_MS;
+    c->defer_step_ms =
+        opt->defer_ms != 0 ? opt->defer_step_ms : CLUSTER_DEFER_STEP_MS;
+    c->defer_slots =
+        opt->defer_ms != 0 ? opt->defer_slots : CLUSTER_DEFER_SLOTS;
     if (c->lease_ttl_s < 1)
         c->lease_ttl_s = 1;
     c->rng = cluster_random_u64();

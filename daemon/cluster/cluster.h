@@ -21,12 +21,13 @@
  *
  * One claimant per key (cluster_claimant.c): cluster_claim() on the
  * key's rendezvous owner among the registered nodes sends the claim at
- * once; on any other node it waits CLUSTER_DEFER_MS (plus a step per
+ * once; on any other node it waits --claim-defer-ms (plus a step per
  * rank) for the decision, then reads the claim key and writes one only
- * when nobody holds it. A node that wins a claim reads the decision key
- * once more before answering (a decision committed before the claim it
- * just took is found there), so a key is timed once even when the watch
- * lags.
+ * when nobody holds it. A claim is created only if the claim key and the
+ * decision key are both absent (one Txn: a decision committed before the
+ * claim is found by it), so a key is timed once even when the watch lags.
+ * The commit deletes the committer's claim key in its own Txn. Claims
+ * (commits) of keys met together go out as one Txn (cluster_batch.c).
  *
  * One watch covers decisions/ and nodes/ (not claims/: their puts and
  * deletes would reach every node for every key). A claim held elsewhere
@@ -96,6 +97,13 @@ struct cluster_options {
     const char *peer_ca;
     const char *peer_cert;
     const char *peer_key;
+    /* One claimant per key (cluster_claimant.c): a node that is not a new
+     * key's owner defers its claim defer_ms, plus defer_step_ms per rank
+     * past the first, at most defer_slots steps. defer_ms 0: the defaults
+     * (CLUSTER_DEFER_MS, _STEP_MS, _SLOTS) for all three. */
+    uint32_t defer_ms;
+    uint32_t defer_step_ms;
+    uint32_t defer_slots;
 };
 
 typedef enum cluster_event_kind {
@@ -109,9 +117,6 @@ typedef enum cluster_event_kind {
     /* A decision seen in etcd (watch, resync, or found by a claim):
      * value is its JSON; revision its mod revision (0 in a resync). */
     CLUSTER_EV_DECISION,
-    /* The claim key of id was deleted. Not sent since claims/ is not
-     * watched (one claimant per key): waiters re-check by reading. */
-    CLUSTER_EV_CLAIM_GONE,
     /* Every decision up to revision has been delivered: persist it.
      * At the end of a full resync value is "resync" and cookie the count
      * of decisions read. */
@@ -177,16 +182,20 @@ void cluster_close(cluster *c);
  * a claim another node holds costs etcd a read, not a Raft proposal. On a
  * node that is not the key's rendezvous owner, nothing is sent until the
  * deferral ends (cluster_claimant.c); a decision arriving first answers
- * the call. recheck is that read asked for explicitly: it matters only
- * when more than CLUSTER_GATE_MAX keys are being claimed at once (the
- * gate then passes the call through as it came). Returns 0 or
- * DETD_ENOMEM. Loop thread.
+ * the call. The reads before the claim take the claim key and the
+ * decision key at once (the commit deletes the claim in the Txn that
+ * stores the decision: a read answered just after a commit, before the
+ * watch brought it, finds the decision there instead of paying a claim
+ * Txn). recheck is that read asked for explicitly: it matters only when
+ * more than CLUSTER_GATE_MAX keys are being claimed at once (the gate then
+ * passes the call through as it came). Returns 0 or DETD_ENOMEM. Loop
+ * thread.
  */
 int cluster_claim(cluster *c, const char *id, int recheck, int64_t deadline_ms);
 
 /*
  * Commit a decision row (first writer wins, never leased), retrying until
- * deadline_ms; then give up this node's claim key for it. claim_id goes
+ * deadline_ms; the same Txn deletes this node's claim key for it. claim_id goes
  * into the writer id. Answers COMMITTED with cookie. row is borrowed for
  * the call. Returns 0, DETD_ENOMEM or DETD_EINVAL. Loop thread.
  */

@@ -7,7 +7,7 @@
  * (cluster_rendezvous_rank()), claims at once; every other node defers:
  * it makes no etcd call while the owner claims, times and commits, and the
  * decision reaches it through the watch. Only when its deferral ends
- * (CLUSTER_DEFER_MS after it met the key, plus a step per rank) without a
+ * (--claim-defer-ms after it met the key, plus a step per rank) without a
  * decision does it read the claim key, and it writes a claim only when
  * nobody holds one: the owner never met the key (pipeline or expert
  * parallelism), is cut off, or died. The nodes after the owner in the
@@ -145,9 +145,9 @@ static int schedule(cluster *c, struct claimant *e, int64_t deadline_ms,
         return cluster_claim_job(c, e->id, 1, deadline_ms);
     if (e->start_ms == 0)
         e->start_ms = now;
-    int64_t due = e->start_ms + cluster_defer_ms(rank, CLUSTER_DEFER_MS,
-                                                 CLUSTER_DEFER_STEP_MS,
-                                                 CLUSTER_DEFER_SLOTS);
+    int64_t due =
+        e->start_ms + cluster_defer_ms(rank, c->defer_ms, c->defer_step_ms,
+                                       (size_t)c->defer_slots);
     if (due <= now)
         return cluster_claim_job(c, e->id, 1, deadline_ms);
     e->pending = 1;

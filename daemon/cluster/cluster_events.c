@@ -1,13 +1,16 @@
 /*
  * cluster_events: the state the etcd backend's threads share: the stop
  * flag, the condition wait, and the event queue to the loop thread (see
- * cluster_int.h), and the job queue to the workers. Uses nothing of
- * cluster.c, cluster_peers.c or cluster_claimant.c.
+ * cluster_int.h), and the job queue to the workers; and the helpers of
+ * the workers' etcd calls (status notes, keys, the lease, claim values).
+ * Uses nothing of cluster.c, cluster_peers.c, cluster_batch.c or
+ * cluster_claimant.c.
  */
 #define _GNU_SOURCE
 #include "cluster/cluster_int.h"
 #include "clock.h"
 #include "detd/error.h"
+#include "cluster/cluster_codec.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -123,4 +126,75 @@ int cluster_claim_job(cluster *c, const char *id, int recheck,
 int cluster_release_job(cluster *c, const char *id) {
     return cluster_submit(c, JOB_RELEASE, id, NULL, 0,
                           clock_mono_ms() + CLUSTER_RELEASE_MS, 0);
+}
+
+/* ---- the workers' helpers (see cluster_int.h) ---- */
+
+int cluster_transient(int err) {
+    return err == DETD_ETIMEDOUT || err == DETD_EUNAVAILABLE;
+}
+
+/* Sleep ms unless stopping; returns nonzero when stopping. */
+int cluster_nap(cluster *c, int64_t ms) {
+    pthread_mutex_lock(&c->mu);
+    if (!c->stopping)
+        cluster_timed_wait_locked(c, ms);
+    int stop = c->stopping;
+    pthread_mutex_unlock(&c->mu);
+    return stop;
+}
+
+/* Record the outcome of an etcd call for status (and tell the loop when
+ * the state flips). */
+void cluster_note(cluster *c, int err, const char *what) {
+    pthread_mutex_lock(&c->mu);
+    int was = c->connected;
+    if (err == 0 || !cluster_transient(err)) {
+        c->connected = 1;
+    } else {
+        c->connected = 0;
+        snprintf(c->last_error, sizeof(c->last_error), "%s: %s", what,
+                 detd_strerror(err));
+    }
+    int conn = c->connected;
+    int flip = was != conn;
+    pthread_mutex_unlock(&c->mu);
+    if (flip)
+        cluster_post(c, CLUSTER_EV_STATE, "", conn ? 0 : err, 0, what,
+                     strlen(what), 0, 0);
+}
+
+char *cluster_key_of(const cluster *c, const char *kind, const char *id) {
+    char *k = NULL;
+    if (asprintf(&k, "%s%s/%s", c->ns_prefix, kind, id) < 0)
+        return NULL;
+    return k;
+}
+
+/* The lease to attach claims to, waiting for the bootstrap until
+ * deadline_ms. 0 if none. */
+int64_t cluster_wait_lease(cluster *c, int64_t deadline_ms) {
+    pthread_mutex_lock(&c->mu);
+    while (c->lease_id == 0 && !c->stopping && clock_mono_ms() < deadline_ms)
+        cluster_timed_wait_locked(c, CLUSTER_BACKOFF_MS);
+    int64_t id = c->lease_id;
+    pthread_mutex_unlock(&c->mu);
+    return id;
+}
+
+/* Whether the claim value v (n bytes) names our writer prefix followed by
+ * '/' (or the end): this process wrote it. */
+int cluster_value_is_mine(const cluster *c, const unsigned char *v, size_t n) {
+    char w[512];
+    cluster_value_writer(v, n, w, sizeof(w));
+    size_t len = strlen(c->writer);
+    return strncmp(w, c->writer, len) == 0 && (w[len] == '\0' || w[len] == '/');
+}
+
+/* Delete a claim key this job created, past the job's deadline if need
+ * be: a claim key left behind holds the key for every node until the
+ * lease goes. */
+void cluster_drop_claim_key(cluster *c, const char *ckey) {
+    etcd_thread_deadline(clock_mono_ms() + CLUSTER_RELEASE_MS);
+    etcd_delete(c->etcd, ckey, 0, NULL, NULL);
 }

@@ -36,7 +36,9 @@
 /* One claimant per key (README, "Scale"; cluster_claimant.c): a node that
  * is not a new key's rendezvous owner waits CLUSTER_DEFER_MS after it met
  * the key, plus CLUSTER_DEFER_STEP_MS per rank past the first (at most
- * CLUSTER_DEFER_SLOTS steps), for the decision before it reads the claim
+ * CLUSTER_DEFER_SLOTS steps; these are the defaults of --claim-defer-ms,
+ * --claim-defer-step-ms and --claim-defer-slots), for the decision before
+ * it reads the claim
  * key and claims only when nobody holds it. A claim seen held by a node
  * still registered is taken as held, without a read, for
  * CLUSTER_CLAIM_TRUST_MS. At most CLUSTER_GATE_MAX keys are tracked (past
@@ -46,6 +48,11 @@
 #define CLUSTER_DEFER_STEP_MS 50
 #define CLUSTER_DEFER_SLOTS 8
 #define CLUSTER_GATE_MAX 65536
+/* Claims (and commits) queued together, or within CLUSTER_BATCH_WINDOW_MS
+ * of the first, go out as one Txn of at most CLUSTER_BATCH_MAX keys
+ * (cluster.c, etcd_create_batch()). */
+#define CLUSTER_BATCH_MAX ETCD_BATCH_MAX
+#define CLUSTER_BATCH_WINDOW_MS 2
 #define CLUSTER_GATE_IDLE_MS 60000
 
 enum job_kind {
@@ -67,7 +74,9 @@ struct job {
     int64_t deadline_ms;
     int64_t node_timeout_ms; /* JOB_FANOUT: one page of one node */
     uint64_t cookie;
-    int recheck; /* JOB_CLAIM: read the claim key before the transaction */
+    /* JOB_CLAIM: read the claim key and the decision key before the
+     * transaction (cluster_batch.c) */
+    int recheck;
     struct job *next;
 };
 
@@ -97,12 +106,14 @@ struct cluster {
     char *endpoints;
     char node_id[CLUSTER_MAX_NODE_ID + 1];
     int64_t lease_ttl_s;
+    int64_t defer_ms, defer_step_ms, defer_slots; /* cluster_options */
     char *peer_ca, *peer_cert, *peer_key;
 
     pthread_mutex_t mu;
     pthread_cond_t cv; /* jobs queued, lease granted, stop */
     int stopping;
     struct job *jobs, *jobs_tail;
+    unsigned gathering; /* 1 << kind: a worker gathers a batch of kind */
     struct cev *evs, *evs_tail;
     int64_t lease_id;
     int booting; /* a JOB_BOOT is queued or running */
@@ -200,5 +211,32 @@ void cluster_do_fanout(cluster *c, struct job *j);
  * registered nodes when the watch saw them change and at least every
  * CLUSTER_NODES_REFRESH_MS (cluster_peers.c). */
 void *cluster_monitor_main(void *arg);
+
+/* Helpers of cluster.c that cluster_batch.c shares: a transient etcd
+ * error; sleep ms unless stopping (nonzero: stopping); record an etcd
+ * call's outcome for status; "<prefix><kind>/<id>" (heap; NULL: out of
+ * memory); the node lease, waiting for the boot until deadline_ms (0:
+ * none); whether a claim value is this process's; delete a claim key
+ * this node made, with its own budget. */
+int cluster_transient(int err);
+int cluster_nap(cluster *c, int64_t ms);
+void cluster_note(cluster *c, int err, const char *what);
+char *cluster_key_of(const cluster *c, const char *kind, const char *id);
+int64_t cluster_wait_lease(cluster *c, int64_t deadline_ms);
+int cluster_value_is_mine(const cluster *c, const unsigned char *v, size_t n);
+void cluster_drop_claim_key(cluster *c, const char *ckey);
+
+/* The job queue's batches (cluster_batch.c), c->mu held: unlink the first
+ * job a worker may take (not a claim or commit while another worker
+ * gathers those), or NULL; move queued jobs of kind whose id is not in
+ * batch yet into it, up to CLUSTER_BATCH_MAX. */
+struct job *cluster_take_job(cluster *c);
+void cluster_gather(cluster *c, enum job_kind kind, struct job **batch,
+                    size_t *n);
+
+/* Run a batch of claim or commit jobs (one kind, distinct ids) on a
+ * worker: each is answered (CLAIMED, CLAIM_LOST, DECISION or
+ * CLAIM_FAILED; COMMITTED) within its own deadline. */
+void cluster_run_batch(cluster *c, struct job **jobs, size_t n);
 
 #endif

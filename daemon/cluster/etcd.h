@@ -162,6 +162,55 @@ int etcd_put_if_absent(etcd_client *c, const char *key, const void *value,
 void etcd_put_result_clear(struct etcd_put_result *r);
 
 /*
+ * Many etcd_put_if_absent() in one Txn (one Raft proposal), each key on its
+ * own: one inner Txn per key inside an outer Txn without compares (nested
+ * transactions, etcd 3.3 and later). For each op, key is created with
+ * value (under lease, 0 for none) only if it is absent and, when guard is
+ * set, guard is absent too; when drop is set, drop is deleted in the same
+ * Txn, won or not, if etcd holds it under drop_lease (not 0). Keys of all
+ * ops must be distinct (etcd refuses a Txn writing one key twice). At most
+ * ETCD_BATCH_MAX ops (etcd's --max-txn-ops, default 128, also bounds what
+ * a nested Txn holds: see etcd_batch.c); a server with a lower limit
+ * refuses the Txn with DETD_EINVAL: split the batch.
+ * Fills each op's results: won (this call created key; same_value 1 and
+ * kv ours), or else kv (key as stored; key NULL when absent) and guard_kv
+ * (guard as stored when guard is set; key NULL when absent): at least one
+ * of them is present. same_value as in etcd_put_if_absent() (the call
+ * retries: embed a writer id). Release with etcd_create_clear(). Inputs
+ * are borrowed for the call. *ret_revision (may be NULL) gets the store
+ * revision.
+ */
+#define ETCD_BATCH_MAX 64
+struct etcd_create {
+    const char *key;
+    const void *value;
+    size_t value_len;
+    int64_t lease;
+    const char *guard; /* may be NULL */
+    const char *drop;  /* may be NULL */
+    int64_t drop_lease;
+    int won;
+    int same_value;
+    struct etcd_kv kv;
+    struct etcd_kv guard_kv;
+};
+int etcd_create_batch(etcd_client *c, struct etcd_create *ops, size_t n,
+                      int64_t *ret_revision);
+
+/* Free the results of *op and zero them (inputs kept). */
+void etcd_create_clear(struct etcd_create *op);
+
+/*
+ * Read n keys (at most ETCD_GET_MANY_MAX) in one request, at one
+ * revision: a Txn of reads only, which etcd serves as a linearizable read
+ * (no Raft proposal). ret[i] gets keys[i] (key NULL when absent); clear
+ * each with etcd_kv_clear().
+ */
+#define ETCD_GET_MANY_MAX 64
+int etcd_get_many(etcd_client *c, const char *const *keys, size_t n,
+                  struct etcd_kv *ret);
+
+/*
  * Unconditional put (lease 0 for none). *ret_revision (may be NULL) gets
  * the revision of the write.
  */

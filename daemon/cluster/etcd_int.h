@@ -89,4 +89,22 @@ int etcd_kv_copy(const Mvccpb__KeyValue *src, struct etcd_kv *dst);
 /* Range end for a prefix; see etcd.c. */
 size_t etcd_prefix_end(const char *prefix, size_t len, uint8_t *end);
 
+/* etcd_create_batch()'s request (etcd_batch.c), built over the ops'
+ * borrowed keys and values; b->txn is the message to send. Returns 0,
+ * DETD_EINVAL, DETD_ELIMIT or DETD_ENOMEM. Free with etcd_batch_free(). */
+struct batch_item;
+struct etcd_batch {
+    Etcdserverpb__TxnRequest txn;
+    Etcdserverpb__RequestOp **ops;
+    struct batch_item *items;
+};
+int etcd_batch_build(const struct etcd_create *ops, size_t n,
+                     struct etcd_batch *b);
+void etcd_batch_free(struct etcd_batch *b);
+/* Map the response r of a built batch to the ops' results (the inner
+ * results, in order). DETD_EPROTO when r is not the answer to such a
+ * request (results cleared). */
+int etcd_batch_parse(const Etcdserverpb__TxnResponse *r,
+                     struct etcd_create *ops, size_t n);
+
 #endif /* DETD_ETCD_INT_H */

@@ -263,6 +263,15 @@ static const struct option_row rows[] = {
      "this node's name in the cluster (default: the\n"
      "host name); --lease-ms is also the node lease\n"
      "(whole seconds, at least 1)"},
+    {"claim-defer-ms", "N", KIND_U32, CFG(claim_defer_ms), 0, 1, 60000, NULL,
+     NULL, 0, NULL,
+     "a node that is not a new key's owner waits N ms\n"
+     "for its decision before it claims (default 500)"},
+    {"claim-defer-step-ms", "N", KIND_U32, CFG(claim_defer_step_ms), 0, 0,
+     10000, NULL, NULL, 0, NULL,
+     "plus N ms per rank after the owner's (default 50)"},
+    {"claim-defer-slots", "N", KIND_U32, CFG(claim_defer_slots), 0, 0, 1024,
+     NULL, NULL, 0, NULL, "for at most N ranks (default 8)"},
     {"listen", "HOST:PORT", KIND_STRING, CFG(listen), 0, 0, 0, NULL, NULL, 0,
      NULL,
      "the Admin API over TCP (detctl from other hosts,\n"
@@ -354,6 +363,9 @@ void options_init(struct options *o) {
         .state_dir = "/var/lib/detd",
         .ns = "default",
         .lease_ms = 30000,
+        .claim_defer_ms = 500,
+        .claim_defer_step_ms = 50,
+        .claim_defer_slots = 8,
         .pass_timeout_ms = 600000,
         .level = LOG_INFO,
         .log_format = LOG_FORMAT_HUMAN,

@@ -33,6 +33,10 @@ struct daemon_config {
     size_t n_tables;
     const char *ns;
     uint32_t lease_ms;
+    /* One claimant per key: the deferral of a node not a key's owner. */
+    uint32_t claim_defer_ms;
+    uint32_t claim_defer_step_ms;
+    uint32_t claim_defer_slots;
     uint32_t pass_timeout_ms; /* a timing pass's own deadline */
     log_level level;
     log_format log_format; /* --log-format */

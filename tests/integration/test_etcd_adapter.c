@@ -976,6 +976,115 @@ TEST(latency) {
     leak_check();
 }
 
+/* etcd_create_batch(): one Txn, a result per key. Fresh keys are created,
+ * a key held by another writer or whose guard exists is not, drops delete
+ * only a key held under their lease; a repeat finds its own values; a full
+ * batch of ETCD_BATCH_MAX keys passes etcd's default --max-txn-ops. */
+TEST(create_batch) {
+    etcd_client *c = open_client(2000, 10000, NULL, NULL);
+    int64_t mine = 0, other = 0;
+    CHECK_ERR(etcd_lease_grant(c, 30, &mine, NULL));
+    CHECK_ERR(etcd_lease_grant(c, 30, &other, NULL));
+    CHECK_ERR(etcd_put(c, "/t/b/held", "them", 4, 0, NULL));
+    CHECK_ERR(etcd_put(c, "/t/b/decided", "dec", 3, 0, NULL));
+    CHECK_ERR(etcd_put(c, "/t/b/claim1", "c1", 2, mine, NULL));
+    CHECK_ERR(etcd_put(c, "/t/b/claim2", "c2", 2, other, NULL));
+    CHECK_ERR(etcd_put(c, "/t/b/claim3", "c3", 2, mine, NULL));
+    CHECK_ERR(etcd_put(c, "/t/b/d3", "theirs", 6, 0, NULL));
+    struct etcd_create ops[6] = {
+        {.key = "/t/b/fresh",
+         .value = "me",
+         .value_len = 2,
+         .lease = mine,
+         .guard = "/t/b/fresh-guard"},
+        {.key = "/t/b/held",
+         .value = "me",
+         .value_len = 2,
+         .lease = mine,
+         .guard = "/t/b/held-guard"},
+        {.key = "/t/b/fresh2",
+         .value = "me",
+         .value_len = 2,
+         .lease = mine,
+         .guard = "/t/b/decided"},
+        /* Commits: the drop goes when it is held under our lease only. */
+        {.key = "/t/b/d1",
+         .value = "v1",
+         .value_len = 2,
+         .drop = "/t/b/claim1",
+         .drop_lease = mine},
+        {.key = "/t/b/d2",
+         .value = "v2",
+         .value_len = 2,
+         .drop = "/t/b/claim2",
+         .drop_lease = mine},
+        {.key = "/t/b/d3",
+         .value = "v3",
+         .value_len = 2,
+         .drop = "/t/b/claim3",
+         .drop_lease = mine},
+    };
+    int64_t rev = 0;
+    CHECK_ERR(etcd_create_batch(c, ops, 6, &rev));
+    CHECK(rev > 0);
+    CHECK(ops[0].won && ops[0].same_value && ops[0].kv.lease == mine);
+    CHECK(!ops[1].won && !ops[1].same_value && ops[1].guard_kv.key == NULL);
+    CHECK_STR((char *)ops[1].kv.value, "them");
+    CHECK(!ops[2].won && ops[2].kv.key == NULL);
+    CHECK_STR((char *)ops[2].guard_kv.value, "dec");
+    CHECK(ops[3].won && ops[4].won);
+    CHECK(!ops[5].won && !ops[5].same_value);
+    CHECK_STR((char *)ops[5].kv.value, "theirs");
+    struct etcd_kv kv = {0};
+    CHECK_EQ_INT(etcd_get(c, "/t/b/fresh2", &kv, NULL), DETD_ENOTFOUND);
+    CHECK_EQ_INT(etcd_get(c, "/t/b/claim1", &kv, NULL), DETD_ENOTFOUND);
+    CHECK_EQ_INT(etcd_get(c, "/t/b/claim3", &kv, NULL), DETD_ENOTFOUND);
+    CHECK_ERR(etcd_get(c, "/t/b/claim2", &kv, NULL));
+    etcd_kv_clear(&kv);
+    CHECK_ERR(etcd_get(c, "/t/b/d1", &kv, NULL));
+    CHECK_STR((char *)kv.value, "v1");
+    etcd_kv_clear(&kv);
+    /* Reads of several keys at once, absent ones included. */
+    const char *rd[3] = {"/t/b/held", "/t/b/nothing", "/t/b/d1"};
+    struct etcd_kv got[3];
+    CHECK_ERR(etcd_get_many(c, rd, 3, got));
+    CHECK_STR((char *)got[0].value, "them");
+    CHECK(got[1].key == NULL);
+    CHECK_STR((char *)got[2].value, "v1");
+    for (size_t i = 0; i < 3; i++)
+        etcd_kv_clear(&got[i]);
+    /* The same batch again (a retry after a lost answer): own values. */
+    CHECK_ERR(etcd_create_batch(c, ops, 1, NULL));
+    CHECK(!ops[0].won && ops[0].same_value);
+    for (size_t i = 0; i < 6; i++)
+        etcd_create_clear(&ops[i]);
+
+    static struct etcd_create many[ETCD_BATCH_MAX + 1];
+    static char keys[ETCD_BATCH_MAX + 1][32], claims[ETCD_BATCH_MAX + 1][32];
+    for (int i = 0; i <= ETCD_BATCH_MAX; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "/t/m/d%d", i);
+        snprintf(claims[i], sizeof(claims[i]), "/t/m/c%d", i);
+        many[i] = (struct etcd_create){.key = keys[i],
+                                       .value = "x",
+                                       .value_len = 1,
+                                       .guard = claims[i],
+                                       .drop = claims[i],
+                                       .drop_lease = mine};
+    }
+    CHECK_EQ_INT(etcd_create_batch(c, many, ETCD_BATCH_MAX + 1, NULL),
+                 DETD_ELIMIT);
+    CHECK_ERR(etcd_create_batch(c, many, ETCD_BATCH_MAX, NULL));
+    for (int i = 0; i < ETCD_BATCH_MAX; i++) {
+        CHECK(many[i].won);
+        etcd_create_clear(&many[i]);
+    }
+    /* Two ops on one key: etcd refuses the Txn. */
+    many[1].key = keys[0];
+    CHECK_EQ_INT(etcd_create_batch(c, many, 2, NULL), DETD_EINVAL);
+    etcd_close(c);
+    leak_check();
+}
+
 int main(int argc, char **argv) {
     return runner_main(argc, argv);
 }

@@ -22,6 +22,7 @@ BINARY = os.path.join(BUILD, "daemon", "test_etcd_adapter")
 
 CASES = [
     "put_if_absent_race",
+    "create_batch",
     "kv_basic",
     "lease_keepalive",
     "lease_lost_on_outage",

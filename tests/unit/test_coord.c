@@ -226,34 +226,6 @@ TEST(claim_lost_holds_and_retries) {
     fx_close();
 }
 
-TEST(claim_gone_claims_again) {
-    open_coord();
-    rpc_call *a = ask(R1.id, 1, 1, clock_mono_ms() + 600000, INT64_MAX, NULL);
-    event(CLUSTER_EV_CLAIM_LOST, R1.id, 0, NULL);
-    CHECK_EQ_INT(FC.n_claims, 1);
-    /* The other node's claim key went away: claim at once, no tick, and
-     * no read first (the watch said it is gone). */
-    event(CLUSTER_EV_CLAIM_GONE, R1.id, 0, NULL);
-    CHECK_EQ_INT(FC.n_claims, 2);
-    CHECK_STR(FC.claims[1], R1.id);
-    CHECK_EQ_INT(FC.claim_rechecks[1], 0);
-    /* Again while that claim is in flight: not twice. */
-    event(CLUSTER_EV_CLAIM_GONE, R1.id, 0, NULL);
-    CHECK_EQ_INT(FC.n_claims, 2);
-    /* A key nobody here asks for: nothing. */
-    event(CLUSTER_EV_CLAIM_GONE, R2.id, 0, NULL);
-    CHECK_EQ_INT(FC.n_claims, 2);
-    CHECK_EQ_INT(a->answers, 0);
-    event(CLUSTER_EV_CLAIMED, R1.id, 0, NULL);
-    check_designated(a, 1, 0);
-    /* Held here now: the claim key going away is not a reason to claim. */
-    event(CLUSTER_EV_CLAIM_GONE, R1.id, 0, NULL);
-    CHECK_EQ_INT(FC.n_claims, 2);
-    drain_waiters();
-    fake_call_free(a);
-    fx_close();
-}
-
 /* ---- deadlines -------------------------------------------------------- */
 
 TEST(deadline_held_elsewhere_is_timeout) {

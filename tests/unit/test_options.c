@@ -142,6 +142,32 @@ TEST(flags_override_file) {
     cleanup();
 }
 
+/* The claim deferral of one claimant per key (docs/cluster-scale.md). */
+TEST(claim_defer_options) {
+    setup("claim-defer-step-ms = 0\n");
+    struct options o;
+    CHECK_EQ_INT(parse(&o, NULL), 0);
+    CHECK_EQ_INT(o.cfg.claim_defer_ms, 500);
+    CHECK_EQ_INT(o.cfg.claim_defer_step_ms, 0);
+    CHECK_EQ_INT(o.cfg.claim_defer_slots, 8);
+    options_free(&o);
+    CHECK_EQ_INT(parse(&o, "--claim-defer-ms", "1200", "--claim-defer-slots",
+                       "32", NULL),
+                 0);
+    CHECK_EQ_INT(o.cfg.claim_defer_ms, 1200);
+    CHECK_EQ_INT(o.cfg.claim_defer_slots, 32);
+    options_free(&o);
+    CHECK_EQ_INT(
+        parse(&o, "--claim-defer-ms", "0", "--claim-defer-slots", "2000", NULL),
+        DETD_EINVAL);
+    check_error(&o, 0, "--claim-defer-ms: '0' is not a number from 1 to 60000",
+                NULL);
+    check_error(&o, 1, "--claim-defer-slots: '2000' is not a number from 0",
+                NULL);
+    options_free(&o);
+    cleanup();
+}
+
 TEST(error_unknown_key) {
     setup("socket = /tmp/a.sock\n"
           "\n"
@@ -397,15 +423,31 @@ TEST(usage_lists_every_key) {
     CHECK(f != NULL);
     options_usage(f);
     fclose(f);
-    const char *keys[] = {
-        "socket",      "state-dir",        "tables",
-        "namespace",   "lease-ms",         "max-clients",
-        "max-waiters", "log-level",        "log-format",
-        "etcd",        "etcd-ca",          "etcd-cert",
-        "etcd-key",    "etcd-user",        "etcd-password-file",
-        "node-id",     "listen",           "listen-cert",
-        "listen-key",  "listen-client-ca", "config",
-        "check-config"};
+    const char *keys[] = {"socket",
+                          "state-dir",
+                          "tables",
+                          "namespace",
+                          "lease-ms",
+                          "max-clients",
+                          "max-waiters",
+                          "log-level",
+                          "log-format",
+                          "etcd",
+                          "etcd-ca",
+                          "etcd-cert",
+                          "etcd-key",
+                          "etcd-user",
+                          "etcd-password-file",
+                          "node-id",
+                          "listen",
+                          "listen-cert",
+                          "listen-key",
+                          "listen-client-ca",
+                          "config",
+                          "check-config",
+                          "claim-defer-ms",
+                          "claim-defer-step-ms",
+                          "claim-defer-slots"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         char flag[64];
         snprintf(flag, sizeof(flag), "  --%s ", keys[i]);

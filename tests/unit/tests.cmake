@@ -76,4 +76,6 @@ if(TARGET detd_cluster)
   detd_unit_test(test_cluster_pages detd_cluster)
   detd_unit_test(test_cluster_codec detd_cluster PkgConfig::JANSSON)
   detd_unit_test(test_etcd_status detd_cluster detd_etcd_proto PkgConfig::GRPC)
+  detd_unit_test(test_cluster_batch detd_cluster detd_etcd_proto PkgConfig::GRPC
+                 PkgConfig::LIBUV PkgConfig::JANSSON)
 endif()
