@@ -1,6 +1,6 @@
 /*
  * detctl_exit: detctl's exit statuses, one list for the code, the help
- * text, the README and docs/detctl-json.md.
+ * text, docs/operating.md (detctl) and docs/detctl-json.md.
  *
  *   0  ok
  *   1  the check said no: verify found a divergence or another failure,

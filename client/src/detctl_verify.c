@@ -165,7 +165,7 @@ static const Detd__V1__Decision *find_dec(const struct vctx *c,
     return d != NULL ? *d : NULL;
 }
 
-/* The autotuner kind of a kernel id (see the README's verify section). */
+/* The autotuner kind of a kernel id (see docs/operating.md, detctl verify). */
 static const char *tuner_kind(const char *kernel) {
     if (strncmp(kernel, "inductor::", 10) == 0)
         return "inductor";
