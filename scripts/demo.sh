@@ -10,7 +10,7 @@
 #   3. the same script in 4 processes under `python -m detd.run`, twice: one
 #      timing pass per key, every process launches the same config, the same
 #      bits; the rerun times nothing;
-#   4. `detctl status` and `detctl verify`.
+#   4. `detctl status` and `detctl verify --all-jobs` (every run of the demo).
 # Triton's CPU interpreter here, the GPU where there is one. Sets up and
 # builds first (idempotent; the Triton part gets its own venv under the build
 # directory, or at $DETD_DEMO_VENV). Package, build and pip output goes to a
@@ -150,5 +150,5 @@ echo "== detctl status (in full in the log)"
 cat "$WORK/status.txt" >>"$LOG"
 awk '/^detd |^  (backend|store|decisions) / || /^  (timing_passes|waits|observes) / { print }' "$WORK/status.txt"
 echo "== detctl verify"
-"${DETCTL[@]}" verify
+"${DETCTL[@]}" verify --all-jobs
 echo "demo state and logs: $WORK"

@@ -70,6 +70,8 @@ def test_demo_script():
         assert sum(ln.endswith("; same config in every process") for ln in lines) == 2 * KEYS, out[-6000:]
         keys = 40 + KEYS
         observations = 2 * (8 * 40 + TPROCS * KEYS)
+        # verify judges every run of the demo, not only the last job.
+        assert any(ln.startswith("job: every job (--all-jobs; ") for ln in lines), out[-6000:]
         assert f"ok: {keys} keys checked, {observations} observations, 0 divergences" in lines, out[-6000:]
         assert re.search(rf"^\s+timing_passes\s+{keys}$", r.stdout, re.M), out[-6000:]
         assert m is not None, out[-6000:]
