@@ -239,12 +239,18 @@ def test_a_new_user_runs_torchrun_with_no_daemon_twice_and_verifies(user_venv, t
             p = run(cmd, env=env, cwd=str(tmp_path), timeout=600)
             out = p.stdout + p.stderr
             assert out.count(started) == 1, out[-4000:]
-            pids.append(json.loads(run([detctl, "status", "--json"], env=env).stdout)["pid"])
+            st = json.loads(run([detctl, "status", "--json"], env=env).stdout)
+            pids.append(st["pid"])
             timed = [int(m) for m in re.findall(r"kernel ok, rank \d timed (\d+)", out)]
             assert len(timed) == 4, out[-4000:]
-            # Run 1: each shape timed once, by one rank (3 candidates each);
-            # run 2, on the stored decisions: nothing.
-            assert sum(timed) == (6 if attempt == 1 else 0), (attempt, timed, out[-4000:])
+            # Run 1: each shape timed once in the job (the daemon's count: a
+            # fresh daemon each run), by one rank: its 3 candidates, and a
+            # second measurement of those the CPU timer finds near-tied (the
+            # re-measure rule, docs/resolve-contract.md): 3 to 6 per shape.
+            # Run 2, on the stored decisions: nothing.
+            assert st["counters"]["timing_passes"] == (2 if attempt == 1 else 0), (attempt, st["counters"])
+            want = range(6, 13) if attempt == 1 else range(0, 1)
+            assert sum(timed) in want, (attempt, timed, out[-4000:])
             v = run([detctl, "verify"], env=env)
             assert re.search(r"\b0 divergences\b", v.stdout), v.stdout
             state = tmp_path / "home" / ".local" / "state" / "detd" / "detd.sqlite"
