@@ -40,10 +40,8 @@ struct batch_item {
 };
 
 static int key_ok(const char *k) {
-    size_t n = k != NULL ? strnlen(k, ETCD_MAX_KEY + 1) : 0;
-    if (n == 0)
-        return DETD_EINVAL;
-    return n > ETCD_MAX_KEY ? DETD_ELIMIT : 0;
+    size_t n;
+    return etcd_check_key(k, &n);
 }
 
 static ProtobufCBinaryData bytes_of(const char *k) {
@@ -211,15 +209,9 @@ static int parse_item(const Etcdserverpb__ResponseOp *rop, int64_t rev,
     if (t->succeeded) {
         o->won = 1;
         o->same_value = 1;
-        o->kv.key = strdup(o->key);
-        o->kv.value = malloc(o->value_len + 1);
-        if (o->kv.key == NULL || o->kv.value == NULL)
-            return DETD_ENOMEM;
-        o->kv.key_len = strlen(o->key);
-        if (o->value_len > 0)
-            memcpy(o->kv.value, o->value, o->value_len);
-        o->kv.value[o->value_len] = '\0';
-        o->kv.value_len = o->value_len;
+        if ((err = etcd_kv_fill(o->key, strlen(o->key), o->value, o->value_len,
+                                &o->kv)) != 0)
+            return err;
         o->kv.create_revision = o->kv.mod_revision = rev;
         o->kv.version = 1;
         o->kv.lease = o->lease;
