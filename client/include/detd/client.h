@@ -254,6 +254,16 @@ int detd_client_connect(detd_client *client, int64_t timeout_ms);
  * neither the timing rank's nor another helper's of that pass; else a
  * compile share. */
 #define DETD_DECIDE_BENCH 0x4
+/* Added in 0.8: wait for the key's decision, never be designated: a
+ * decided key is answered DETD_OUTCOME_DECIDED at once; while a timing
+ * pass is in progress the call waits like any waiter (DETD_OUTCOME_TIMEOUT
+ * with the holder at the deadline), and a takeover passes over it; with
+ * no decision and no pass in progress: DETD_OUTCOME_MISS. For a process
+ * that launched a fallback and waits for the decision before it relies
+ * on it (detd.wait_final() in the Python package). Overrides
+ * DETD_DECIDE_NO_CLAIM; DETD_DECIDE_SHARE is ignored with it. A daemon
+ * older than 0.8 would designate the caller: DETD_EPROTO. */
+#define DETD_DECIDE_WAIT_ONLY 0x8
 
 /*
  * Ask which config to use for key. Waits server-side while another rank

@@ -96,14 +96,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.abc
 import itertools
 import math
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _canon, _loop, _native, _process, _triton
+from . import _canon, _imports, _loop, _native, _process, _triton
 
 # Releases whose patched methods were tested (major, minor), inclusive.
 SUPPORTED = ((2, 11), (2, 13))
@@ -226,16 +225,13 @@ def _apply_settings():
         _st.status, _st.why = "governed", f"mode {settings.mode}"
 
 
-# Inductor's modules whose import finished (sys.modules holds a module
-# while it is still being executed: select_algorithm imports
-# triton_heuristics half-way through its own import).
-_loaded = set()
+_WATCH = (_HEURISTICS, _SELECT, _CONFIG, _AOT_CONFIG)
 
 
 def _try_patch():
     """Patch the runtime autotuner once its module is imported; refuse
     unsupported releases."""
-    heur = sys.modules.get(_HEURISTICS) if _HEURISTICS in _loaded else None
+    heur = sys.modules.get(_HEURISTICS) if _imports.loaded(_HEURISTICS) else None
     if heur is None or _st.patched or _st.status == "refused":
         return
     with _st.lock:
@@ -260,7 +256,7 @@ def _try_patch():
 
 
 def _patch_select():
-    sel = sys.modules.get(_SELECT) if _SELECT in _loaded else None
+    sel = sys.modules.get(_SELECT) if _imports.loaded(_SELECT) else None
     if sel is None or "lookup" in _orig or not _st.patched:
         return
     with _st.lock:
@@ -286,47 +282,6 @@ def _unpatch():
     _st.patched = False
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs the patch when one of Inductor's modules finishes importing."""
-
-    WATCH = (_HEURISTICS, _SELECT, _CONFIG, _AOT_CONFIG)
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in self.WATCH:
-            return None
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        run = loader.exec_module
-
-        class _Loader(importlib.abc.Loader):
-            def __getattr__(self, attr):  # get_source, get_filename, ...: the real loader's
-                return getattr(loader, attr)
-
-            def create_module(self, sp):
-                return loader.create_module(sp)
-
-            def exec_module(self, module):
-                run(module)
-                _loaded.add(name)
-                _on_import()
-
-        spec.loader = _Loader()
-        return spec
-
-
-_finder = _AfterImport()
-
-
 def _on_import():
     try:
         _try_patch()
@@ -340,13 +295,8 @@ def _on_import():
 def install():
     """Called by ``detd.install()`` (after the settings are in force):
     patch Inductor now when it is imported, else when it will be."""
-    if _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
-    for name in _AfterImport.WATCH:  # imported before install(): complete by now
-        mod = sys.modules.get(name)
-        if mod is not None and getattr(getattr(mod, "__spec__", None), "_initializing", False) is False:
-            _loaded.add(name)
-    if _HEURISTICS in _loaded:
+    _imports.watch(_WATCH, _on_import)
+    if _imports.loaded(_HEURISTICS):
         _on_import()
     elif "torch" in sys.modules:
         _st.torch = torch_version()
@@ -536,6 +486,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     elif len(cands) == 1:
         out = Outcome(cands[0], _native.SOURCE_LOCAL, note="one candidate")
     reason = f"override {override!r} matches no candidate" if override is not None and out is None else None
+    asked = False
     if out is None and reason is None:
         timings = None
 
@@ -550,6 +501,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
 
         # No share: a waiting process has no way to compile one of
         # Inductor's candidates outside its own pass.
+        asked = True
         res = _loop.resolve(dkey, kernel, key, _triton.version(), timed_pass)
         ans, reason = res.answer, res.reason
         if res.report_error is not None and _loop.pass_failed(res.report_error):
@@ -575,6 +527,11 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
         _process.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
                            f"using on_miss={policy}")
         out = Outcome(chosen, _native.SOURCE_FALLBACK, note=f"{reason}; on_miss={policy}")
+        if asked:
+            # Compiled in: detd.wait_final() waits for the decision, but
+            # this process keeps its fallback (unless they are the same).
+            _process.note_provisional(_process.Provisional(kernel, key, dkey, chosen, lambda c: c == chosen,
+                                                           res.wait.fell_back(reason)))
     _finish(kernel, name, key, cands, out)
     return out
 
