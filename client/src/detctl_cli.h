@@ -45,6 +45,7 @@ struct detctl_opts {
     size_t n_files;
     /* verify */
     int allow_empty;
+    int strict_determinism; /* runtime findings fail verify */
     long expect_ranks; /* 0: not asked */
     const char *job;
     int all_jobs;     /* --all-jobs */

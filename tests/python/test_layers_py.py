@@ -49,11 +49,12 @@ LAYERS = [
     ("_split",        4,    ("_devlock", "_native", "_samples")),
     ("_process",      5,    ("_devlock", "_native", "_policy", "_split", "_triton")),
     ("_loop",         6,    ("_native", "_process", "_split")),
+    ("_nondet",       6,    ("_native", "_process")),
     ("_hook",         7,    ("_audit", "_canon", "_loop", "_native", "_policy", "_process", "_samples",
                              "_split", "_triton")),
     ("_inductor",     7,    ("_canon", "_loop", "_native", "_process", "_triton")),
     ("detd",          8,    ("_audit", "_daemon", "_hook", "_inductor", "_loop", "_megatron", "_native",
-                             "_policy", "_process")),
+                             "_nondet", "_policy", "_process")),
     ("run",           9,    ("detd",)),
     ("__main__",     10,    ("run",)),
 ]

@@ -107,6 +107,12 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
         from . import _inductor
 
         _inductor.install()  # torch.compile's autotuners: now, or when Inductor is imported
+        from . import _audit
+
+        if _audit.enabled():
+            from . import _nondet
+
+            _nondet.start()  # the audit's runtime findings (docs/determinism.md)
     return s
 
 
@@ -216,11 +222,14 @@ def audit(enable: bool = True, replays: Optional[int] = None, contention: Option
     ``status`` (``deterministic``, ``nondeterministic`` or ``error``),
     ``differing`` (the tensor arguments whose bytes changed) and ``error``.
     Costs: see :mod:`detd._audit`."""
-    from . import _audit, _hook
+    from . import _audit, _hook, _nondet
 
     _audit.enable(enable, replays, contention)
     if enable:
         _hook.leave_direct_all()  # known keys: audited at their next launch
+        _nondet.start()  # ops, SDPA backend, settings (docs/determinism.md)
+    else:
+        _nondet.stop()
     return [r for keys in _audit.results().values() for r in keys.values() if r.get("status") != "running"]
 
 
