@@ -103,8 +103,8 @@ static void ranks_text(json_t *ranks, size_t n_who, char *buf, size_t len) {
         off += (size_t)snprintf(buf + off, len - off, "%s%lld", i ? ", " : "",
                                 (long long)a);
         if (b != a && off < len)
-            off += (size_t)snprintf(buf + off, len - off, "-%lld",
-                                    (long long)b);
+            off +=
+                (size_t)snprintf(buf + off, len - off, "-%lld", (long long)b);
         i = j;
     }
 }
@@ -137,8 +137,8 @@ static json_t *entry_json(json_t *e) {
         n_who += json_array_size(json_object_get(v, "who"));
         json_array_append_new(vals,
                               json_pack("{s:O, s:o, s:O}", "value",
-                                        json_object_get(v, "value"), "ranks",
-                                        r, "who", json_object_get(v, "who")));
+                                        json_object_get(v, "value"), "ranks", r,
+                                        "who", json_object_get(v, "who")));
     }
     json_t *ranks = sorted_ranks(all);
     if (ranks == NULL)
@@ -150,15 +150,13 @@ static json_t *entry_json(json_t *e) {
     char msg[1600], rt[256];
     ranks_text(ranks, n_who, rt, sizeof rt);
     if (differs) {
-        size_t off = (size_t)snprintf(msg, sizeof msg,
-                                      "%s %s differs across ranks:", kind,
-                                      name);
+        size_t off = (size_t)snprintf(
+            msg, sizeof msg, "%s %s differs across ranks:", kind, name);
         size_t i;
         json_array_foreach(vals, i, v) {
             char r[256];
             ranks_text(json_object_get(v, "ranks"),
-                       json_array_size(json_object_get(v, "who")), r,
-                       sizeof r);
+                       json_array_size(json_object_get(v, "who")), r, sizeof r);
             if (off < sizeof msg)
                 off += (size_t)snprintf(
                     msg + off, sizeof msg - off, "%s %s (%s)", i ? "," : "",
@@ -167,14 +165,14 @@ static json_t *entry_json(json_t *e) {
         if (why[0] != '\0' && off < sizeof msg)
             snprintf(msg + off, sizeof msg - off, "; %s", why);
     } else {
-        const char *val =
-            json_string_value(json_object_get(json_array_get(vals, 0), "value"));
+        const char *val = json_string_value(
+            json_object_get(json_array_get(vals, 0), "value"));
         /* An op's value says nothing beyond its kind: not printed. */
         if (val == NULL || strcmp(kind, "op") == 0)
             val = "";
         snprintf(msg, sizeof msg, "%s %s%s%s (%s)%s%s", kind, name,
-                 val[0] ? (strcmp(kind, "setting") == 0 ? "=" : " ") : "",
-                 val, rt, why[0] ? ": " : "", why);
+                 val[0] ? (strcmp(kind, "setting") == 0 ? "=" : " ") : "", val,
+                 rt, why[0] ? ": " : "", why);
     }
     out = json_pack("{s:s, s:s, s:s, s:b, s:b, s:O, s:o, s:s}", "kind", kind,
                     "name", name, "why", why, "nondeterministic",
@@ -208,9 +206,8 @@ json_t *detctl_nondet_json(json_t *acc, int strict, json_t *failures,
         bad++;
         if (strict && failures != NULL)
             json_array_append_new(
-                failures,
-                json_pack("{s:s, s:O}", "kind", "nondeterminism", "message",
-                          json_object_get(j, "message")));
+                failures, json_pack("{s:s, s:O}", "kind", "nondeterminism",
+                                    "message", json_object_get(j, "message")));
     }
     free(v);
     *ret_n = bad;
@@ -223,8 +220,7 @@ oom:
 
 void detctl_nondet_print(const json_t *doc) {
     json_t *rt = json_object_get(doc, "runtime");
-    long long nn =
-        json_integer_value(json_object_get(doc, "nondeterministic"));
+    long long nn = json_integer_value(json_object_get(doc, "nondeterministic"));
     size_t i;
     json_t *e;
     if (json_array_size(rt) == 0)
@@ -241,9 +237,8 @@ void detctl_nondet_print(const json_t *doc) {
             }
             if (off < sizeof line)
                 off += (size_t)snprintf(
-                    line + off, sizeof line - off, "%s%s %s",
-                    off ? ", " : "", kind,
-                    json_string_value(json_object_get(e, "name")));
+                    line + off, sizeof line - off, "%s%s %s", off ? ", " : "",
+                    kind, json_string_value(json_object_get(e, "name")));
         }
         printf("runtime: nothing nondeterministic reported (%s%s%zu "
                "setting%s)\n",

@@ -138,12 +138,11 @@ static int validate_runtime_text(rpc_call *call, const char *what,
                                  const char *s, int required) {
     if (validate_str(call, what, s, DAEMON_MAX_RUNTIME_TEXT, required) != 0)
         return -1;
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p;
-         p++)
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++)
         if (*p < 0x20 || *p == 0x7f) {
             VFAIL(call, RPC_INVALID_ARGUMENT,
-                  "%s contains the control character 0x%02x at byte %zu",
-                  what, (unsigned)*p, (size_t)(p - (const unsigned char *)s));
+                  "%s contains the control character 0x%02x at byte %zu", what,
+                  (unsigned)*p, (size_t)(p - (const unsigned char *)s));
             return -1;
         }
     return 0;

@@ -495,8 +495,7 @@ struct collect_ctx {
 
 static int collect_cb(void *ctx, const struct store_observation *o) {
     struct collect_ctx *c = ctx;
-    if ((o->failed && o->config[0] == '\0') ||
-        o->source == DETD_SOURCE_RUNTIME)
+    if ((o->failed && o->config[0] == '\0') || o->source == DETD_SOURCE_RUNTIME)
         return 0; /* as verify_cb */
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 256;
