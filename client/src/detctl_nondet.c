@@ -109,6 +109,36 @@ static void ranks_text(json_t *ranks, size_t n_who, char *buf, size_t len) {
     }
 }
 
+/* Values by their lowest rank (none: last), then by value. */
+static int value_cmp(const void *pa, const void *pb) {
+    json_t *a = *(json_t *const *)pa, *b = *(json_t *const *)pb;
+    json_t *ra = json_array_get(json_object_get(a, "ranks"), 0);
+    json_t *rb = json_array_get(json_object_get(b, "ranks"), 0);
+    if ((ra == NULL) != (rb == NULL))
+        return ra == NULL ? 1 : -1;
+    if (ra != NULL && json_integer_value(ra) != json_integer_value(rb))
+        return json_integer_value(ra) < json_integer_value(rb) ? -1 : 1;
+    return strcmp(json_string_value(json_object_get(a, "value")),
+                  json_string_value(json_object_get(b, "value")));
+}
+
+/* arr sorted in place by cmp. Returns 0, or -1 when out of memory. */
+static int sort_array(json_t *arr, int (*cmp)(const void *, const void *)) {
+    size_t n = json_array_size(arr);
+    json_t **v = calloc(n + 1, sizeof(*v));
+    if (v == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_incref(json_array_get(arr, i));
+    if (n > 1)
+        qsort(v, n, sizeof(*v), cmp);
+    json_array_clear(arr);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, v[i]);
+    free(v);
+    return 0;
+}
+
 static int entry_cmp(const void *pa, const void *pb) {
     json_t *a = *(json_t *const *)pa, *b = *(json_t *const *)pb;
     int c = strcmp(json_string_value(json_object_get(a, "kind")),
@@ -143,6 +173,10 @@ static json_t *entry_json(json_t *e) {
     json_t *ranks = sorted_ranks(all);
     if (ranks == NULL)
         goto out;
+    if (sort_array(vals, value_cmp) != 0) {
+        json_decref(ranks);
+        goto out;
+    }
     const char *kind = json_string_value(json_object_get(e, "kind"));
     const char *name = json_string_value(json_object_get(e, "name"));
     const char *why = json_string_value(json_object_get(e, "why"));
@@ -186,34 +220,32 @@ out:
 
 json_t *detctl_nondet_json(json_t *acc, int strict, json_t *failures,
                            size_t *ret_n) {
-    size_t n = json_object_size(acc), k = 0, bad = 0;
-    json_t **v = calloc(n + 1, sizeof(*v));
+    size_t bad = 0;
     json_t *out = json_array();
-    if (v == NULL || out == NULL)
-        goto oom;
     const char *key;
     json_t *e;
-    json_object_foreach(acc, key, e) v[k++] = e;
-    if (k > 1)
-        qsort(v, k, sizeof(*v), entry_cmp);
-    for (size_t i = 0; i < k; i++) {
-        json_t *j = entry_json(v[i]);
-        if (j == NULL)
+    if (out == NULL)
+        return NULL;
+    json_object_foreach(acc, key, e) {
+        json_t *j = entry_json(e);
+        if (j == NULL || json_array_append_new(out, j) != 0)
             goto oom;
-        json_array_append_new(out, j);
-        if (!json_is_true(json_object_get(j, "nondeterministic")))
+    }
+    if (sort_array(out, entry_cmp) != 0)
+        goto oom;
+    size_t i;
+    json_array_foreach(out, i, e) {
+        if (!json_is_true(json_object_get(e, "nondeterministic")))
             continue;
         bad++;
         if (strict && failures != NULL)
             json_array_append_new(
                 failures, json_pack("{s:s, s:O}", "kind", "nondeterminism",
-                                    "message", json_object_get(j, "message")));
+                                    "message", json_object_get(e, "message")));
     }
-    free(v);
     *ret_n = bad;
     return out;
 oom:
-    free(v);
     json_decref(out);
     return NULL;
 }
