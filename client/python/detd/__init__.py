@@ -217,7 +217,13 @@ def audit(enable: bool = True, replays: Optional[int] = None, contention: Option
     of its tensor arguments with the config the key resolved to, and every
     tensor argument's bytes are compared; ``contention`` (GPU,
     ``DETD_AUDIT_CONTENTION``) runs each replay beside a busy side stream.
-    ``enable=False`` stops auditing. Returns the results so far, one dict
+    The audit also turns on ``torch.use_deterministic_algorithms(True,
+    warn_only=True)`` (unless deterministic algorithms are on already) and
+    reports the ops torch names nondeterministic, the SDPA backend chosen
+    and determinism settings to the daemon (:mod:`detd._nondet`,
+    docs/determinism.md).
+    ``enable=False`` stops auditing (and restores deterministic algorithms
+    as they were). Returns the results so far, one dict
     per audited key: ``kernel``, ``name``, ``key``, ``config``, ``replays``,
     ``status`` (``deterministic``, ``nondeterministic`` or ``error``),
     ``differing`` (the tensor arguments whose bytes changed) and ``error``.

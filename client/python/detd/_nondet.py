@@ -2,8 +2,8 @@
 
 A config decided once for every rank fixes the reduction order of the
 kernels detd governs; it does not fix an op whose kernel is
-nondeterministic by construction (``index_add_`` on CUDA, the backward of
-cuDNN attention, ...) or a setting that lets the runtime choose per
+nondeterministic by construction (``adaptive_avg_pool2d``'s backward on
+CUDA, the backward of cuDNN attention, ...) or a setting that lets the runtime choose per
 process (``torch.backends.cudnn.benchmark``). With the determinism audit on
 (``DETD_AUDIT=1``, :func:`detd.audit`, also under ``detd-run``), this module
 reports to the daemon, once per process and finding, as observations of
@@ -16,9 +16,8 @@ agreement; ``docs/determinism.md``):
   ("... does not have a deterministic implementation", "... defaults to a
   non-deterministic algorithm", cuBLAS without ``CUBLAS_WORKSPACE_CONFIG``).
   This changes what runs: ops with a deterministic variant take it (for
-  example ``index_add_`` on CUDA, memory-efficient attention's backward
-  keeps warning), so an audited run is not bit-for-bit the run without
-  the audit; that is why it is opt-in.
+  example ``index_add_`` on CUDA), so an audited run is not bit for bit
+  the run without the audit; that is why it is opt-in.
 - ``sdpa``: the attention backend ``scaled_dot_product_attention`` chose
   (torch's own selection for the call's tensors: ``math``, ``flash``,
   ``flash_cpu``, ``efficient``, ``cudnn``), with why when its backward is
@@ -233,10 +232,10 @@ def _sdpa_why(torch, backend: str, grad: bool) -> str:
     if backend == "cudnn":
         return ("cuDNN attention's backward is nondeterministic: torch.use_deterministic_algorithms(True) "
                 "(without warn_only) makes SDPA skip it, or torch.backends.cuda.enable_cudnn_sdp(False)")
-    if backend in ("flash", "efficient") and not _strict(torch):
-        return (f"{backend} attention's backward is nondeterministic unless torch.use_deterministic_algorithms(True) "
-                "(without warn_only)")
-    return ""
+    if backend == "efficient" and not _strict(torch):
+        return ("memory-efficient attention's backward is nondeterministic unless "
+                "torch.use_deterministic_algorithms(True) (without warn_only)")
+    return ""  # flash: torch's own warning names it where its backward is nondeterministic
 
 
 def _note_sdpa(torch, args, kwargs) -> None:
