@@ -17,7 +17,10 @@ agreement; ``docs/determinism.md``):
   non-deterministic algorithm", cuBLAS without ``CUBLAS_WORKSPACE_CONFIG``).
   This changes what runs: ops with a deterministic variant take it (for
   example ``index_add_`` on CUDA), so an audited run is not bit for bit
-  the run without the audit; that is why it is opt-in.
+  the run without the audit; that is why it is opt-in. The audit sets
+  torch's flag only, not Inductor's deterministic mode (which
+  ``torch.use_deterministic_algorithms`` also turns on, and which stops
+  Inductor's autotuning).
 - ``sdpa``: the attention backend ``scaled_dot_product_attention`` chose
   (torch's own selection for the call's tensors: ``math``, ``flash``,
   ``flash_cpu``, ``efficient``, ``cudnn``), with why when its backward is
@@ -238,6 +241,16 @@ def _sdpa_why(torch, backend: str, grad: bool) -> str:
     return ""  # flash: torch's own warning names it where its backward is nondeterministic
 
 
+_LEGACY = {"float": "float32", "half": "float16", "double": "float64"}
+
+
+def _dtype_name(t) -> str:
+    """"bfloat16", "float32", ...: from the tensor's type name (this
+    package reads no ``dtype`` attribute outside its Triton adapter)."""
+    name = t.type().rsplit(".", 1)[-1].replace("Tensor", "").lower()
+    return _LEGACY.get(name, name)
+
+
 def _note_sdpa(torch, args, kwargs) -> None:
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
     a = dict(zip(names, args))
@@ -247,7 +260,7 @@ def _note_sdpa(torch, args, kwargs) -> None:
         return
     grad = torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v))
     mask = a.get("attn_mask")
-    sig = (q.device.type, q.dtype, grad, tuple(q.shape[-1:]), mask is not None, bool(a.get("is_causal")),
+    sig = (q.device.type, q.type(), grad, tuple(q.shape[-1:]), mask is not None, bool(a.get("is_causal")),
            float(a.get("dropout_p") or 0.0) > 0)
     with _lock:
         if sig in _sdpa_seen or len(_sdpa_seen) >= MAX_SDPA:
@@ -265,7 +278,7 @@ def _note_sdpa(torch, args, kwargs) -> None:
         log.info("detd audit: cannot read the SDPA backend: %s", e)
     if backend == "flash" and q.device.type == "cpu":
         backend = "flash_cpu"
-    detail = f"{q.device.type} {str(q.dtype).replace('torch.', '')} {'backward' if grad else 'forward only'}"
+    detail = f"{q.device.type} {_dtype_name(q)} {'backward' if grad else 'forward only'}"
     _report("sdpa", backend, detail, _sdpa_why(torch, backend, grad))
     _refresh()
 
@@ -305,6 +318,23 @@ def _refresh() -> None:
         log.info("detd audit: cannot read torch's settings: %s", e)
 
 
+def _set_deterministic(torch, on: bool) -> None:
+    """torch's deterministic flag, warn-only, without Inductor's
+    deterministic mode: ``torch.use_deterministic_algorithms`` also sets
+    ``torch._inductor.config.deterministic``, which turns off Inductor's
+    autotuning (the choices detd governs), so the audited run would not
+    compile what the run compiles."""
+    flag = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if flag is not None:
+        flag(on, warn_only=on)
+        return
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.deterministic
+    torch.use_deterministic_algorithms(on, warn_only=on)
+    inductor_config.deterministic = before
+
+
 def start() -> bool:
     """Turn the runtime findings on (the audit's). Idempotent. Returns
     False when torch cannot be imported (nothing to watch)."""
@@ -319,7 +349,7 @@ def start() -> bool:
         _on = True
         if not torch.are_deterministic_algorithms_enabled():
             _det_before = (False, False)
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            _set_deterministic(torch, True)
             _det_set = True
         if warnings.showwarning is not _showwarning:
             _prev_showwarning = warnings.showwarning
@@ -344,7 +374,7 @@ def stop() -> None:
         import torch
 
         if _det_set:
-            torch.use_deterministic_algorithms(False)
+            _set_deterministic(torch, False)
             _det_set = False
         if warnings.showwarning is _showwarning:
             warnings.showwarning = _prev_showwarning or _ORIG_SHOWWARNING
