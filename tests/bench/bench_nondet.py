@@ -60,6 +60,7 @@ def main():
         while detd.daemon_problem(sock) and time.monotonic() < deadline:
             time.sleep(0.05)
         detd.install()
+        torch.set_num_threads(1)  # per-call figures: one thread, less noise from other load
         q = torch.randn(1, 2, 8, 16)
         x, i, v = torch.zeros(8), torch.tensor([1]), torch.tensor([1.0])
         t = time.perf_counter()
@@ -84,6 +85,7 @@ def main():
                 "sdpa": (det(False), lambda: orig(q, q, q)),
                 "sdpa_wrapped": (det(False), lambda: F.scaled_dot_product_attention(q, q, q)),
                 "sdpa_audit": (det(True), lambda: F.scaled_dot_product_attention(q, q, q)),
+                "probe": (det(True), lambda: _nondet._note_sdpa(torch, (q, q, q), {})),
                 "put": (det(False), lambda: x.put_(i, v)),
                 "put_audit": (det(True), lambda: x.put_(i, v)),
             }, a.calls)
@@ -97,10 +99,12 @@ def main():
         ("settings read, nothing new to send", f"{read_us:.0f} us"),
         ("scaled_dot_product_attention (1x2x8x16): plain / the wrapper alone / the audit",
          f"{r['sdpa']:.1f} / {r['sdpa_wrapped']:.1f} / {r['sdpa_audit']:.1f} us per call"),
+        ("the wrapper's own work per call (a signature seen before)", f"{r['probe']:.1f} us per call"),
         ("put_ (an op torch names nondeterministic), without / with the audit",
          f"{r['put']:.1f} / {r['put_audit']:.1f} us per call"),
     ]
-    print(f"torch {torch.__version__}, Python {sys.version.split()[0]}, {a.calls} calls x 7 rounds")
+    print(f"torch {torch.__version__}, Python {sys.version.split()[0]}, {a.calls} calls x 7 rounds, "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print("| measure | value |\n|---|---|")
     for k, val in rows:
         print(f"| {k} | {val} |")
