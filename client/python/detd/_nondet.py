@@ -131,10 +131,24 @@ def _cuda(torch) -> bool:
         return False
 
 
+def _ours(torch) -> bool:
+    """Whether torch's deterministic flag is still the audit's warn-only
+    one (the program may have set its own since)."""
+    return _det_set and torch.are_deterministic_algorithms_enabled() and \
+        torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def _det_state(torch) -> Tuple[bool, bool]:
+    """(on, warn_only) as the program set them: before the audit while
+    the flag is still the audit's."""
+    if _ours(torch):
+        return _det_before
+    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+
 def _strict(torch) -> bool:
-    """Deterministic algorithms on, and not warn-only, before the audit."""
-    on, warn_only = _det_before if _det_set else (torch.are_deterministic_algorithms_enabled(),
-                                                 torch.is_deterministic_algorithms_warn_only_enabled())
+    """Deterministic algorithms on, and not warn-only, as the program set them."""
+    on, warn_only = _det_state(torch)
     return bool(on and not warn_only)
 
 
@@ -142,11 +156,10 @@ def _settings(torch) -> None:
     cuda, strict = _cuda(torch), _strict(torch)
     b = torch.backends
     ws = os.environ.get("CUBLAS_WORKSPACE_CONFIG", "")
-    on, warn_only = _det_before if _det_set else (torch.are_deterministic_algorithms_enabled(),
-                                                 torch.is_deterministic_algorithms_warn_only_enabled())
+    on, warn_only = _det_state(torch)
     det = "True" if on and not warn_only else ("warn_only" if on else "False")
     rows = [
-        ("torch.use_deterministic_algorithms", det + (" (the audit set warn_only)" if _det_set else ""),
+        ("torch.use_deterministic_algorithms", det + (" (the audit set warn_only)" if _ours(torch) else ""),
          "" if strict or not cuda else
          "ops without a deterministic implementation run nondeterministically and SDPA may choose a "
          "nondeterministic backward; torch.use_deterministic_algorithms(True) makes them deterministic or raise"),
@@ -373,9 +386,9 @@ def stop() -> None:
         _on = False
         import torch
 
-        if _det_set:
+        if _ours(torch):  # not a flag the program set since
             _set_deterministic(torch, False)
-            _det_set = False
+        _det_set = False
         if warnings.showwarning is _showwarning:
             warnings.showwarning = _prev_showwarning or _ORIG_SHOWWARNING
         _prev_showwarning = None
