@@ -26,6 +26,12 @@ for name in sys.argv[1].split(","):
         elif name == "sdpa":  # attention with a backward: the flash CPU kernel
             q = torch.randn(1, 2, 8, 16, requires_grad=True)
             torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
+        elif name == "many":  # more ops named than the audit reports (detd._nondet.MAX_OPS)
+            import warnings
+
+            for i in range(70):
+                warnings.warn(f"fake_op_{i:02d} does not have a deterministic implementation, but you set "
+                              "'torch.use_deterministic_algorithms(True, warn_only=True)'.", UserWarning)
         elif name == "bypass":
             t = pk.make_subclass_tuner(pk.FirstConfigTuner, pk.scale_bypass, "bypass")
             pk.run_tuner(t, torch.ones(64))

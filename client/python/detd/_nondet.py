@@ -233,10 +233,11 @@ def _note_warning(text: str) -> None:
             if _more_ops:
                 return
             _more_ops = True
-            op, text = "(more ops)", f"more than {MAX_OPS} ops were named nondeterministic; the rest are not listed"
+            op, why = "(more ops)", f"more than {MAX_OPS} ops were named nondeterministic; the rest are not listed"
         else:
             _ops += 1
-    _report("op", op, "nondeterministic", "torch: " + re.split(r", but you set|\. You can file", text)[0].strip())
+            why = "torch: " + re.split(r", but you set|\. You can file", text)[0].strip()
+    _report("op", op, "nondeterministic", why)
     _refresh()
 
 
