@@ -12,8 +12,8 @@ and without --strict-determinism), one table, and a PASS/FAIL line. Fails
 unless, in both runs: verify names the SDPA backend the autograd graph of
 each process holds, on both ranks; verify exits 0, and with
 --strict-determinism exits 1 exactly when something is nondeterministic;
-a cuDNN or memory-efficient backward is named nondeterministic when it ran
-under torch's defaults; and with the recommended settings nothing is
+a cuDNN, flash or memory-efficient backward is named nondeterministic
+when it ran under torch's defaults; and with the recommended settings nothing is
 nondeterministic and both ranks' gradients and weights are bit-identical.
 --device cpu runs the same on the CPU without the Triton kernel (a check
 of the script; the local build: DETD_BIN, DETD_LIBRARY). Binaries: .gpu/ from tests/gpu/bundle.sh.
@@ -75,7 +75,7 @@ def check(c, recommended):
         e = rt.get(("sdpa", b))
         if e is None or e["ranks"] != [0, 1]:
             fails.append(f"{c['name']}: verify does not name the SDPA backend {b} on ranks 0-1: {sorted(rt)}")
-        elif b in ("cudnn", "efficient") and not recommended and not e["nondeterministic"]:
+        elif b in ("cudnn", "flash", "efficient") and not recommended and not e["nondeterministic"]:
             fails.append(f"{c['name']}: the {b} backward is not named nondeterministic")
     if c["text"].returncode != 0:
         fails.append(f"{c['name']}: verify exited {c['text'].returncode}:\n{c['text'].stdout[-1500:]}")

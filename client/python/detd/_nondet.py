@@ -249,10 +249,11 @@ def _sdpa_why(torch, backend: str, grad: bool) -> str:
     if backend == "cudnn":
         return ("cuDNN attention's backward is nondeterministic: torch.use_deterministic_algorithms(True) "
                 "(without warn_only) makes SDPA skip it, or torch.backends.cuda.enable_cudnn_sdp(False)")
-    if backend == "efficient" and not _strict(torch):
-        return ("memory-efficient attention's backward is nondeterministic unless "
-                "torch.use_deterministic_algorithms(True) (without warn_only)")
-    return ""  # flash: torch's own warning names it where its backward is nondeterministic
+    if backend in ("flash", "efficient") and not _strict(torch):
+        name = "flash" if backend == "flash" else "memory-efficient"
+        return (f"{name} attention's backward is nondeterministic unless torch.use_deterministic_algorithms(True) "
+                "(without warn_only)")
+    return ""
 
 
 _LEGACY = {"float": "float32", "half": "float16", "double": "float64"}
