@@ -192,6 +192,10 @@ def test_runtime_findings_are_listed_beside_agreement_and_bad_ones_refused(d):
         f"NONDET sdpa cudnn cuda bfloat16 backward (ranks 0-1): {cudnn}",
         f"NONDET setting {tf32} differs across ranks: True (rank 0), False (rank 1)"], r.stdout
     assert "2 nondeterministic (not failing" in lines[-1] and "2 observations" in lines[-1], r.stdout
+    md = os.path.join(d.root, "r.md")
+    assert detctl(d, "verify", "--report", md).returncode == 0
+    text = open(md).read()
+    assert f"## Nondeterminism no config fixes\n\n- sdpa cudnn cuda bfloat16 backward (ranks 0-1): {cudnn}\n" in text, text
     rc, doc = verify_json(d, "--strict-determinism")
     assert rc == 1 and doc["strict_determinism"] and doc["nondeterministic"] == 2, doc
     assert [f["kind"] for f in doc["failures"]] == ["nondeterminism"] * 2, doc["failures"]
