@@ -757,7 +757,7 @@ DETD_EXPORT int detd_observe_ex(detd_client *client, const struct detd_key *key,
             return DETD_EINVAL;
         }
     if ((int)source < DETD_SOURCE_UNSPECIFIED ||
-        (int)source > DETD_SOURCE_UNGOVERNED) {
+        (int)source > DETD_SOURCE_RUNTIME) {
         wire_set_error("unknown source %d", (int)source);
         return DETD_EINVAL;
     }

@@ -138,6 +138,14 @@ typedef enum detd_source {
     /* A tuner detd cannot govern: its own choice; verify requires every
      * process that launched the key to agree (observe only). */
     DETD_SOURCE_UNGOVERNED = 7,
+    /* Added in 0.8: not a config choice but a finding about the process's
+     * runtime that no config fixes (a nondeterministic op, the attention
+     * backend, a setting): key->kernel "runtime::op", "runtime::sdpa" or
+     * "runtime::setting", key->key the name, config the detail or value
+     * (each <= 256 bytes, no control characters), extra->why why it
+     * breaks bit-identity ("": it does not). Observe only, never
+     * governed; verify lists it beside the configs' agreement. */
+    DETD_SOURCE_RUNTIME = 8,
 } detd_source;
 
 /* What a Decide call produced (values match detd.v1.Outcome). */

@@ -114,6 +114,12 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
 
         _inductor.install()  # torch.compile's autotuners: now, or when Inductor is imported
         _capture.install()  # CUDA graph captures wait for final decisions (detd._capture)
+        from . import _audit
+
+        if _audit.enabled():
+            from . import _nondet
+
+            _nondet.start()  # the audit's runtime findings (docs/determinism.md)
     return s
 
 
@@ -269,16 +275,25 @@ def audit(enable: bool = True, replays: Optional[int] = None, contention: Option
     of its tensor arguments with the config the key resolved to, and every
     tensor argument's bytes are compared; ``contention`` (GPU,
     ``DETD_AUDIT_CONTENTION``) runs each replay beside a busy side stream.
-    ``enable=False`` stops auditing. Returns the results so far, one dict
+    The audit also turns on ``torch.use_deterministic_algorithms(True,
+    warn_only=True)`` (unless deterministic algorithms are on already) and
+    reports the ops torch names nondeterministic, the SDPA backend chosen
+    and determinism settings to the daemon (:mod:`detd._nondet`,
+    docs/determinism.md).
+    ``enable=False`` stops auditing (and restores deterministic algorithms
+    as they were). Returns the results so far, one dict
     per audited key: ``kernel``, ``name``, ``key``, ``config``, ``replays``,
     ``status`` (``deterministic``, ``nondeterministic`` or ``error``),
     ``differing`` (the tensor arguments whose bytes changed) and ``error``.
     Costs: see :mod:`detd._audit`."""
-    from . import _audit, _hook
+    from . import _audit, _hook, _nondet
 
     _audit.enable(enable, replays, contention)
     if enable:
         _hook.leave_direct_all()  # known keys: audited at their next launch
+        _nondet.start()  # ops, SDPA backend, settings (docs/determinism.md)
+    else:
+        _nondet.stop()
     return [r for keys in _audit.results().values() for r in keys.values() if r.get("status") != "running"]
 
 

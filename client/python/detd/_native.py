@@ -47,8 +47,9 @@ SOURCE_IMPORT = 4
 SOURCE_FALLBACK = 5
 SOURCE_LOCAL = 6
 SOURCE_UNGOVERNED = 7  # a tuner detd cannot govern: verify requires agreement
+SOURCE_RUNTIME = 8  # a runtime finding no config fixes (libdetd 0.8; detd._nondet)
 SOURCE_NAMES = {0: "unspecified", 1: "timed", 2: "table", 3: "override", 4: "import", 5: "fallback",
-                6: "local", 7: "ungoverned"}
+                6: "local", 7: "ungoverned", 8: "runtime"}
 
 DECIDE_NO_CLAIM = 0x1
 DECIDE_SHARE = 0x2
