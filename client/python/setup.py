@@ -43,19 +43,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-def _pip_is_verbose():
-    """Whether the pip that runs this build shows the build's output itself
-    (-v): then its log carries the stage lines, and the terminal needs no
-    second copy. pip passes the backend no verbosity: its command line is
-    the parent process's."""
-    if os.environ.get("PIP_VERBOSE", "0") not in ("", "0"):
+def _pip_sets_the_output():
+    """Whether the pip that runs this build was told how much to show: -v
+    (its log carries the stage lines already: no second copy) or -q (the
+    user asked for quiet). pip passes the backend no verbosity: its
+    command line is the parent process's; PIP_VERBOSE and PIP_QUIET too."""
+    if any(os.environ.get(v, "0") not in ("", "0") for v in ("PIP_VERBOSE", "PIP_QUIET")):
         return True
     try:
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
             args = f.read().decode(errors="replace").split("\0")
     except OSError:
         return False
-    return any(a == "--verbose" or re.fullmatch(r"-[a-zA-Z]*v[a-zA-Z]*", a) for a in args)
+    return any(a in ("--verbose", "--quiet") or re.fullmatch(r"-[a-zA-Z]*[vq][a-zA-Z]*", a) for a in args)
 
 
 _TTY = {"checked": False, "file": None, "lines": 0}
@@ -67,11 +67,11 @@ def _terminal():
     the build fails or with -v, so a user at a terminal would see nothing
     of a minute-long native build. None without a controlling terminal
     (CI, a cron job, a process in its own session), when stderr is the
-    terminal already, when pip is verbose, or with DETD_BUILD_TTY=0."""
+    terminal already, with pip -v or -q, or with DETD_BUILD_TTY=0."""
     if not _TTY["checked"]:
         _TTY["checked"] = True
         if (os.environ.get("DETD_BUILD_TTY", "1") != "0" and not sys.stderr.isatty()
-                and not _pip_is_verbose()):
+                and not _pip_sets_the_output()):
             try:
                 _TTY["file"] = open("/dev/tty", "w", encoding="utf-8")
             except OSError:
