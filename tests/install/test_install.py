@@ -66,8 +66,8 @@ def cmake_version():
 def at_terminal(argv, env, cwd, timeout):
     """Run argv as a user at a terminal: in a new session whose controlling
     terminal is a pseudo-terminal (80 columns) that is also its stdin,
-    stdout and stderr. Returns (exit status, everything written to the
-    terminal, carriage returns dropped)."""
+    stdout and stderr. Returns (exit status, the lines the terminal shows:
+    screen())."""
     pid, fd = pty.fork()
     if pid == 0:
         try:
@@ -97,7 +97,27 @@ def at_terminal(argv, env, cwd, timeout):
             os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         os.close(fd)
-    return os.waitstatus_to_exitcode(status), out.decode(errors="replace").replace("\r", "")
+    return os.waitstatus_to_exitcode(status), screen(out.decode(errors="replace"))
+
+
+def screen(raw):
+    """The lines a terminal shows for raw output: escape sequences dropped,
+    a carriage return back to the line's start and a backspace one column
+    back, a character written over the one at its column (pip's spinner
+    writes backspaces, space, backspace and its next character)."""
+    lines = []
+    for text in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw).split("\n"):
+        row, col = [], 0
+        for ch in text:
+            if ch == "\r":
+                col = 0
+            elif ch == "\b":
+                col = max(0, col - 1)
+            else:
+                row[col:col + 1] = [ch]
+                col += 1
+        lines.append("".join(row).rstrip())
+    return "\n".join(lines)
 
 
 # The stage lines client/python/setup.py writes; the configure's only on a
