@@ -93,29 +93,6 @@ static int64_t header_rev(const Etcdserverpb__ResponseHeader *h) {
     return h != NULL ? h->revision : 0;
 }
 
-int etcd_put_if_absent(etcd_client *c, const char *key, const void *value,
-                       size_t value_len, int64_t lease,
-                       struct etcd_put_result *ret) {
-    if (ret == NULL)
-        return DETD_EINVAL;
-    /* One key's creation is a batch of one (etcd_batch.c): one Txn shape
-     * and one parser for both. */
-    struct etcd_create op = {
-        .key = key, .value = value, .value_len = value_len, .lease = lease};
-    int64_t rev = 0;
-    int err = etcd_create_batch(c, &op, 1, &rev);
-    if (err != 0)
-        return err;
-    memset(ret, 0, sizeof(*ret));
-    ret->won = op.won;
-    ret->same_value = op.same_value;
-    ret->kv = op.kv; /* moved: op owns no more than guard_kv now */
-    ret->revision = rev;
-    memset(&op.kv, 0, sizeof(op.kv));
-    etcd_create_clear(&op);
-    return 0;
-}
-
 int etcd_put(etcd_client *c, const char *key, const void *value,
              size_t value_len, int64_t lease, int64_t *ret_revision) {
     size_t klen;
