@@ -5,7 +5,9 @@ and driver versions of this process, and the distribution that owns the
 kernel's module with its version.
 
 Nothing here imports torch: its versions are read only when the process
-has loaded it (a CPU process without torch records ""). Every string is
+has loaded it (a CPU process without torch records ""); torch's is its
+distribution's (``importlib.metadata``), the version ``detd-run --lock``
+requires. Every string is
 cut to :data:`MAX_CHARS` (the daemon refuses more than 256 bytes).
 """
 
@@ -33,7 +35,10 @@ def _torch_versions() -> Tuple[str, str, str]:
     torch = sys.modules.get("torch")
     if torch is None:
         return "", "", ""
-    version = getattr(torch, "__version__", "")
+    try:  # the distribution's version: what detd-run requires of a lock
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        version = ""
     cuda = getattr(getattr(torch, "version", None), "cuda", None) or "none"
     driver = "none"
     try:
