@@ -212,7 +212,7 @@ static int lock_filter(struct daemon *d, const char *ns, const char *tf,
             return DETD_ENOMEM;
         if (r->skipped == 0)
             log_warn("lock '%s': not imported (a miss, timed by the job): %s",
-                     tf, line);
+                     tf + strlen("lock:"), line);
         d->counters.lock_skipped++;
         if (r->skipped < LOCK_MAX_CONFLICTS)
             r->skips[r->skipped] = line;

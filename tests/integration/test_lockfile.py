@@ -231,6 +231,19 @@ def test_a_lock_given_to_the_daemon_at_start(two, tmpdir_short):
         assert "lock 'l.json' (sha256 " in c.read_log() and "3 decisions added" in c.read_log()
     finally:
         c.stop()
+    # --lock-require: the lock's entries were timed with Triton 3.6.0, not
+    # 3.5.0: none stored, each logged as skipped and counted.
+    c = Daemon(tmpdir_short, extra_args=["--lock", lock, "--lock-require", "triton_version=3.5.0"], name="c2").start()
+    try:
+        assert counter(c.status(), "lock_skipped") == 3 and counter(c.status(), "decisions_import") == 0
+        assert "lock 'l.json': not imported (a miss, timed by the job): " in c.read_log()
+        assert "triton_version: the lock says 3.6.0, this run 3.5.0 (must match)" in c.read_log()
+    finally:
+        c.stop()
+    r = subprocess.run([str(DETD), "--check-config", "--lock", lock, "--lock-require", "torch2.11"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "lock-require: 'torch2.11' is not FIELD=VALUE with FIELD one of " \
+        "triton_version, torch_version, cuda_version, driver" in r.stderr, r.stderr
     # A changed file stops the daemon before it serves, naming both hashes.
     doc = json.loads(lock.read_text())
     doc["entries"][0]["config"] = CANDS[3]
