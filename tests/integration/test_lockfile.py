@@ -270,8 +270,11 @@ def hook_env(root, **more):
     """A real-Triton process's environment: the CPU interpreter, the
     package from this tree, the device timing lock (held on the CPU)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DETD_") or k in ("DETD_BUILD_DIR",)}
+    # Python processes load the plain libdetd (DETD_CLIENT_BUILD_DIR) when
+    # the daemon under test is a sanitizer build (test_restart.py says why).
+    lib = Path(os.environ.get("DETD_CLIENT_BUILD_DIR") or BUILD) / "client" / "libdetd.so"
     env.update(TRITON_INTERPRET="1", PYTHONPATH=str(REPO / "client" / "python"), DETD_MODE="coordinated",
-               DETD_LIBRARY=str(BUILD / "client" / "libdetd.so"), DETD_TIMEOUT_MS="60000",
+               DETD_LIBRARY=str(lib), DETD_TIMEOUT_MS="60000",
                DETD_TIMING_LOCK="device", DETD_TIMING_LOCK_DIR=str(root), DETD_DETCTL=str(DETCTL), **more)
     return env
 
