@@ -301,6 +301,10 @@ def test_provenance_of_a_real_timing_pass_travels_with_the_lock(two, tmpdir_shor
     assert t["torch_version"] == w1["torch"] and t["cuda_version"] == w1["cuda"] and t["driver"] == "none", t
     assert t["package"] is None and t["package_version"] is None, t  # a test file: no distribution
 
+    cands = [x for c in dec[0]["timings"] for x in ("--candidate", c["config"])]
+    r = detctl(a, "explain", "--kernel", dec[0]["kernel"], "--key", dec[0]["key"], "--arch", dec[0]["arch"], *cands)
+    assert f"  timed   rowsum_kernels:fake_do_bench (warmup 0 ms, rep 0 ms, quantiles=0.5,0.2,0.8, CUDA graphs no, " \
+        f"timing lock yes); torch {w1['torch']}, CUDA {w1['cuda']}, driver none; package - \n" in r.stdout, r.stdout
     lock = tmpdir_short / "l.json"
     assert detctl(a, "lock", "export", "-o", lock, "--all").returncode == 0
     doc = json.loads(lock.read_text())
@@ -322,7 +326,6 @@ def test_provenance_of_a_real_timing_pass_travels_with_the_lock(two, tmpdir_shor
     assert r.returncode == 0 and f"SKIPPED {kernel} {key} [{dec[0]['arch']}]: {why}: a miss, timed by the job" \
         in r.stdout and "0 added, 0 unchanged, 0 conflicting (kept as stored), 1 skipped" in r.stdout, r.stdout
     assert counter(b.status(), "lock_skipped") == 1
-    cands = [x for c in dec[0]["timings"] for x in ("--candidate", c["config"])]
     e = json.loads(detctl(b, "explain", "--kernel", kernel, "--key", key, "--arch", dec[0]["arch"], *cands,
                           "--json").stdout)
     assert e["answer"] == "timed" and f"the lock 'l.json' holds this key but was not imported for it: {why}: " \
