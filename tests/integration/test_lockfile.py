@@ -21,6 +21,7 @@ from conftest import BUILD, DETCTL, DETD, REPO, Daemon, counter, requires, trito
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import detd_client as dc  # noqa: E402
+from test_metrics import free_port, scrape, val  # noqa: E402
 
 KERNEL = "tests.lock:row_sum@0123456789abcdef"
 CANDS = [f"BLOCK={16 << i},num_warps=4" for i in range(4)]
@@ -233,9 +234,12 @@ def test_a_lock_given_to_the_daemon_at_start(two, tmpdir_short):
         c.stop()
     # --lock-require: the lock's entries were timed with Triton 3.6.0, not
     # 3.5.0: none stored, each logged as skipped and counted.
-    c = Daemon(tmpdir_short, extra_args=["--lock", lock, "--lock-require", "triton_version=3.5.0"], name="c2").start()
+    port = free_port()
+    c = Daemon(tmpdir_short, extra_args=["--lock", lock, "--lock-require", "triton_version=3.5.0", "--metrics",
+                                         f"127.0.0.1:{port}"], name="c2").start()
     try:
         assert counter(c.status(), "lock_skipped") == 3 and counter(c.status(), "decisions_import") == 0
+        assert val(scrape(port)[0], "detd_lock_skipped_total") == 3
         assert "lock 'l.json': not imported (a miss, timed by the job): " in c.read_log()
         assert "triton_version: the lock says 3.6.0, this run 3.5.0 (must match)" in c.read_log()
     finally:
