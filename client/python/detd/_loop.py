@@ -429,12 +429,14 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
     wait = Wait(kernel, key_str, share is not None and not pinned and _process.share_pass())
     token = _process.begin_resolving(kernel, key_str, wait.describe)
     try:
-        return _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait)
+        return _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait,
+                        timing)
     finally:
         _process.end_resolving(token)
 
 
-def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait) -> Resolution:
+def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait,
+             timing) -> Resolution:
     answer, reason, rows, report_error = None, None, None, None
     # libdetd waits for a restarted daemon within what is left of the
     # budget, and a claim lost to a restart is asked for again (see
