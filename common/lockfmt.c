@@ -12,6 +12,7 @@
 
 #include "detd/client.h"
 #include "detd/error.h"
+#include "provfmt.h"
 
 /* See lockfmt.h. */
 void lockfmt_sha256_hex(const void *p, size_t n, char out[LOCKFMT_HEX + 1]) {
@@ -230,6 +231,8 @@ int lockfmt_msg_fill(const struct lockfmt_entry *e, struct lockfmt_msg *m) {
             (int32_t)json_integer_value(json_object_get(seen, "claimed_pid"));
         m->d.decided_peer = &m->peer;
     }
+    if (provfmt_get(p, &m->timing))
+        m->d.timing = &m->timing;
     size_t nt = json_array_size(tm), ns = 0, i;
     json_t *t;
     json_array_foreach(tm, i, t) ns +=

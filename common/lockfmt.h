@@ -69,6 +69,7 @@ struct lockfmt_msg {
     Detd__V1__Decision d;
     Detd__V1__ClientIdentity by;
     Detd__V1__PeerIdentity peer;
+    Detd__V1__TimingProvenance timing; /* d.timing when the entry says it */
     Detd__V1__CandidateTiming *t;
     Detd__V1__CandidateTiming **tp;
     double *ms;

@@ -106,7 +106,7 @@ if [[ $QUICK -eq 1 ]]; then
     stage "ctest -L quick (release)" ctest_in "$REPO/build" -L quick -j 2
     stage "Python in-process tests (primary Triton)" env DETD_BUILD_DIR="$REPO/build" \
         DETD_TRITON_VERSIONS="${DETD_TRITON_PRIMARY:-3.6.0}" \
-        DETD_PYTHON_TESTS="tests/python/test_canon.py tests/python/test_hook_unit.py tests/python/test_layers_py.py tests/python/test_loop.py tests/python/test_daemon_start.py" \
+        DETD_PYTHON_TESTS="tests/python/test_canon.py tests/python/test_hook_unit.py tests/python/test_layers_py.py tests/python/test_loop.py tests/python/test_daemon_start.py tests/python/test_provenance.py" \
         "$REPO/tests/python/run_matrix.sh"
     echo "== quick tier passed"
     exit 0

@@ -432,7 +432,7 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
         }
         struct detd_answer *r = NULL;
         int64_t rleft = deadline - clock_mono_ms();
-        struct detd_report_extra ex = {sizeof ex, pass.errors};
+        struct detd_report_extra ex = {sizeof ex, pass.errors, NULL};
         rc = detd_report_ex(client, a->claim_id, k, pass.timings,
                             k->n_candidates, &ex, o->version,
                             rleft > 0 ? rleft : 1, &r);

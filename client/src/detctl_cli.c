@@ -46,6 +46,7 @@ enum {
     O_LOCK,
     O_TRITON_VERSION,
     O_STRICT_DETERMINISM,
+    O_REQUIRE,
     O_END
 };
 
@@ -126,6 +127,10 @@ static const struct opt_def opt_defs[] = {
     {O_TRITON_VERSION, "triton-version", required_argument, 0, "V",
      "import only the entries timed with Triton V (the others are listed, "
      "with why)"},
+    {O_REQUIRE, "require", required_argument, 0, "FIELD=VALUE",
+     "import only the entries whose FIELD (triton_version, torch_version,\n"
+     "                             cuda_version, driver) is VALUE "
+     "(repeat; the others are misses)"},
     {O_REPORT, "report", required_argument, 0, "FILE",
      "write a report: HTML for .html/.htm, else Markdown"},
     {O_JUNIT, "junit", required_argument, 0, "FILE",
@@ -275,9 +280,10 @@ static const struct cmd_def cmd_defs[] = {
      1,
      "Store a lockfile's decisions in the namespace: its keys are decided, "
      "never\ntimed. Refuses a file whose content hash does not match; "
-     "--arch A and\n--triton-version V keep only the entries made there "
-     "(the others are listed,\nwith why).",
-     {O_ARCH, O_TRITON_VERSION, O_NAMESPACE, GLOBAL_OPTS, 0}},
+     "--arch A,\n--triton-version V and --require FIELD=VALUE keep only the "
+     "entries made there\n(the others are listed, with why, and explain "
+     "names them).",
+     {O_ARCH, O_TRITON_VERSION, O_REQUIRE, O_NAMESPACE, GLOBAL_OPTS, 0}},
 };
 
 #define N_CMDS (sizeof(cmd_defs) / sizeof(cmd_defs[0]))
@@ -520,6 +526,25 @@ static int apply(struct detctl_opts *o, int id, const char *arg, int argc,
     case O_TRITON_VERSION:
         o->triton_version = arg;
         break;
+    case O_REQUIRE: {
+        static const char *const fields[] = {"triton_version", "torch_version",
+                                             "cuda_version", "driver"};
+        const char *eq = strchr(arg, '=');
+        int known = 0;
+        for (size_t i = 0; eq != NULL && i < 4; i++)
+            known |= strlen(fields[i]) == (size_t)(eq - arg) &&
+                     strncmp(arg, fields[i], (size_t)(eq - arg)) == 0;
+        if (!known || eq[1] == '\0')
+            return usage_err(cmd,
+                             "--require '%s' is not FIELD=VALUE with FIELD "
+                             "one of triton_version, torch_version, "
+                             "cuda_version, driver",
+                             arg);
+        if (o->n_require == 7) /* --triton-version takes the 8th */
+            return usage_err(cmd, "--require: at most 7");
+        o->require[o->n_require++] = arg;
+        break;
+    }
     case O_PAGE_SIZE: {
         char *end = NULL;
         errno = 0;

@@ -52,6 +52,9 @@ struct detctl_opts {
     const char *lock; /* verify --lock FILE */
     /* lock import */
     const char *triton_version;
+    /* lock import --require FIELD=VALUE (repeatable, at most 8). */
+    const char *require[8];
+    size_t n_require;
     const char *report; /* --report FILE (.html/.htm: HTML, else Markdown) */
     const char *junit;  /* --junit FILE */
     uint32_t page_size; /* --page-size N (0: the daemon's page) */

@@ -13,6 +13,7 @@
 
 #include "detctl_call.h"
 #include "lockfmt.h"
+#include "provfmt.h"
 #include "detctl_jobs.h"
 #include "detctl_print.h"
 #include "detd.pb-c.h"
@@ -75,14 +76,18 @@ static json_t *entry_of(const Detd__V1__Decision *d) {
                           by->device_name, "arch", by->arch)
               : json_null();
     json_t *prov = json_pack(
-        "{s:s, s:s, s:o, s:o, s:s, s:I, s:o, s:s, s:o, s:n, s:n, s:n}",
-        "device", by ? by->device_name : "", "triton_version",
-        d->triton_version, "timed_by", who, "seen",
+        "{s:s, s:s, s:o, s:o, s:s, s:I, s:o, s:s, s:o}", "device",
+        by ? by->device_name : "", "triton_version", d->triton_version,
+        "timed_by", who, "seen",
         timed ? detctl_print_json_peer(d->decided_peer) : json_null(),
         "claim_id", claim, "decided_at_ms", (json_int_t)d->decided_at_ms,
         "decided_at", detctl_cli_json_time(d->decided_at_ms), "table_file",
-        d->table_file, "timings", timings_of(d), "torch_version", "driver",
-        "benchmarker");
+        d->table_file, "timings", timings_of(d));
+    /* How it was timed (null members: not recorded). */
+    if (prov == NULL || provfmt_put(prov, d->timing) != 0) {
+        json_decref(prov);
+        return NULL;
+    }
     return json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:o}", "id",
                      d->id, "arch", d->arch, "kernel", d->kernel, "key", d->key,
                      "candidates_fp", d->candidates_fp, "n_candidates",
@@ -327,27 +332,44 @@ int detctl_lock_load(const char *path, struct detctl_lock **ret) {
 
 /* ---- import ---- */
 
-/* Why entry e is not imported given --arch and --triton-version ("" when
- * it is). */
+/* Why entry e is not imported given --arch ("" when it is). The run's
+ * provenance (--triton-version, --require) is the daemon's check. */
 static void skip_reason(const struct detctl_opts *o,
                         const struct lockfmt_entry *e, char *why, size_t len) {
-    const char *tv =
-        str_of(json_object_get(e->j, "provenance"), "triton_version");
-    if (tv == NULL)
-        tv = "";
     why[0] = '\0';
     if (o->arch != NULL && strcmp(o->arch, e->arch) != 0)
         snprintf(why, len, "decided for arch %s, not %s (--arch)", e->arch,
                  o->arch);
-    else if (o->triton_version != NULL && strcmp(o->triton_version, tv) != 0)
-        snprintf(why, len, "timed with Triton %s, not %s (--triton-version)",
-                 tv[0] ? tv : "(not recorded)", o->triton_version);
+}
+
+/* --triton-version V and --require FIELD=VALUE as requirements (their
+ * strings borrowed from o and buf); returns how many. */
+static size_t requirements(const struct detctl_opts *o,
+                           Detd__V1__LockRequirement *q,
+                           Detd__V1__LockRequirement **qp, char buf[][64]) {
+    size_t n = 0;
+    if (o->triton_version != NULL) {
+        detd__v1__lock_requirement__init(&q[n]);
+        q[n].field = "triton_version";
+        q[n].value = (char *)o->triton_version;
+        qp[n] = &q[n];
+        n++;
+    }
+    for (size_t i = 0; i < o->n_require; i++, n++) {
+        const char *eq = strchr(o->require[i], '=');
+        snprintf(buf[n], 64, "%.*s", (int)(eq - o->require[i]), o->require[i]);
+        detd__v1__lock_requirement__init(&q[n]);
+        q[n].field = buf[n];
+        q[n].value = (char *)eq + 1;
+        qp[n] = &q[n];
+    }
+    return n;
 }
 
 /* One ImportLock call for m[0..n); adds to the sums and prints conflicts. */
 static int import_batch(const struct detctl_opts *o, struct wire_channel *ch,
                         const char *ns, const struct detctl_lock *l,
-                        struct lockfmt_msg *m, size_t n, uint64_t sums[3]) {
+                        struct lockfmt_msg *m, size_t n, uint64_t sums[4]) {
     Detd__V1__ImportLockRequest req = DETD__V1__IMPORT_LOCK_REQUEST__INIT;
     Detd__V1__ImportLockResponse *r = NULL;
     Detd__V1__Decision **dp = calloc(n + 1, sizeof(*dp));
@@ -362,6 +384,10 @@ static int import_batch(const struct detctl_opts *o, struct wire_channel *ch,
     req.sha256 = (char *)l->sha256;
     req.decisions = dp;
     req.n_decisions = n;
+    Detd__V1__LockRequirement q[8], *qp[8];
+    char fields[8][64];
+    req.require = qp;
+    req.n_require = requirements(o, q, qp, fields);
     int ex = detctl_call(o, ch, METHOD_IMPORT_LOCK, &req.base,
                          &detd__v1__import_lock_response__descriptor,
                          (ProtobufCMessage **)&r);
@@ -371,6 +397,9 @@ static int import_batch(const struct detctl_opts *o, struct wire_channel *ch,
     sums[0] += r->added;
     sums[1] += r->unchanged;
     sums[2] += r->conflicts_total;
+    sums[3] += r->skipped;
+    for (size_t i = 0; i < r->n_skipped_reasons; i++)
+        printf("SKIPPED %s: a miss, timed by the job\n", r->skipped_reasons[i]);
     for (size_t i = 0; i < r->n_conflicts; i++) {
         const Detd__V1__Decision *c = r->conflicts[i];
         const char *want = "?";
@@ -403,7 +432,7 @@ int detctl_lock_import_run(const struct detctl_opts *o,
     printf("lock %s: %zu entries of namespace '%s', sha256 %s\n", l->path, l->n,
            l->ns, l->sha256);
     struct lockfmt_msg *m = calloc(l->n + 1, sizeof(*m));
-    uint64_t sums[3] = {0, 0, 0};
+    uint64_t sums[4] = {0, 0, 0, 0};
     size_t skipped = 0, nb = 0, bytes = 0;
     if (m == NULL)
         goto oom;
@@ -440,7 +469,7 @@ int detctl_lock_import_run(const struct detctl_opts *o,
     printf("imported into namespace '%s': %" PRIu64 " added, %" PRIu64
            " unchanged, %" PRIu64 " conflicting (kept as stored), %zu "
            "skipped\n",
-           ns, sums[0], sums[1], sums[2], skipped);
+           ns, sums[0], sums[1], sums[2], skipped + (size_t)sums[3]);
     ex = sums[2] > 0 ? DETCTL_EXIT_NO : DETCTL_EXIT_OK;
     goto out;
 oom:

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "provfmt.h"
+
 struct detctl_print_table {
     size_t ncols;
     const char *const *headers;
@@ -203,9 +205,15 @@ json_t *detctl_print_json_decision(const Detd__V1__Decision *d) {
                                         d->timings[i]->config, "ms", ms,
                                         "failed", d->timings[i]->failed));
     }
+    json_t *timing = json_null();
+    if (d->timing != NULL && (timing = json_object()) != NULL &&
+        provfmt_put(timing, d->timing) != 0) {
+        json_decref(timing);
+        timing = NULL;
+    }
     return json_pack(
         "{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:I, s:o, s:s, s:I, "
-        "s:s, s:i, s:o}",
+        "s:s, s:i, s:o, s:o}",
         "id", d->id, "namespace", d->namespace_, "arch", d->arch, "kernel",
         d->kernel, "key", d->key, "candidates_fp", d->candidates_fp, "config",
         d->config, "source", detctl_print_source(d->source), "decided_by",
@@ -213,7 +221,8 @@ json_t *detctl_print_json_decision(const Detd__V1__Decision *d) {
         (json_int_t)d->claim_id, "timings", timings, "triton_version",
         d->triton_version, "decided_at_ms", (json_int_t)d->decided_at_ms,
         "table_file", d->table_file, "n_candidates", (int)d->n_candidates,
-        "decided_peer", detctl_print_json_peer(d->decided_peer));
+        "decided_peer", detctl_print_json_peer(d->decided_peer), "timing",
+        timing);
 }
 
 json_t *detctl_print_json_status(const Detd__V1__StatusResponse *s) {

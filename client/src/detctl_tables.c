@@ -51,6 +51,21 @@ void detctl_tables_print_explain(const Detd__V1__ExplainResponse *r,
         fprintf(out, "answer: existing decision %s\n", d->id);
         fprintf(out, "  config  %s\n  source  %s\n  by      %s\n", d->config,
                 detctl_print_source(d->source), who);
+        const Detd__V1__TimingProvenance *tp = d->timing;
+        if (tp != NULL && tp->benchmarker[0] != '\0')
+            fprintf(out,
+                    "  timed   %s (warmup %g ms, rep %g ms, %s, CUDA graphs "
+                    "%s, timing lock %s); torch %s, CUDA %s, driver %s; "
+                    "package %s %s\n",
+                    tp->benchmarker, tp->warmup, tp->rep,
+                    tp->return_mode[0] ? tp->return_mode : "-",
+                    tp->cuda_graphs ? "yes" : "no",
+                    tp->timing_lock ? "yes" : "no",
+                    tp->torch_version[0] ? tp->torch_version : "-",
+                    tp->cuda_version[0] ? tp->cuda_version : "-",
+                    tp->driver[0] ? tp->driver : "-",
+                    tp->package[0] ? tp->package : "-",
+                    tp->package_version[0] ? tp->package_version : "");
     } else if (r->answer == DETD__V1__EXPLAIN_ANSWER__EXPLAIN_TABLE &&
                t != NULL) {
         fprintf(out, "answer: table %s\n", t->file);

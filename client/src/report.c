@@ -4,6 +4,7 @@
 #include "detd/client.h"
 #include "clock.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,9 +65,31 @@ static char *report_error_text_(const char *s) {
 
 /* What one Report call sends beside the timings. */
 struct report_what {
-    const char *const *errors; /* per timing, or NULL */
-    const char *env_error;     /* a claim given back, or NULL */
+    const char *const *errors;             /* per timing, or NULL */
+    const char *env_error;                 /* a claim given back, or NULL */
+    const struct detd_timing_info *timing; /* how it was timed, or NULL */
 };
+
+static char *nz_(const char *s) {
+    return (char *)(s != NULL ? s : "");
+}
+
+/* t as the message (strings borrowed from t). */
+static void report_timing_(const struct detd_timing_info *t,
+                           Detd__V1__TimingProvenance *m) {
+    detd__v1__timing_provenance__init(m);
+    m->benchmarker = nz_(t->benchmarker);
+    m->warmup = t->warmup;
+    m->rep = t->rep;
+    m->return_mode = nz_(t->return_mode);
+    m->cuda_graphs = t->cuda_graphs != 0;
+    m->timing_lock = t->timing_lock != 0;
+    m->torch_version = nz_(t->torch_version);
+    m->cuda_version = nz_(t->cuda_version);
+    m->driver = nz_(t->driver);
+    m->package = nz_(t->package);
+    m->package_version = nz_(t->package_version);
+}
 
 /*
  * One Report for claim_id: timings with their errors, or a claim given
@@ -158,6 +181,11 @@ static int report_send_(detd_client *client, uint64_t claim_id,
                 req.triton_version = (char *)triton_version;
             if (env != NULL)
                 req.env_error = env;
+            Detd__V1__TimingProvenance tp;
+            if (what->timing != NULL) {
+                report_timing_(what->timing, &tp);
+                req.timing = &tp;
+            }
             int64_t left = deadline - clock_mono_ms();
             rc = wire_unary(ch, WIRE_METHOD_REPORT, &req.base,
                             &detd__v1__report_response__descriptor,
@@ -219,7 +247,12 @@ DETD_EXPORT int detd_report_ex(detd_client *client, uint64_t claim_id,
                        extra->size, sizeof(*extra));
         return DETD_EINVAL;
     }
-    struct report_what what = {extra != NULL ? extra->errors : NULL, NULL};
+    struct report_what what = {extra != NULL ? extra->errors : NULL, NULL,
+                               NULL};
+    if (extra != NULL &&
+        extra->size >=
+            offsetof(struct detd_report_extra, timing) + sizeof(extra->timing))
+        what.timing = extra->timing;
     Detd__V1__ReportResponse *resp = NULL;
     int rc = report_send_(client, claim_id, key, timings, n_timings, &what,
                           triton_version, timeout_ms, &resp);
@@ -265,7 +298,7 @@ DETD_EXPORT int detd_claim_release(detd_client *client, uint64_t claim_id,
         wire_set_error("claim_id is 0");
         return DETD_EINVAL;
     }
-    struct report_what what = {NULL, why};
+    struct report_what what = {NULL, why, NULL};
     Detd__V1__ReportResponse *resp = NULL;
     int rc = report_send_(client, claim_id, key, NULL, 0, &what, NULL,
                           timeout_ms, &resp);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "provfmt.h"
+
 /* Fill p from a row (borrowing its strings). with_timings parses them. */
 void convert_decision_fill(const struct decision *r, struct convert_decision *p,
                            int with_timings) {
@@ -42,6 +44,10 @@ void convert_decision_fill(const struct decision *r, struct convert_decision *p,
     p->peer.node = r->by_node ? r->by_node : "";
     p->peer.claimed_pid = r->by_claimed_pid;
     p->msg.decided_peer = &p->peer;
+    if (r->timing_json != NULL && r->timing_json[0] != '\0' &&
+        (p->timing_doc = json_loads(r->timing_json, 0, NULL)) != NULL &&
+        provfmt_get(p->timing_doc, &p->timing))
+        p->msg.timing = &p->timing;
     if (!with_timings || r->timings_json == NULL)
         return;
     p->json = json_loads(r->timings_json, 0, NULL);
@@ -81,6 +87,8 @@ void convert_decision_clear(struct convert_decision *p) {
     free(p->samples);
     if (p->json != NULL)
         json_decref(p->json);
+    if (p->timing_doc != NULL)
+        json_decref(p->timing_doc);
 }
 
 /* See convert.h. */

@@ -19,12 +19,16 @@ struct convert_decision {
     Detd__V1__CandidateTiming **ptrs;
     double *samples;
     json_t *json;
+    Detd__V1__TimingProvenance timing; /* msg.timing, when recorded */
+    json_t *timing_doc;                /* what timing's strings borrow */
 };
 
 /*
  * Fill p from row r. The message borrows r's strings: r must outlive p.
  * with_timings parses r->timings_json into p (heap, freed by
  * convert_decision_clear()); a row without valid JSON gets no timings.
+ * r->timing_json (how it was timed), when recorded, is always parsed
+ * into msg.timing.
  */
 void convert_decision_fill(const struct decision *r, struct convert_decision *p,
                            int with_timings);

@@ -65,6 +65,8 @@ struct daemon_counters {
                                        at its deadline while etcd had not
                                        answered the commit */
     uint64_t observes;
+    uint64_t lock_skipped; /* lock entries not stored: their provenance
+                              did not match the importing run */
     uint64_t rejected;     /* invalid or over a limit */
     uint64_t busy;         /* refused for capacity */
     uint64_t committed[8]; /* decisions committed, by source */

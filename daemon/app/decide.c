@@ -15,6 +15,7 @@
 #include "app/benchsplit.h"
 #include "app/commit.h"
 #include "app/convert.h"
+#include "provfmt.h"
 #include "app/coord.h"
 #include "app/daemon.h"
 #include "app/imports.h"
@@ -568,6 +569,12 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         d->counters.rejected++;
         goto free_msg;
     }
+    char twhy[256];
+    if (provfmt_check(req->timing, "timing", twhy, sizeof twhy) != 0) {
+        rpc_fail(ev->call, RPC_INVALID_ARGUMENT, "%s", twhy);
+        d->counters.rejected++;
+        goto free_msg;
+    }
     /* The claim belongs to the session that got it: the report must come
      * from that session, and from the process that attached it. */
     struct client_session *sess = session_find(d, req->session_id);
@@ -693,7 +700,10 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
                   protobuf_c_message_get_packed_size(ev->msg)) != 0)
         goto free_msg;
     char *tj = convert_timings_json(req->timings, req->n_timings);
-    if (tj == NULL) {
+    char *pj = req->timing != NULL ? provfmt_json(req->timing) : strdup("");
+    if (tj == NULL || pj == NULL) {
+        free(tj);
+        free(pj);
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto free_msg;
     }
@@ -725,6 +735,7 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         .by_uid = puid == UINT32_MAX ? -1 : (int64_t)puid,
         .by_claimed_pid = c ? c->pid : 0,
         .by_node = d->node,
+        .timing_json = pj,
     };
     log_info("report for claim %" PRIu64 " on key %.12s from session %" PRIu64
              " (pid %d uid %u on %s, rank %d)",
@@ -733,6 +744,7 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
     commit_decision(d, ev->call, COMMIT_ANSWER_REPORT, &row, NULL,
                     wait_deadline(ev->call, 0, clock_mono_ms()));
     free(tj);
+    free(pj);
 free_msg:
     protobuf_c_message_free_unpacked(ev->msg, NULL);
 }

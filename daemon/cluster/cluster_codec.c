@@ -103,7 +103,10 @@ int cluster_decision_decode(const char *json, size_t len, struct decision *ret,
         /* The timing process's job: absent from older records. */
         (err = get_int_or(o, "by_world_size", INT32_MIN, INT32_MAX, 0,
                           &world)) < 0 ||
-        (err = get_str(o, "by_job", 4096, 0, &d.by_job)) < 0)
+        (err = get_str(o, "by_job", 4096, 0, &d.by_job)) < 0 ||
+        /* How it was timed (a JSON object's text): absent from older
+         * records. */
+        (err = get_str(o, "timing", 8192, 0, &d.timing_json)) < 0)
         goto fail;
     d.n_candidates = (int32_t)n_cand;
     d.source = (int32_t)source;
@@ -143,7 +146,7 @@ int cluster_decision_encode(const struct decision *r, const char *writer,
     json_t *o = json_pack(
         "{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:i, s:I, s:s, "
         "s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s, s:i, s:i, "
-        "s:s}",
+        "s:s, s:s}",
         "v", 1, "writer", writer, "id", r->id, "ns", S(r->ns), "arch",
         S(r->arch), "kernel", S(r->kernel), "key", S(r->key), "candidates_fp",
         S(r->candidates_fp), "n_candidates", (int)r->n_candidates, "config",
@@ -155,7 +158,8 @@ int cluster_decision_encode(const struct decision *r, const char *writer,
         S(r->timings_json), "table_file", S(r->table_file), "decided_at_ms",
         (json_int_t)r->decided_at_ms, "by_uid", (json_int_t)r->by_uid,
         "by_node", S(r->by_node), "by_claimed_pid", (int)r->by_claimed_pid,
-        "by_world_size", (int)r->by_world_size, "by_job", S(r->by_job));
+        "by_world_size", (int)r->by_world_size, "by_job", S(r->by_job),
+        "timing", S(r->timing_json));
 #undef S
     char *v = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);

@@ -72,6 +72,21 @@ static int check_name(const struct option_row *r, const char *v,
     return DETD_EINVAL;
 }
 
+static int check_lock_require(const struct option_row *r, const char *v,
+                              char **ret_err) {
+    static const char *const fields[] = {"triton_version", "torch_version",
+                                         "cuda_version", "driver"};
+    const char *eq = strchr(v, '=');
+    for (size_t i = 0; eq != NULL && i < 4; i++)
+        if (strlen(fields[i]) == (size_t)(eq - v) &&
+            strncmp(v, fields[i], (size_t)(eq - v)) == 0)
+            return 0;
+    *ret_err = strfmt("'%s' is not FIELD=VALUE with FIELD one of "
+                      "triton_version, torch_version, cuda_version, driver",
+                      v);
+    return DETD_EINVAL;
+}
+
 static int check_socket(const struct option_row *r, const char *v,
                         char **ret_err) {
     /* sun_path holds 108 bytes; gRPC needs room for its prefix. */
@@ -174,6 +189,11 @@ static const struct option_row rows[] = {
      "store the decisions of this lockfile at start\n"
      "(docs/lockfile.md; as detctl lock import; the\n"
      "local backend only)"},
+    {"lock-require", "FIELD=VALUE", KIND_LIST, CFG(lock_require),
+     CFG(n_lock_require), 0, 0, NULL, check_lock_require, ROW_CLI_ONLY, NULL,
+     "with --lock: a lock entry whose FIELD (triton_version,\n"
+     "torch_version, cuda_version, driver) is not VALUE\n"
+     "is not stored (a miss); repeatable"},
     {"tables", "DIR", KIND_LIST, CFG(tables), CFG(n_tables), 0, 0, NULL, NULL,
      0, NULL,
      "per-architecture table directory; repeatable,\n"

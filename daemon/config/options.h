@@ -80,6 +80,10 @@ struct daemon_config {
     int repair;
     /* --lock FILE: a lockfile whose decisions are stored at start. */
     const char *lock;
+    /* --lock-require FIELD=VALUE: the run's provenance a lock entry must
+     * match (docs/lockfile.md), repeatable. */
+    const char **lock_require;
+    size_t n_lock_require;
 };
 
 /* Most errors collected before parsing gives up reporting more. */

@@ -27,6 +27,7 @@ static const size_t decision_strings[] = {
     offsetof(struct decision, table_file),
     offsetof(struct decision, by_node),
     offsetof(struct decision, by_job),
+    offsetof(struct decision, timing_json),
 };
 #define N_STRINGS (sizeof decision_strings / sizeof decision_strings[0])
 

@@ -45,6 +45,10 @@ struct decision {
      * label (DETD_JOB, or the launcher's run id). */
     int32_t by_world_size;
     char *by_job;
+    /* How it was timed, as the timing process said (schema 11; "" for
+     * tables, older rows and imports without it): a JSON object of
+     * common/provfmt.h's members. */
+    char *timing_json;
 };
 
 /* Free the strings of a row (not the row itself) and zero it. NULL is a

@@ -182,6 +182,16 @@ static const struct store_migration store_migrations[] = {
     {10, "ALTER TABLE decisions ADD COLUMN by_world_size INTEGER NOT NULL"
          " DEFAULT 0;"
          "ALTER TABLE decisions ADD COLUMN by_job TEXT NOT NULL DEFAULT '';"},
+    /* 11: how a timed decision was timed (the benchmarker, its settings,
+     * torch, CUDA and the driver, the kernel's package: a JSON object,
+     * docs/lockfile.md; "" for older rows, tables and imports without
+     * it), and the lock entries an import skipped because their
+     * provenance did not match the importing run (explain says why). */
+    {11, "ALTER TABLE decisions ADD COLUMN timing_json TEXT NOT NULL"
+         " DEFAULT '';"
+         "CREATE TABLE lock_skips (ns TEXT NOT NULL, id TEXT NOT NULL,"
+         " file TEXT NOT NULL, reason TEXT NOT NULL, at_ms INTEGER NOT NULL,"
+         " PRIMARY KEY (ns, id)) WITHOUT ROWID;"},
 };
 
 #define STORE_SCHEMA_VERSION                                                   \
@@ -212,7 +222,8 @@ enum {
     DC_BY_NODE,
     DC_BY_CLAIMED_PID,
     DC_BY_WORLD_SIZE,
-    DC_BY_JOB
+    DC_BY_JOB,
+    DC_TIMING_JSON
 };
 
 /* The string fields of a decision and their columns. */
@@ -235,6 +246,7 @@ static const struct {
     {DC_TABLE_FILE, offsetof(struct decision, table_file)},
     {DC_BY_NODE, offsetof(struct decision, by_node)},
     {DC_BY_JOB, offsetof(struct decision, by_job)},
+    {DC_TIMING_JSON, offsetof(struct decision, timing_json)},
 };
 #define N_DECISION_STRINGS                                                     \
     (sizeof decision_strings / sizeof decision_strings[0])
@@ -244,7 +256,7 @@ static const char sql_get_decision[] =
 static const char sql_put_decision[] =
     "INSERT INTO decisions (" DECISION_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, "
     "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
-    "?21, ?22, ?23, ?24, ?25) "
+    "?21, ?22, ?23, ?24, ?25, ?26) "
     "ON CONFLICT (id) DO NOTHING";
 
 /* See store_int.h. */
@@ -830,29 +842,8 @@ int store_get_meta(store *s, const char *name, char **ret_value) {
     static const char op[] = "get meta";
     if (s == NULL || name == NULL || ret_value == NULL)
         return store_einval(s, op, "a NULL argument");
-    sqlite3_stmt *st = NULL;
-    int err =
-        store_prepare(s, "SELECT value FROM meta WHERE name = ?1", 0, &st, op);
-    if (err < 0)
-        return err;
-    if ((err = store_bind_text(s, st, 1, name, op)) < 0)
-        goto out;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_DONE) {
-        err = DETD_ENOTFOUND;
-        goto out;
-    }
-    if (rc != SQLITE_ROW) {
-        err = store_fail(s, rc, op);
-        goto out;
-    }
-    char *v = NULL;
-    if ((err = store_col_strdup(s, st, 0, op, &v)) < 0)
-        goto out;
-    *ret_value = v;
-out:
-    sqlite3_finalize(st);
-    return err;
+    return store_query_text(s, "SELECT value FROM meta WHERE name = ?1", op,
+                            name, NULL, ret_value);
 }
 
 /* See store.h. name and value are borrowed for the call. */

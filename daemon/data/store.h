@@ -341,6 +341,25 @@ int store_reset_imports(store *s, const char *ns, const char *kernel,
                         uint64_t *ret_removed);
 
 /*
+ * A lock entry that an import skipped because its provenance did not
+ * match the importing run (docs/lockfile.md): key id in namespace ns,
+ * the lock's file name and the reason (naming the field and both
+ * values), kept (replacing an earlier one) for explain. Not salvaged by
+ * store_repair(): the next import of the lock records it again.
+ * Returns 0 or an error.
+ */
+int store_put_lock_skip(store *s, const char *ns, const char *id,
+                        const char *file, const char *reason, int64_t at_ms);
+
+/*
+ * The skipped lock entry of key id in namespace ns: heap copies of its
+ * file and reason into *ret_file and *ret_reason (the caller frees
+ * them). Returns 0, DETD_ENOTFOUND, or an error.
+ */
+int store_get_lock_skip(store *s, const char *ns, const char *id,
+                        char **ret_file, char **ret_reason);
+
+/*
  * Named values of the meta table (e.g. "etcd_revision": the last etcd
  * revision whose events are applied). store_get_meta() returns 0 with
  * *ret_value a heap copy the caller free()s, DETD_ENOTFOUND, or an error

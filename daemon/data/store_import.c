@@ -214,3 +214,63 @@ int store_reset_imports(store *s, const char *ns, const char *kernel,
                            " AND (?2 IS NULL OR kernel = ?2)",
                            ns, kernel, op, ret_removed);
 }
+
+/* ---- lock entries skipped for their provenance (store.h) ---- */
+
+int store_put_lock_skip(store *s, const char *ns, const char *id,
+                        const char *file, const char *reason, int64_t at_ms) {
+    static const char op[] = "record a skipped lock entry";
+    if (s == NULL || ns == NULL || id == NULL || file == NULL || reason == NULL)
+        return store_einval(s, op, "a NULL argument");
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s,
+                            "INSERT OR REPLACE INTO lock_skips (ns, id, file,"
+                            " reason, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                            0, &st, op);
+    if (err < 0)
+        return err;
+    if ((err = store_bind_text(s, st, 1, ns, op)) < 0 ||
+        (err = store_bind_text(s, st, 2, id, op)) < 0 ||
+        (err = store_bind_text(s, st, 3, file, op)) < 0 ||
+        (err = store_bind_text(s, st, 4, reason, op)) < 0 ||
+        (err = store_bind_int(s, st, 5, at_ms, op)) < 0)
+        goto out;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE)
+        err = store_fail(s, rc, op);
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
+int store_get_lock_skip(store *s, const char *ns, const char *id,
+                        char **ret_file, char **ret_reason) {
+    static const char op[] = "look up a skipped lock entry";
+    if (s == NULL || ns == NULL || id == NULL || ret_file == NULL ||
+        ret_reason == NULL)
+        return store_einval(s, op, "a NULL argument");
+    /* The file's length in bytes, then the file and the reason. */
+    char *v = NULL;
+    int err = store_query_text(s,
+                               "SELECT length(CAST(file AS BLOB)) || ':' ||"
+                               " file || reason FROM lock_skips WHERE ns = ?1"
+                               " AND id = ?2",
+                               op, ns, id, &v);
+    if (err < 0)
+        return err;
+    char *end = NULL;
+    unsigned long n = strtoul(v, &end, 10);
+    if (end == NULL || *end != ':' || n > strlen(end + 1)) {
+        free(v);
+        return store_failf(s, DETD_ECORRUPT, "%s: a bad row", op);
+    }
+    *ret_file = strndup(end + 1, n);
+    *ret_reason = strdup(end + 1 + n);
+    free(v);
+    if (*ret_file == NULL || *ret_reason == NULL) {
+        free(*ret_file);
+        free(*ret_reason);
+        return store_failf(s, DETD_ENOMEM, "%s: out of memory", op);
+    }
+    return 0;
+}

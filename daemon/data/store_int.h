@@ -39,7 +39,7 @@ struct store {
     "id, ns, arch, kernel, key, candidates_fp, n_candidates, config, "         \
     "source, claim_id, by_host, by_pid, by_rank, by_local_rank, by_device, "   \
     "by_arch, triton_version, timings_json, table_file, decided_at_ms, "       \
-    "by_uid, by_node, by_claimed_pid, by_world_size, by_job"
+    "by_uid, by_node, by_claimed_pid, by_world_size, by_job, timing_json"
 #define OBSERVATION_COLS                                                       \
     "id, host, pid, ns, arch, kernel, key, config, source, governed, "         \
     "chaos, rank, local_rank, device, at_ms, claimed_pid, peer_uid, node, "    \
@@ -79,6 +79,10 @@ int store_commit(store *s, const char *op);
 void store_rollback(store *s);
 /* A one-row, one-integer query. */
 int store_query_int(store *s, const char *sql, const char *op, int64_t *ret);
+/* A one-row, one-text query with one or two text parameters (a2 NULL:
+ * one): a heap copy into *ret, DETD_ENOTFOUND without a row. */
+int store_query_text(store *s, const char *sql, const char *op, const char *a1,
+                     const char *a2, char **ret);
 /* Step st: 1 with a row to read, 0 when done (a write outside a
  * transaction is counted as committed), or a negative DETD_E* code with
  * the error recorded for op. */

@@ -130,6 +130,27 @@ out:
     return err;
 }
 
+int store_query_text(store *s, const char *sql, const char *op, const char *a1,
+                     const char *a2, char **ret) {
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s, sql, 0, &st, op);
+    if (err < 0)
+        return err;
+    if ((err = store_bind_text(s, st, 1, a1, op)) < 0 ||
+        (a2 != NULL && (err = store_bind_text(s, st, 2, a2, op)) < 0))
+        goto out;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+        err = DETD_ENOTFOUND;
+    else if (rc != SQLITE_ROW)
+        err = store_fail(s, rc, op);
+    else
+        err = store_col_strdup(s, st, 0, op, ret);
+out:
+    sqlite3_finalize(st);
+    return err;
+}
+
 /* ---- binding (values from callers; lengths capped) ---- */
 
 int store_bind_text(store *s, sqlite3_stmt *st, int idx, const char *v,

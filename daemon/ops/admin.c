@@ -211,6 +211,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"pass_timeouts", es.pass_timeouts},
         {"commit_deadlines", d->counters.commit_deadlines},
         {"observes", d->counters.observes},
+        {"lock_skipped", d->counters.lock_skipped},
         {"votes", votes},
         {"votes_max", d->cfg->max_votes},
         {"vote_calls", d->counters.vote_calls},

@@ -110,6 +110,10 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
         metrics_sample(&b, "detd_table_lookups_total", stale,
                        (double)c->table_stale);
     }
+    counter(&b, "detd_lock_skipped_total",
+            "Lock entries not imported because their provenance did not "
+            "match the importing run (a miss: detctl explain says why).",
+            c->lock_skipped);
     gauge(&b, "detd_table_files_skipped",
           "Table files of the set in use that failed to load (listed by "
           "detctl status and detctl reload).",

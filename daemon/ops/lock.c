@@ -9,6 +9,7 @@
 
 #include "app/convert.h"
 #include "app/storeerr.h"
+#include "clock.h"
 #include "app/validate.h"
 #include "config/limits.h"
 #include "config/log.h"
@@ -16,6 +17,7 @@
 #include "core/keyid.h"
 #include "detd/client.h"
 #include "detd/error.h"
+#include "provfmt.h"
 #include "strfmt.h"
 
 #define LOCK_API_VERSION DETD_API_VERSION
@@ -57,6 +59,10 @@ static int check_one(const char *what, size_t i, const Detd__V1__Decision *m,
          !str_ok(what, i, "decided_peer.node", m->decided_peer->node,
                  DAEMON_MAX_IDENTITY_STRING, 0, why, len)))
         return -1;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s[%zu].timing", what, i);
+    if (provfmt_check(m->timing, prefix, why, len) != 0)
+        return -1;
     if (m->candidates_fp == NULL || !lockfmt_is_hex64(m->candidates_fp)) {
         snprintf(why, len,
                  "%s[%zu].candidates_fp is not 64 lowercase hex digits", what,
@@ -93,13 +99,14 @@ static int check_one(const char *what, size_t i, const Detd__V1__Decision *m,
  * timings JSON into the caller's id and *ret_timings, heap). */
 static int row_of(const char *ns, const char *file, const Detd__V1__Decision *m,
                   char id[KEYID_HEX_LEN + 1], struct decision *r,
-                  char **ret_timings) {
+                  char **ret_timings, char **ret_timing) {
     const Detd__V1__ClientIdentity *by = m->decided_by;
     const Detd__V1__PeerIdentity *peer = m->decided_peer;
     keyid_decision_id(ns, m->arch, m->kernel, m->key ? m->key : "",
                       m->candidates_fp, id);
     *ret_timings = convert_timings_json(m->timings, m->n_timings);
-    if (*ret_timings == NULL)
+    *ret_timing = m->timing != NULL ? provfmt_json(m->timing) : strdup("");
+    if (*ret_timings == NULL || *ret_timing == NULL)
         return DETD_ENOMEM;
     *r = (struct decision){
         .id = id,
@@ -125,20 +132,96 @@ static int row_of(const char *ns, const char *file, const Detd__V1__Decision *m,
         .by_uid = peer ? peer->uid : -1,
         .by_claimed_pid = peer ? peer->claimed_pid : 0,
         .by_node = peer ? peer->node : "",
+        .timing_json = *ret_timing,
     };
     return 0;
 }
 
 /* What storing a lock's decisions did. */
 struct lock_result {
-    size_t added, unchanged, conflicts, shown;
+    size_t added, unchanged, conflicts, shown, skipped;
     struct decision stored[LOCK_MAX_CONFLICTS]; /* the first conflicts */
+    char *skips[LOCK_MAX_CONFLICTS];            /* the first skips' lines */
 };
 
 static void lock_result_clear(struct lock_result *r) {
     for (size_t i = 0; i < r->shown; i++)
         decision_clear(&r->stored[i]);
+    for (size_t i = 0; i < r->skipped && i < LOCK_MAX_CONFLICTS; i++)
+        free(r->skips[i]);
     r->shown = 0;
+}
+
+/* One field of the importing run's provenance that a lock entry must
+ * match (ImportLockRequest.require, --lock-require). */
+struct lock_req {
+    const char *field, *value;
+};
+
+/* Why m does not match the run (heap; NULL: it matches, or out of
+ * memory with *ret_oom set). */
+static char *lock_mismatch(const Detd__V1__Decision *m,
+                           const struct lock_req *req, size_t n_req,
+                           int *ret_oom) {
+    for (size_t k = 0; k < n_req; k++) {
+        const char *v = provfmt_field(m, req[k].field);
+        if (v == NULL || strcmp(v, req[k].value) == 0)
+            continue;
+        char *why =
+            strfmt("%s: the lock says %s, this run %s (must match)",
+                   req[k].field, v[0] ? v : "(not recorded)", req[k].value);
+        *ret_oom = why == NULL;
+        return why;
+    }
+    return NULL;
+}
+
+/*
+ * Leave out of ms[0..*n) (reordered in place, *n the entries kept) every
+ * entry that does not match req: recorded in the store for explain
+ * (key id in ns), counted, its line kept in r (the first ones). 0, or an
+ * error (the store's, DETD_ENOMEM).
+ */
+static int lock_filter(struct daemon *d, const char *ns, const char *tf,
+                       Detd__V1__Decision **ms, size_t *n,
+                       const struct lock_req *req, size_t n_req,
+                       struct lock_result *r) {
+    size_t kept = 0;
+    for (size_t i = 0; i < *n; i++) {
+        int oom = 0;
+        char *why = lock_mismatch(ms[i], req, n_req, &oom);
+        if (oom)
+            return DETD_ENOMEM;
+        if (why == NULL) {
+            ms[kept++] = ms[i];
+            continue;
+        }
+        char id[KEYID_HEX_LEN + 1];
+        const Detd__V1__Decision *m = ms[i];
+        keyid_decision_id(ns, m->arch, m->kernel, m->key ? m->key : "",
+                          m->candidates_fp, id);
+        int rc =
+            store_put_lock_skip(d->store, ns, id, tf, why, clock_unix_ms());
+        char *line = rc == 0 ? strfmt("%s %s [%s]: %s", m->kernel,
+                                      m->key ? m->key : "", m->arch, why)
+                             : NULL;
+        free(why);
+        if (rc != 0)
+            return rc;
+        if (line == NULL)
+            return DETD_ENOMEM;
+        if (r->skipped == 0)
+            log_warn("lock '%s': not imported (a miss, timed by the job): %s",
+                     tf + strlen("lock:"), line);
+        d->counters.lock_skipped++;
+        if (r->skipped < LOCK_MAX_CONFLICTS)
+            r->skips[r->skipped] = line;
+        else
+            free(line);
+        r->skipped++;
+    }
+    *n = kept;
+    return 0;
 }
 
 /*
@@ -148,19 +231,26 @@ static void lock_result_clear(struct lock_result *r) {
  * error (nothing stored).
  */
 static int lock_store(struct daemon *d, const char *ns, const char *file,
-                      const char *sha256, Detd__V1__Decision *const *ms,
-                      size_t n, struct lock_result *r) {
+                      const char *sha256, Detd__V1__Decision **ms, size_t n,
+                      const struct lock_req *req, size_t n_req,
+                      struct lock_result *r) {
     struct decision *rows = calloc(n + 1, sizeof(*rows));
     char(*ids)[KEYID_HEX_LEN + 1] = calloc(n + 1, sizeof(*ids));
     char **timings = calloc(n + 1, sizeof(*timings));
+    char **timing = calloc(n + 1, sizeof(*timing));
     int *res = calloc(n + 1, sizeof(*res));
     char *tf = strfmt("lock:%s", file);
+    size_t n_all = n;
     int rc = DETD_ENOMEM;
-    if (rows == NULL || ids == NULL || timings == NULL || res == NULL ||
-        tf == NULL)
+    if (rows == NULL || ids == NULL || timings == NULL || timing == NULL ||
+        res == NULL || tf == NULL)
         goto out;
+    if ((rc = lock_filter(d, ns, tf, ms, &n, req, n_req, r)) != 0)
+        goto out;
+    rc = DETD_ENOMEM;
     for (size_t i = 0; i < n; i++)
-        if (row_of(ns, tf, ms[i], ids[i], &rows[i], &timings[i]) != 0)
+        if (row_of(ns, tf, ms[i], ids[i], &rows[i], &timings[i], &timing[i]) !=
+            0)
             goto out;
     if ((rc = store_put_decisions(d->store, rows, n, res)) != 0)
         goto out;
@@ -189,13 +279,17 @@ static int lock_store(struct daemon *d, const char *ns, const char *file,
             decision_clear(&got);
     }
     log_info("lock '%s' (sha256 %.12s) into namespace '%s': %zu decisions "
-             "added, %zu unchanged, %zu conflicting (kept as stored)",
+             "added, %zu unchanged, %zu conflicting (kept as stored), %zu "
+             "skipped (provenance)",
              file, sha256 != NULL ? sha256 : "", ns, r->added, r->unchanged,
-             r->conflicts);
+             r->conflicts, r->skipped);
 out:
-    for (size_t i = 0; timings != NULL && i < n; i++)
+    for (size_t i = 0; timings != NULL && timing != NULL && i < n_all; i++) {
         free(timings[i]);
+        free(timing[i]);
+    }
     free(timings);
+    free(timing);
     free(rows);
     free(ids);
     free(res);
@@ -238,6 +332,28 @@ void lock_import(struct daemon *d, struct rpc_event *ev) {
             rpc_fail(ev->call, RPC_INVALID_ARGUMENT, "%s", why);
             goto out;
         }
+    struct lock_req lr[PROVFMT_MAX_REQUIRE];
+    if (req->n_require > PROVFMT_MAX_REQUIRE) {
+        rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
+                 "require: %zu, over the limit of %d", req->n_require,
+                 PROVFMT_MAX_REQUIRE);
+        goto out;
+    }
+    for (size_t i = 0; i < req->n_require; i++) {
+        const Detd__V1__LockRequirement *q = req->require[i];
+        static const Detd__V1__Decision probe = DETD__V1__DECISION__INIT;
+        if (q->field == NULL || provfmt_field(&probe, q->field) == NULL) {
+            rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
+                     "require[%zu].field '%.64s' is not one of "
+                     "triton_version, torch_version, cuda_version, driver",
+                     i, q->field ? q->field : "");
+            goto out;
+        }
+        snprintf(why, sizeof why, "require[%zu].value", i);
+        if (validate_str(ev->call, why, q->value, PROVFMT_MAX_STRING, 1))
+            goto out;
+        lr[i] = (struct lock_req){q->field, q->value};
+    }
     r = calloc(1, sizeof(*r));
     pbs = calloc(LOCK_MAX_CONFLICTS, sizeof(*pbs));
     conflicts = calloc(LOCK_MAX_CONFLICTS, sizeof(*conflicts));
@@ -245,7 +361,8 @@ void lock_import(struct daemon *d, struct rpc_event *ev) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    int rc = lock_store(d, ns, req->file, req->sha256, req->decisions, n, r);
+    int rc = lock_store(d, ns, req->file, req->sha256, req->decisions, n, lr,
+                        req->n_require, r);
     if (rc != 0) {
         storeerr_reply(d, ev->call, rc);
         goto out;
@@ -261,6 +378,10 @@ void lock_import(struct daemon *d, struct rpc_event *ev) {
     resp.conflicts = conflicts;
     resp.n_conflicts = r->shown;
     resp.conflicts_total = r->conflicts;
+    resp.skipped = r->skipped;
+    resp.skipped_reasons = r->skips;
+    resp.n_skipped_reasons =
+        r->skipped < LOCK_MAX_CONFLICTS ? r->skipped : LOCK_MAX_CONFLICTS;
     rpc_reply(ev->call, &resp.base);
     for (size_t i = 0; i < r->shown; i++)
         convert_decision_clear(&pbs[i]);
@@ -283,6 +404,8 @@ int lock_load_at_start(struct daemon *d) {
     struct lockfmt_msg *m = NULL;
     Detd__V1__Decision **ms = NULL;
     struct lock_result *r = NULL;
+    struct lock_req lr[PROVFMT_MAX_REQUIRE];
+    size_t n_lr = 0;
     int ret = -1, rc = lockfmt_load(path, &f, why, sizeof why);
     if (rc != 0) {
         log_error("--lock '%s': %s", path,
@@ -303,9 +426,22 @@ int lock_load_at_start(struct daemon *d) {
             goto out;
         }
     }
+    /* --lock-require FIELD=VALUE (checked by the options). */
+    for (size_t i = 0; i < d->cfg->n_lock_require; i++) {
+        const char *q = d->cfg->lock_require[i], *eq = strchr(q, '=');
+        if (eq == NULL || n_lr == PROVFMT_MAX_REQUIRE) {
+            log_error("--lock-require '%s': %s", q,
+                      eq == NULL ? "not FIELD=VALUE" : "too many (at most 8)");
+            goto out;
+        }
+        char *field = strndup(q, (size_t)(eq - q));
+        if (field == NULL)
+            goto oom;
+        lr[n_lr++] = (struct lock_req){field, eq + 1};
+    }
     const char *base = strrchr(path, '/');
     rc = lock_store(d, d->cfg->ns, base != NULL ? base + 1 : path, f->sha256,
-                    ms, f->n, r);
+                    ms, f->n, lr, n_lr, r);
     if (rc != 0) {
         log_error("--lock '%s': store its decisions: %s", path,
                   rc == DETD_ENOMEM ? "out of memory" : store_errmsg(d->store));
@@ -316,6 +452,8 @@ int lock_load_at_start(struct daemon *d) {
 oom:
     log_error("--lock '%s': out of memory", path);
 out:
+    for (size_t i = 0; i < n_lr; i++)
+        free((char *)lr[i].field);
     if (r != NULL)
         lock_result_clear(r);
     free(r);

@@ -423,6 +423,22 @@ void tableadmin_explain(struct daemon *d, struct rpc_event *ev) {
             }
             if (lm.note != NULL)
                 notes[nnotes++] = lm.note;
+            /* A lock entry of this very key left out for its provenance. */
+            char *file = NULL, *why = NULL;
+            rc = store_get_lock_skip(d->store, ns, id, &file, &why);
+            if (rc == 0 &&
+                asprintf(&notes[nnotes++],
+                         "the lock '%s' holds this key but was not imported "
+                         "for it: %s: a miss (timed by the job)",
+                         strncmp(file, "lock:", 5) == 0 ? file + 5 : file,
+                         why) < 0)
+                notes[--nnotes] = NULL;
+            free(file);
+            free(why);
+            if (rc != 0 && rc != DETD_ENOTFOUND) {
+                storeerr_reply(d, ev->call, rc);
+                goto out;
+            }
         }
     } else {
         fc.arch = req->arch;

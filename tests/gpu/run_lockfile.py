@@ -5,10 +5,14 @@
 Store A: N processes under detd (worker.py, the agreement run's kernels)
 time every key once; `detctl lock export --all` writes A's decisions.
 Store B, a fresh state directory standing for another cluster, starts with
-`detd --lock FILE`; N processes run the same workload against it. Prints
-one table and exits 1 with a FAIL line unless: B's daemon and processes
-timed nothing, every entry's config on B is A's, every output's digest on
-B is A's, and `detctl verify --lock FILE` passes on B. Binaries: .gpu/ from
+`detd --lock FILE`; N processes run the same workload against it. Store C
+starts with the lock and `--lock-require torch_version=0.0.0` (a run whose
+torch is not the lock's). Prints one table and exits 1 with a FAIL line
+unless: B's daemon and processes timed nothing, every entry's config on B
+is A's, every output's digest on B is A's, `detctl verify --lock FILE`
+passes on B, every timed entry records how it was timed (benchmarker,
+torch, driver: the provenance columns) and B keeps it as A had it, and C
+stores none of the entries (each a skip, counted). Binaries: .gpu/ from
 tests/gpu/bundle.sh.
 """
 
@@ -22,6 +26,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from run_gpu import Daemon, agreement, counter, run_procs  # noqa: E402
+
+
+def decisions(d):
+    """The store's decisions by id, as detctl decisions --json shows them."""
+    return {x["id"]: x for x in json.loads(d.detctl("decisions", "--json").stdout)["decisions"]}
+
+
+def provenance(d):
+    """One timed decision's provenance columns, as one cell."""
+    t = d.get("timing") or {}
+    b = t.get("benchmarker") or {}
+    return (f"{b.get('name')} {b.get('warmup', 0):g}/{b.get('rep', 0):g}, graphs "
+            f"{'yes' if b.get('cuda_graphs') else 'no'}, lock {'yes' if b.get('timing_lock') else 'no'}; torch "
+            f"{t.get('torch_version')}, CUDA {t.get('cuda_version')}, driver {t.get('driver')}")
 
 
 def main():
@@ -40,6 +58,7 @@ def main():
         run_a = run_procs(a.procs, "detd", work, "a", args=wargs)
         st_a = da.status()
         exp = da.detctl("lock", "export", "--all", "-o", lock)
+        dec_a = decisions(da)
     finally:
         da.stop()
     if exp.returncode != 0:
@@ -51,8 +70,17 @@ def main():
         run_b = run_procs(a.procs, "detd", work, "b", args=wargs)
         st_b = db.status()
         ver = db.detctl("verify", "--lock", lock)
+        dec_b = decisions(db)
     finally:
         db.stop()
+    dc = Daemon(os.path.join(work, "c"), args=["--lock", lock, "--lock-require", "torch_version=0.0.0"])
+    try:
+        st_c = dc.status()
+    finally:
+        dc.stop()
+    timed = [d for d in dec_a.values() if d["source"] == "timed"]
+    how = sorted({provenance(d) for d in timed})
+    kept = sum(1 for i, d in dec_a.items() if i in dec_b and dec_b[i]["timing"] == d["timing"])
 
     ca, dga = agreement(run_a)
     cb, dgb = agreement(run_b)
@@ -67,6 +95,11 @@ def main():
         ("entries whose config on B is A's (one config each)", f"{same_cfg} of {len(ca)}"),
         ("outputs whose digest on B is A's (one digest each)", f"{same_bits} of {len(dga)}"),
         ("detctl verify --lock on B", "ok" if ver.returncode == 0 else f"FAIL ({ver.returncode})"),
+        ("how A's timed entries were timed (benchmarker warmup/rep ms, graphs, lock; torch, CUDA, driver)",
+         "; ".join(how) or "-"),
+        ("entries whose provenance on B is A's", f"{kept} of {len(dec_a)}"),
+        ("store C (torch_version=0.0.0 required): skipped / imported",
+         f"{counter(st_c, 'lock_skipped')} / {counter(st_c, 'decisions_import')}"),
     ]
     print(f"\n{a.procs} processes per store, one GPU")
     print("| measure | value |\n|---|---|")
@@ -79,6 +112,13 @@ def main():
         fails.append("configs differ between the stores")
     if same_bits != len(dga):
         fails.append("outputs differ between the stores")
+    if not timed or any(not (d["timing"] or {}).get("benchmarker") or not d["timing"].get("torch_version")
+                        or d["timing"].get("driver") in (None, "none") for d in timed):
+        fails.append("a timed entry does not record its benchmarker, torch or driver")
+    if kept != len(dec_a):
+        fails.append("store B does not keep A's provenance")
+    if counter(st_c, "lock_skipped") != entries or counter(st_c, "decisions_import") != 0:
+        fails.append("store C imported entries whose torch is not the run's")
     if ver.returncode != 0:
         fails.append("verify --lock failed:\n" + ver.stdout[-1500:] + ver.stderr[-500:])
     for f in fails:

@@ -2,6 +2,7 @@
 
 The build directory comes from DETD_BUILD_DIR (default <repo>/build).
 """
+import glob
 import json
 import os
 import shutil
@@ -27,6 +28,22 @@ CLIENT = Path(__file__).resolve().parent / "detd_client.py"
 CI = os.environ.get("CI", "") != ""
 HAVE_ETCD = shutil.which("etcd") is not None and shutil.which("etcdctl") is not None
 IS_ROOT = os.geteuid() == 0
+
+
+def triton_python():
+    """An interpreter with Triton and torch: $DETD_TRITON_PYTHON, this one,
+    or a venv of tests/python/run_matrix.sh ($DETD_VENV_ROOT, default
+    ~/.cache/detd-venvs)."""
+    cands = [os.environ.get("DETD_TRITON_PYTHON"), sys.executable]
+    root = os.environ.get("DETD_VENV_ROOT") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "detd-venvs")
+    cands += sorted(glob.glob(os.path.join(root, "triton-*", "bin", "python")), reverse=True)
+    # Found, not imported (importing torch takes seconds).
+    probe = "import importlib.util as u, sys; sys.exit(not (u.find_spec('triton') and u.find_spec('torch')))"
+    for py in cands:
+        if py and os.path.exists(py) and subprocess.run([py, "-c", probe], capture_output=True).returncode == 0:
+            return py
+    return None
 
 
 def requires(ok, reason):

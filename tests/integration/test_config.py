@@ -33,7 +33,7 @@ def file_keys():
     """The file keys, from --help (every long flag but the CLI-only ones)."""
     out = detd("--help").stdout
     keys = re.findall(r"^  --([a-z-]+)", out, re.M)
-    return [k for k in keys if k not in ("config", "check-config", "repair", "lock", "version", "help")]
+    return [k for k in keys if k not in ("config", "check-config", "repair", "lock", "lock-require", "version", "help")]
 
 
 def test_check_config_prints_effective_configuration(tmpdir_short):

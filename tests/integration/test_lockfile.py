@@ -4,7 +4,10 @@ fresh store whose clients then get them DECIDED without a timing pass,
 provenance filters at import, a changed file refused naming both hashes,
 keys a lock does not hold (other candidates, another arch, a new key)
 missing from it with the reason, and verify --lock passing and failing
-(docs/lockfile.md)."""
+(docs/lockfile.md). With a real Triton process (the CPU interpreter): the
+provenance of its timing pass (benchmarker, settings, timing lock, torch
+and driver) recorded, exported, imported, and a mismatch a miss that
+explain names; detd-run --lock starting a job warm."""
 import ctypes
 import json
 import os
@@ -14,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DETCTL, DETD, Daemon, counter
+from conftest import BUILD, DETCTL, DETD, REPO, Daemon, counter, requires, triton_python
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import detd_client as dc  # noqa: E402
+from test_metrics import free_port, scrape, val  # noqa: E402
 
 KERNEL = "tests.lock:row_sum@0123456789abcdef"
 CANDS = [f"BLOCK={16 << i},num_warps=4" for i in range(4)]
@@ -134,8 +138,15 @@ def test_lock_round_trip_starts_a_second_store_warm(two, tmpdir_short):
         f"{doc['sha256']}, its content hashes to " in r.stderr, r.stderr
     # Provenance the importer asks for: entries timed elsewhere are misses.
     r = detctl(b, "lock", "import", lock, "--namespace", "other", "--triton-version", "3.5.0")
-    assert r.returncode == 0 and r.stdout.count("timed with Triton 3.6.0, not 3.5.0 (--triton-version)") == 3
+    assert r.returncode == 0 and r.stdout.count(
+        "triton_version: the lock says 3.6.0, this run 3.5.0 (must match): a miss, timed by the job") == 3, r.stdout
     assert "0 added, 0 unchanged, 0 conflicting (kept as stored), 3 skipped" in r.stdout, r.stdout
+    # A provenance field the lock does not record is a mismatch too.
+    r = detctl(b, "lock", "import", lock, "--namespace", "other", "--require", "torch_version=2.11.0")
+    assert r.stdout.count("torch_version: the lock says (not recorded), this run 2.11.0") == 3, r.stdout
+    assert counter(b.status(), "lock_skipped") == 6
+    r = detctl(b, "lock", "import", lock, "--require", "torch=2")
+    assert r.returncode == 2 and "--require 'torch=2' is not FIELD=VALUE with FIELD one of" in r.stderr, r.stderr
     r = detctl(b, "lock", "import", lock, "--namespace", "other", "--arch", "sm80")
     assert r.stdout.count("decided for arch sm90, not sm80 (--arch)") == 3, r.stdout
 
@@ -221,6 +232,22 @@ def test_a_lock_given_to_the_daemon_at_start(two, tmpdir_short):
         assert "lock 'l.json' (sha256 " in c.read_log() and "3 decisions added" in c.read_log()
     finally:
         c.stop()
+    # --lock-require: the lock's entries were timed with Triton 3.6.0, not
+    # 3.5.0: none stored, each logged as skipped and counted.
+    port = free_port()
+    c = Daemon(tmpdir_short, extra_args=["--lock", lock, "--lock-require", "triton_version=3.5.0", "--metrics",
+                                         f"127.0.0.1:{port}"], name="c2").start()
+    try:
+        assert counter(c.status(), "lock_skipped") == 3 and counter(c.status(), "decisions_import") == 0
+        assert val(scrape(port)[0], "detd_lock_skipped_total") == 3
+        assert "lock 'l.json': not imported (a miss, timed by the job): " in c.read_log()
+        assert "triton_version: the lock says 3.6.0, this run 3.5.0 (must match)" in c.read_log()
+    finally:
+        c.stop()
+    r = subprocess.run([str(DETD), "--check-config", "--lock", lock, "--lock-require", "torch2.11"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "lock-require: 'torch2.11' is not FIELD=VALUE with FIELD one of " \
+        "triton_version, torch_version, cuda_version, driver" in r.stderr, r.stderr
     # A changed file stops the daemon before it serves, naming both hashes.
     doc = json.loads(lock.read_text())
     doc["entries"][0]["config"] = CANDS[3]
@@ -235,3 +262,108 @@ def test_a_lock_given_to_the_daemon_at_start(two, tmpdir_short):
                        timeout=60)
     assert r.returncode == 2 and f"lock: '{tmpdir_short / 'none.json'}': No such file or directory" in r.stderr, \
         r.stderr
+
+
+# ---- provenance of a real timing pass, and detd-run --lock ----
+
+HERE = Path(__file__).resolve().parent
+PY_TRITON = triton_python()
+
+
+def hook_env(root, **more):
+    """A real-Triton process's environment: the CPU interpreter, the
+    package from this tree, the device timing lock (held on the CPU)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DETD_") or k in ("DETD_BUILD_DIR",)}
+    # Python processes load the plain libdetd (DETD_CLIENT_BUILD_DIR) when
+    # the daemon under test is a sanitizer build (test_restart.py says why).
+    lib = Path(os.environ.get("DETD_CLIENT_BUILD_DIR") or BUILD) / "client" / "libdetd.so"
+    env.update(TRITON_INTERPRET="1", PYTHONPATH=str(REPO / "client" / "python"), DETD_MODE="coordinated",
+               DETD_LIBRARY=str(lib), DETD_TIMEOUT_MS="60000",
+               DETD_TIMING_LOCK="device", DETD_TIMING_LOCK_DIR=str(root), DETD_DETCTL=str(DETCTL), **more)
+    return env
+
+
+def run_hook(args, env, what):
+    r = subprocess.run([PY_TRITON, *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, f"{what}: {r.stdout}{r.stderr}"
+    return r
+
+
+@requires(PY_TRITON is not None, "no Python with triton and torch (set DETD_TRITON_PYTHON or DETD_VENV_ROOT)")
+def test_provenance_of_a_real_timing_pass_travels_with_the_lock(two, tmpdir_short):
+    a, b = two
+    out = tmpdir_short / "w1.json"
+    run_hook([HERE / "lock_hook_worker.py", out, 64], hook_env(tmpdir_short, DETD_SOCKET=a.socket), "run 1")
+    w1 = json.loads(out.read_text())
+    assert w1["bench_calls"] == 4, w1  # one timing pass: each candidate once
+    dec = json.loads(detctl(a, "decisions", "--json").stdout)["decisions"]
+    assert len(dec) == 1 and dec[0]["source"] == "timed", dec
+    t = dec[0]["timing"]
+    assert t["benchmarker"] == {"name": "rowsum_kernels:fake_do_bench", "warmup": 0.0, "rep": 0.0,
+                                "return_mode": "quantiles=0.5,0.2,0.8", "cuda_graphs": False,
+                                "timing_lock": True}, t
+    assert t["torch_version"] == w1["torch"] and t["cuda_version"] == w1["cuda"] and t["driver"] == "none", t
+    assert t["package"] is None and t["package_version"] is None, t  # a test file: no distribution
+
+    cands = [x for c in dec[0]["timings"] for x in ("--candidate", c["config"])]
+    r = detctl(a, "explain", "--kernel", dec[0]["kernel"], "--key", dec[0]["key"], "--arch", dec[0]["arch"], *cands)
+    assert f"  timed   rowsum_kernels:fake_do_bench (warmup 0 ms, rep 0 ms, quantiles=0.5,0.2,0.8, CUDA graphs no, " \
+        f"timing lock yes); torch {w1['torch']}, CUDA {w1['cuda']}, driver none; package - \n" in r.stdout, r.stdout
+    lock = tmpdir_short / "l.json"
+    assert detctl(a, "lock", "export", "-o", lock, "--all").returncode == 0
+    doc = json.loads(lock.read_text())
+    p = doc["entries"][0]["provenance"]
+    assert p["benchmarker"] == t["benchmarker"] and p["torch_version"] == w1["torch"] and p["driver"] == "none"
+    # The content hash covers it.
+    bad = json.loads(lock.read_text())
+    bad["entries"][0]["provenance"]["benchmarker"]["rep"] = 100.0
+    tampered = tmpdir_short / "t.json"
+    tampered.write_text(json.dumps(bad))
+    r = detctl(b, "lock", "import", tampered)
+    assert r.returncode == 2 and "content hash mismatch" in r.stderr, r.stderr
+
+    # A run whose torch is not the lock's: not imported, a miss with the
+    # field and both values, counted, and explain says it.
+    kernel, key = dec[0]["kernel"], dec[0]["key"]
+    r = detctl(b, "lock", "import", lock, "--require", "torch_version=0.0.0", "--require", "driver=none")
+    why = f"torch_version: the lock says {w1['torch']}, this run 0.0.0 (must match)"
+    assert r.returncode == 0 and f"SKIPPED {kernel} {key} [{dec[0]['arch']}]: {why}: a miss, timed by the job" \
+        in r.stdout and "0 added, 0 unchanged, 0 conflicting (kept as stored), 1 skipped" in r.stdout, r.stdout
+    assert counter(b.status(), "lock_skipped") == 1
+    e = json.loads(detctl(b, "explain", "--kernel", kernel, "--key", key, "--arch", dec[0]["arch"], *cands,
+                          "--json").stdout)
+    assert e["answer"] == "timed" and f"the lock 'l.json' holds this key but was not imported for it: {why}: " \
+        "a miss (timed by the job)" in e["notes"], e
+
+    # detd-run --lock, two jobs at once: with a daemon already answering
+    # (b: imported through detctl, the Admin call, the job's Triton and
+    # torch required), and starting this user's daemon (given with --lock;
+    # the job runs warm: the lock's config, no do_bench call).
+    script = tmpdir_short / "hello.py"
+    script.write_text("print('script ran')\n")
+    run_dir, state, out2 = tmpdir_short / "run", tmpdir_short / "state", tmpdir_short / "w2.json"
+    jobs = [subprocess.Popen([PY_TRITON, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+            for args, env in (
+                (["-m", "detd.run", "--lock", lock, script], hook_env(tmpdir_short, DETD_SOCKET=b.socket)),
+                (["-m", "detd.run", "--lock", lock, HERE / "lock_hook_worker.py", out2, 64],
+                 hook_env(tmpdir_short, XDG_RUNTIME_DIR=str(run_dir), XDG_STATE_HOME=str(state),
+                          DETD_DAEMON=str(DETD))))]
+    (out_b, err_b), (_, err_own) = [j.communicate(timeout=300) for j in jobs]
+    sock = run_dir / "detd" / "detd.sock"
+    started = json.loads(subprocess.run([str(DETCTL), "--socket", str(sock), "status", "--json"],
+                                        capture_output=True, text=True, timeout=60).stdout or "{}")
+    try:
+        assert jobs[0].returncode == 0 and "script ran" in out_b, err_b
+        assert err_b.count(f"detd: lock {lock}: imported into namespace 'default': 1 added, 0 unchanged, "
+                           "0 conflicting") == 1, err_b
+        b_dec = json.loads(detctl(b, "decisions", "--json").stdout)["decisions"]
+        assert [(x["config"], x["source"], x["timing"]) for x in b_dec] == [(dec[0]["config"], "import", t)], b_dec
+        assert jobs[1].returncode == 0, err_own
+        assert f"detd: lock {lock}: given to the daemon started at {sock} (detd --lock" in err_own, err_own
+        w2 = json.loads(out2.read_text())
+        assert w2["configs"] == w1["configs"] and w2["bench_calls"] == 0, w2
+        assert counter(started, "timing_passes") == 0 and counter(started, "decisions_import") == 1, started
+    finally:
+        if started.get("pid"):
+            os.kill(started["pid"], 15)

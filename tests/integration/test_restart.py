@@ -16,7 +16,6 @@ the restart; and the restart was felt: one process holds a timing pass
 from before the kill until the new daemon is up, and another's Decide for
 that key waits from before the kill to after the restart.
 """
-import glob
 import json
 import os
 import re
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, CI, REPO, Daemon, requires
+from conftest import BUILD, CI, REPO, Daemon, requires, triton_python
 
 sys.path.insert(0, str(REPO / "client" / "python"))
 from detd import _canon  # noqa: E402  (pure strings, no Triton)
@@ -38,21 +37,6 @@ N_LIBDETD = 6
 N_HOOK = 2
 ESTALE = -1007
 N_CANDIDATES = 4  # rowsum_kernels.BLOCKS
-
-
-def triton_python():
-    """An interpreter with Triton and torch: $DETD_TRITON_PYTHON, this one,
-    or a venv of tests/python/run_matrix.sh ($DETD_VENV_ROOT, default
-    ~/.cache/detd-venvs)."""
-    cands = [os.environ.get("DETD_TRITON_PYTHON"), sys.executable]
-    root = os.environ.get("DETD_VENV_ROOT") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "detd-venvs")
-    cands += sorted(glob.glob(os.path.join(root, "triton-*", "bin", "python")), reverse=True)
-    for py in cands:
-        if py and os.path.exists(py) and subprocess.run(
-                [py, "-c", "import triton, torch"], capture_output=True).returncode == 0:
-            return py
-    return None
 
 
 PY_TRITON = triton_python()

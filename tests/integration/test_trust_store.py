@@ -170,7 +170,9 @@ def test_a_version_7_store_keeps_its_decisions_with_unknown_peers(tmpdir_short):
     # failures.
     store = Path(d.state) / "detd.sqlite"
     db = sqlite3.connect(store)
-    db.executescript("ALTER TABLE decisions DROP COLUMN by_world_size;"
+    db.executescript("ALTER TABLE decisions DROP COLUMN timing_json;"
+                     "DROP TABLE lock_skips;"
+                     "ALTER TABLE decisions DROP COLUMN by_world_size;"
                      "ALTER TABLE decisions DROP COLUMN by_job;"
                      "ALTER TABLE failures DROP COLUMN claimed_pid;"
                      "ALTER TABLE failures DROP COLUMN by_uid;"
@@ -203,7 +205,7 @@ def test_a_version_7_store_keeps_its_decisions_with_unknown_peers(tmpdir_short):
     assert fresh["decided_peer"] == {"pid": new["pid"], "uid": os.getuid(), "node": "node-7",
                                      "claimed_pid": new["pid"]}, fresh
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as ro:
-        assert ro.execute("PRAGMA user_version").fetchone()[0] == 10
+        assert ro.execute("PRAGMA user_version").fetchone()[0] == 11
     assert d.stop() == 0
 
 

@@ -49,7 +49,7 @@ class Scripted:
         self.decides.append(key)
         return self._decide(key)
 
-    def report(self, claim_id, key, rows, triton_version, timeout_ms, errors=None):
+    def report(self, claim_id, key, rows, triton_version, timeout_ms, errors=None, timing=None):
         self.reports.append(rows)
         return self._report(key, rows)
 

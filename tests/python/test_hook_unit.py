@@ -7,6 +7,7 @@ test_e2e.py."""
 
 import copy
 import hashlib
+import importlib.metadata
 import pickle
 
 import pytest
@@ -26,14 +27,15 @@ KEY = (256, "torch.float32", "torch.float32")
 class Scripted:
     def __init__(self, decide, report=None):
         self._decide, self._report = decide, report
-        self.decides, self.reports, self.observed = [], [], []
+        self.decides, self.reports, self.observed, self.timing = [], [], [], []
 
     def decide(self, key, no_claim, timeout_ms, share=False):
         self.decides.append((key, no_claim))
         return self._decide(key)
 
-    def report(self, claim_id, key, rows, triton_version, timeout_ms, errors=None):
+    def report(self, claim_id, key, rows, triton_version, timeout_ms, errors=None, timing=None):
         self.reports.append(rows)
+        self.timing.append(timing)
         return self._report(key, rows)
 
     def observe(self, key, config, source, governed, chaos, timeout_ms=0, failed=None, audit=None, differing=(),
@@ -143,6 +145,12 @@ def test_designated_launch_uses_committed_config_not_local_fastest(hooked, monke
     assert s.observed == [(committed, _native.SOURCE_TIMED, True, False)]
     rec = detd.autotuners()[0]["keys"][0]
     assert rec["timed_here"] and rec["config"] == committed and len(rec["timings"]) == 4
+    # How it was timed goes with the report: the kernel's do_bench=, as
+    # Autotuner._bench asks it, on the CPU (no driver).
+    t = s.timing[0]
+    assert t["benchmarker"] == "rowsum_kernels:fake_do_bench" and t["return_mode"] == "quantiles=0.5,0.2,0.8", t
+    assert t["cuda_graphs"] == 0 and t["warmup"] == t["rep"] == 0.0 and t["driver"] == "none", t
+    assert t["torch_version"] == importlib.metadata.version("torch") and t["package"] == "", t
 
 
 def test_designated_on_the_direct_path_times_once_and_uses_committed(hooked, monkeypatch):

@@ -32,7 +32,7 @@ class Scripted:
         self.decides.append((timeout_ms, share))
         return self._decide(len(self.decides) - 1)
 
-    def report(self, claim_id, key, rows, triton_version, timeout_ms, errors=None):
+    def report(self, claim_id, key, rows, triton_version, timeout_ms, errors=None, timing=None):
         self.reports.append(rows)
         return self._report(len(self.reports) - 1)
 

@@ -60,9 +60,16 @@ static const char *tmp_path(const char *name) {
     "ALTER TABLE decisions DROP COLUMN by_node;"                               \
     "ALTER TABLE decisions DROP COLUMN by_claimed_pid;"
 
+/* SQL that takes a fresh store back to schema 10 (before how a decision
+ * was timed and the skipped lock entries were kept). */
+#define STORE_FX_V10                                                           \
+    "ALTER TABLE decisions DROP COLUMN timing_json;"                           \
+    "DROP TABLE lock_skips;"
+
 /* SQL that takes the decisions table of a fresh store back to schema 9
  * (before the timing process's job was kept). */
 #define STORE_FX_DECISIONS_V9                                                  \
+    STORE_FX_V10                                                               \
     "ALTER TABLE decisions DROP COLUMN by_world_size;"                         \
     "ALTER TABLE decisions DROP COLUMN by_job;"
 

@@ -203,7 +203,7 @@ TEST(report_ex_and_claim_release_validate) {
     double ms[] = {1.0};
     struct detd_timing t[] = {{cands_[0], ms, 1, 1}};
     const char *errs[] = {"ValueError: broke"};
-    struct detd_report_extra bad = {0, errs};
+    struct detd_report_extra bad = {0, errs, NULL};
     CHECK_EQ_INT(detd_report_ex(c, 7, &k, t, 1, &bad, NULL, 1000, &a),
                  DETD_EINVAL);
     CHECK(strstr(detd_client_last_error(), "extra->size 0") != NULL);
@@ -217,7 +217,22 @@ TEST(report_ex_and_claim_release_validate) {
     CHECK_EQ_INT(detd_claim_release(NULL, 7, &k, "no driver", 1000),
                  DETD_EINVAL);
     /* Valid: only the missing daemon stops it. */
-    struct detd_report_extra ok = {sizeof ok, errs};
+    struct detd_timing_info ti = {"triton.testing.do_bench",
+                                  25,
+                                  100,
+                                  NULL,
+                                  0,
+                                  1,
+                                  "2.11.0",
+                                  "none",
+                                  "none",
+                                  NULL,
+                                  NULL};
+    struct detd_report_extra ok = {sizeof ok, errs, &ti};
+    CHECK_EQ_INT(detd_report_ex(c, 7, &k, t, 1, &ok, NULL, 1000, &a),
+                 DETD_ECONNECT);
+    /* A 0.7 caller's extra (no timing member) is still valid. */
+    ok.size = offsetof(struct detd_report_extra, timing);
     CHECK_EQ_INT(detd_report_ex(c, 7, &k, t, 1, &ok, NULL, 1000, &a),
                  DETD_ECONNECT);
     CHECK_EQ_INT(detd_claim_release(c, 7, &k, "no driver", 1000),

@@ -258,10 +258,10 @@ TEST(open_close_reopen_keeps_data) {
     /* The schema and its bookkeeping, seen from outside. */
     char v[64];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "10");
+    CHECK_STR(v, "11");
     sql_on_side(path, "SELECT value FROM meta WHERE name = 'schema_version'", v,
                 sizeof v);
-    CHECK_STR(v, "10");
+    CHECK_STR(v, "11");
     sql_on_side(path,
                 "SELECT CAST(value AS INTEGER) > 1600000000000 FROM meta"
                 " WHERE name = 'created_at_ms'",
@@ -642,22 +642,22 @@ TEST(count_by_source) {
 TEST(newer_schema_version_is_refused_naming_both_versions) {
     const char *path = tmp_path("s.db");
     store_close(open_ok(path));
-    sql_on_side(path, "PRAGMA user_version = 11", NULL, 0);
+    sql_on_side(path, "PRAGMA user_version = 12", NULL, 0);
 
     store *s = (store *)0x1;
     char *msg = NULL;
     CHECK_EQ_INT(store_open(path, &s, &msg), DETD_ECORRUPT);
     CHECK(s == (store *)0x1);
     CHECK(msg != NULL);
+    CHECK(strstr(msg, "version 12") != NULL);
     CHECK(strstr(msg, "version 11") != NULL);
-    CHECK(strstr(msg, "version 10") != NULL);
     CHECK(strstr(msg, path) != NULL);
     free(msg);
 
-    /* Nothing was changed: a build that knows version 11 still finds it. */
+    /* Nothing was changed: a build that knows version 12 still finds it. */
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "11");
+    CHECK_STR(v, "12");
     /* ret_errmsg is optional. */
     CHECK_EQ_INT(store_open(path, &s, NULL), DETD_ECORRUPT);
     tmp_cleanup();
@@ -690,7 +690,7 @@ TEST(migration_from_version_7_reads_decisions_as_unknown_peer) {
     store_close(s);
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "10");
+    CHECK_STR(v, "11");
 
     /* A value no daemon writes is corruption, not a uid. */
     sql_on_side(path, "UPDATE decisions SET by_uid = -7", NULL, 0);
@@ -1041,6 +1041,51 @@ TEST(failed_passes_are_kept_and_reset_with_their_kernel) {
     tmp_cleanup();
 }
 
+TEST(migration_from_version_10_reads_decisions_without_timing) {
+    const char *path = tmp_path("s.db");
+    struct dec a;
+    dec_make(&a, "ns1", "m:k@1", "(i:7,)", 7);
+    store *s = open_ok(path);
+    CHECK_EQ_INT(store_put_decision(s, &a.d, NULL), 0);
+    store_close(s);
+    store_fx_exec(path, STORE_FX_V10 "PRAGMA user_version = 10;");
+
+    s = open_ok(path);
+    struct decision got;
+    CHECK_EQ_INT(store_get_decision(s, a.id, &got), 0);
+    CHECK_STR(got.config, a.config);
+    CHECK_STR(got.timing_json, ""); /* not recorded */
+    decision_clear(&got);
+    /* A new row keeps how it was timed; a skipped lock entry is kept. */
+    struct dec b;
+    dec_make(&b, "ns1", "m:k@1", "(i:8,)", 8);
+    b.d.timing_json = "{\"driver\":\"none\"}";
+    CHECK_EQ_INT(store_put_decision(s, &b.d, NULL), 0);
+    CHECK_EQ_INT(store_get_decision(s, b.id, &got), 0);
+    CHECK_STR(got.timing_json, "{\"driver\":\"none\"}");
+    decision_clear(&got);
+    char *file = NULL, *why = NULL;
+    CHECK_EQ_INT(store_get_lock_skip(s, "ns1", a.id, &file, &why),
+                 DETD_ENOTFOUND);
+    CHECK_EQ_INT(store_put_lock_skip(s, "ns1", a.id, "lock:l.json",
+                                     "driver: the lock says 12.8, this run "
+                                     "12.9 (must match)",
+                                     1),
+                 0);
+    CHECK_EQ_INT(store_get_lock_skip(s, "ns1", a.id, &file, &why), 0);
+    CHECK_STR(file, "lock:l.json");
+    CHECK_STR(why, "driver: the lock says 12.8, this run 12.9 (must match)");
+    free(file);
+    free(why);
+    CHECK_EQ_INT(store_get_lock_skip(s, "ns2", a.id, &file, &why),
+                 DETD_ENOTFOUND);
+    store_close(s);
+    char v[16];
+    sql_on_side(path, "PRAGMA user_version", v, sizeof v);
+    CHECK_STR(v, "11");
+    tmp_cleanup();
+}
+
 TEST(migration_from_version_8_reads_failures_as_unknown_peer) {
     const char *path = tmp_path("s.db");
     store *s = open_ok(path);
@@ -1087,7 +1132,7 @@ TEST(migration_from_version_8_reads_failures_as_unknown_peer) {
     store_close(s);
     char v[16];
     sql_on_side(path, "PRAGMA user_version", v, sizeof v);
-    CHECK_STR(v, "10");
+    CHECK_STR(v, "11");
 
     /* A value no daemon writes is corruption, not a uid. */
     sql_on_side(path, "UPDATE failures SET by_uid = -7", NULL, 0);

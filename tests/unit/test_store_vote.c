@@ -292,9 +292,9 @@ TEST(migration_from_version_1_keeps_decisions_and_adds_votes) {
     store_close(s);
 
     sql_side(path, "PRAGMA user_version", v);
-    CHECK_STR(v, "10");
+    CHECK_STR(v, "11");
     sql_side(path, "SELECT value FROM meta WHERE name = 'schema_version'", v);
-    CHECK_STR(v, "10");
+    CHECK_STR(v, "11");
     sql_side(path,
              "SELECT count(*) FROM sqlite_schema WHERE name IN"
              " ('votes', 'votes_ns_arch_kernel')",
@@ -463,7 +463,7 @@ TEST(migration_from_version_2_adds_imports_and_keeps_votes) {
     store_close(s);
     char v[64];
     sql_side(path, "PRAGMA user_version", v);
-    CHECK_STR(v, "10");
+    CHECK_STR(v, "11");
     sql_side(path, "SELECT count(*) FROM imports", v);
     CHECK_STR(v, "1");
     tmp_cleanup();

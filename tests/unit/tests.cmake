@@ -68,6 +68,8 @@ foreach(t test_waiters test_commit test_coord)
 endforeach()
 # app/: the timings as stored (convert.c; no rpc call).
 detd_unit_test(test_convert detd_app)
+# common/: lockfiles and how a decision was timed (lockfmt.c, provfmt.c).
+detd_unit_test(test_lockfmt detd_lockfmt)
 # The etcd backend's boot retry backoff (pure; links the cluster target).
 # And the JSON of its etcd values (cluster_codec.c), and the etcd
 # adapter's reading of gRPC statuses (etcd_status_err).

@@ -316,6 +316,22 @@ int detd_report(detd_client *client, uint64_t claim_id,
  */
 #define DETD_MAX_ERROR_BYTES 1024
 
+/*
+ * Added in 0.8: how a timing pass measured, recorded with the decision it
+ * makes (docs/lockfile.md, "Provenance"). Strings NULL or "": not known;
+ * each at most 256 bytes without a newline, warmup and rep 0 to 1e9 (the
+ * daemon refuses the report otherwise, naming the field).
+ */
+struct detd_timing_info {
+    const char *benchmarker; /* "triton.testing.do_bench", "module:qualname" */
+    double warmup, rep;      /* its settings (ms for Triton's); 0: unknown */
+    const char *return_mode; /* "quantiles=0.5,0.2,0.8", "median", ... */
+    int cuda_graphs;         /* timed as CUDA graph replays */
+    int timing_lock;         /* the device's timing lock was held */
+    const char *torch_version, *cuda_version, *driver;
+    const char *package, *package_version; /* owning the kernel's module */
+};
+
 /* Added in 0.7: what a report carries besides the timings. */
 struct detd_report_extra {
     size_t size; /* the caller sets sizeof(struct detd_report_extra) */
@@ -324,6 +340,9 @@ struct detd_report_extra {
      * failed, the daemon keeps the first candidate's error with the
      * failure and names it to every process that asks for the key. */
     const char *const *errors;
+    /* Added in 0.8 (read when size covers it): how the timings were
+     * measured, or NULL. */
+    const struct detd_timing_info *timing;
 };
 
 /*

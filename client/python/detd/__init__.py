@@ -317,6 +317,39 @@ def _detctl() -> str:
     raise FileNotFoundError("detd.verify: detctl not found (set DETD_DETCTL)")
 
 
+def use_lock(path: str, timeout: float = 120.0) -> str:
+    """Start this job warm from a lockfile (docs/lockfile.md): a daemon
+    started now for this user gets it (``detd --lock``); a daemon already
+    answering gets it through ``detctl lock import`` (the Admin call, under
+    its access rules). Either way an entry whose Triton or torch version
+    is not this environment's is not used (a miss, which ``detctl
+    explain`` names). Sets ``DETD_LOCK`` for the processes this one
+    starts. Returns the line saying what was done; raises ValueError
+    (no such file) or RuntimeError (no daemon, the import refused)."""
+    from . import _daemon
+
+    if not os.path.isfile(path):
+        raise ValueError(f"lock {path!r}: no such file")
+    path = os.path.abspath(path)
+    os.environ["DETD_LOCK"] = path
+    s = settings()
+    sock, why = _daemon.check(s.socket)
+    if sock is None or why:
+        raise RuntimeError(why)
+    if _daemon.lock_given() == path:
+        return f"detd: lock {path}: given to the daemon started at {sock} (detd --lock; its log lists what it stored)"
+    cmd = [_detctl(), "--socket", sock, "lock", "import", path]
+    cmd += [a for r in _daemon.lock_requirements() for a in ("--require", r)]
+    if s.namespace:
+        cmd += ["--namespace", s.namespace]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    done = [ln for ln in p.stdout.splitlines() if ln.startswith("imported into ")]
+    if p.returncode not in (0, 1) or not done:  # 1: conflicts, kept as stored (listed)
+        raise RuntimeError(f"lock {path}: {' '.join(cmd)} exited {p.returncode}: "
+                           f"{(p.stderr or p.stdout).strip()[:500]}")
+    return f"detd: lock {path}: {done[-1]} of the daemon at {sock}"
+
+
 def verify(strict: Optional[bool] = None, step: Optional[int] = None, every: Optional[int] = None,
            timeout: float = 60.0, allow_empty: bool = True) -> Optional[dict]:
     """Check through the daemon that every rank launched the same config

@@ -45,6 +45,29 @@ START_BOUND_S = 60.0
 
 _lock = threading.Lock()
 _resolved: dict = {}  # pid -> (socket or None, why not)
+_lock_given: dict = {}  # pid -> the lockfile this process gave a daemon it started
+
+
+def lock_requirements() -> list:
+    """What a lock entry must match to be used by this environment
+    (docs/lockfile.md, "Which provenance must match"): the installed
+    Triton and torch versions, as ``FIELD=VALUE`` (read from the
+    distributions' metadata: nothing is imported)."""
+    import importlib.metadata
+
+    out = []
+    for field, dist in (("triton_version", "triton"), ("torch_version", "torch")):
+        try:
+            out.append(f"{field}={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def lock_given() -> Optional[str]:
+    """The lockfile (``DETD_LOCK``) this process gave the daemon it
+    started (``detd --lock``), or None."""
+    return _lock_given.get(os.getpid())
 
 
 def _is_socket(path: str) -> bool:
@@ -154,9 +177,13 @@ def start(sock: str) -> str:
         if ok:
             return ""  # another rank started it while this one waited
         log_path = os.path.join(state, "detd.log")
+        lock_path = os.environ.get("DETD_LOCK") or None
+        cmd = [binary, "--socket", sock, "--state-dir", state, "--exit-when-idle-s", str(idle)]
+        if lock_path:
+            cmd += ["--lock", os.path.abspath(lock_path)]
+            cmd += [a for r in lock_requirements() for a in ("--lock-require", r)]
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([binary, "--socket", sock, "--state-dir", state, "--exit-when-idle-s",
-                                     str(idle)], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     start_new_session=True, close_fds=True)
         deadline = time.monotonic() + START_BOUND_S
         while True:
@@ -173,7 +200,10 @@ def start(sock: str) -> str:
                                    f" ({why}); its log: {log_path}: {_tail(log_path)}")
             time.sleep(0.05)
         proc.returncode = 0  # detached: it outlives this process, never waited for
-    return (f"detd: started a daemon for this user at {sock} (store {state}, log {log_path}); "
+    if lock_path:
+        _lock_given[os.getpid()] = os.path.abspath(lock_path)
+    return (f"detd: started a daemon for this user at {sock} (store {state}, log {log_path}"
+            + (f", lock {os.path.abspath(lock_path)}" if lock_path else "") + "); "
             f"it exits after {idle} s without a client (DETD_START_DAEMON=never: do not start one)")
 
 

@@ -126,7 +126,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional
 
-from . import _audit, _canon, _loop, _native, _process, _samples, _split, _triton
+from . import _audit, _canon, _loop, _native, _process, _provenance, _samples, _split, _triton
 from ._policy import Settings
 
 
@@ -599,6 +599,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             rows, timed["errors"], timed["remeasured"], timed["lock"], timed["pass_s"], timed["split"] = \
                 _timing_pass(ctx, cands, split)
             timed["rows"] = rows
+            timed["timing"] = _provenance.describe(_triton.benchmarker(ctx.tuner), timed["lock"][1], info.kernel)
             return rows
 
         # While another rank times the key: ask in slices, so that a long
@@ -615,7 +616,8 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             return {s: _loop.error_line(errs[s]) if s in errs else _INF_TEXT
                     for s, _, f in timed.get("rows") or () if f}
 
-        res = _loop.resolve(dkey, info.kernel, key_str, _triton.version(), time_pass, share, pass_errors)
+        res = _loop.resolve(dkey, info.kernel, key_str, _triton.version(), time_pass, share, pass_errors,
+                            lambda: timed.get("timing"))
         answer, reason, report_rows, lost, wait = res.answer, res.reason, res.rows, res.lost, res.wait
         if report_rows is not None:
             errors, remeasured, lock_waited = timed["errors"], timed["remeasured"], timed["lock"]

@@ -102,7 +102,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _canon, _imports, _loop, _native, _process, _triton
+from . import _canon, _imports, _loop, _native, _process, _provenance, _triton
 
 # Releases whose patched methods were tested (major, minor), inclusive.
 SUPPORTED = ((2, 11), (2, 13))
@@ -488,12 +488,14 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     reason = f"override {override!r} matches no candidate" if override is not None and out is None else None
     asked = False
     if out is None and reason is None:
-        timings = None
+        timings, how = None, None
 
         def timed_pass(_answer):
-            nonlocal timings
-            with _process.timing_lock():  # one pass at a time per GPU, as Triton's
+            nonlocal timings, how
+            with _process.timing_lock() as held:  # one pass at a time per GPU, as Triton's
                 rows = [r for r in time_pass() if r[0] in cands]
+            # Inductor's own benchmarker, with its own settings.
+            how = _provenance.describe({"benchmarker": "inductor"}, held.locked, kernel)
             timings = {s: ms[0] if len(ms) == 1 else ms for s, ms, _ in rows}
             if not rows or all(f for _, _, f in rows):
                 rows = rows or [(cands[0], [float("inf")], True)]
@@ -502,7 +504,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
         # No share: a waiting process has no way to compile one of
         # Inductor's candidates outside its own pass.
         asked = True
-        res = _loop.resolve(dkey, kernel, key, _triton.version(), timed_pass)
+        res = _loop.resolve(dkey, kernel, key, _triton.version(), timed_pass, timing=lambda: how)
         ans, reason = res.answer, res.reason
         if res.report_error is not None and _loop.pass_failed(res.report_error):
             raise _loop.PassFailedError(kernel, key, str(res.report_error)) from res.report_error

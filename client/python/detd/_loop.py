@@ -402,7 +402,8 @@ class Resolution(NamedTuple):
 def resolve(dkey, kernel: str, key_str: str, version: str,
             time_pass: Callable[[Any], List[Tuple[str, List[float], bool]]],
             share: Optional[Share] = None,
-            pass_errors: Optional[Callable[[], dict]] = None) -> Resolution:
+            pass_errors: Optional[Callable[[], dict]] = None,
+            timing: Optional[Callable[[], Optional[dict]]] = None) -> Resolution:
     """The resolve loop of one governed key, for every adapter: ask the
     daemon; while another rank times the key, wait in slices (logged, see
     :class:`Wait`) and help the pass when ``share`` is given and sharing
@@ -419,7 +420,8 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
     claim back with a note on the error naming the next step. A wait
     for a pass given back so raises :class:`PassEnvError`.
     ``pass_errors()``: why each failed candidate failed (candidate string
-    -> text), sent with the report."""
+    -> text), sent with the report. ``timing()``: how the pass measured
+    (:func:`detd._provenance.describe`), sent with the report."""
     settings = _process.settings()
     pinned = settings.mode == "pinned"
     # The key is not final in this process until the loop ends (see
@@ -427,12 +429,14 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
     wait = Wait(kernel, key_str, share is not None and not pinned and _process.share_pass())
     token = _process.begin_resolving(kernel, key_str, wait.describe)
     try:
-        return _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait)
+        return _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait,
+                        timing)
     finally:
         _process.end_resolving(token)
 
 
-def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait) -> Resolution:
+def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait,
+             timing) -> Resolution:
     answer, reason, rows, report_error = None, None, None, None
     # libdetd waits for a restarted daemon within what is left of the
     # budget, and a claim lost to a restart is asked for again (see
@@ -495,9 +499,10 @@ def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, sett
             deadline += time.monotonic() - t0
         try:
             errs = pass_errors() if pass_errors is not None else None
+            how = timing() if timing is not None else None
+            extra = dict(({"errors": errs} if errs else {}), **({"timing": how} if how else {}))
             answer = _process.client().report(answer.claim_id, dkey, rows, version,
-                                              max(1, int((deadline - time.monotonic()) * 1000)),
-                                              **({"errors": errs} if errs else {}))
+                                              max(1, int((deadline - time.monotonic()) * 1000)), **extra)
             answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
             break
         except _native.DetdError as e:

@@ -61,6 +61,7 @@ OBSERVE_FAILED = 0x4  # libdetd 0.3 (detd_observe_ex)
 AUDIT_STATUS = {"deterministic": 1, "nondeterministic": 2, "error": 3}
 
 # From error.h (stable ABI values).
+EINVAL = -1000
 ECONNECT = -1002
 ETIMEDOUT = -1003
 ESTALE = -1007
@@ -115,11 +116,33 @@ class _Timing(ctypes.Structure):
     ]
 
 
-class _ReportExtra(ctypes.Structure):  # libdetd 0.7
+class _TimingInfo(ctypes.Structure):  # libdetd 0.8: struct detd_timing_info
+    _fields_ = [
+        ("benchmarker", c_char_p),
+        ("warmup", ctypes.c_double),
+        ("rep", ctypes.c_double),
+        ("return_mode", c_char_p),
+        ("cuda_graphs", c_int),
+        ("timing_lock", c_int),
+        ("torch_version", c_char_p),
+        ("cuda_version", c_char_p),
+        ("driver", c_char_p),
+        ("package", c_char_p),
+        ("package_version", c_char_p),
+    ]
+
+
+class _ReportExtra(ctypes.Structure):  # libdetd 0.7; timing: 0.8
     _fields_ = [
         ("size", c_size_t),
         ("errors", ctypes.POINTER(c_char_p)),
+        ("timing", ctypes.POINTER(_TimingInfo)),
     ]
+
+
+# The size of a 0.7 struct detd_report_extra (no timing member).
+_EXTRA_07 = _ReportExtra.timing.offset
+_TIMING_FIELDS = frozenset(name for name, _ in _TimingInfo._fields_)
 
 
 class _Answer(ctypes.Structure):
@@ -486,20 +509,34 @@ class Client:
         return _answer(self._lib, p)
 
     def report(self, claim_id: int, key: Key, timings: Sequence[Tuple[str, Sequence[float], bool]],
-               triton_version: str, timeout_ms: int, errors: Optional[dict] = None) -> Answer:
+               triton_version: str, timeout_ms: int, errors: Optional[dict] = None,
+               timing: Optional[dict] = None) -> Answer:
         """``detd_report``; ``errors``: candidate string -> why it failed,
         sent with the timings (``detd_report_ex``, libdetd 0.7; ignored
         with an older one): the daemon keeps the first with a pass in
-        which every candidate failed."""
+        which every candidate failed. ``timing``: how the pass measured
+        (the members of ``struct detd_timing_info``; libdetd 0.8, left out
+        with an older one), stored with the decision."""
         ck = _CKey(key)
         arr, _keep = _timings_array(timings)
         p = ctypes.POINTER(_Answer)()
-        if errors and hasattr(self._lib, "detd_report_ex"):
-            texts = [_b_text(errors.get(cfg)) for cfg, _, _ in timings]
-            earr = (c_char_p * max(1, len(texts)))(*texts)
+        if (errors or timing) and hasattr(self._lib, "detd_report_ex"):
+            earr = None
+            if errors:
+                texts = [_b_text(errors.get(cfg)) for cfg, _, _ in timings]
+                earr = (c_char_p * max(1, len(texts)))(*texts)
             ex = _ReportExtra(ctypes.sizeof(_ReportExtra), ctypes.cast(earr, ctypes.POINTER(c_char_p)))
+            if timing:
+                info = _TimingInfo(**{k: (_b_text(v) if isinstance(v, str) else v)
+                                      for k, v in timing.items() if k in _TIMING_FIELDS})
+                ex.timing = ctypes.pointer(info)
             rc = self._lib.detd_report_ex(self._h, claim_id, ctypes.byref(ck.s), arr, len(timings), ctypes.byref(ex),
                                           _b(triton_version), timeout_ms, ctypes.byref(p))
+            if rc == EINVAL and "extra->size" in (_s(self._lib.detd_client_last_error()) or ""):
+                # A libdetd older than 0.8: the same report without timing.
+                ex.size, ex.timing = _EXTRA_07, None
+                rc = self._lib.detd_report_ex(self._h, claim_id, ctypes.byref(ck.s), arr, len(timings),
+                                              ctypes.byref(ex), _b(triton_version), timeout_ms, ctypes.byref(p))
         else:
             rc = self._lib.detd_report(self._h, claim_id, ctypes.byref(ck.s), arr, len(timings), _b(triton_version),
                                        timeout_ms, ctypes.byref(p))

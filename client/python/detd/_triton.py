@@ -38,6 +38,7 @@ __all__ = [
     "SUPPORTED",
     "version",
     "version_warning",
+    "benchmarker",
     "interpreting",
     "patch",
     "config_string",
@@ -363,6 +364,48 @@ def time_candidates(tuner, args, kwargs, pruned, record: bool = True, stop=None,
         tuner.bench_time = time.time() - start
         tuner.configs_timings = timings
     return timings, errors
+
+
+# How Autotuner._bench asks its benchmarker for a candidate (3.3 to 3.9).
+_RETURN_MODE = "quantiles=0.5,0.2,0.8"
+
+
+def _callable_name(fn) -> str:
+    """``module.qualname`` of a benchmarker (a partial: of its function)."""
+    fn = getattr(fn, "func", fn)
+    mod, name = getattr(fn, "__module__", None) or "", getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"{mod}.{name}" if mod in ("triton.testing",) else f"{mod}:{name}" if mod else name
+
+
+def benchmarker(tuner) -> dict:
+    """The benchmarker this tuner's ``_bench`` uses and its settings, for
+    the decision's provenance: ``do_bench_cudagraph`` (``use_cuda_graph``)
+    or ``do_bench`` with the tuner's ``warmup``/``rep`` (the deprecated
+    arguments), else its ``do_bench`` (the kernel's ``do_bench=``, or the
+    driver's benchmarker) with the warmup and rep its signature or partial
+    gives (0: unknown)."""
+    reps = getattr(tuner, "num_reps", None)
+    warm = getattr(tuner, "num_warmups", None)
+    if getattr(tuner, "use_cuda_graph", False):
+        return dict(benchmarker="triton.testing.do_bench_cudagraph", rep=reps or 100, cuda_graphs=True,
+                    return_mode=_RETURN_MODE)
+    if warm is not None or reps is not None:
+        return dict(benchmarker="triton.testing.do_bench", warmup=warm or 25, rep=reps or 100,
+                    return_mode=_RETURN_MODE)
+    try:
+        fn = tuner.do_bench  # 3.6+: a property (the driver's benchmarker when unset)
+    except Exception:  # noqa: BLE001 - no active driver: not known
+        return dict(return_mode=_RETURN_MODE)
+    settings = {}
+    try:
+        target = getattr(fn, "func", fn)
+        for p in inspect.signature(target).parameters.values():
+            if p.name in ("warmup", "rep") and isinstance(p.default, (int, float)):
+                settings[p.name] = p.default
+        settings.update({k: v for k, v in (getattr(fn, "keywords", None) or {}).items() if k in ("warmup", "rep")})
+    except (TypeError, ValueError):  # a builtin or an odd callable: not known
+        pass
+    return dict(benchmarker=_callable_name(fn), return_mode=_RETURN_MODE, **settings)
 
 
 def set_timings(tuner, timings, seconds):

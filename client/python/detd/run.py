@@ -4,6 +4,7 @@
     python -m detd.run -m package.module [args...]
     torchrun --nproc-per-node 8 -m detd.run train.py [args...]
     detd-run train.py [args...]
+    detd-run --lock run-17.lock.json train.py [args...]
 
 Settings come from the ``DETD_*`` environment variables (see
 :mod:`detd._policy`); invalid ones stop the run before the script starts,
@@ -18,6 +19,10 @@ With ``DETD_RUN_REPORT=PATH`` the process writes, when it exits, what
 :func:`detd.autotuners` says (every autotuner it reached, per key the
 config it launched, its source and wait) and :func:`detd.stats` (daemon
 outages met, fallbacks) to PATH as JSON, with its pid and rank.
+With ``--lock FILE`` (or ``DETD_LOCK=FILE``) the job starts warm from a
+lockfile (:func:`detd.use_lock`, docs/lockfile.md): every process makes
+sure the daemon holds it before the script starts, and the first rank
+says in one line what was done.
 """
 
 from __future__ import annotations
@@ -45,9 +50,20 @@ def main(argv=None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
+    lock = os.environ.get("DETD_LOCK") or None
+    if argv[0] == "--lock" or argv[0].startswith("--lock="):
+        lock = argv[0][len("--lock="):] if "=" in argv[0] else (argv[1] if len(argv) > 1 else "")
+        argv = argv[1:] if "=" in argv[0] else argv[2:]
+        if not lock or not argv:
+            print("detd-run: --lock needs a FILE and a script", file=sys.stderr)
+            return 2
     import detd
 
     try:
+        if lock:
+            line = detd.use_lock(lock)
+            if os.environ.get("RANK", "0") in ("", "0"):
+                print(line, file=sys.stderr, flush=True)
         s = detd.settings()
         if s.mode in ("coordinated", "pinned") and s.on_miss == "error":
             # Its first governed kernel would fail: one line, before the
@@ -58,7 +74,7 @@ def main(argv=None) -> int:
                       "kernel would fail)", file=sys.stderr)
                 return 2
         detd.install()
-    except (ValueError, ImportError) as e:
+    except (ValueError, ImportError, RuntimeError, OSError) as e:
         print(f"detd-run: {e}", file=sys.stderr)
         return 2
     report = os.environ.get("DETD_RUN_REPORT")
