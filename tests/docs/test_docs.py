@@ -104,8 +104,15 @@ DOCS_RUN_BY = {
     "venv/bin/detd-run train.py": RUN_BY["detd-run train.py"],
     "venv/bin/torchrun --nproc-per-node 8 -m detd.run train.py":
         RUN_BY["torchrun --nproc-per-node 8 -m detd.run train.py"],
-    # lockfile.md: `...` is the job's own torchrun flags.
+    # lockfile.md: `...` is the job's own torchrun flags; the test runs
+    # `python -m detd.run --lock` (what torchrun starts in each process).
     "torchrun ... -m detd.run train.py": RUN_BY["torchrun --nproc-per-node 8 -m detd.run train.py"],
+    "torchrun ... -m detd.run --lock run-17.lock.json train.py":
+        ("tests/integration/test_lockfile.py", r'"-m", "detd\.run", "--lock", lock'),
+    "detctl lock import run-17.lock.json --require torch_version=2.11.0+cu128":
+        ("tests/integration/test_lockfile.py", r'"lock", "import", lock, .*"--require", "torch_version='),
+    "detd --lock run-17.lock.json --lock-require triton_version=3.6.0":
+        ("tests/integration/test_lockfile.py", r'"--lock", lock, "--lock-require", "triton_version='),
     "cmake --build build": RUN_BY["cmake --build build -j"],
     "detctl [GLOBAL OPTIONS] COMMAND [OPTIONS]": USAGE,
     # No docker or kubectl on the test machine: the deploy checks read the
