@@ -53,3 +53,23 @@ def _native_fields():
     from detd import _native
 
     return _native._TimingInfo._fields_
+
+
+def test_the_driver_release_from_the_kernel_module_line(tmp_path, monkeypatch):
+    # /proc/driver/nvidia/version's first line, proprietary and open modules;
+    # torch has no public call for the driver's release.
+    lines = {"NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Sep 18 2025": "580.159.04",
+             "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (b@h)  "
+             "Thu Jan 23 2025": "570.86.15"}
+    for line, want in lines.items():
+        assert _provenance._NVRM.search(line).group(1) == want
+    real_open = open
+
+    def fake_open(path, *a, **kw):
+        if path == "/proc/driver/nvidia/version":
+            (tmp_path / "v").write_text(next(iter(lines)) + "\nGCC version: 12\n")
+            return real_open(tmp_path / "v", *a, **kw)
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    assert _provenance._driver_version() == "580.159.04"

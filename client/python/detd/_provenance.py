@@ -11,9 +11,11 @@ requires. Every string is
 cut to :data:`MAX_CHARS` (the daemon refuses more than 256 bytes).
 """
 
+import ctypes
 import functools
 import importlib.metadata
 import math
+import re
 import sys
 from typing import Dict, Tuple
 
@@ -43,11 +45,34 @@ def _torch_versions() -> Tuple[str, str, str]:
     driver = "none"
     try:
         if torch.cuda.is_available():
-            v = int(torch._C._cuda_getDriverVersion())  # e.g. 12080
-            driver = f"{v // 1000}.{v % 1000 // 10}"
+            driver = _driver_version()
     except Exception:  # noqa: BLE001 - an old or odd torch: not known
         driver = ""
     return str(version), str(cuda), driver
+
+
+_NVRM = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+
+
+def _driver_version() -> str:
+    """The NVIDIA driver's release (e.g. "580.159.04", the kernel module's
+    version in /proc/driver/nvidia/version, first line, read capped), else
+    the CUDA version the driver supports ("cuda 13.0", libcuda's
+    cuDriverGetVersion), else ""."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="ascii", errors="replace") as f:
+            m = _NVRM.search(f.readline(512))
+        if m:
+            return m.group(1)
+    except OSError:
+        pass
+    try:
+        v = ctypes.c_int(0)
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
+            return f"cuda {v.value // 1000}.{v.value % 1000 // 10}"
+    except (OSError, AttributeError):
+        pass
+    return ""
 
 
 _versions_cache: Dict[str, Tuple[str, str, str]] = {}
