@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from conftest import HERE, require_module
+from detd import _canon
 
 N = 3
 
@@ -83,7 +84,7 @@ def torch_ok():
 
 
 def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
-    first = _workers(daemon, tmp_path, "fused", N, "a")
+    first = _workers(daemon, tmp_path, "fused+wide", N, "a")
     for r in first:
         assert r["ran"], r.get("error")
         assert r["close"], "compiled outputs differ from eager"
@@ -96,14 +97,30 @@ def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
     keys, timed = _agree(first)
     stages = {k[1].split(",", 1)[0] for k in keys}
     assert stages == {'[s:"configs"', '[s:"coordesc"'}, stages
+    searches = {}
     for (kernel, key), entry in keys.items():
         assert kernel.startswith("inductor::triton_") and "@" in kernel, kernel
         assert timed[(kernel, key)] == 1, f"{kernel} {key}: timed by {timed[(kernel, key)]} processes"
         assert entry["source"] == "timed"
         assert 'torch 2.' in key and 'triton ' in key and 't[s:"x",' in key, key
-        assert entry["config"] in entry["candidates"]
-    coordesc = [e for (_, k), e in keys.items() if k.startswith('[s:"coordesc"')]
-    assert all(len(e["candidates"]) > 2 for e in coordesc)
+        if any(c.startswith("search:") for c in entry["candidates"]):
+            searches[(kernel, key)] = entry
+        else:
+            assert entry["config"] in entry["candidates"]
+    coordesc = {(n, k): e for (n, k), e in keys.items() if k.startswith('[s:"coordesc"')}
+    assert all(len(e["candidates"]) > 2 for nk, e in coordesc.items() if nk not in searches)
+    # The 3-D kernel's descent reaches more configs than a key lists: its
+    # key names the search (the start config, the descriptor), one process
+    # ran Inductor's descent (several configs timed), every process
+    # launched the committed config, a config of the search; no process
+    # gave the search up.
+    (kernel, key), entry = _one_search(searches, coordesc)
+    start, desc = entry["candidates"]
+    assert desc.startswith("search:inductor.coordesc;tune=XBLOCK:1-32,YBLOCK:1-32,ZBLOCK:1-32,num_warps:1-32;"), desc
+    assert _canon.search_values(desc, start, entry["config"]) is not None, (desc, start, entry["config"])
+    [timing] = [_keys(r)[(kernel, key)]["timings"] for r in first if _keys(r)[(kernel, key)]["timed_here"]]
+    assert start in timing and len(timing) > 4, timing
+    assert all("not searched" not in r["output"] for r in first)
     # A process that timed nothing ran no benchmark; the results are bitwise equal.
     for r in first:
         if not any(e["timed_here"] for e in _keys(r).values()):
@@ -112,7 +129,7 @@ def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
     assert len({r["digest"] for r in first}) == 1
 
     # The rerun times nothing and launches the same configs.
-    again = _workers(daemon, tmp_path, "fused", 2, "b")
+    again = _workers(daemon, tmp_path, "fused+wide", 2, "b")
     keys2, timed2 = _agree(again)
     assert set(keys2) == set(keys)
     for key in keys:
@@ -131,6 +148,11 @@ def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
         assert by[key]["config"] == entry["config"]
     v = daemon.detctl("verify")
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+def _one_search(searches, coordesc):
+    assert len(searches) == 1 and set(searches) <= set(coordesc), (list(searches), list(coordesc))
+    return next(iter(searches.items()))
 
 
 def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
@@ -209,6 +231,29 @@ def test_unsupported_torch_is_refused(daemon, tmp_path, torch_ok):
     assert "2.9.1" in st[0]["why"]
     assert not _keys(r)
     assert r["bench_calls"] > 0
+
+
+def test_search_strings_follow_the_daemons_rule():
+    """The client's side of a key that names a search (daemon/core/search.h):
+    the descriptor it sends and the configs it accepts as the search's, the
+    cases of tests/unit/test_search.c."""
+    desc = _canon.search_descriptor("inductor.coordesc", [("XBLOCK", 1, 4096), ("R0_BLOCK", 1, 32768)],
+                                    radius=1, all_directions=False)
+    assert desc == "search:inductor.coordesc;tune=XBLOCK:1-4096,R0_BLOCK:1-32768;all_directions=False;radius=1"
+    assert _canon.is_search(desc) and not _canon.is_search("XBLOCK=1")
+    start = "R0_BLOCK=2048,XBLOCK=1,num_warps=16,num_stages=1,num_ctas=1"
+    assert _canon.search_values(desc, start, start) == {"R0_BLOCK": 2048, "XBLOCK": 1}
+    assert _canon.search_values(desc, start, "R0_BLOCK=4096,XBLOCK=8,num_warps=16,num_stages=1,num_ctas=1") == \
+        {"R0_BLOCK": 4096, "XBLOCK": 8}
+    for bad in ("R0_BLOCK=4096,XBLOCK=8,num_warps=8,num_stages=1,num_ctas=1",  # num_warps is not tuned here
+                "R0_BLOCK=65536,XBLOCK=1,num_warps=16,num_stages=1,num_ctas=1",  # over its range
+                "R0_BLOCK=02048,XBLOCK=1,num_warps=16,num_stages=1,num_ctas=1",  # not canonical
+                "R0_BLOCK=\u00b2,XBLOCK=1,num_warps=16,num_stages=1,num_ctas=1",  # a digit, not ASCII
+                "R0_BLOCK=2048,XBLOCK=1,num_warps=16,num_stages=1",  # a part fewer
+                desc):
+        assert _canon.search_values(desc, start, bad) is None, bad
+    with pytest.raises(ValueError):
+        _canon.search_descriptor("m", [("X", 1, 2)], note="a;b")
 
 
 def test_refusal_and_strings():

@@ -48,7 +48,7 @@ LAYERS = [
     ("_devlock",      3,    ("_policy",)),
     ("_split",        4,    ("_devlock", "_native", "_samples")),
     ("_process",      5,    ("_devlock", "_native", "_policy", "_split", "_triton")),
-    ("_loop",         6,    ("_native", "_process", "_split")),
+    ("_loop",         6,    ("_canon", "_native", "_process", "_split")),
     ("_hook",         7,    ("_audit", "_canon", "_loop", "_native", "_policy", "_process", "_samples",
                              "_split", "_triton")),
     ("_inductor",     7,    ("_canon", "_loop", "_native", "_process", "_triton")),
