@@ -336,6 +336,36 @@ def test_gpu_step_script_summary():
     assert not slow["checks"]["detd step time within 1% of default (median over rounds)"]
 
 
+def test_gpu_coordesc_script_summary():
+    """The GPU run of large searches (tests/gpu/run_coordesc.py) on made-up
+    process results: the rows, the overrides that make "detd before", and
+    checks that fail when the rerun timed or a process gave a search up."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
+    import run_coordesc as rc
+
+    ident = 'inductor::triton_red_fused__log_softmax_0@ab [s:"coordesc",s:"reduction"]'
+    start, found = "R0_BLOCK=2048,XBLOCK=1,num_warps=16", "R0_BLOCK=4096,XBLOCK=1,num_warps=16"
+    cands = [start, "search:inductor.coordesc;tune=XBLOCK:1-4096,R0_BLOCK:1-32768,num_warps:1-32;radius=1"]
+    assert rc.kernel_name(ident) == "triton_red_fused__log_softmax_0"
+    assert rc.overrides({ident: cands}) == {"inductor::triton_red_fused__log_softmax_0@ab": start}
+
+    def proc(config, ms, us, timed=()):
+        return dict(choices={ident: config}, searches={ident: cands}, timed=list(timed), losses=["1"],
+                    step_ms=[ms] * 3, kernels_us={"triton_red_fused__log_softmax_0": [1, us], "gemm": [3, 900.0]})
+
+    runs = {"default": proc(found, 10.0, 300.0), "detd before": proc(start, 10.2, 400.0),
+            "detd run 1": proc(found, 10.0, 300.0, [ident]), "detd rerun": proc(found, 10.0, 300.0)}
+    rows, checks = rc.summarize(runs, [1, 0], ["", "detd: pid 1 is timing ..."], 0)
+    assert [r["variant"] for r in rows] == list(rc.VARIANTS)
+    assert rows[1]["searched_us"] == 400.0 and round(rows[1]["vs_default"], 3) == 1.02
+    assert rows[3]["configs"] == {ident: found}
+    assert all(checks.values()), checks
+    runs["detd rerun"]["timed"] = [ident]
+    _, checks = rc.summarize(runs, [1, 1], ["detd: ...: not searched, the committed config ... is kept"], 0)
+    failed = {k for k, ok in checks.items() if not ok}
+    assert failed == {"the rerun timed nothing (daemon: 0 passes)", "no process said 'not searched'"}, failed
+
+
 def test_gpu_step_script_runs_one_process_through_run_procs(tmp_path, monkeypatch):
     """run_inductor_step.run_one starts one rank-0 process through
     run_inductor.run_procs, with --dims, --profile-steps, its own Inductor
