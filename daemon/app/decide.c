@@ -664,11 +664,10 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
             passend_reject(d, ev->call, &vk, req->claim_id, why);
             goto free_msg;
         }
-        if (!validate_has_candidate(vk.k, t->config)) {
-            snprintf(why, sizeof why,
-                     "timings[%zu].config '%.200s' is not one of the key's "
-                     "candidates",
-                     i, t->config);
+        char bad[480];
+        if (!validate_pass_config(&vk, t->config, bad, sizeof bad)) {
+            snprintf(why, sizeof why, "timings[%zu].config '%.200s' %s", i,
+                     t->config, bad);
             passend_reject(d, ev->call, &vk, req->claim_id, why);
             goto free_msg;
         }
@@ -685,9 +684,11 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         et[i].n_ms = req->timings[i]->n_ms;
         et[i].failed = req->timings[i]->failed;
     }
-    int w = engine_pick_winner(et, req->n_timings,
-                               (const char *const *)vk.k->candidates,
-                               vk.k->n_candidates);
+    /* Every row was checked above; a search's rows are not candidates. */
+    int w = engine_pick_winner(
+        et, req->n_timings,
+        vk.search < 0 ? (const char *const *)vk.k->candidates : NULL,
+        vk.search < 0 ? vk.k->n_candidates : 0);
     free(et);
     if (w < 0) {
         passend_failed_reason(req, why, sizeof why);

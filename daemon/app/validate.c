@@ -3,10 +3,12 @@
  */
 #include "app/validate.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/limits.h"
+#include "core/search.h"
 #include "detd/client.h"
 
 /* Answer call with an error; with call NULL say nothing. */
@@ -102,6 +104,12 @@ int validate_key(const char *default_ns, rpc_call *call,
                             (const char *const *)k->candidates,
                             k->n_candidates) != 0)
         return -1;
+    char why[512];
+    if (search_check_key((const char *const *)k->candidates, k->n_candidates,
+                         &ret->search, why, sizeof why) != 0) {
+        VFAIL(call, RPC_INVALID_ARGUMENT, "key.candidates%s", why);
+        return -1;
+    }
     ret->k = k;
     ret->ns = k->namespace_ != NULL && k->namespace_[0] != '\0' ? k->namespace_
                                                                 : default_ns;
@@ -196,6 +204,24 @@ static int validate_observe_source(rpc_call *call,
                    validate_runtime_text(call, "config", req->config, 0) != 0
                ? -1
                : 0;
+}
+
+/* See validate.h. */
+int validate_pass_config(const struct vkey *vk, const char *config, char *why,
+                         size_t why_len) {
+    if (validate_has_candidate(vk->k, config))
+        return 1;
+    if (vk->search < 0) {
+        snprintf(why, why_len, "is not one of the key's candidates");
+        return 0;
+    }
+    const char *desc = vk->k->candidates[vk->search];
+    const char *start = vk->k->candidates[vk->search == 0 ? 1 : 0];
+    char sub[400];
+    if (search_config_ok(desc, start, config, sub, sizeof sub))
+        return 1;
+    snprintf(why, why_len, "is not a config of the key's search: %s", sub);
+    return 0;
 }
 
 /* See validate.h. */

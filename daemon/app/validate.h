@@ -18,12 +18,15 @@
 #include "io/rpc.h"
 
 /* A key after validation, with its fingerprint and decision id. ns and k
- * borrow from the request (or the daemon's namespace). */
+ * borrow from the request (or the daemon's namespace). search: the index
+ * of the candidate naming the key's search (core/search.h), -1 for an
+ * ordinary key. */
 struct vkey {
     const char *ns;
     const Detd__V1__DecisionKey *k;
     char fp[KEYID_HEX_LEN + 1];
     char id[KEYID_HEX_LEN + 1];
+    int search;
 };
 
 /* s (may be NULL: empty) is at most max bytes, and not empty when
@@ -45,7 +48,8 @@ int validate_candidates(rpc_call *call, const char *what,
 
 /*
  * Check key k (arch, kernel, key, candidates and their caps; no candidate
- * may hold a newline, the fingerprint's separator) and compute
+ * may hold a newline, the fingerprint's separator; a key naming a search
+ * must be a well-formed one, search_check_key()) and compute
  * its candidate fingerprint and decision id into *ret. default_ns is the
  * daemon's namespace, used when the key names none (borrowed by ret).
  */
@@ -65,6 +69,15 @@ int validate_pass_call(const char *default_ns, rpc_call *call,
 /* 1 when config is one of k's candidates (a checked key's: at least
  * one), else 0: keyid_has_candidate() on k's list. */
 int validate_has_candidate(const Detd__V1__DecisionKey *k, const char *config);
+
+/*
+ * 1 when a timing pass of vk may report config: one of its candidates, or
+ * for a key naming a search a config of that search (search_config_ok());
+ * else 0 with why (why_len bytes) saying what is wrong, starting with
+ * "is not".
+ */
+int validate_pass_config(const struct vkey *vk, const char *config, char *why,
+                         size_t why_len);
 
 /* The Observe fields beyond the key and config: error and why (at most
  * DAEMON_MAX_NOTE bytes), the audit (a known status; at most

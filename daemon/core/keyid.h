@@ -42,8 +42,9 @@ int keyid_candidates_fp(const char *const *candidates, size_t n,
 
 /*
  * 1 when config is one of cands[0..n), else 0; with cands NULL (no set
- * to check against) every config is: 1. strcmp, so exact bytes. All
- * borrowed for the call.
+ * to check against) every config is: 1. strcmp, so exact bytes. A search
+ * descriptor (core/search.h) is never a config: 0. All borrowed for the
+ * call.
  */
 int keyid_has_candidate(const char *config, const char *const *cands, size_t n);
 

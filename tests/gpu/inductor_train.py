@@ -5,7 +5,7 @@ max-autotune's GEMM selection, pointwise/reduction config benchmarking and
 coordinate-descent tuning on. Every process draws the same data and the
 same initial weights.
 
-    python3 inductor_train.py --mode default|detd --out FILE [--steps N]
+    python3 inductor_train.py --mode default|detd --out FILE [--steps N] [--compile-mode M]
 
 ``default``: detd installed in ``auto`` mode, which changes nothing in
 Inductor (its caches stay on; each process has its own cache folder) and
@@ -15,9 +15,11 @@ only lists the choices Inductor made on its own. ``detd``: coordinated
 Writes JSON: ``choices`` ((kernel, key) -> the config or choice used),
 ``sources`` (its source: timed, local, ...), ``timed`` (the keys this process ran a timing pass for), ``losses`` (exact
 bit patterns, every step), ``grads`` (SHA-256 of all gradients' bytes,
-every step), ``step_ms`` (CUDA-event time of each step after warm-up) and
-``compile_s``; with --profile-steps, ``kernels_us`` (GPU kernel name ->
-[launches, microseconds per step]).
+every step), ``step_ms`` (CUDA-event time of each step after warm-up),
+``compile_s``, ``searches`` ((kernel, key) -> the candidates of each key
+that names a search: the start config and the descriptor); with
+--profile-steps, ``kernels_us`` (GPU kernel name -> [launches,
+microseconds per step]).
 """
 
 import argparse
@@ -42,6 +44,8 @@ def main():
                     help="after the timed steps, run this many more under torch.profiler and write "
                          "each GPU kernel's count and total time (``kernels_us``)")
     ap.add_argument("--dims", default="512,2048,256,512", help="d_in,d_hid,n_cls,batch")
+    ap.add_argument("--compile-mode", default="max-autotune",
+                    help="torch.compile's mode (coordinate descent is on in every mode)")
     a = ap.parse_args()
 
     import detd
@@ -72,7 +76,7 @@ def main():
         logits = h @ w2.t()
         return torch.nn.functional.cross_entropy(logits.float(), y)
 
-    compiled = torch.compile(step_fn, mode="max-autotune")
+    compiled = torch.compile(step_fn, mode=a.compile_mode)
     losses, grads, step_ms = [], [], []
     t0 = time.time()
     compile_s = None
@@ -117,7 +121,7 @@ def main():
             if us > 0:
                 kernels_us[ev.key] = [ev.count, us / a.profile_steps]
 
-    choices, sources, timed, kernels = {}, {}, [], 0
+    choices, sources, timed, kernels, searches = {}, {}, [], 0, {}
     for t in detd.autotuners():
         if t.get("kind") != "inductor" or t["kernel"] == "inductor::*":
             continue
@@ -128,12 +132,15 @@ def main():
             sources[ident] = k["source"]
             if k.get("timed_here"):
                 timed.append(ident)
+            if any(c.startswith("search:") for c in k.get("candidates") or ()):
+                searches[ident] = k["candidates"]
     status = [t for t in detd.autotuners() if t["kernel"] == "inductor::*"]
     stages = {}  # the key's first element: configs, coordesc, select
     for ident in choices:
         st = ident.split(" ", 1)[1].split(",", 1)[0].lstrip("[").replace('s:"', "").rstrip('"')
         stages[st] = stages.get(st, 0) + 1
-    doc = dict(pid=os.getpid(), mode=a.mode, stages=stages, choices=choices, sources=sources, timed=timed, kernels=kernels, losses=losses,
+    doc = dict(pid=os.getpid(), mode=a.mode, stages=stages, choices=choices, sources=sources, timed=timed,
+               kernels=kernels, searches=searches, losses=losses,
                grads=grads, step_ms=step_ms, compile_s=compile_s, kernels_us=kernels_us, status=status[0] if status else None,
                torch=torch.__version__, device=torch.cuda.get_device_name())
     with open(a.out, "w") as f:

@@ -43,10 +43,11 @@ sys.path.insert(0, HERE)
 from run_gpu import Daemon, counter, env_for  # noqa: E402
 
 
-def run_procs(n, mode, work, tag, steps, extra=None, dims=None, profile_steps=0):
+def run_procs(n, mode, work, tag, steps, extra=None, dims=None, profile_steps=0, args=()):
     """n inductor_train.py processes at once (ranks 0..n-1, each with its
     own Inductor cache folder); their results, in rank order.
-    profile_steps > 0 adds a torch.profiler pass (kernels_us)."""
+    profile_steps > 0 adds a torch.profiler pass (kernels_us); args: more
+    of inductor_train.py's arguments."""
     procs = []
     for r in range(n):
         out = os.path.join(work, f"{tag}_r{r}.json")
@@ -56,7 +57,8 @@ def run_procs(n, mode, work, tag, steps, extra=None, dims=None, profile_steps=0)
         procs.append((subprocess.Popen([sys.executable, os.path.join(HERE, "inductor_train.py"), "--mode", mode,
                                         "--out", out, "--steps", str(steps),
                                         *(["--dims", dims] if dims else []),
-                                        *(["--profile-steps", str(profile_steps)] if profile_steps else [])],
+                                        *(["--profile-steps", str(profile_steps)] if profile_steps else []),
+                                        *args],
                                        env=e, stdout=log,
                                        stderr=subprocess.STDOUT), out, log))
     res = []

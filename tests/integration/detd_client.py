@@ -219,6 +219,7 @@ def main():
     ap.add_argument("--wait-start", help="create FILE.ready.PID, then spin until FILE exists (start line)")
     ap.add_argument("--arch", default="sm90")
     ap.add_argument("--cands", help="candidate configs separated by ';' (instead of --candidates)")
+    ap.add_argument("--cands-json", help="candidate configs as a JSON list (for candidates holding ';')")
     ap.add_argument("--table-key-prefix", help="send table_key PREFIX<i> with key i")
     ap.add_argument("--until", help="ask fresh keys (0, 1, ...) until this file exists; "
                                     "the order of answers goes to \"sequence\"")
@@ -242,6 +243,8 @@ def main():
         cands = [f"BLOCK={16 << i},num_warps=4".encode() for i in range(a.candidates)]
     if a.cands:
         cands = [c.encode() for c in a.cands.split(";")]
+    if a.cands_json:
+        cands = [c.encode() for c in json.loads(a.cands_json)]
     arr = (ctypes.c_char_p * len(cands))(*cands)
     if a.serve:
         serve(lib, cl, lambda k: Key(None, a.arch.encode(), a.kernel.encode(), k.encode(), arr, len(cands), None))

@@ -369,6 +369,54 @@ def test_report_refusals_say_what_happened(daemon):
         b.close()
 
 
+# ---- a key that names a search --------------------------------------------------
+
+SEARCH_START = "R0_BLOCK=2048,XBLOCK=1,num_warps=16,num_stages=1,num_ctas=1"
+SEARCH = "search:inductor.coordesc;tune=XBLOCK:1-4096,R0_BLOCK:1-32768,num_warps:1-32;radius=1"
+EINVAL = -1000  # DETD_EINVAL
+
+
+def test_a_key_naming_a_search_commits_a_config_of_its_shape(daemon):
+    """A key whose candidates are a start config and a search descriptor
+    (daemon/core/search.h): its timing pass may report configs outside the
+    list when they are the start with only tuned fields changed, within
+    their ranges; the winner is committed and answered to every rank. A
+    report with any other config is refused naming it, a malformed search
+    key at Decide naming the candidate."""
+    cands = ["--cands-json", json.dumps([SEARCH_START, SEARCH])]
+    a, b = ServeClient(daemon, 0, cands), ServeClient(daemon, 1, cands)
+    bad = ServeClient(daemon, 2, ["--cands-json", json.dumps([SEARCH_START, "search:m;radius=1"])])
+    try:
+        r = bad.call(op="decide", key="k")
+        assert r["rc"] == EINVAL and "key.candidates[1] names a search but has no part tune=" in r["error"], r
+        # An unusable report ends its claim: one key for each.
+        refused = [
+            ("R0_BLOCK=2048,XBLOCK=1,num_warps=16,num_stages=2,num_ctas=1",
+             "part 3 'num_stages=2' differs from the start's 'num_stages=1', a field the search does not tune"),
+            ("R0_BLOCK=65536,XBLOCK=1,num_warps=16,num_stages=1,num_ctas=1",
+             "part 0 'R0_BLOCK=65536' is not R0_BLOCK=<integer in 1-32768>"),
+            ("R0_BLOCK=2048,XBLOCK=1,num_warps=16,num_stages=1", "fewer parts than the start config"),
+            (SEARCH, "is not a config of the key's search"),
+        ]
+        for i, (config, words) in enumerate(refused):
+            d = a.call(op="decide", key=f"bad{i}")
+            assert d["outcome"] == DESIGNATED, d
+            r = a.call(op="report", key=f"bad{i}", claim_id=d["claim_id"],
+                       timings=[{"config": SEARCH_START, "ms": [2.0]}, {"config": config, "ms": [1.0]}])
+            assert r["rc"] == EINVAL and f"timings[1].config '{config[:40]}" in r["error"], r
+            assert words in r["error"], (words, r)
+        found = "R0_BLOCK=4096,XBLOCK=2,num_warps=8,num_stages=1,num_ctas=1"
+        d = a.call(op="decide", key="good")
+        r = a.call(op="report", key="good", claim_id=d["claim_id"],
+                   timings=[{"config": SEARCH_START, "ms": [2.0]}, {"config": found, "ms": [1.0]}])
+        assert r["rc"] == 0 and r["config"] == found, r
+        r = b.call(op="decide", key="good")
+        assert r["rc"] == 0 and r["outcome"] == 1 and r["config"] == found, r
+    finally:
+        for c in (a, b, bad):
+            c.close()
+
+
 # ---- a restart while a timing pass is open -------------------------------------
 
 def test_open_pass_survives_a_restart_longer_than_its_deadline(tmpdir_short):

@@ -5,7 +5,11 @@ installed (before torch is imported, as ``python -m detd.run`` does).
     inductor_worker.py OUT.json MODEL
 
 MODEL ``fused``: a pointwise and a reduction kernel, with max-autotune's
-pointwise configs and coordinate-descent tuning on. MODEL ``gemm``:
+pointwise configs and coordinate-descent tuning on; ``fused+wide`` adds a
+second graph: a permute + add tiled in three dimensions
+(``triton.max_tiles=3``), whose descent can reach more configs than a key
+can list (XBLOCK, YBLOCK, ZBLOCK and num_warps: 6 x 6 x 6 x 6 = 1296 >
+1024), so its key names the search. MODEL ``gemm``:
 max-autotune's algorithm selection for a matmul (ATen and Triton
 templates).
 
@@ -122,7 +126,7 @@ def _noisy_autotune(self, name, input_nodes, layout, input_gen_fns, choices, **k
 sa.AlgorithmSelectorCache.autotune = _noisy_autotune
 
 torch.manual_seed(0)
-if MODEL == "fused":
+if MODEL in ("fused", "fused+wide"):
     ic.max_autotune_pointwise = True
     ic.coordinate_descent_tuning = True
 
@@ -130,7 +134,14 @@ if MODEL == "fused":
         a = torch.sin(x) * y + 1.0
         return a, (a * a).sum(dim=1)
 
+    def wide(x, y):
+        return (x.permute(2, 1, 0) + y,)
+
     inputs = (torch.randn(32, 256), torch.randn(32, 256))
+    graphs = [(model, inputs, {})]
+    if MODEL == "fused+wide":
+        graphs.append((wide, (torch.randn(32, 32, 32), torch.randn(32, 32, 32)),
+                       {"triton.max_tiles": 3, "triton.prefer_nd_tiling": True}))
 elif MODEL == "gemm":
     ic.max_autotune = True
     ic.max_autotune_gemm_backends = "ATEN,TRITON"
@@ -139,13 +150,17 @@ elif MODEL == "gemm":
         return (torch.relu(x @ w),)
 
     inputs = (torch.randn(64, 128), torch.randn(128, 32))
+    graphs = [(model, inputs, {})]
 else:
     sys.exit(f"unknown model {MODEL!r}")
 
 result = {"pid": os.getpid(), "model": MODEL}
 try:
-    outs = torch.compile(model)(*inputs)
-    ref = model(*inputs)
+    outs, ref = [], []
+    for fn, args, options in graphs:
+        with ic.patch(options):
+            outs += torch.compile(fn)(*args)
+        ref += fn(*args)
     result["ran"] = True
     result["close"] = all(torch.allclose(o, r, atol=1e-3, rtol=1e-3) for o, r in zip(outs, ref))
     result["digest"] = hashlib.sha256(b"".join(o.detach().contiguous().numpy().tobytes() for o in outs)).hexdigest()

@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from conftest import HERE, require_module
+from detd import _canon
 
 N = 3
 
@@ -83,7 +84,7 @@ def torch_ok():
 
 
 def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
-    first = _workers(daemon, tmp_path, "fused", N, "a")
+    first = _workers(daemon, tmp_path, "fused+wide", N, "a")
     for r in first:
         assert r["ran"], r.get("error")
         assert r["close"], "compiled outputs differ from eager"
@@ -96,14 +97,30 @@ def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
     keys, timed = _agree(first)
     stages = {k[1].split(",", 1)[0] for k in keys}
     assert stages == {'[s:"configs"', '[s:"coordesc"'}, stages
+    searches = {}
     for (kernel, key), entry in keys.items():
         assert kernel.startswith("inductor::triton_") and "@" in kernel, kernel
         assert timed[(kernel, key)] == 1, f"{kernel} {key}: timed by {timed[(kernel, key)]} processes"
         assert entry["source"] == "timed"
         assert 'torch 2.' in key and 'triton ' in key and 't[s:"x",' in key, key
-        assert entry["config"] in entry["candidates"]
-    coordesc = [e for (_, k), e in keys.items() if k.startswith('[s:"coordesc"')]
-    assert all(len(e["candidates"]) > 2 for e in coordesc)
+        if any(c.startswith("search:") for c in entry["candidates"]):
+            searches[(kernel, key)] = entry
+        else:
+            assert entry["config"] in entry["candidates"]
+    coordesc = {(n, k): e for (n, k), e in keys.items() if k.startswith('[s:"coordesc"')}
+    assert all(len(e["candidates"]) > 2 for nk, e in coordesc.items() if nk not in searches)
+    # The 3-D kernel's descent reaches more configs than a key lists: its
+    # key names the search (the start config, the descriptor), one process
+    # ran Inductor's descent (several configs timed), every process
+    # launched the committed config, a config of the search; no process
+    # gave the search up.
+    (kernel, key), entry = _one_search(searches, coordesc)
+    start, desc = entry["candidates"]
+    assert desc.startswith("search:inductor.coordesc;tune=XBLOCK:1-32,YBLOCK:1-32,ZBLOCK:1-32,num_warps:1-32;"), desc
+    assert _canon.search_values(desc, start, entry["config"]) is not None, (desc, start, entry["config"])
+    [timing] = [_keys(r)[(kernel, key)]["timings"] for r in first if _keys(r)[(kernel, key)]["timed_here"]]
+    assert start in timing and len(timing) > 4, timing
+    assert all("not searched" not in r["output"] for r in first)
     # A process that timed nothing ran no benchmark; the results are bitwise equal.
     for r in first:
         if not any(e["timed_here"] for e in _keys(r).values()):
@@ -112,7 +129,7 @@ def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
     assert len({r["digest"] for r in first}) == 1
 
     # The rerun times nothing and launches the same configs.
-    again = _workers(daemon, tmp_path, "fused", 2, "b")
+    again = _workers(daemon, tmp_path, "fused+wide", 2, "b")
     keys2, timed2 = _agree(again)
     assert set(keys2) == set(keys)
     for key in keys:
@@ -131,6 +148,11 @@ def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
         assert by[key]["config"] == entry["config"]
     v = daemon.detctl("verify")
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+def _one_search(searches, coordesc):
+    assert len(searches) == 1 and set(searches) <= set(coordesc), (list(searches), list(coordesc))
+    return next(iter(searches.items()))
 
 
 def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
@@ -211,6 +233,29 @@ def test_unsupported_torch_is_refused(daemon, tmp_path, torch_ok):
     assert r["bench_calls"] > 0
 
 
+def test_search_strings_follow_the_daemons_rule():
+    """The client's side of a key that names a search (daemon/core/search.h):
+    the descriptor it sends and the configs it accepts as the search's, the
+    cases of tests/unit/test_search.c."""
+    desc = _canon.search_descriptor("inductor.coordesc", [("XBLOCK", 1, 4096), ("R0_BLOCK", 1, 32768)],
+                                    radius=1, all_directions=False)
+    assert desc == "search:inductor.coordesc;tune=XBLOCK:1-4096,R0_BLOCK:1-32768;all_directions=False;radius=1"
+    assert _canon.is_search(desc) and not _canon.is_search("XBLOCK=1")
+    start = "R0_BLOCK=2048,XBLOCK=1,num_warps=16,num_stages=1,num_ctas=1"
+    assert _canon.search_values(desc, start, start) == {"R0_BLOCK": 2048, "XBLOCK": 1}
+    assert _canon.search_values(desc, start, "R0_BLOCK=4096,XBLOCK=8,num_warps=16,num_stages=1,num_ctas=1") == \
+        {"R0_BLOCK": 4096, "XBLOCK": 8}
+    for bad in ("R0_BLOCK=4096,XBLOCK=8,num_warps=8,num_stages=1,num_ctas=1",  # num_warps is not tuned here
+                "R0_BLOCK=65536,XBLOCK=1,num_warps=16,num_stages=1,num_ctas=1",  # over its range
+                "R0_BLOCK=02048,XBLOCK=1,num_warps=16,num_stages=1,num_ctas=1",  # not canonical
+                "R0_BLOCK=\u00b2,XBLOCK=1,num_warps=16,num_stages=1,num_ctas=1",  # a digit, not ASCII
+                "R0_BLOCK=2048,XBLOCK=1,num_warps=16,num_stages=1",  # a part fewer
+                desc):
+        assert _canon.search_values(desc, start, bad) is None, bad
+    with pytest.raises(ValueError):
+        _canon.search_descriptor("m", [("X", 1, 2)], note="a;b")
+
+
 def test_refusal_and_strings():
     from detd import _inductor
 
@@ -289,6 +334,36 @@ def test_gpu_step_script_summary():
     assert not bad["checks"]["detd losses bit-identical in every round"]
     slow = ris.summarize([(1, "default/detd", 10.0, 10.2, 70.0, 70.0)], default[:1], detd[:1], [17])
     assert not slow["checks"]["detd step time within 1% of default (median over rounds)"]
+
+
+def test_gpu_coordesc_script_summary():
+    """The GPU run of large searches (tests/gpu/run_coordesc.py) on made-up
+    process results: the rows, the overrides that make "detd before", and
+    checks that fail when the rerun timed or a process gave a search up."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gpu"))
+    import run_coordesc as rc
+
+    ident = 'inductor::triton_red_fused__log_softmax_0@ab [s:"coordesc",s:"reduction"]'
+    start, found = "R0_BLOCK=2048,XBLOCK=1,num_warps=16", "R0_BLOCK=4096,XBLOCK=1,num_warps=16"
+    cands = [start, "search:inductor.coordesc;tune=XBLOCK:1-4096,R0_BLOCK:1-32768,num_warps:1-32;radius=1"]
+    assert rc.kernel_name(ident) == "triton_red_fused__log_softmax_0"
+    assert rc.overrides({ident: cands}) == {"inductor::triton_red_fused__log_softmax_0@ab": start}
+
+    def proc(config, ms, us, timed=()):
+        return dict(choices={ident: config}, searches={ident: cands}, timed=list(timed), losses=["1"],
+                    step_ms=[ms] * 3, kernels_us={"triton_red_fused__log_softmax_0": [1, us], "gemm": [3, 900.0]})
+
+    runs = {"default": proc(found, 10.0, 300.0), "detd before": proc(start, 10.2, 400.0),
+            "detd run 1": proc(found, 10.0, 300.0, [ident]), "detd rerun": proc(found, 10.0, 300.0)}
+    rows, checks = rc.summarize(runs, [1, 0], ["", "detd: pid 1 is timing ..."], 0)
+    assert [r["variant"] for r in rows] == list(rc.VARIANTS)
+    assert rows[1]["searched_us"] == 400.0 and round(rows[1]["vs_default"], 3) == 1.02
+    assert rows[3]["configs"] == {ident: found}
+    assert all(checks.values()), checks
+    runs["detd rerun"]["timed"] = [ident]
+    _, checks = rc.summarize(runs, [1, 1], ["detd: ...: not searched, the committed config ... is kept"], 0)
+    failed = {k for k, ok in checks.items() if not ok}
+    assert failed == {"the rerun timed nothing (daemon: 0 passes)", "no process said 'not searched'"}, failed
 
 
 def test_gpu_step_script_runs_one_process_through_run_procs(tmp_path, monkeypatch):

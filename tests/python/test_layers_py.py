@@ -50,7 +50,7 @@ LAYERS = [
     ("_devlock",      3,    ("_policy",)),
     ("_split",        4,    ("_devlock", "_native", "_samples")),
     ("_process",      5,    ("_devlock", "_native", "_policy", "_split", "_triton")),
-    ("_loop",         6,    ("_native", "_process", "_split")),
+    ("_loop",         6,    ("_canon", "_native", "_process", "_split")),
     ("_nondet",       6,    ("_native", "_process")),
     ("_hook",         7,    ("_audit", "_canon", "_loop", "_native", "_policy", "_process", "_provenance",
                              "_samples", "_split", "_triton")),

@@ -34,6 +34,16 @@ Megatron-form keys
     sends it along (``DecisionKey.table_key``) so such tables answer; it
     never enters the decision id.
 
+Search keys
+    A tuner that walks a space too large to list (Inductor's coordinate
+    descent) names the search instead: the key's candidates are the start
+    config and a descriptor ``search:<method>;tune=<F>:<lo>-<hi>,...;
+    <name>=<value>...`` (the fields the search may change and their
+    ranges, then what identifies the search: its settings). A config of
+    the search is the start config with only tuned fields changed, each to
+    an integer in its range (``search_values``; the daemon applies the
+    same rule, ``daemon/core/search.h``).
+
 Kernel identity
     ``module:qualname@guard`` of the innermost Python function, the guard
     being the first 16 hex digits of SHA-256 over ``cache_key:`` and the
@@ -59,6 +69,10 @@ __all__ = [
     "kernel_name",
     "code_guard",
     "kernel_identity",
+    "SEARCH_PREFIX",
+    "is_search",
+    "search_descriptor",
+    "search_values",
 ]
 
 # The documented fields after the kwargs, in this order, when set.
@@ -178,3 +192,59 @@ def code_guard(kind: str, material: str) -> str:
 def kernel_identity(name: str, guard: str) -> str:
     """``module:qualname@guard`` (see the module docstring)."""
     return f"{name}@{guard}"
+
+
+SEARCH_PREFIX = "search:"
+
+
+def is_search(candidate: str) -> bool:
+    """Whether a candidate string is a search descriptor (never a config)."""
+    return candidate.startswith(SEARCH_PREFIX)
+
+
+def search_descriptor(method: str, tune, **parts) -> str:
+    """The descriptor of a search (module docstring): ``tune`` is a sequence
+    of ``(field, lo, hi)`` (identifiers; integers, ``1 <= lo <= hi``);
+    ``parts`` the settings that identify it, rendered ``name=value`` in
+    name order (no ``;`` in a value)."""
+    out = [SEARCH_PREFIX + method, "tune=" + ",".join(f"{f}:{lo}-{hi}" for f, lo, hi in tune)]
+    out += [f"{k}={_value(v)}" for k, v in sorted(parts.items())]
+    text = ";".join(out)
+    if text.count(";") != len(out) - 1:
+        raise ValueError(f"a search's settings hold ';': {text!r}")
+    return text
+
+
+def _tune_of(descriptor: str) -> dict:
+    for part in descriptor.split(";")[1:]:
+        name, _, value = part.partition("=")
+        if name == "tune":
+            out = {}
+            for entry in value.split(","):
+                field, _, rng = entry.partition(":")
+                lo, _, hi = rng.partition("-")
+                out[field] = (int(lo), int(hi))
+            return out
+    return {}
+
+
+def search_values(descriptor: str, start: str, config: str):
+    """The tuned fields' values of ``config`` (``{field: int}``) when it is
+    a config of the search ``descriptor`` started at ``start`` (the rule
+    of the module docstring), else None."""
+    tune = _tune_of(descriptor)
+    s_parts, c_parts = start.split(","), config.split(",")
+    if len(s_parts) != len(c_parts):
+        return None
+    out = {}
+    for s, c in zip(s_parts, c_parts):
+        name, _, _ = s.partition("=")
+        if name in tune:
+            cname, _, v = c.partition("=")
+            lo, hi = tune[name]
+            if cname != name or not (v.isascii() and v.isdigit()) or v != str(int(v)) or not lo <= int(v) <= hi:
+                return None
+            out[name] = int(v)
+        elif s != c:
+            return None
+    return out

@@ -22,8 +22,16 @@ decision per key, made by one timing pass in the whole job:
     process runs Inductor's own descent and reports every config it timed;
     the daemon commits the fastest of those (its usual rule), and every
     process compiles and launches that config. A space larger than
-    ``DETD_MAX_CANDIDATES`` (1024) is not searched at all: the start config
-    is kept, on every process alike, with a warning.
+    ``DETD_MAX_CANDIDATES`` (1024) is not listed: the key names the search
+    instead (:class:`_Search`; candidates: the start config and the
+    descriptor ``search:inductor.coordesc;tune=XBLOCK:1-4096,...;
+    all_directions=False;radius=1``, the fields the descent tunes with the
+    range :data:`SEARCH_STEPS` steps reach, and its settings). The
+    designated process runs the same descent and reports what it timed
+    (the fastest 1024); the daemon checks each reported config's shape (the
+    start with only tuned fields changed, within their ranges) and every
+    process checks the committed one against its own tuner (a value its
+    descent can reach, ``is_valid_config``) before compiling it.
 ``select``
     ``AlgorithmSelectorCache.lookup`` (compile time, max-autotune: GEMM,
     convolution and other template choices): the candidates are the
@@ -469,19 +477,28 @@ def _recheck(rows, bench, pick):
 
 def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
            time_pass: Callable[[], List[Tuple[str, List[float], bool]]],
-           cheapest: Callable[[Sequence[str]], str]) -> Outcome:
+           cheapest: Callable[[Sequence[str]], str],
+           searched: Optional[Callable[[str], bool]] = None) -> Outcome:
     """Resolve one governed key: override, a single candidate, or the
     daemon through the package's one resolve loop (:func:`detd._loop.resolve`;
     designated, ``time_pass()`` gives the report rows, each a candidate
     string with its timings), then ``on_miss``. Observed once and
     recorded; raises MissError or PassFailedError as the Triton hook
-    does."""
+    does. A key that names a search (its candidates: the start config and
+    the search's descriptor) takes ``searched(config)``: whether a config
+    outside the candidates is one the search can reach in this process
+    (the report's rows, the answer and an override must be)."""
     settings = _process.settings()
     cands = tuple(candidates)
+    configs = tuple(c for c in cands if not _canon.is_search(c))
+
+    def usable(config: str) -> bool:
+        return config in configs or (searched is not None and searched(config))
+
     dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, cands)
     out: Optional[Outcome] = None
     override = settings.override_for(name, kernel)
-    if override is not None and override in cands:
+    if override is not None and usable(override):
         out = Outcome(override, _native.SOURCE_OVERRIDE)
     elif len(cands) == 1:
         out = Outcome(cands[0], _native.SOURCE_LOCAL, note="one candidate")
@@ -493,12 +510,12 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
         def timed_pass(_answer):
             nonlocal timings, how
             with _process.timing_lock() as held:  # one pass at a time per GPU, as Triton's
-                rows = [r for r in time_pass() if r[0] in cands]
+                rows = [r for r in time_pass() if usable(r[0])]
             # Inductor's own benchmarker, with its own settings.
             how = _provenance.describe({"benchmarker": "inductor"}, held.locked, kernel)
             timings = {s: ms[0] if len(ms) == 1 else ms for s, ms, _ in rows}
             if not rows or all(f for _, _, f in rows):
-                rows = rows or [(cands[0], [float("inf")], True)]
+                rows = rows or [(configs[0], [float("inf")], True)]
             return rows
 
         # No share: a waiting process has no way to compile one of
@@ -510,11 +527,12 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             raise _loop.PassFailedError(kernel, key, str(res.report_error)) from res.report_error
         note = f"claim lost {res.lost}x (passed on, or the daemon restarted): asked again" if res.lost else None
         if ans is not None and ans.outcome == _native.OUTCOME_DECIDED:
-            if ans.config in cands:
+            if usable(ans.config):
                 out = Outcome(ans.config, ans.source or _native.SOURCE_TIMED, timed_here=res.rows is not None,
                               timings=timings, note=note)
             else:
-                reason = f"the daemon's config {ans.config!r} matches no candidate"
+                reason = (f"the daemon's config {ans.config!r} is not one this process's search can reach"
+                          if searched is not None else f"the daemon's config {ans.config!r} matches no candidate")
         elif ans is not None:
             reason = _loop.no_decision(ans)
         if out is None and reason is not None and _loop.NOCAND_TEXT in reason:
@@ -525,7 +543,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             _record(kernel, name, cands, key, dict(config=None, source="miss", governed=True, timed_here=False,
                                                    note=reason, candidates=list(cands)))
             raise _loop.MissError(kernel, key, reason or "no answer")
-        chosen = cands[0] if policy == "first" else cheapest(cands)
+        chosen = configs[0] if policy == "first" else cheapest(configs)
         _process.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
                            f"using on_miss={policy}")
         out = Outcome(chosen, _native.SOURCE_FALLBACK, note=f"{reason}; on_miss={policy}")
@@ -655,7 +673,8 @@ def _coordesc_eligible(tuner) -> bool:
 def coordesc_space(tuner, start) -> Optional[Dict[str, Any]]:
     """Every config the coordinate descent can reach from ``start``, by
     canonical string (module docstring), or None when there are more
-    than :data:`MAX_CANDIDATES`."""
+    than :data:`MAX_CANDIDATES` (the key then names the search:
+    :class:`_Search`)."""
     from torch._inductor.runtime import coordinate_descent_tuner as cdt
 
     ct = tuner.coordesc_tuner
@@ -690,6 +709,65 @@ def coordesc_space(tuner, start) -> Optional[Dict[str, Any]]:
     return out
 
 
+# Inductor's descent changes a field by doubling or halving (one step for
+# stage counts); the range a search key names is where this many steps
+# from the start along each field can reach.
+SEARCH_STEPS = 64
+
+
+class _Search:
+    """Inductor's coordinate descent from ``start`` named as a search (a
+    space over :data:`MAX_CANDIDATES`): ``descriptor`` (the candidate that
+    names it: the fields the descent tunes with their ranges, its radius
+    and whether it checks all directions) and ``config(string)``: the live
+    config of a string of the search that this tuner's own rules accept
+    (each field a value its descent can reach, ``is_valid_config``), else
+    None."""
+
+    def __init__(self, tuner, start):
+        from torch._inductor.runtime import coordinate_descent_tuner as cdt
+
+        self.cdt, self.ct, self.start = cdt, tuner.coordesc_tuner, start
+        self.start_s = _triton.config_string(start)
+        present = set(start.kwargs) | {"num_warps", "num_stages"}
+        self.reach: Dict[str, set] = {}
+        for field in self.ct.tunable_fields:
+            v = cdt.get_field(start, field)
+            if v is None or field not in present or isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                continue
+            self.reach[field] = set(self.ct.get_neighbour_values(field, v, radius=SEARCH_STEPS, include_self=True))
+        meta = tuner.inductor_meta or {}
+        self.descriptor = _canon.search_descriptor(
+            "inductor.coordesc", [(f, min(r), max(r)) for f, r in self.reach.items()],
+            radius=int(meta.get("coordinate_descent_search_radius", 1)),
+            all_directions=bool(meta.get("coordinate_descent_check_all_directions", False)))
+        self._memo: Dict[str, Any] = {self.start_s: start}
+
+    def config(self, string: str):
+        if string in self._memo:
+            return self._memo[string]
+        values = _canon.search_values(self.descriptor, self.start_s, string)
+        cfg = None
+        if values is not None and all(v in self.reach[f] for f, v in values.items()):
+            cfg = copy.deepcopy(self.start)
+            for f, v in values.items():
+                self.cdt.set_field(cfg, f, v)
+            valid = getattr(self.ct, "is_valid_config", None)
+            if _triton.config_string(cfg) != string or (valid is not None and not valid(cfg)):
+                cfg = None
+        self._memo[string] = cfg
+        return cfg
+
+    def from_hashable(self, h):
+        """The string of a config Inductor's descent timed (its cache key:
+        the kwargs, num_warps, num_stages), or None outside the search."""
+        cfg = copy.deepcopy(self.start)
+        for name, v in h:
+            self.cdt.set_field(cfg, name, v)
+        string = _triton.config_string(cfg)
+        return string if self.config(string) is not None else None
+
+
 def _patched_coordesc(self, launcher, *args, **kwargs):
     name, kernel = tuner_identity(self)
     if not _coordesc_eligible(self):
@@ -704,14 +782,14 @@ def _patched_coordesc(self, launcher, *args, **kwargs):
         cands = tuple(space) if space is not None and won in space else tuple(dict.fromkeys((start_s, won)))
         _observe_local(kernel, name, key, cands, won, timed=True)
         return winner
-    if space is None:
-        _process.warn_once(f"coordesc:{kernel}", f"detd: {kernel}: the coordinate descent's search space has "
-                           f"more than {MAX_CANDIDATES} configs: not searched, the committed config {start_s} is kept")
-        start.found_by_coordesc = True
-        _finish(kernel, name, key, (start_s,), Outcome(start_s, _native.SOURCE_LOCAL,
-                                                       note="search space over the candidate limit"))
-        return launcher
-    space.setdefault(start_s, start)
+    search = _Search(self, start) if space is None else None
+    if search is not None:
+        # Too many configs to list: the key names the search, the daemon
+        # checks a reported config's shape, this process its reach.
+        cands, config_of = (start_s, search.descriptor), search.config
+    else:
+        space.setdefault(start_s, start)
+        cands, config_of = tuple(space), space.get
     found = {}
 
     def time_pass():
@@ -719,27 +797,41 @@ def _patched_coordesc(self, launcher, *args, **kwargs):
 
         winner = _orig["coordesc"](self, launcher, *args, **kwargs)  # Inductor's own descent
         found["launcher"] = winner
-        by_hash = {triton_config_to_hashable(c): s for s, c in space.items()}
         measured = self.coordesc_tuner.cached_benchmark_results
-        rows = _rows((by_hash[h], t) for h, t in measured.items() if h in by_hash)
+        if search is not None:
+            pairs = [(search.from_hashable(h), t) for h, t in measured.items()]
+            rows = _rows((c, t) for c, t in sorted(pairs, key=lambda p: _ms(p[1])) if c is not None)
+            rows = rows[:MAX_CANDIDATES]  # the fastest: the daemon's cap
+        else:
+            by_hash = {triton_config_to_hashable(c): s for s, c in space.items()}
+            rows = _rows((by_hash[h], t) for h, t in measured.items() if h in by_hash)
         if not rows:
             # The descent declined to time anything (a release's own rule):
             # its answer, the start config, is what it would launch.
             won = _triton.config_string(winner.config)
-            rows = [(won if won in space else start_s, [0.0], False)]
+            rows = [(won if config_of(won) is not None else start_s, [0.0], False)]
         return rows
 
     with _key_lock(kernel, key):
-        out = decide(kernel, name, key, tuple(space), time_pass, lambda cands: start_s)
+        out = decide(kernel, name, key, cands, time_pass, lambda cands: start_s,
+                     searched=None if search is None else (lambda c: search.config(c) is not None))
     if out.config == start_s:
         chosen = launcher
     elif "launcher" in found and _triton.config_string(found["launcher"].config) == out.config:
         chosen = found["launcher"]
     else:
-        chosen = _compile_launcher(self, space[out.config])
+        chosen = _compile_launcher(self, config_of(out.config))
     chosen.config.found_by_coordesc = True
     _put_winner(chosen)
     return chosen
+
+
+def _ms(t) -> float:
+    try:
+        v = float(t)
+    except (TypeError, ValueError):
+        return float("inf")
+    return v if math.isfinite(v) else float("inf")
 
 
 def _patched_check_cache(configs, filename, inductor_meta):

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import _native, _process, _split
+from . import _canon, _native, _process, _split
 
 # The package's logger (the one _process warns through): a waiting rank's
 # lines.
@@ -208,12 +208,15 @@ class PassProgress:
     :data:`PASS_SLOW_S`, ``candidate i of n`` at most once per
     :data:`PASS_SLOW_S` (called by the adapter before each candidate)."""
 
-    def __init__(self, kernel: str, key_str: str, n: int):
+    def __init__(self, kernel: str, key_str: str, candidates: Sequence[str]):
+        n = len(candidates)
         self.kernel, self.key_str, self.n = kernel, key_str, n
         self.t0 = self.last = time.monotonic()
         rank = _process.identity()["rank"]
         who = f"rank {rank}" if rank >= 0 else f"pid {os.getpid()}"
-        _say(f"detd: {who} is timing kernel {kernel} key {key_str}: {n} candidates, once for the whole job")
+        search = [c for c in candidates if _canon.is_search(c)]
+        what = f"{search[0].split(';', 1)[0]} from its start config" if search else f"{n} candidates"
+        _say(f"detd: {who} is timing kernel {kernel} key {key_str}: {what}, once for the whole job")
 
     def __call__(self, i: int) -> None:
         now = time.monotonic()
@@ -480,7 +483,7 @@ def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, sett
         rounds += 1
         if rows is None:
             t0 = time.monotonic()
-            _pass_tls.progress = PassProgress(kernel, key_str, len(dkey.candidates))
+            _pass_tls.progress = PassProgress(kernel, key_str, dkey.candidates)
             wait.timing = True
             try:
                 rows = time_pass(answer)
