@@ -104,14 +104,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.abc
 import itertools
 import math
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _canon, _loop, _native, _process, _triton
+from . import _afterimport, _canon, _loop, _native, _process, _triton
 
 # Releases whose patched methods were tested (major, minor), inclusive.
 SUPPORTED = ((2, 11), (2, 13))
@@ -294,45 +293,12 @@ def _unpatch():
     _st.patched = False
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs the patch when one of Inductor's modules finishes importing."""
-
-    WATCH = (_HEURISTICS, _SELECT, _CONFIG, _AOT_CONFIG)
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in self.WATCH:
-            return None
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        run = loader.exec_module
-
-        class _Loader(importlib.abc.Loader):
-            def __getattr__(self, attr):  # get_source, get_filename, ...: the real loader's
-                return getattr(loader, attr)
-
-            def create_module(self, sp):
-                return loader.create_module(sp)
-
-            def exec_module(self, module):
-                run(module)
-                _loaded.add(name)
-                _on_import()
-
-        spec.loader = _Loader()
-        return spec
+def _after_import(name: str) -> None:
+    _loaded.add(name)
+    _on_import()
 
 
-_finder = _AfterImport()
+_finder = _afterimport.AfterImport((_HEURISTICS, _SELECT, _CONFIG, _AOT_CONFIG), _after_import)
 
 
 def _on_import():
@@ -350,7 +316,7 @@ def install():
     patch Inductor now when it is imported, else when it will be."""
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
-    for name in _AfterImport.WATCH:  # imported before install(): complete by now
+    for name in _finder.WATCH:  # imported before install(): complete by now
         mod = sys.modules.get(name)
         if mod is not None and getattr(getattr(mod, "__spec__", None), "_initializing", False) is False:
             _loaded.add(name)
