@@ -48,7 +48,7 @@ import math
 import os
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _afterimport, _canon, _loop, _native, _process, _triton
 
@@ -209,13 +209,6 @@ def _key(bound_kernel, args, space: _Space) -> str:
     return "spec=" + hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
 
 
-def _descriptor(search: str, tune, **parts) -> str:
-    out = [f"search:{search}",
-           "tune=" + ",".join(f"{f}:{lo}-{hi}" for f, lo, hi in tune)]
-    out += [f"{k}={v}" for k, v in sorted(parts.items())]
-    return ";".join(out)
-
-
 def _record(kernel: str, name: str, key: str, entry: dict, governed: bool, why: str = ""):
     with _st.lock:
         rec = _st.records.setdefault(kernel, dict(kernel=kernel, name=name, kind="helion", governed=governed,
@@ -260,11 +253,17 @@ class _Governed:
         key = _key(self.bk, self.args, space) if space.ok else "?"
         if space.ok:
             helion_v, triton_v = _versions()
-            desc = _descriptor(f"helion.{getattr(self.inner_fn, '__name__', 'autotuner_fn')}", space.tune,
-                               algorithm=os.environ.get("HELION_AUTOTUNER") or "default",
-                               effort=self.bk.settings.autotune_effort, helion=helion_v, triton=triton_v)
-            if len(desc) > MAX_CONFIG_BYTES or space.start is None or len(space.start) > MAX_CONFIG_BYTES:
-                why = "the search's descriptor or start config is over the daemon's 1024 bytes"
+            try:
+                desc = _canon.search_descriptor(
+                    f"helion.{getattr(self.inner_fn, '__name__', 'autotuner_fn')}", space.tune,
+                    algorithm=os.environ.get("HELION_AUTOTUNER") or "default",
+                    effort=str(self.bk.settings.autotune_effort), helion=helion_v, triton=triton_v)
+            except ValueError as e:
+                desc, why = "", str(e)
+            if not space.tune or space.start is None:
+                why = "no field to tune" if not space.tune else "its default config is outside its own space"
+            elif len(desc) > MAX_CONFIG_BYTES or len(space.start) > MAX_CONFIG_BYTES:
+                why = why or "the search's descriptor or start config is over the daemon's 1024 bytes"
         if why or not settings.governs_anything:
             why = why or f"mode {settings.mode}"
             _process.warn_once(f"helion:{kernel}", f"detd: Helion kernel {kernel} not governed: {why}; "
