@@ -43,8 +43,57 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
+def _pip_sets_the_output():
+    """Whether the pip that runs this build was told how much to show: -v
+    (its log carries the stage lines already: no second copy) or -q (the
+    user asked for quiet). pip passes the backend no verbosity: its
+    command line is the parent process's; PIP_VERBOSE and PIP_QUIET too."""
+    if any(os.environ.get(v, "0") not in ("", "0") for v in ("PIP_VERBOSE", "PIP_QUIET")):
+        return True
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return any(a in ("--verbose", "--quiet") or re.fullmatch(r"-[a-zA-Z]*[vq][a-zA-Z]*", a) for a in args)
+
+
+_TTY = {"checked": False, "file": None, "lines": 0}
+
+
+def _terminal():
+    """The controlling terminal to write the stage lines to, or None: pip
+    captures a build backend's stdout and stderr and shows them only when
+    the build fails or with -v, so a user at a terminal would see nothing
+    of a minute-long native build. None without a controlling terminal
+    (CI, a cron job, a process in its own session), when stderr is the
+    terminal already, with pip -v or -q, or with DETD_BUILD_TTY=0."""
+    if not _TTY["checked"]:
+        _TTY["checked"] = True
+        if (os.environ.get("DETD_BUILD_TTY", "1") != "0" and not sys.stderr.isatty()
+                and not _pip_sets_the_output()):
+            try:
+                _TTY["file"] = open("/dev/tty", "w", encoding="utf-8")
+            except OSError:
+                pass  # no controlling terminal: pip's captured log only
+    return _TTY["file"]
+
+
 def _log(msg):
-    print(f"detd build: {msg}", file=sys.stderr, flush=True)
+    """A stage line: on stderr (pip's captured log, shown on failure or with
+    -v) and on the controlling terminal where there is one. pip's spinner
+    shares the terminal's current line: the first line starts a new one,
+    the next ones return to its start (over the spinner's character)."""
+    line = f"detd build: {msg}"
+    print(line, file=sys.stderr, flush=True)
+    tty = _terminal()
+    if tty is not None:
+        try:
+            tty.write(("\n" if _TTY["lines"] == 0 else "\r") + line + "\n")
+            tty.flush()
+            _TTY["lines"] += 1
+        except OSError:
+            _TTY["file"] = None
 
 
 class BuildError(RuntimeError):

@@ -4,6 +4,7 @@
 #include "clock.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -552,7 +553,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
         return DETD_EINVAL;
     }
     if ((flags & ~(DETD_DECIDE_NO_CLAIM | DETD_DECIDE_SHARE |
-                   DETD_DECIDE_BENCH)) != 0) {
+                   DETD_DECIDE_BENCH | DETD_DECIDE_WAIT_ONLY)) != 0) {
         wire_set_error("unknown flags 0x%x", (unsigned)flags);
         return DETD_EINVAL;
     }
@@ -591,6 +592,7 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
             req.key = &h.km;
             req.no_claim = (flags & DETD_DECIDE_NO_CLAIM) != 0;
             req.share = (flags & DETD_DECIDE_SHARE) != 0;
+            req.wait_only = (flags & DETD_DECIDE_WAIT_ONLY) != 0;
             /* Without a device the offer means nothing (client.h). */
             if ((flags & DETD_DECIDE_BENCH) != 0 && client->device != NULL) {
                 req.bench = 1;
@@ -648,6 +650,15 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
     case DETD__V1__OUTCOME__OUTCOME_DESIGNATED:
         if (resp->claim_id == 0) {
             wire_set_error("decide: DESIGNATED without a claim");
+            rc = DETD_EPROTO;
+            goto out;
+        }
+        if ((flags & DETD_DECIDE_WAIT_ONLY) != 0) {
+            /* A daemon older than 0.8 ignores wait_only. */
+            wire_set_error("decide: designated although DETD_DECIDE_WAIT_ONLY "
+                           "was asked (a daemon older than 0.8); claim %" PRIu64
+                           " ends at its pass deadline",
+                           resp->claim_id);
             rc = DETD_EPROTO;
             goto out;
         }
@@ -746,7 +757,7 @@ DETD_EXPORT int detd_observe_ex(detd_client *client, const struct detd_key *key,
             return DETD_EINVAL;
         }
     if ((int)source < DETD_SOURCE_UNSPECIFIED ||
-        (int)source > DETD_SOURCE_UNGOVERNED) {
+        (int)source > DETD_SOURCE_RUNTIME) {
         wire_set_error("unknown source %d", (int)source);
         return DETD_EINVAL;
     }

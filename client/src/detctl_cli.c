@@ -45,6 +45,7 @@ enum {
     O_ALL_JOBS,
     O_LOCK,
     O_TRITON_VERSION,
+    O_STRICT_DETERMINISM,
     O_END
 };
 
@@ -104,6 +105,10 @@ static const struct opt_def opt_defs[] = {
      "the table's \"source\" text"},
     {O_ALLOW_EMPTY, "allow-empty", no_argument, 0, NULL,
      "exit 0 when nothing was observed (default: exit 1)"},
+    {O_STRICT_DETERMINISM, "strict-determinism", no_argument, 0, NULL,
+     "also fail on the nondeterminism no config fixes (ops, attention "
+     "backend,\n                             settings: "
+     "docs/determinism.md)"},
     {O_EXPECT_RANKS, "expect-ranks", required_argument, 0, "N",
      "fail for each key fewer than N ranks (0..N-1) observed, naming the "
      "missing ranks"},
@@ -172,11 +177,14 @@ static const struct cmd_def cmd_defs[] = {
      "unreachable node, or nothing checked at all (unless\n--allow-empty). "
      "Lists the autotuners by kind (triton, inductor, native), the\n"
      "ungoverned ones with why, and the determinism audit's findings as "
-     "warnings.\nChecks one job: --job J, else the launcher's (run inside "
+     "warnings:\nkernels whose outputs change under a fixed config, and "
+     "what the runtime does\nthat no config fixes (nondeterministic ops, "
+     "the attention backend, settings;\n--strict-determinism makes those "
+     "fail).\nChecks one job: --job J, else the launcher's (run inside "
      "one), else the job\nobserved last; --all-jobs every job.",
      {O_OUTPUT, O_JSON, O_NAMESPACE, O_CLUSTER, O_ALLOW_EMPTY, O_EXPECT_RANKS,
-      O_JOB, O_ALL_JOBS, O_LOCK, O_REPORT, O_JUNIT, O_PAGE_SIZE, GLOBAL_OPTS,
-      0}},
+      O_JOB, O_ALL_JOBS, O_LOCK, O_REPORT, O_JUNIT, O_PAGE_SIZE,
+      O_STRICT_DETERMINISM, GLOBAL_OPTS, 0}},
     {"reset",
      NULL,
      "(--kernel K | --all)",
@@ -493,6 +501,9 @@ static int apply(struct detctl_opts *o, int id, const char *arg, int argc,
         break;
     case O_ALLOW_EMPTY:
         o->allow_empty = 1;
+        break;
+    case O_STRICT_DETERMINISM:
+        o->strict_determinism = 1;
         break;
     case O_EXPECT_RANKS:
         *expect = arg;

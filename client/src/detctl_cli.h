@@ -45,7 +45,8 @@ struct detctl_opts {
     size_t n_files;
     /* verify */
     int allow_empty;
-    long expect_ranks; /* 0: not asked */
+    int strict_determinism; /* runtime findings fail verify */
+    long expect_ranks;      /* 0: not asked */
     const char *job;
     int all_jobs;     /* --all-jobs */
     const char *lock; /* verify --lock FILE */

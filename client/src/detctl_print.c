@@ -166,6 +166,8 @@ const char *detctl_print_source(Detd__V1__Source s) {
         return "local";
     case DETD__V1__SOURCE__SOURCE_UNGOVERNED:
         return "ungoverned";
+    case DETD__V1__SOURCE__SOURCE_RUNTIME:
+        return "runtime";
     default:
         return "unspecified";
     }

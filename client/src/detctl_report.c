@@ -247,6 +247,29 @@ static void summary(FILE *out, const json_t *doc, enum detctl_report_format f) {
     fputs(f == DETCTL_REPORT_HTML ? "</table>\n" : "\n", out);
 }
 
+/* The runtime findings that are nondeterministic (docs/determinism.md):
+ * a section of their own, only when there is one. */
+static void nondet_section(FILE *out, const json_t *doc,
+                           enum detctl_report_format f) {
+    int html = f == DETCTL_REPORT_HTML, any = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(doc, "runtime"), i, x) {
+        if (!json_is_true(json_object_get(x, "nondeterministic")))
+            continue;
+        if (!any)
+            fputs(html ? "<h2>Nondeterminism no config fixes</h2>\n<ul>\n"
+                       : "\n## Nondeterminism no config fixes\n\n",
+                  out);
+        any = 1;
+        fputs(html ? "<li>" : "- ", out);
+        esc(out, sget(x, "message"), f);
+        fputs(html ? "</li>\n" : "\n", out);
+    }
+    if (any && html)
+        fputs("</ul>\n", out);
+}
+
 static int write_doc(FILE *out, const json_t *doc,
                      enum detctl_report_format f) {
     const json_t *keys = json_object_get(doc, "keys");
@@ -294,6 +317,7 @@ static int write_doc(FILE *out, const json_t *doc,
     }
     if (json_array_size(fl) > 0 && f == DETCTL_REPORT_HTML)
         fputs("</ul>\n", out);
+    nondet_section(out, doc, f);
     fputs(f == DETCTL_REPORT_HTML ? "<h2>Kernels</h2>\n" : "\n## Kernels\n\n",
           out);
     if (nk == 0)

@@ -10,6 +10,7 @@
 #include "detctl_call.h"
 #include "detctl_jobs.h"
 #include "detctl_lock.h"
+#include "detctl_nondet.h"
 #include "detctl_print.h"
 #include "detctl_report.h"
 #include "detd.pb-c.h"
@@ -558,6 +559,7 @@ static void print_text(const json_t *doc) {
                json_string_value(json_object_get(f, "key")),
                json_string_value(json_object_get(f, "arch")),
                json_string_value(json_object_get(f, "message")));
+    detctl_nondet_print(doc);
     static const char *const kinds[] = {"triton", "inductor", "native"};
     char line[256] = "";
     size_t len = 0;
@@ -611,6 +613,7 @@ static void print_text(const json_t *doc) {
     size_t nw = json_array_size(json_object_get(doc, "warnings"));
     if (nw > 0)
         printf(", %zu warning%s", nw, nw == 1 ? "" : "s");
+    detctl_nondet_print_count(doc);
     size_t nf = json_array_size(json_object_get(doc, "failures"));
     if (nf > nd)
         printf(", %zu failure%s in all", nf, nf == 1 ? "" : "s");
@@ -749,7 +752,7 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     int capped = 0;
     Detd__V1__ListDecisionsResponse *ld = NULL;
     Detd__V1__Observation **obs = NULL;
-    json_t *doc = NULL;
+    json_t *doc = NULL, *rt_acc = NULL;
     struct node_lists nl = {0};
     struct detctl_jobs jobs = {0};
     struct detctl_lock *lock = NULL;
@@ -791,6 +794,9 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     if (obs == NULL)
         goto oom;
     int job_labels = 0;
+    rt_acc = json_object(); /* runtime findings (detctl_nondet.h) */
+    if (rt_acc == NULL)
+        goto oom;
     for (size_t p = 0; p < n_pages; p++)
         for (size_t i = 0; i < pages[p]->n_observations; i++) {
             Detd__V1__Observation *x = pages[p]->observations[i];
@@ -798,9 +804,15 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
             job_labels |= c != NULL && c->job != NULL && c->job[0] != '\0';
             if (!detctl_jobs_match(&jobs, x))
                 continue;
+            if (detctl_nondet_is(x)) {
+                if (detctl_nondet_add(rt_acc, x) != 0)
+                    goto oom;
+                continue;
+            }
             obs[n++] = x;
         }
-    if (o->job != NULL && n == 0 && n_all > 0 && !job_labels) {
+    if (o->job != NULL && n == 0 && json_object_size(rt_acc) == 0 &&
+        n_all > 0 && !job_labels) {
         fprintf(stderr,
                 "detctl: verify --job: detd at '%s' does not record the job "
                 "label of observations, so none can be selected by job\n",
@@ -882,6 +894,11 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
                  jobs.pick ? "'" : "");
         add_failure(c.failures, NULL, "empty", msg);
     }
+    size_t n_nondet = 0;
+    json_t *runtime = detctl_nondet_json(rt_acc, o->strict_determinism,
+                                         c.failures, &n_nondet);
+    if (runtime == NULL)
+        goto oom; /* (the process ends: c's arrays are not freed) */
     json_t *divs = c.divs;
     if (v != NULL) {
         json_t *dj = detctl_print_json_verify(v);
@@ -921,6 +938,11 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     json_decref(c.tuners);
     json_object_set_new(doc, "autotuners", tl);
     json_object_set_new(doc, "warnings", c.warnings);
+    json_object_set_new(doc, "strict_determinism",
+                        json_boolean(o->strict_determinism));
+    json_object_set_new(doc, "nondeterministic",
+                        json_integer((json_int_t)n_nondet));
+    json_object_set_new(doc, "runtime", runtime);
     json_object_set_new(doc, "divergences", divs);
     json_object_set_new(doc, "nodes_checked", checked);
     json_object_set_new(doc, "nodes_unreachable", unreachable);
@@ -954,6 +976,7 @@ oom:
     fprintf(stderr, "detctl: out of memory\n");
 out:
     json_decref(doc);
+    json_decref(rt_acc);
     free(obs);
     detctl_jobs_clear(&jobs);
     detctl_lock_free(lock);

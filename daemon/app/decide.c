@@ -237,6 +237,12 @@ void decide_engine_event(void *ctx, const struct engine_event *ev) {
     case ENGINE_EV_ABORT:
         /* Rejections go to decide_report's callback: this is the claim
          * of a pass that ended with only unattached callers waiting. */
+        if (p->req->wait_only) {
+            /* It asked never to time: no pass in progress any more. */
+            d->counters.decide_misses++;
+            reply_miss(p->call);
+            break;
+        }
         d->counters.unattached_refused++;
         rpc_fail(p->call, RPC_FAILED_PRECONDITION,
                  "the timing pass for key %.12s ended without a decision "
@@ -407,7 +413,11 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
                      what);
         goto free_msg;
     }
-    if (req->no_claim) {
+    /* wait_only: a waiter that never times. The engine sees session 0,
+     * which is never designated (a takeover passes over it); with no
+     * pass in progress it is answered MISS below. */
+    int wait_only = req->wait_only != 0;
+    if (req->no_claim && !wait_only) {
         d->counters.decide_misses++;
         reply_miss(ev->call);
         goto free_msg;
@@ -415,9 +425,10 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
     struct client_session *s;
     if (session_of_call(d, ev->call, req->session_id, &s) != 0)
         goto free_msg;
-    uint64_t session = s != NULL ? s->id : 0;
+    uint64_t session = s != NULL && !wait_only ? s->id : 0;
     uint32_t share;
-    if (req->share && engine_claim_share(d->engine, vk.id, session, &share)) {
+    if (req->share && !wait_only &&
+        engine_claim_share(d->engine, vk.id, session, &share)) {
         /* A waiter that helps the pass (compiles its share): answered
          * at once, it asks again to wait. */
         struct reply_holder h;
@@ -433,14 +444,14 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
     }
     /* A pass restored for this process after a restart: its own. */
     uint64_t adopted;
-    if (passes_adopt(d, ev->call, s, vk.id, &adopted)) {
+    if (!wait_only && passes_adopt(d, ev->call, s, vk.id, &adopted)) {
         reply_designated(d, ev->call, vk.id, adopted, 0, 0);
         goto free_msg;
     }
     /* A key nobody claims would start a timing pass for this caller:
      * within its caps (a retry of its own claim is no new pass). */
     int fresh = !engine_claim_of(d->engine, vk.id, NULL);
-    if (fresh && s != NULL) {
+    if (fresh && s != NULL && !wait_only) {
         int32_t ppid;
         uint32_t puid;
         session_peer(ev->call, &ppid, &puid);
@@ -481,6 +492,11 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         waiters_add(d->waiters, p);
         d->counters.waits++;
         return; /* the call and the request stay with the waiter */
+    }
+    if (rc == ENGINE_ASK_UNATTACHED && wait_only) {
+        d->counters.decide_misses++;
+        reply_miss(ev->call);
+        goto free_msg;
     }
     if (rc == ENGINE_ASK_UNATTACHED) {
         d->counters.unattached_refused++;

@@ -140,6 +140,72 @@ int validate_has_candidate(const Detd__V1__DecisionKey *k, const char *config) {
                                k->n_candidates);
 }
 
+/* A runtime finding's text: required where named so, capped, and free of
+ * control characters (verify prints it on a line of its own). */
+static int validate_runtime_text(rpc_call *call, const char *what,
+                                 const char *s, int required) {
+    if (validate_str(call, what, s, DAEMON_MAX_RUNTIME_TEXT, required) != 0)
+        return -1;
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++)
+        if (*p < 0x20 || *p == 0x7f) {
+            VFAIL(call, RPC_INVALID_ARGUMENT,
+                  "%s contains the control character 0x%02x at byte %zu", what,
+                  (unsigned)*p, (size_t)(p - (const unsigned char *)s));
+            return -1;
+        }
+    return 0;
+}
+
+/* The kinds of SOURCE_RUNTIME observations (proto/detd.proto, Source). */
+static const char *const runtime_kinds[] = {"runtime::op", "runtime::sdpa",
+                                            "runtime::setting"};
+
+/* The source and, for SOURCE_RUNTIME, the finding's fields; no other
+ * source may use a kernel of the runtime:: kinds. */
+static int validate_observe_source(rpc_call *call,
+                                   const Detd__V1__ObserveRequest *req) {
+    const char *kernel = req->key && req->key->kernel ? req->key->kernel : "";
+    int runtime = req->source == DETD__V1__SOURCE__SOURCE_RUNTIME;
+    if ((int)req->source < DETD__V1__SOURCE__SOURCE_UNSPECIFIED ||
+        (int)req->source > DETD__V1__SOURCE__SOURCE_RUNTIME) {
+        VFAIL(call, RPC_INVALID_ARGUMENT, "source %d is not a Source",
+              (int)req->source);
+        return -1;
+    }
+    if (!runtime) {
+        if (strncmp(kernel, "runtime::", 9) == 0) {
+            VFAIL(call, RPC_INVALID_ARGUMENT,
+                  "key.kernel '%.64s' is a runtime finding's kind: it needs "
+                  "source RUNTIME",
+                  kernel);
+            return -1;
+        }
+        return 0;
+    }
+    int known = 0;
+    for (size_t i = 0; i < sizeof runtime_kinds / sizeof *runtime_kinds; i++)
+        known |= strcmp(kernel, runtime_kinds[i]) == 0;
+    if (!known) {
+        VFAIL(call, RPC_INVALID_ARGUMENT,
+              "key.kernel '%.64s' is not a runtime finding's kind "
+              "(runtime::op, runtime::sdpa, runtime::setting)",
+              kernel);
+        return -1;
+    }
+    if (req->governed || req->failed || req->chaos ||
+        (req->audit != NULL &&
+         req->audit->status != DETD__V1__AUDIT_STATUS__AUDIT_NONE)) {
+        VFAIL(call, RPC_INVALID_ARGUMENT,
+              "a runtime finding (source RUNTIME) is never governed, failed, "
+              "chaos or audited");
+        return -1;
+    }
+    return validate_runtime_text(call, "key.key", req->key->key, 1) != 0 ||
+                   validate_runtime_text(call, "config", req->config, 0) != 0
+               ? -1
+               : 0;
+}
+
 /* See validate.h. */
 int validate_pass_config(const struct vkey *vk, const char *config, char *why,
                          size_t why_len) {
@@ -162,7 +228,8 @@ int validate_pass_config(const struct vkey *vk, const char *config, char *why,
 int validate_observe_extra(rpc_call *call, const Detd__V1__ObserveRequest *req,
                            char **ret_differing) {
     if (validate_str(call, "error", req->error, DAEMON_MAX_NOTE, 0) != 0 ||
-        validate_str(call, "why", req->why, DAEMON_MAX_NOTE, 0) != 0)
+        validate_str(call, "why", req->why, DAEMON_MAX_NOTE, 0) != 0 ||
+        validate_observe_source(call, req) != 0)
         return -1;
     const Detd__V1__AuditResult *a = req->audit;
     size_t n = a != NULL ? a->n_differing : 0;

@@ -147,12 +147,13 @@ void etcd_set_cancelled(etcd_client *c, int on);
 
 /*
  * First writer wins: create key with value (attached to lease, 0 for none)
- * only if the key does not exist, in one Txn (compare create_revision == 0,
- * then put; else range). On success fills *ret (release with
- * etcd_put_result_clear()): won == 1 if this call's Txn created the key;
- * otherwise kv holds the existing key. Because the call retries, won == 0
- * with same_value == 1 means an earlier attempt of this call (or a writer
- * with identical bytes) created it: embed a writer id in the value.
+ * only if the key does not exist, in one Txn (etcd_create_batch() of one
+ * op: compare create_revision == 0, then put; else range). On success fills
+ * *ret (release with etcd_put_result_clear()): won == 1 if this call's Txn
+ * created the key; otherwise kv holds the existing key. Because the call
+ * retries, won == 0 with same_value == 1 means an earlier attempt of this call
+ * (or a writer with identical bytes) created it: embed a writer id in the
+ * value.
  */
 int etcd_put_if_absent(etcd_client *c, const char *key, const void *value,
                        size_t value_len, int64_t lease,

@@ -1,6 +1,6 @@
 /*
  * etcd adapter: etcd_create_batch(), many first-writer-wins creations in
- * one Txn (contract in etcd.h).
+ * one Txn, and etcd_put_if_absent(), a batch of one (contracts in etcd.h).
  *
  * The request is one outer Txn without compares whose success branch
  * holds one inner Txn per key (RequestOp.request_txn, etcd 3.3 and
@@ -40,10 +40,8 @@ struct batch_item {
 };
 
 static int key_ok(const char *k) {
-    size_t n = k != NULL ? strnlen(k, ETCD_MAX_KEY + 1) : 0;
-    if (n == 0)
-        return DETD_EINVAL;
-    return n > ETCD_MAX_KEY ? DETD_ELIMIT : 0;
+    size_t n;
+    return etcd_check_key(k, &n);
 }
 
 static ProtobufCBinaryData bytes_of(const char *k) {
@@ -211,15 +209,9 @@ static int parse_item(const Etcdserverpb__ResponseOp *rop, int64_t rev,
     if (t->succeeded) {
         o->won = 1;
         o->same_value = 1;
-        o->kv.key = strdup(o->key);
-        o->kv.value = malloc(o->value_len + 1);
-        if (o->kv.key == NULL || o->kv.value == NULL)
-            return DETD_ENOMEM;
-        o->kv.key_len = strlen(o->key);
-        if (o->value_len > 0)
-            memcpy(o->kv.value, o->value, o->value_len);
-        o->kv.value[o->value_len] = '\0';
-        o->kv.value_len = o->value_len;
+        if ((err = etcd_kv_fill(o->key, strlen(o->key), o->value, o->value_len,
+                                &o->kv)) != 0)
+            return err;
         o->kv.create_revision = o->kv.mod_revision = rev;
         o->kv.version = 1;
         o->kv.lease = o->lease;
@@ -324,4 +316,28 @@ int etcd_get_many(etcd_client *c, const char *const *keys, size_t n,
             etcd_kv_clear(&ret[i]);
     protobuf_c_message_free_unpacked(m, NULL);
     return err;
+}
+
+/* See etcd.h. */
+int etcd_put_if_absent(etcd_client *c, const char *key, const void *value,
+                       size_t value_len, int64_t lease,
+                       struct etcd_put_result *ret) {
+    if (ret == NULL)
+        return DETD_EINVAL;
+    /* One key's creation is a batch of one (etcd_batch.c): one Txn shape
+     * and one parser for both. */
+    struct etcd_create op = {
+        .key = key, .value = value, .value_len = value_len, .lease = lease};
+    int64_t rev = 0;
+    int err = etcd_create_batch(c, &op, 1, &rev);
+    if (err != 0)
+        return err;
+    memset(ret, 0, sizeof(*ret));
+    ret->won = op.won;
+    ret->same_value = op.same_value;
+    ret->kv = op.kv; /* moved: op owns no more than guard_kv now */
+    ret->revision = rev;
+    memset(&op.kv, 0, sizeof(op.kv));
+    etcd_create_clear(&op);
+    return 0;
 }

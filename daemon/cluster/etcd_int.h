@@ -84,6 +84,13 @@ int etcd_call_unary(etcd_client *c, const char *method,
                     const ProtobufCMessageDescriptor *rdesc,
                     ProtobufCMessage **ret);
 
+/* A key's length into *ret_len: DETD_EINVAL when NULL or empty,
+ * DETD_ELIMIT over ETCD_MAX_KEY. */
+int etcd_check_key(const char *key, size_t *ret_len);
+/* Copy key and value bytes (capped: DETD_ELIMIT) into *dst, each
+ * NUL-terminated; revisions and lease are left to the caller. */
+int etcd_kv_fill(const void *key, size_t klen, const void *val, size_t vlen,
+                 struct etcd_kv *dst);
 /* Copy a protobuf KeyValue into an owned etcd_kv, capped. */
 int etcd_kv_copy(const Mvccpb__KeyValue *src, struct etcd_kv *dst);
 /* Range end for a prefix; see etcd.c. */

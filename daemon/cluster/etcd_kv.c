@@ -22,7 +22,8 @@
 
 /* ---- key-values ---------------------------------------------------- */
 
-static int check_key(const char *key, size_t *ret_len) {
+/* See etcd_int.h. */
+int etcd_check_key(const char *key, size_t *ret_len) {
     if (key == NULL)
         return DETD_EINVAL;
     size_t n = strnlen(key, ETCD_MAX_KEY + 1);
@@ -49,9 +50,9 @@ void etcd_put_result_clear(struct etcd_put_result *r) {
     memset(r, 0, sizeof(*r));
 }
 
-/* Copy key and value bytes (capped) plus the revisions into *dst. */
-static int kv_fill(const void *key, size_t klen, const void *val, size_t vlen,
-                   struct etcd_kv *dst) {
+/* See etcd_int.h. */
+int etcd_kv_fill(const void *key, size_t klen, const void *val, size_t vlen,
+                 struct etcd_kv *dst) {
     if (klen > ETCD_MAX_KEY || vlen > ETCD_MAX_VALUE)
         return DETD_ELIMIT;
     char *k = malloc(klen + 1);
@@ -76,8 +77,8 @@ static int kv_fill(const void *key, size_t klen, const void *val, size_t vlen,
 
 int etcd_kv_copy(const Mvccpb__KeyValue *src, struct etcd_kv *dst) {
     struct etcd_kv kv = {0};
-    int err = kv_fill(src->key.data, src->key.len, src->value.data,
-                      src->value.len, &kv);
+    int err = etcd_kv_fill(src->key.data, src->key.len, src->value.data,
+                           src->value.len, &kv);
     if (err != 0)
         return err;
     kv.create_revision = src->create_revision;
@@ -92,94 +93,13 @@ static int64_t header_rev(const Etcdserverpb__ResponseHeader *h) {
     return h != NULL ? h->revision : 0;
 }
 
-int etcd_put_if_absent(etcd_client *c, const char *key, const void *value,
-                       size_t value_len, int64_t lease,
-                       struct etcd_put_result *ret) {
-    size_t klen;
-    int err;
-    if (c == NULL || ret == NULL || (value == NULL && value_len > 0) ||
-        lease < 0)
-        return DETD_EINVAL;
-    if ((err = check_key(key, &klen)) != 0)
-        return err;
-    if (value_len > ETCD_MAX_VALUE)
-        return DETD_ELIMIT;
-    ProtobufCBinaryData kb = {klen, (uint8_t *)key};
-
-    Etcdserverpb__Compare cmp = ETCDSERVERPB__COMPARE__INIT;
-    cmp.result = ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL;
-    cmp.target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__CREATE;
-    cmp.key = kb;
-    cmp.target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_CREATE_REVISION;
-    cmp.create_revision = 0;
-    Etcdserverpb__PutRequest put = ETCDSERVERPB__PUT_REQUEST__INIT;
-    put.key = kb;
-    put.value.len = value_len;
-    put.value.data = (uint8_t *)value;
-    put.lease = lease;
-    Etcdserverpb__RangeRequest get = ETCDSERVERPB__RANGE_REQUEST__INIT;
-    get.key = kb;
-    Etcdserverpb__RequestOp ok = ETCDSERVERPB__REQUEST_OP__INIT;
-    ok.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
-    ok.request_put = &put;
-    Etcdserverpb__RequestOp fail = ETCDSERVERPB__REQUEST_OP__INIT;
-    fail.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE;
-    fail.request_range = &get;
-    Etcdserverpb__Compare *cmps[1] = {&cmp};
-    Etcdserverpb__RequestOp *oks[1] = {&ok}, *fails[1] = {&fail};
-    Etcdserverpb__TxnRequest txn = ETCDSERVERPB__TXN_REQUEST__INIT;
-    txn.n_compare = 1;
-    txn.compare = cmps;
-    txn.n_success = 1;
-    txn.success = oks;
-    txn.n_failure = 1;
-    txn.failure = fails;
-
-    ProtobufCMessage *m = NULL;
-    err = etcd_call_unary(c, M_TXN, &txn.base,
-                          &etcdserverpb__txn_response__descriptor, &m);
-    if (err != 0)
-        return err;
-    Etcdserverpb__TxnResponse *r = (void *)m;
-    struct etcd_put_result res = {0};
-    res.revision = header_rev(r->header);
-    if (r->succeeded) {
-        if ((err = kv_fill(key, klen, value, value_len, &res.kv)) != 0)
-            goto out;
-        res.won = 1;
-        res.same_value = 1;
-        res.kv.create_revision = res.revision;
-        res.kv.mod_revision = res.revision;
-        res.kv.version = 1;
-        res.kv.lease = lease;
-    } else {
-        const Etcdserverpb__RangeResponse *rr =
-            r->n_responses == 1 ? r->responses[0]->response_range : NULL;
-        if (rr == NULL || rr->n_kvs != 1) {
-            err = DETD_EPROTO;
-            goto out;
-        }
-        if ((err = etcd_kv_copy(rr->kvs[0], &res.kv)) != 0)
-            goto out;
-        res.same_value =
-            res.kv.value_len == value_len &&
-            (value_len == 0 || memcmp(res.kv.value, value, value_len) == 0);
-    }
-    *ret = res;
-    memset(&res, 0, sizeof(res));
-out:
-    etcd_put_result_clear(&res);
-    protobuf_c_message_free_unpacked(m, NULL);
-    return err;
-}
-
 int etcd_put(etcd_client *c, const char *key, const void *value,
              size_t value_len, int64_t lease, int64_t *ret_revision) {
     size_t klen;
     int err;
     if (c == NULL || (value == NULL && value_len > 0) || lease < 0)
         return DETD_EINVAL;
-    if ((err = check_key(key, &klen)) != 0)
+    if ((err = etcd_check_key(key, &klen)) != 0)
         return err;
     if (value_len > ETCD_MAX_VALUE)
         return DETD_ELIMIT;
@@ -206,7 +126,7 @@ int etcd_get(etcd_client *c, const char *key, struct etcd_kv *ret_kv,
     int err;
     if (c == NULL || ret_kv == NULL)
         return DETD_EINVAL;
-    if ((err = check_key(key, &klen)) != 0)
+    if ((err = etcd_check_key(key, &klen)) != 0)
         return err;
     Etcdserverpb__RangeRequest req = ETCDSERVERPB__RANGE_REQUEST__INIT;
     req.key.len = klen;
@@ -252,7 +172,7 @@ int etcd_range_prefix(etcd_client *c, const char *prefix, int64_t revision,
     int err;
     if (c == NULL || cb == NULL || revision < 0)
         return DETD_EINVAL;
-    if ((err = check_key(prefix, &plen)) != 0)
+    if ((err = etcd_check_key(prefix, &plen)) != 0)
         return err;
     uint8_t end[ETCD_MAX_KEY + 1], from[ETCD_MAX_KEY + 2];
     size_t elen = etcd_prefix_end(prefix, plen, end);
@@ -314,7 +234,7 @@ int etcd_delete(etcd_client *c, const char *key, int prefix,
     int err;
     if (c == NULL)
         return DETD_EINVAL;
-    if ((err = check_key(key, &klen)) != 0)
+    if ((err = etcd_check_key(key, &klen)) != 0)
         return err;
     uint8_t end[ETCD_MAX_KEY + 1];
     Etcdserverpb__DeleteRangeRequest req =

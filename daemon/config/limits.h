@@ -18,6 +18,8 @@
 /* An observation's error or why-ungoverned text; its audit's names. */
 #define DAEMON_MAX_NOTE 1024
 #define DAEMON_MAX_AUDIT_ARGS 64
+/* A runtime finding's name (key.key) and detail (config): SOURCE_RUNTIME. */
+#define DAEMON_MAX_RUNTIME_TEXT 256
 /* Observations in one ListObservations page (and DAEMON_MAX_PAGE_BYTES). */
 #define DAEMON_MAX_OBS_PAGE 1000
 /* The most ListObservations bytes verify --cluster keeps from the other

@@ -17,7 +17,8 @@
 #include "data/store.h"
 #include "data/store_int.h"
 
-#define STORE_N_SOURCES 8
+/* detd.v1.Source: observations also carry SOURCE_RUNTIME (8). */
+#define STORE_N_SOURCES 9
 
 enum {
     OC_ID,

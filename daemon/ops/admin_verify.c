@@ -38,6 +38,8 @@ static int verify_cb(void *ctx, const struct store_observation *o) {
     struct verify_ctx *vc = ctx;
     if (o->failed && o->config[0] == '\0')
         return 0; /* raised before a config was chosen: detctl lists it */
+    if (o->source == DETD_SOURCE_RUNTIME)
+        return 0; /* not a config choice: detctl lists it beside */
     if (strcmp(vc->last_id, o->id) != 0) {
         free(vc->decided);
         vc->decided = NULL;
@@ -493,7 +495,7 @@ struct collect_ctx {
 
 static int collect_cb(void *ctx, const struct store_observation *o) {
     struct collect_ctx *c = ctx;
-    if (o->failed && o->config[0] == '\0')
+    if ((o->failed && o->config[0] == '\0') || o->source == DETD_SOURCE_RUNTIME)
         return 0; /* as verify_cb */
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 256;
@@ -584,7 +586,8 @@ static void verify_cluster_finish(struct daemon *d, struct verify_op *op) {
         for (size_t j = 0; j < op->resps[i]->n_observations; j++) {
             const Detd__V1__Observation *o = op->resps[i]->observations[j];
             if (o->id == NULL || o->config == NULL || o->id[0] == '\0' ||
-                (o->failed && o->config[0] == '\0'))
+                (o->failed && o->config[0] == '\0') ||
+                o->source == DETD__V1__SOURCE__SOURCE_RUNTIME)
                 continue;
             if (add_remote(&c, o) != 0) {
                 rpc_fail(op->call, RPC_RESOURCE_EXHAUSTED, "out of memory");

@@ -88,7 +88,7 @@ class ShareAnswer(ctypes.Structure):  # struct detd_share_answer
 
 
 DECIDED, DESIGNATED, MISS, TIMEOUT = 1, 2, 3, 4
-DECIDE_NO_CLAIM, DECIDE_SHARE, DECIDE_BENCH = 0x1, 0x2, 0x4
+DECIDE_NO_CLAIM, DECIDE_SHARE, DECIDE_BENCH, DECIDE_WAIT_ONLY = 0x1, 0x2, 0x4, 0x8
 
 
 def load():
@@ -160,11 +160,12 @@ def share_call(lib, cl, key, cmd):
 
 def serve(lib, cl, make_key):
     """Answer JSON commands from stdin, one line each, until EOF:
-    {"op": "decide", "key", "flags": ["share", "bench", "no_claim"]},
+    {"op": "decide", "key", "flags": ["share", "bench", "no_claim", "wait_only"]},
     {"op": "report", "key", "claim_id", "timings"}, {"op": "device", "device"},
     {"op": "share", "key", "claim_id", "take", "reclaim", "timings",
     "reference_ms", "collect"}."""
-    flag_bits = {"no_claim": DECIDE_NO_CLAIM, "share": DECIDE_SHARE, "bench": DECIDE_BENCH}
+    flag_bits = {"no_claim": DECIDE_NO_CLAIM, "share": DECIDE_SHARE, "bench": DECIDE_BENCH,
+                 "wait_only": DECIDE_WAIT_ONLY}
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd["op"]

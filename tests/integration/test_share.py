@@ -277,3 +277,58 @@ def test_a_device_over_the_limit_is_refused_naming_the_field(tmpdir_short):
         assert counter(d.status(), "rejected") == 2
     finally:
         d.stop()
+
+
+def test_a_wait_only_ask_waits_for_the_decision_and_never_times(daemon, actors):
+    """DETD_DECIDE_WAIT_ONLY (detd.wait_final()): MISS with nothing to
+    wait for, TIMEOUT at its deadline while a pass runs, MISS when the
+    pass ends with only it waiting, passed over by a takeover, and the
+    decision once the pass reports."""
+    import threading
+
+    MISS = 3
+
+    def actor(rank):
+        a = Actor(daemon, rank)
+        actors.append(a)
+        return a
+
+    def in_thread(a, *flags):
+        out = {}
+        t = threading.Thread(target=lambda: out.update(a.call(op="decide", key="i:1", flags=list(flags))))
+        t.start()
+        return t, out
+
+    def waiting(n):
+        poll(f"{n} waiter(s)", lambda: daemon.status()["waiters"] == n)
+
+    a, b, c, e = actor(0), actor(1), actor(2), actor(3)
+    # Nothing decided, no pass: MISS at once, and nobody is designated.
+    assert b.decide("wait_only", key="i:1")["outcome"] == MISS
+    assert daemon.status()["open_claims"] == 0
+    # A pass in progress: it waits, and its own deadline ends the wait.
+    assert a.decide(key="i:1")["outcome"] == DESIGNATED
+    r = b.call(op="decide", key="i:1", flags=["wait_only"], timeout_ms=300)
+    assert r["rc"] == 0 and r["outcome"] == TIMEOUT, r
+    # The holder goes away with only the wait_only caller waiting: MISS.
+    t, out = in_thread(b, "wait_only")
+    waiting(1)
+    a.close()
+    actors.remove(a)
+    t.join(60)
+    assert out.get("rc") == 0 and out.get("outcome") == MISS, out
+    assert daemon.status()["open_claims"] == 0
+    # With a caller that may time waiting too, the takeover goes to it;
+    # its report decides for the wait_only caller.
+    assert c.decide(key="i:1")["outcome"] == DESIGNATED
+    tb, ob = in_thread(b, "wait_only")
+    te, oe = in_thread(e)
+    waiting(2)
+    c.close()
+    actors.remove(c)
+    te.join(60)
+    assert oe.get("outcome") == DESIGNATED, oe
+    rep = ok(e.call(op="report", key="i:1", claim_id=oe["claim_id"],
+                    timings=[timing(x, [1.0 + i]) for i, x in enumerate(CANDS)]))
+    tb.join(60)
+    assert ob.get("rc") == 0 and ob.get("outcome") == DECIDED and ob.get("config") == rep["config"] == CANDS[0], ob

@@ -1,7 +1,9 @@
 """What observations carry beyond the config, through a real detd and
 detctl: the job label (verify --job), launches that raised (failed), the
-client's determinism audit (warnings), ungoverned autotuners with why,
-autotuner kinds side by side, and ListObservations in pages."""
+client's determinism audit (warnings), the runtime findings (source
+RUNTIME: listed beside the configs' agreement, refused when malformed),
+ungoverned autotuners with why, autotuner kinds side by side, and
+ListObservations in pages."""
 import ctypes
 import json
 import os
@@ -20,7 +22,7 @@ import detd_client as dc  # noqa: E402
 
 CANDS = ["BLOCK=16,num_warps=4", "BLOCK=32,num_warps=4"]
 GOVERNED, FAILED = 0x1, 0x4
-SOURCE_TIMED, SOURCE_LOCAL = 1, 6
+SOURCE_TIMED, SOURCE_LOCAL, SOURCE_RUNTIME = 1, 6, 8
 AUDIT_NONDETERMINISTIC, AUDIT_DETERMINISTIC = 2, 1
 
 
@@ -166,6 +168,58 @@ def test_audit_findings_are_listed_as_warnings_naming_kernel_and_arguments(d):
     assert p0.observe("m:det@1", "[i:64]", CANDS[1], audit=AUDIT_NONDETERMINISTIC, differing=("a\nb",)) != 0
     assert p0.observe("m:det@1", "[i:64]", CANDS[1], audit=AUDIT_NONDETERMINISTIC,
                       differing=tuple(f"x{i}" for i in range(65))) != 0
+    p0.close()
+    p1.close()
+
+
+def test_runtime_findings_are_listed_beside_agreement_and_bad_ones_refused(d):
+    p0, p1 = Proc(d, 0), Proc(d, 1)
+    cudnn = "cuDNN attention's backward is nondeterministic"
+    tf32 = "torch.backends.cuda.matmul.allow_tf32"
+    for p in (p0, p1):
+        assert p.observe("m:k@1", "[i:1]", CANDS[0]) == 0
+        assert p.observe("runtime::sdpa", "cudnn", "cuda bfloat16 backward", flags=0, source=SOURCE_RUNTIME,
+                         why=cudnn) == 0
+        assert p.observe("runtime::setting", "CUBLAS_WORKSPACE_CONFIG", ":4096:8", flags=0,
+                         source=SOURCE_RUNTIME) == 0
+    assert p0.observe("runtime::setting", tf32, "True", flags=0, source=SOURCE_RUNTIME) == 0
+    assert p1.observe("runtime::setting", tf32, "False", flags=0, source=SOURCE_RUNTIME) == 0
+    r = detctl(d, "verify")
+    assert r.returncode == 0, r.stdout  # warnings by default
+    lines = r.stdout.splitlines()
+    i = lines.index("configs agree (1 key); nondeterminism no config fixes, on some ranks:")
+    assert lines[i + 1:i + 3] == [
+        f"NONDET sdpa cudnn cuda bfloat16 backward (ranks 0-1): {cudnn}",
+        f"NONDET setting {tf32} differs across ranks: True (rank 0), False (rank 1)"], r.stdout
+    assert "2 nondeterministic (not failing" in lines[-1] and "2 observations" in lines[-1], r.stdout
+    md = os.path.join(d.root, "r.md")
+    assert detctl(d, "verify", "--report", md).returncode == 0
+    text = open(md).read()
+    assert f"## Nondeterminism no config fixes\n\n- sdpa cudnn cuda bfloat16 backward (ranks 0-1): {cudnn}\n" in text, text
+    rc, doc = verify_json(d, "--strict-determinism")
+    assert rc == 1 and doc["strict_determinism"] and doc["nondeterministic"] == 2, doc
+    assert [f["kind"] for f in doc["failures"]] == ["nondeterminism"] * 2, doc["failures"]
+    assert doc["keys_checked"] == 1 and not doc["divergences"] and len(doc["autotuners"]) == 1, doc
+    ws = {e["name"]: e for e in doc["runtime"]}
+    assert not ws["CUBLAS_WORKSPACE_CONFIG"]["nondeterministic"] and ws[tf32]["differs"], ws
+    assert [(v["value"], v["ranks"]) for v in ws[tf32]["values"]] == [("True", [0]), ("False", [1])], ws[tf32]
+    # The daemon refuses a malformed finding, naming the field; nothing is stored.
+    bad = [
+        (("runtime::bogus", "x", "v"), {}, "key.kernel 'runtime::bogus' is not a runtime finding's kind"),
+        (("runtime::op", "x" * 257, "v"), {}, "key.key is 257 bytes, over the limit of 256 bytes"),
+        (("runtime::op", "a\x1bb", "v"), {}, "key.key contains the control character 0x1b at byte 1"),
+        (("runtime::setting", "s", "v" * 257), {}, "config is 257 bytes, over the limit of 256 bytes"),
+        (("runtime::op", "put_", "v"), {"flags": GOVERNED}, "a runtime finding (source RUNTIME) is never governed"),
+        (("runtime::op", "put_", CANDS[0]), {"source": SOURCE_TIMED},
+         "key.kernel 'runtime::op' is a runtime finding's kind: it needs source RUNTIME"),
+    ]
+    for args, kw, text in bad:
+        kw = {"flags": 0, "source": SOURCE_RUNTIME, **kw}
+        assert p0.observe(*args, **kw) != 0, args
+        err = p0.lib.detd_client_last_error().decode()
+        assert text in err, (args, err)
+    rc, doc = verify_json(d)
+    assert len(doc["runtime"]) == 3 and rc == 0, doc["runtime"]
     p0.close()
     p1.close()
 

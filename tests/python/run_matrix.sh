@@ -27,6 +27,10 @@
 #   DETD_BUILD_DIR        default <repo>/build (built here if binaries are missing)
 #   DETD_PYTHON_TESTS     what pytest collects, default "tests/python" (the
 #                         quick tier names the in-process test files)
+#   DETD_MATRIX_JOBS      releases whose pytest runs at once, default 2 (the
+#                         suites are separate processes with their own
+#                         daemons, sockets and temporary folders; each
+#                         release's output is printed whole when it ends)
 #   PYTHON                interpreter for the venvs, default python3
 set -euo pipefail
 
@@ -44,6 +48,11 @@ case $MATRIX in release | full) ;; *)
     ;;
 esac
 JOBS=${DETD_BUILD_JOBS:-2}
+MJOBS=${DETD_MATRIX_JOBS:-2}
+[[ $MJOBS =~ ^[1-9][0-9]*$ ]] || {
+    echo "run_matrix: DETD_MATRIX_JOBS must be a positive integer, not '$MJOBS'" >&2
+    exit 2
+}
 
 log() { printf 'run_matrix: %s\n' "$*" >&2; }
 
@@ -54,9 +63,34 @@ if [[ ! -x $BUILD/daemon/detd || ! -e $BUILD/client/libdetd.so || ! -x $BUILD/cl
 fi
 
 mkdir -p "$VENVS"
-declare -A RESULT
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/detd-matrix.XXXXXX")
+trap 'rm -rf "$LOGS"' EXIT
+declare -A RESULT PID WHAT
 status=0
-for v in $VERSIONS; do
+running=0
+finish_one() { # wait for any release's pytest to end, then print its output whole
+    local pid="" rc=0 v
+    wait -n -p pid "${PID[@]}" || rc=$?
+    for v in "${!PID[@]}"; do
+        if [[ ${PID[$v]} == "$pid" ]]; then
+            log "triton $v: ${WHAT[$v]}"
+            cat "$LOGS/triton-$v.log"
+            RESULT[$v]=$rc
+            if [[ $rc -ne 0 ]]; then status=1; fi
+            unset "PID[$v]"
+            running=$((running - 1))
+            return
+        fi
+    done
+    log "internal error: wait returned pid '$pid' of no release"
+    exit 2
+}
+# The primary release (every test, the longest run) starts first; the others
+# run beside it, DETD_MATRIX_JOBS at a time.
+ORDER=$PRIMARY
+for v in $VERSIONS; do [[ $v == "$PRIMARY" ]] || ORDER="$ORDER $v"; done
+[[ " $VERSIONS " == *" $PRIMARY "* ]] || ORDER=$VERSIONS
+for v in $ORDER; do
     venv=$VENVS/triton-$v
     if [[ ! -x $venv/bin/python ]]; then
         log "creating $venv"
@@ -93,15 +127,16 @@ print("run_matrix: bundled libdetd", n.version(), file=sys.stderr)')
         select=(-m triton_release)
         what="the triton_release tests"
     fi
-    log "triton $v: running $what"
-    set +e
+    log "triton $v: running $what (output follows when it ends)"
+    WHAT[$v]=$what
     (cd "$REPO" && DETD_TEST_INSTALLED=1 DETD_BUILD_DIR=$BUILD TRITON_INTERPRET=1 \
-        "$venv/bin/python" -m pytest -p no:cacheprovider -q "${select[@]}" ${DETD_PYTHON_TESTS:-tests/python} "$@")
-    rc=$?
-    set -e
-    RESULT[$v]=$rc
-    if [[ $rc -ne 0 ]]; then status=1; fi
+        exec "$venv/bin/python" -m pytest -p no:cacheprovider -q "${select[@]}" ${DETD_PYTHON_TESTS:-tests/python} "$@") \
+        >"$LOGS/triton-$v.log" 2>&1 &
+    PID[$v]=$!
+    running=$((running + 1))
+    if [[ $running -ge $MJOBS ]]; then finish_one; fi
 done
+while [[ $running -gt 0 ]]; do finish_one; done
 
 for v in $VERSIONS; do
     if [[ ${RESULT[$v]} -eq 0 ]]; then log "triton $v: passed"; else log "triton $v: FAILED (pytest exit ${RESULT[$v]})"; fi

@@ -375,6 +375,11 @@ TEST(share_and_device_validate_before_sending) {
     CHECK_EQ_INT(detd_decide(c, &k, DETD_DECIDE_BENCH, 1000, &da), DETD_EINVAL);
     CHECK(strstr(detd_client_last_error(), "DETD_DECIDE_SHARE") != NULL);
     CHECK(da == NULL);
+    /* Flags past DETD_DECIDE_WAIT_ONLY (0.8) are refused, named. */
+    CHECK_EQ_INT(detd_decide(c, &k, DETD_DECIDE_WAIT_ONLY << 1, 1000, &da),
+                 DETD_EINVAL);
+    CHECK(strstr(detd_client_last_error(), "unknown flags 0x10") != NULL);
+    CHECK(da == NULL);
     detd_client_close(c);
 }
 

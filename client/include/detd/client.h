@@ -138,6 +138,14 @@ typedef enum detd_source {
     /* A tuner detd cannot govern: its own choice; verify requires every
      * process that launched the key to agree (observe only). */
     DETD_SOURCE_UNGOVERNED = 7,
+    /* Added in 0.8: not a config choice but a finding about the process's
+     * runtime that no config fixes (a nondeterministic op, the attention
+     * backend, a setting): key->kernel "runtime::op", "runtime::sdpa" or
+     * "runtime::setting", key->key the name, config the detail or value
+     * (each <= 256 bytes, no control characters), extra->why why it
+     * breaks bit-identity ("": it does not). Observe only, never
+     * governed; verify lists it beside the configs' agreement. */
+    DETD_SOURCE_RUNTIME = 8,
 } detd_source;
 
 /* What a Decide call produced (values match detd.v1.Outcome). */
@@ -254,6 +262,16 @@ int detd_client_connect(detd_client *client, int64_t timeout_ms);
  * neither the timing rank's nor another helper's of that pass; else a
  * compile share. */
 #define DETD_DECIDE_BENCH 0x4
+/* Added in 0.8: wait for the key's decision, never be designated: a
+ * decided key is answered DETD_OUTCOME_DECIDED at once; while a timing
+ * pass is in progress the call waits like any waiter (DETD_OUTCOME_TIMEOUT
+ * with the holder at the deadline), and a takeover passes over it; with
+ * no decision and no pass in progress: DETD_OUTCOME_MISS. For a process
+ * that launched a fallback and waits for the decision before it relies
+ * on it (detd.wait_final() in the Python package). Overrides
+ * DETD_DECIDE_NO_CLAIM; DETD_DECIDE_SHARE is ignored with it. A daemon
+ * older than 0.8 would designate the caller: DETD_EPROTO. */
+#define DETD_DECIDE_WAIT_ONLY 0x8
 
 /*
  * Ask which config to use for key. Waits server-side while another rank

@@ -31,7 +31,7 @@ import threading
 from typing import List, Optional
 
 from . import _policy
-from ._loop import MissError, PassEnvError, PassFailedError
+from ._loop import MissError, NotFinalError, PassEnvError, PassFailedError
 from ._native import DetdError, LibraryNotFound
 from ._policy import Settings
 
@@ -44,8 +44,11 @@ __all__ = [
     "stats",
     "audit",
     "verify",
+    "wait_final",
+    "not_final",
     "DivergenceError",
     "MissError",
+    "NotFinalError",
     "PassEnvError",
     "PassFailedError",
     "DetdError",
@@ -103,16 +106,65 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
         if _megatron.coexist(s) == "megatron":
             _process.stand_down()  # megatron.core.tuning governs
             return s
+        from . import _capture
+
+        _capture.options()  # DETD_CAPTURE*: refused before anything is patched
         _hook.patch()
         _process.configure(s)
         from . import _inductor
 
         _inductor.install()  # torch.compile's autotuners: now, or when Inductor is imported
+        _capture.install()  # CUDA graph captures wait for final decisions (detd._capture)
+        from . import _audit
+
+        if _audit.enabled():
+            from . import _nondet
+
+            _nondet.start()  # the audit's runtime findings (docs/determinism.md)
         if s.helion == "on":
             from . import _helion
 
             _helion.install()  # Helion's autotuner_fn: now, or when Helion is imported
     return s
+
+
+def wait_final(timeout_s: Optional[float] = None) -> dict:
+    """Wait until every governed key this process met is decided in the
+    whole job, at most ``timeout_s`` seconds (None: the ``timeout_ms``
+    setting, ``DETD_TIMEOUT_MS``); call it before relying on the configs
+    staying as they are (before capturing a CUDA graph: ``detd-run`` and
+    ``install()`` make every capture do so, see :mod:`detd._capture`).
+
+    A key is not final while another thread of this process resolves it,
+    or when this process launched its ``on_miss`` fallback (its wait ran
+    out, the daemon was away). Those keys are waited for, asking the
+    daemon without ever timing anything here; a decided key's fallback is
+    then replaced by the decision, so its next launch uses it (Triton
+    autotuners; an Inductor choice is compiled in: this process keeps its
+    fallback, with a warning). A key that nobody times is dropped, so
+    that its next launch resolves it again. ``detctl verify`` still
+    fails for a process that launched a fallback.
+
+    Returns ``{"waited_s", "replaced", "kept"}`` (the keys whose fallback
+    was replaced and those kept, each ``kernel``, ``key``, ``fallback``,
+    ``config``). Raises :class:`NotFinalError` naming every key still
+    undecided and who times it (its ``keys``). Counted in :func:`stats`
+    (``final_*``)."""
+    from . import _loop
+
+    return _loop.wait_final(timeout_s)
+
+
+def not_final() -> List[dict]:
+    """The governed keys of this process that are not final now, without
+    waiting or asking the daemon: each ``kernel``, ``key``, ``state``
+    (``resolving``: being asked for, waited for or timed by a thread of
+    this process; ``fallback``: launched with its ``on_miss`` config,
+    ``config``) and ``why`` (who times it). Empty: every key this process
+    launched is its decision."""
+    from . import _loop
+
+    return _loop.not_final()
 
 
 def daemon_problem(socket: Optional[str] = None) -> str:
@@ -164,7 +216,9 @@ def autotuners() -> List[dict]:
     launch of the key raised (also sent to the daemon, so ``detctl
     verify`` fails); with the audit on, ``audit`` (see :func:`audit`), and
     per kernel ``nondeterministic``: the arguments that differed under a
-    fixed config.
+    fixed config; ``replaced_by``: the decided config that
+    :func:`wait_final` put in place of the ``on_miss`` fallback this
+    process launched before (``config``, source ``fallback``, as observed).
 
     Triton autotuners are those reached through ``Autotuner.run``;
     ``Autotuner`` subclasses whose own ``run`` never calls
@@ -181,11 +235,15 @@ def autotuners() -> List[dict]:
     (``kind`` ``helion``, kernel ``helion::module:qualname@guard``; each
     key's ``config`` is Helion's config JSON, ``string`` the committed
     string; see :mod:`detd._helion`) once a Helion kernel autotuned."""
-    from . import _helion, _hook, _inductor
+    from . import _helion, _hook, _inductor, _loop
 
     out = _hook.records()
+    replaced = _loop.replaced()
     for r in out:
         r.setdefault("kind", _kind(r.get("kernel", "")))
+        for k in r["keys"]:
+            if (r["kernel"], k["key"]) in replaced:  # wait_final() put the decision in its place
+                k["replaced_by"] = replaced[(r["kernel"], k["key"])]
     out.extend(_inductor.records())
     out.extend(_helion.records())
     st = _inductor.status()
@@ -203,11 +261,17 @@ def stats() -> dict:
     ``attaches``; ``claims_renewed``: timing claims taken again after a
     restart; ``reconnect_ms``: the window), empty before the first call;
     and the Triton hook's ``fallbacks`` (``on_miss`` applied) and
-    ``claims_lost`` (claims asked for again)."""
-    from . import _hook, _process
+    ``claims_lost`` (claims asked for again); :func:`wait_final`'s
+    ``final_waits``, ``final_not_final`` (calls that raised),
+    ``final_replaced`` (fallbacks replaced by their decision) and
+    ``final_kept``; and the CUDA graph captures checked:
+    ``capture_checks``, ``capture_warnings``, ``capture_refused``."""
+    from . import _capture, _hook, _loop, _process
 
     out = dict(_process.client_stats())
     out.update(_hook.counts())
+    out.update(_loop.final_counts())
+    out.update(_capture.counts())
     return out
 
 
@@ -220,16 +284,25 @@ def audit(enable: bool = True, replays: Optional[int] = None, contention: Option
     of its tensor arguments with the config the key resolved to, and every
     tensor argument's bytes are compared; ``contention`` (GPU,
     ``DETD_AUDIT_CONTENTION``) runs each replay beside a busy side stream.
-    ``enable=False`` stops auditing. Returns the results so far, one dict
+    The audit also turns on ``torch.use_deterministic_algorithms(True,
+    warn_only=True)`` (unless deterministic algorithms are on already) and
+    reports the ops torch names nondeterministic, the SDPA backend chosen
+    and determinism settings to the daemon (:mod:`detd._nondet`,
+    docs/determinism.md).
+    ``enable=False`` stops auditing (and restores deterministic algorithms
+    as they were). Returns the results so far, one dict
     per audited key: ``kernel``, ``name``, ``key``, ``config``, ``replays``,
     ``status`` (``deterministic``, ``nondeterministic`` or ``error``),
     ``differing`` (the tensor arguments whose bytes changed) and ``error``.
     Costs: see :mod:`detd._audit`."""
-    from . import _audit, _hook
+    from . import _audit, _hook, _nondet
 
     _audit.enable(enable, replays, contention)
     if enable:
         _hook.leave_direct_all()  # known keys: audited at their next launch
+        _nondet.start()  # ops, SDPA backend, settings (docs/determinism.md)
+    else:
+        _nondet.stop()
     return [r for keys in _audit.results().values() for r in keys.values() if r.get("status") != "running"]
 
 

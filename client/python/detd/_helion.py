@@ -50,7 +50,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import _afterimport, _canon, _loop, _native, _process, _triton
+from . import _canon, _imports, _loop, _native, _process, _triton
 
 __all__ = ["install", "governed", "records", "searches"]
 
@@ -338,7 +338,7 @@ def governed(inner_fn: Callable) -> Callable:
 _SETTINGS = "helion.runtime.settings"
 
 
-def _patch(_name: str = _SETTINGS) -> None:
+def _patch() -> None:
     hs = sys.modules.get(_SETTINGS)
     with _st.lock:
         if hs is None or _st.patched:
@@ -354,15 +354,12 @@ def _patch(_name: str = _SETTINGS) -> None:
         _st.patched = True
 
 
-_finder = _afterimport.AfterImport((_SETTINGS,), _patch)
-
-
 def install() -> None:
     """Called by ``detd.install()`` (after the settings are in force):
     every ``helion.Settings`` built from then on (every ``@helion.kernel``
     defined after it) wraps its ``autotuner_fn`` in :func:`governed`, now
     when Helion is imported, else when it will be. Helion is never
     imported here."""
-    if _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
-    _patch()
+    _imports.watch((_SETTINGS,), _patch)
+    if _imports.loaded(_SETTINGS):
+        _patch()

@@ -648,6 +648,8 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             reason = _loop.no_decision(answer)
         if chosen is None:
             chosen, source, note = _miss(ctx, info, key_str, reason or "no answer", cands)
+            _process.note_provisional(_process.Provisional(info.kernel, key_str, dkey, _triton.config_string(chosen),
+                                      _triton.cache_putter(tuner, key, cands.live), wait.fell_back(reason)))
         if timed_here:
             _triton.finish_pass(tuner, key, ctx.kw, chosen)
 

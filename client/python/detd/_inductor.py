@@ -110,7 +110,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _afterimport, _canon, _loop, _native, _process, _triton
+from . import _canon, _imports, _loop, _native, _process, _triton
 
 # Releases whose patched methods were tested (major, minor), inclusive.
 SUPPORTED = ((2, 11), (2, 13))
@@ -233,16 +233,13 @@ def _apply_settings():
         _st.status, _st.why = "governed", f"mode {settings.mode}"
 
 
-# Inductor's modules whose import finished (sys.modules holds a module
-# while it is still being executed: select_algorithm imports
-# triton_heuristics half-way through its own import).
-_loaded = set()
+_WATCH = (_HEURISTICS, _SELECT, _CONFIG, _AOT_CONFIG)
 
 
 def _try_patch():
     """Patch the runtime autotuner once its module is imported; refuse
     unsupported releases."""
-    heur = sys.modules.get(_HEURISTICS) if _HEURISTICS in _loaded else None
+    heur = sys.modules.get(_HEURISTICS) if _imports.loaded(_HEURISTICS) else None
     if heur is None or _st.patched or _st.status == "refused":
         return
     with _st.lock:
@@ -267,7 +264,7 @@ def _try_patch():
 
 
 def _patch_select():
-    sel = sys.modules.get(_SELECT) if _SELECT in _loaded else None
+    sel = sys.modules.get(_SELECT) if _imports.loaded(_SELECT) else None
     if sel is None or "lookup" in _orig or not _st.patched:
         return
     with _st.lock:
@@ -293,14 +290,6 @@ def _unpatch():
     _st.patched = False
 
 
-def _after_import(name: str) -> None:
-    _loaded.add(name)
-    _on_import()
-
-
-_finder = _afterimport.AfterImport((_HEURISTICS, _SELECT, _CONFIG, _AOT_CONFIG), _after_import)
-
-
 def _on_import():
     try:
         _try_patch()
@@ -314,13 +303,8 @@ def _on_import():
 def install():
     """Called by ``detd.install()`` (after the settings are in force):
     patch Inductor now when it is imported, else when it will be."""
-    if _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
-    for name in _finder.WATCH:  # imported before install(): complete by now
-        mod = sys.modules.get(name)
-        if mod is not None and getattr(getattr(mod, "__spec__", None), "_initializing", False) is False:
-            _loaded.add(name)
-    if _HEURISTICS in _loaded:
+    _imports.watch(_WATCH, _on_import)
+    if _imports.loaded(_HEURISTICS):
         _on_import()
     elif "torch" in sys.modules:
         _st.torch = torch_version()
@@ -519,6 +503,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     elif len(cands) == 1:
         out = Outcome(cands[0], _native.SOURCE_LOCAL, note="one candidate")
     reason = f"override {override!r} matches no candidate" if override is not None and out is None else None
+    asked = False
     if out is None and reason is None:
         timings = None
 
@@ -533,6 +518,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
 
         # No share: a waiting process has no way to compile one of
         # Inductor's candidates outside its own pass.
+        asked = True
         res = _loop.resolve(dkey, kernel, key, _triton.version(), timed_pass)
         ans, reason = res.answer, res.reason
         if res.report_error is not None and _loop.pass_failed(res.report_error):
@@ -559,6 +545,11 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
         _process.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
                            f"using on_miss={policy}")
         out = Outcome(chosen, _native.SOURCE_FALLBACK, note=f"{reason}; on_miss={policy}")
+        if asked:
+            # Compiled in: detd.wait_final() waits for the decision, but
+            # this process keeps its fallback (unless they are the same).
+            _process.note_provisional(_process.Provisional(kernel, key, dkey, chosen, lambda c: c == chosen,
+                                                           res.wait.fell_back(reason)))
     _finish(kernel, name, key, cands, out)
     return out
 

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _canon, _native, _process, _split
 
@@ -232,6 +232,14 @@ def progress() -> Callable[[int], None]:
     return getattr(_pass_tls, "progress", None) or (lambda i: None)
 
 
+def holder_text(a) -> str:
+    """Who times a key, from a TIMEOUT answer (its holder)."""
+    if a is None or not a.holder_host:
+        return "its timing pass runs on another node (or is passing to another rank)"
+    return (f"rank {a.holder_rank} (pid {a.holder_pid} on {a.holder_host}) has been timing it for "
+            f"{a.held_ms / 1000:.1f} s")
+
+
 class Wait:
     """A rank's wait for a key another rank times: the slices it asks in,
     the log lines (after ``wait_log_after_s``, then every
@@ -242,7 +250,7 @@ class Wait:
     never waits for a helper). ``kernel`` and ``key_str`` name the key in
     the log lines."""
 
-    __slots__ = ("kernel", "key_str", "share", "shared", "benched", "t0", "next_log", "logged", "last")
+    __slots__ = ("kernel", "key_str", "share", "shared", "benched", "t0", "next_log", "logged", "last", "timing")
 
     def __init__(self, kernel: str, key_str: str, share: bool):
         self.kernel, self.key_str, self.share = kernel, key_str, share
@@ -253,6 +261,7 @@ class Wait:
         self.next_log = self.t0 + after if after > 0 else None
         self.logged = False
         self.last = None  # the last TIMEOUT answer (holder)
+        self.timing = False  # this process runs the key's timing pass now
 
     def ask_ms(self, left_ms: int) -> int:
         """How long the next Decide may wait: until the next log line (and
@@ -271,10 +280,22 @@ class Wait:
         return answer.waited_ms if answer is not None else None
 
     def _who(self, a) -> str:
-        if a is None or not a.holder_host:
-            return "its timing pass runs on another node (or is passing to another rank)"
-        return (f"rank {a.holder_rank} (pid {a.holder_pid} on {a.holder_host}) has been timing it for "
-                f"{a.held_ms / 1000:.1f} s")
+        return holder_text(a)
+
+    def fell_back(self, reason: Optional[str]) -> str:
+        """Why a key this wait ended without is not decided, for
+        :class:`detd._process.Provisional`: who timed it, else ``reason``."""
+        if self.last is None:
+            return reason or "no answer"
+        return f"{self._who(self.last)} when this process fell back"
+
+    def describe(self) -> str:
+        """Who times the key, for :func:`wait_final`'s error."""
+        if self.timing:
+            return f"this process (pid {os.getpid()}) is timing it"
+        if self.last is None:
+            return "this process is asking the daemon for it"
+        return self._who(self.last)
 
     def waiting(self, answer):
         """A TIMEOUT answer before the caller's own deadline: log when due."""
@@ -404,13 +425,23 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
     -> text), sent with the report."""
     settings = _process.settings()
     pinned = settings.mode == "pinned"
+    # The key is not final in this process until the loop ends (see
+    # wait_final()).
+    wait = Wait(kernel, key_str, share is not None and not pinned and _process.share_pass())
+    token = _process.begin_resolving(kernel, key_str, wait.describe)
+    try:
+        return _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait)
+    finally:
+        _process.end_resolving(token)
+
+
+def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait) -> Resolution:
     answer, reason, rows, report_error = None, None, None, None
     # libdetd waits for a restarted daemon within what is left of the
     # budget, and a claim lost to a restart is asked for again (see
     # detd/client.h, "Daemon restarts").
     deadline = time.monotonic() + settings.timeout_ms / 1000.0
     lost = rounds = 0
-    wait = Wait(kernel, key_str, share is not None and not pinned and _process.share_pass())
     while True:
         left_ms = int((deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
@@ -449,6 +480,7 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
         if rows is None:
             t0 = time.monotonic()
             _pass_tls.progress = PassProgress(kernel, key_str, dkey.candidates)
+            wait.timing = True
             try:
                 rows = time_pass(answer)
             except BaseException as e:
@@ -462,6 +494,7 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
                 raise
             finally:
                 _pass_tls.progress = None
+                wait.timing = False
             deadline += time.monotonic() - t0
         try:
             errs = pass_errors() if pass_errors is not None else None
@@ -492,3 +525,157 @@ def no_decision(answer) -> str:
     return {_native.OUTCOME_MISS: "no decision stored and none in the tables",
             _native.OUTCOME_TIMEOUT: "timed out waiting for another rank's timing pass"}.get(
                 answer.outcome, f"unexpected outcome {answer.outcome}")
+
+
+# ---------------------------------------------------------------- final decisions
+
+class NotFinalError(RuntimeError):
+    """:func:`wait_final` ended with keys of this process still undecided.
+    ``keys``: one dict per key, ``kernel``, ``key``, ``state``
+    (``resolving``: this process is resolving it; ``fallback``: it
+    launches its ``on_miss`` config, ``config``) and ``why`` (who times
+    it, or that nobody does); ``waited_s``: how long it waited."""
+
+    def __init__(self, keys: List[dict], waited_s: float):
+        self.keys, self.waited_s = keys, waited_s
+        shown = "; ".join(f"kernel {k['kernel']} key {k['key']}: {k['why']}" for k in keys[:3])
+        more = f"; and {len(keys) - 3} more" if len(keys) > 3 else ""
+        super().__init__(f"detd: {len(keys)} key(s) this process met are not decided after {waited_s:.1f} s "
+                         f"of waiting: {shown}{more}")
+
+
+# wait_final(0): the one look at a fallback's key (a Decide that never
+# waits server-side) may take this long (a daemon restarting).
+NO_WAIT_ASK_MS = 2000
+
+_final_lock = threading.Lock()
+_final_counts = {"final_waits": 0, "final_not_final": 0, "final_replaced": 0, "final_kept": 0}
+_replaced: Dict[Tuple[str, str], str] = {}  # (kernel, key) -> the decision that replaced its fallback
+
+
+def replaced() -> Dict[Tuple[str, str], str]:
+    """(kernel, key) -> the decided config that :func:`wait_final` put in
+    place of the key's fallback in this process."""
+    with _final_lock:
+        return dict(_replaced)
+
+
+def final_counts() -> dict:
+    """:func:`wait_final`'s counters: ``final_waits`` (calls),
+    ``final_not_final`` (calls that raised :class:`NotFinalError`),
+    ``final_replaced`` (fallbacks replaced by their decision) and
+    ``final_kept`` (decided keys whose fallback this process keeps:
+    compiled in)."""
+    with _final_lock:
+        return dict(_final_counts)
+
+
+def _count(name: str, n: int = 1) -> None:
+    with _final_lock:
+        _final_counts[name] += n
+
+
+def _await_decision(p, deadline: float):
+    """Ask for ``p``'s decision without ever being designated until
+    ``deadline``: (the answer, or None, why not)."""
+    answer = heard = None  # the last answer, and the last one from the daemon
+    while True:
+        left = deadline - time.monotonic()
+        left_ms = int(left * 1000) + 1 if left > 0 else 0  # never short of the deadline
+        if left_ms <= 0 and answer is not None:
+            # A last ask cut short by its own deadline comes back as
+            # daemon_away: the daemon's last word says who times the key.
+            if heard is None:
+                return None, "the daemon is unreachable (or has just restarted)"
+            return None, holder_text(heard)
+        try:
+            if left_ms <= 0:
+                # No time to wait (wait_final(0)): one look, answered at once.
+                answer = _process.client().decide(p.dkey, True, NO_WAIT_ASK_MS)
+                if answer.outcome == _native.OUTCOME_MISS:
+                    return None, f"not decided yet (not waited for); {p.why}" if p.why else "not decided yet"
+            else:
+                answer = _process.client().decide(p.dkey, False, left_ms, wait_only=True)
+        except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+            if getattr(e, "code", None) == _native.ETIMEDOUT and left_ms > 0:
+                continue
+            if getattr(e, "code", None) == _native.EINVAL:
+                return None, f"this libdetd cannot wait without timing (older than 0.8): {e}"
+            return None, f"daemon request failed: {e}"
+        if not answer.daemon_away:
+            heard = answer
+        if answer.outcome == _native.OUTCOME_DECIDED:
+            return answer, None
+        if answer.outcome == _native.OUTCOME_MISS:
+            return None, "no decision, and no process is timing it"
+        if answer.outcome != _native.OUTCOME_TIMEOUT:
+            return None, f"unexpected outcome {answer.outcome}"
+
+
+def wait_final(timeout_s: Optional[float] = None, forget: bool = True) -> dict:
+    """Wait until every governed key this process met is decided, at most
+    ``timeout_s`` seconds (None: the ``timeout_ms`` setting): first for
+    the keys other threads of this process are resolving, then for each
+    key it launched a fallback for (``on_miss``), asking the daemon
+    without ever being designated (``DETD_DECIDE_WAIT_ONLY``). A decided
+    key's fallback is replaced by the decision (its next launch uses it)
+    where the adapter can (a Triton autotuner's; an Inductor choice is
+    compiled in and kept, with a warning); with ``forget``, a key that
+    nobody times is dropped, so that its next launch resolves it again
+    (and times it, when designated). ``timeout_s=0`` waits for nothing:
+    one look at each fallback's key. Returns
+    ``{"waited_s", "replaced", "kept"}`` (the keys, as dicts); raises
+    :class:`NotFinalError` naming every key still undecided and who
+    times it. Counted (:func:`final_counts`) and logged."""
+    settings = _process.settings()
+    budget = settings.timeout_ms / 1000.0 if timeout_s is None else float(timeout_s)
+    if budget < 0:
+        raise ValueError(f"detd.wait_final: timeout_s={timeout_s!r}: expected seconds >= 0")
+    t0 = time.monotonic()
+    deadline = t0 + budget
+    _count("final_waits")
+    missing = [dict(kernel=k, key=key, state="resolving", why=who)
+               for k, key, who in _process.wait_resolved(deadline)]
+    replaced, kept = [], []
+    for p in _process.provisional():
+        answer, why = _await_decision(p, deadline)
+        if answer is None:
+            if forget and why.startswith("no decision, and no process") and p.put(None):
+                _process.settle(p.kernel, p.key)
+                why += ": its next launch asks again"
+            missing.append(dict(kernel=p.kernel, key=p.key, state="fallback", config=p.config, why=why))
+            continue
+        entry = dict(kernel=p.kernel, key=p.key, fallback=p.config, config=answer.config)
+        if p.put(answer.config):
+            replaced.append(entry)
+            _count("final_replaced")
+            with _final_lock:
+                _replaced[(p.kernel, p.key)] = answer.config
+            log.info("detd: kernel %s key %s: fallback %s replaced by the decision %s", p.kernel, p.key,
+                     p.config, answer.config)
+        else:
+            kept.append(entry)
+            _count("final_kept")
+            _process.warn_once(f"final-kept:{p.kernel}:{p.key}",
+                               f"detd: kernel {p.kernel} key {p.key} is decided ({answer.config}), but this process "
+                               f"compiled its fallback {p.config} in and keeps launching it until it compiles again")
+        _process.settle(p.kernel, p.key)
+    waited = time.monotonic() - t0
+    if missing:
+        _count("final_not_final")
+        err = NotFinalError(missing, waited)
+        log.warning("%s", err)
+        raise err
+    return dict(waited_s=round(waited, 3), replaced=replaced, kept=kept)
+
+
+def not_final() -> List[dict]:
+    """The keys of this process that are not final now, without waiting:
+    those being resolved (``state`` ``resolving``, ``why``: who times
+    them) and those launched with a fallback (``fallback``)."""
+    out = [dict(kernel=k, key=key, state="resolving", why=who) for k, key, who in
+           _process.wait_resolved(time.monotonic())]
+    out += [dict(kernel=p.kernel, key=p.key, state="fallback", config=p.config,
+                 why=f"launched its on_miss fallback; {p.why}" if p.why else "launched its on_miss fallback")
+            for p in _process.provisional()]
+    return out

@@ -47,12 +47,14 @@ SOURCE_IMPORT = 4
 SOURCE_FALLBACK = 5
 SOURCE_LOCAL = 6
 SOURCE_UNGOVERNED = 7  # a tuner detd cannot govern: verify requires agreement
+SOURCE_RUNTIME = 8  # a runtime finding no config fixes (libdetd 0.8; detd._nondet)
 SOURCE_NAMES = {0: "unspecified", 1: "timed", 2: "table", 3: "override", 4: "import", 5: "fallback",
-                6: "local", 7: "ungoverned"}
+                6: "local", 7: "ungoverned", 8: "runtime"}
 
 DECIDE_NO_CLAIM = 0x1
 DECIDE_SHARE = 0x2
 DECIDE_BENCH = 0x4  # libdetd 0.5: with DECIDE_SHARE, a benchmark share
+DECIDE_WAIT_ONLY = 0x8  # libdetd 0.8: wait for the decision, never be designated
 OBSERVE_GOVERNED = 0x1
 OBSERVE_CHAOS = 0x2
 OBSERVE_FAILED = 0x4  # libdetd 0.3 (detd_observe_ex)
@@ -65,6 +67,7 @@ ESTALE = -1007
 EUNAVAILABLE = -1014
 ENOCAND = -1017
 EENV = -1019  # libdetd 0.7: a timing pass given back (environment)
+EINVAL = -22
 
 
 class _ObserveExtra(ctypes.Structure):
@@ -463,14 +466,19 @@ class Client:
     def connect(self, timeout_ms: int = 5000):
         _check(self._lib, "detd_client_connect", self._lib.detd_client_connect(self._h, timeout_ms))
 
-    def decide(self, key: Key, no_claim: bool, timeout_ms: int, share: bool = False, bench: bool = False) -> Answer:
+    def decide(self, key: Key, no_claim: bool, timeout_ms: int, share: bool = False, bench: bool = False,
+               wait_only: bool = False) -> Answer:
         """``detd_decide``; ``share``: ask for a share of a timing pass in
         progress (answered at once, see ``DETD_DECIDE_SHARE``); ``bench``:
         offer to benchmark it on this process's device (``set_device``;
-        ``DETD_DECIDE_BENCH``, libdetd 0.5)."""
+        ``DETD_DECIDE_BENCH``, libdetd 0.5); ``wait_only``: wait for the
+        decision, never be designated (``DETD_DECIDE_WAIT_ONLY``, libdetd
+        0.8: OUTCOME_MISS when nothing is decided and no pass runs)."""
         ck = _CKey(key)
         p = ctypes.POINTER(_Answer)()
         flags = (DECIDE_NO_CLAIM if no_claim else 0) | (DECIDE_SHARE if share else 0)
+        if wait_only:
+            flags = DECIDE_WAIT_ONLY
         if share and bench and _has_share(self._lib):
             flags |= DECIDE_BENCH
         rc = self._lib.detd_decide(self._h, ctypes.byref(ck.s), flags, timeout_ms, ctypes.byref(p))

@@ -22,7 +22,8 @@ import logging
 import os
 import threading
 import warnings
-from typing import Callable, List, Optional, Tuple
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import _devlock, _native, _policy, _split, _triton
 from ._policy import Settings
@@ -49,6 +50,10 @@ class _State:
         self.bench_device: Optional[Tuple[int, Optional[str]]] = None  # (pid, device) for the split
         self.timing_lock = _devlock.Settings()
         self.timing_lock_key: Optional[Tuple[int, Optional[str]]] = None  # (pid, device key)
+        # Keys not final in this process (see "keys not final" below).
+        self.final = threading.Condition(threading.Lock())
+        self.resolving: Dict[int, Tuple[str, str, Callable[[], str], int]] = {}
+        self.provisional: Dict[Tuple[str, str], "Provisional"] = {}
 
 
 _state = _State()
@@ -78,6 +83,10 @@ def _after_fork_in_child():
     _state.client_pid = -1
     _state.client_lock = threading.Lock()
     _state.identity = None
+    # The parent's resolutions do not run here; its fallbacks are in the
+    # child's caches too, and stay provisional.
+    _state.final = threading.Condition(threading.Lock())
+    _state.resolving = {}
     for fn in _fork_hooks:
         fn()
 
@@ -103,6 +112,82 @@ def warn_once(tag: str, msg: str) -> None:
         if log.hasHandlers():
             log.warning(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=4)
+
+
+# ---------------------------------------------------------------- keys not final
+
+class Provisional(NamedTuple):
+    """A governed key this process launched without its decision (the
+    ``on_miss`` fallback): ``dkey`` (the daemon's key), ``config`` (the
+    fallback's canonical string), ``put(config)``: launch the decided
+    ``config`` from now on, or with None drop the fallback so that the
+    next launch resolves the key again; True when done, False when the
+    adapter cannot (a choice compiled into the code); ``why``: who timed
+    the key when this process fell back, or why it fell back."""
+
+    kernel: str
+    key: str
+    dkey: Any
+    config: str
+    put: Callable[[Optional[str]], bool]
+    why: str = ""
+
+
+def begin_resolving(kernel: str, key: str, who: Callable[[], str]) -> int:
+    """A key is being resolved on this thread (asked, waited for, timed):
+    until :func:`end_resolving` with the returned token, it is not final.
+    ``who()`` says who times it."""
+    with _state.final:
+        token = id(who)
+        _state.resolving[token] = (kernel, key, who, threading.get_ident())
+        return token
+
+
+def end_resolving(token: int) -> None:
+    with _state.final:
+        _state.resolving.pop(token, None)
+        _state.final.notify_all()
+
+
+def resolving_here() -> bool:
+    """Whether this thread is resolving a key (its timing pass may
+    capture CUDA graphs of its own: Triton's ``do_bench_cudagraph``)."""
+    me = threading.get_ident()
+    with _state.final:
+        return any(r[3] == me for r in _state.resolving.values())
+
+
+def wait_resolved(deadline: float) -> List[Tuple[str, str, str]]:
+    """Wait until no other thread of this process resolves a key, at most
+    until ``deadline`` (``time.monotonic()``); the (kernel, key, who)
+    still being resolved by other threads then, empty when none."""
+    me = threading.get_ident()
+    with _state.final:
+        while True:
+            others = [r for r in _state.resolving.values() if r[3] != me]
+            left = deadline - time.monotonic()
+            if not others or left <= 0:
+                return [(k, key, who()) for k, key, who, _ in others]
+            _state.final.wait(left)
+
+
+def note_provisional(p: Provisional) -> None:
+    """An adapter launched ``p.config`` for a key without its decision."""
+    with _state.final:
+        _state.provisional[(p.kernel, p.key)] = p
+
+
+def provisional() -> List[Provisional]:
+    """The keys this process launches a fallback for, oldest first."""
+    with _state.final:
+        return list(_state.provisional.values())
+
+
+def settle(kernel: str, key: str) -> None:
+    """The key is no longer provisional (decided and applied, or
+    forgotten so that its next launch resolves it again)."""
+    with _state.final:
+        _state.provisional.pop((kernel, key), None)
 
 
 # ---------------------------------------------------------------- identity

@@ -247,6 +247,28 @@ def set_cache(tuner, cache):
     tuner.__dict__["cache"] = cache
 
 
+def cache_putter(tuner, key, live: dict):
+    """``put(config)`` for the tuner's ``key`` (see
+    :class:`detd._process.Provisional`): the live config of the canonical
+    string ``config`` (one of ``live``) becomes the key's entry in the
+    tuner's cache, or None drops the entry (the cache's own ``pop``). The
+    tuner is held weakly: once it is gone, every put is done."""
+    ref = weakref.ref(tuner)
+
+    def put(config) -> bool:
+        t = ref()
+        cache = t.__dict__.get("cache") if t is not None else None
+        if t is None or not isinstance(cache, dict) or (config is not None and config not in live):
+            return t is None
+        if config is None:
+            cache.pop(key, None)
+        else:
+            dict.__setitem__(cache, key, live[config])
+        return True
+
+    return put
+
+
 def use_original_run(tuner):
     """Shadow the class-level patched run with Triton's own, bound to the
     tuner: a launch runs exactly Triton's code. A bound method pickles as

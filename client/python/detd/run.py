@@ -10,6 +10,10 @@ Settings come from the ``DETD_*`` environment variables (see
 and so does a missing daemon (one line saying what to do) when its first
 governed kernel would fail (``on_miss=error``, the default).
 The script runs as ``__main__`` with ``sys.argv`` as if started directly.
+Every CUDA graph capture of the script (``torch.cuda.graph``,
+``make_graphed_callables``, torch.compile's CUDA graph trees) first waits
+for the decisions of the keys the process met (``DETD_CAPTURE``: ``wait``,
+``warn`` or ``off``; see :mod:`detd._capture`).
 With ``DETD_RUN_REPORT=PATH`` the process writes, when it exits, what
 :func:`detd.autotuners` says (every autotuner it reached, per key the
 config it launched, its source and wait) and :func:`detd.stats` (daemon
