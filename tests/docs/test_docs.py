@@ -155,6 +155,8 @@ for _cmd in (
         "python3 tests/gpu/run_coldstart.py --procs 8",
         "python3 tests/gpu/run_inductor.py --procs 8",
         "DETD_TEST_COMPILE_THREADS=16 python3 tests/gpu/run_inductor_step.py --rounds 2 --steps 40",
+        "DETD_TEST_COMPILE_THREADS=16 python3 tests/gpu/run_coordesc.py",
+        "python3 tests/gpu/run_helion.py --procs 4",
         "detctl lock export -o run-17.lock.json",
         "detctl lock import run-17.lock.json",
         "detctl verify --lock run-17.lock.json",

@@ -155,9 +155,10 @@ def daemon():
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_workers(daemon, n, tmp_path, args=(), env=None, per_rank_env=None, timeout=300, tag="w"):
-    """Start n worker processes at once (RANK=i, WORLD_SIZE=n); return
-    their JSON results in rank order."""
+def run_workers(daemon, n, tmp_path, args=(), env=None, per_rank_env=None, timeout=300, tag="w",
+                script="worker.py"):
+    """Start n worker processes (``script``, worker.py by default) at once
+    (RANK=i, WORLD_SIZE=n); return their JSON results in rank order."""
     procs = []
     for i in range(n):
         out = tmp_path / f"{tag}{i}.json"
@@ -165,7 +166,7 @@ def run_workers(daemon, n, tmp_path, args=(), env=None, per_rank_env=None, timeo
                        **(env or {}))
         if per_rank_env:
             e.update({k: str(v) for k, v in per_rank_env(i).items()})
-        p = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), str(out), *args], env=e,
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, script), str(out), *args], env=e,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append((p, out))
     results = []

@@ -100,6 +100,12 @@ for v in $ORDER; do
     # torch first and pinned: an unpinned torch would pull a CUDA build.
     "$venv/bin/python" -m pip install -q "torch==$TORCH" "setuptools>=61" pytest numpy
     "$venv/bin/python" -m pip install -q --no-deps "triton==$v"
+    if [[ $v == "$PRIMARY" ]]; then
+        # Helion for tests/python/test_helion.py: its wheel without
+        # scikit-learn (only some of its searches import it, lazily).
+        "$venv/bin/python" -m pip install -q --no-deps "helion==1.5.1"
+        "$venv/bin/python" -m pip install -q filecheck rich psutil typing-extensions
+    fi
     if ! "$venv/bin/python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda is None else 1)'; then
         log "warning: torch in $venv is a CUDA build; tests use the CPU only"
     fi

@@ -81,7 +81,8 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
     one patch. Invalid settings raise ValueError naming the setting.
     Other settings: exempt, namespace, arch, chaos, strict, timeout_ms, job,
     megatron (who governs next to ``megatron.core.tuning``: ``detd``, the
-    default, or ``megatron``; see :mod:`detd._megatron`).
+    default, or ``megatron``; see :mod:`detd._megatron`), helion (``on``,
+    the default, or ``off``; see :mod:`detd._helion`).
     Returns the settings in force."""
     s = _policy.parse(mode=mode, scope=scope, on_miss=on_miss, overrides=overrides, socket=socket, **more)
     from . import _hook, _process
@@ -120,6 +121,10 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
             from . import _nondet
 
             _nondet.start()  # the audit's runtime findings (docs/determinism.md)
+        if s.helion == "on":
+            from . import _helion
+
+            _helion.install()  # Helion's autotuner_fn: now, or when Helion is imported
     return s
 
 
@@ -226,8 +231,11 @@ def autotuners() -> List[dict]:
     ``inductor::*``, says whether Inductor is governed: ``status``
     (``governed``, ``ungoverned``, ``refused``), ``why`` (for a refused
     torch release, which one and the releases supported), ``torch`` and
-    ``selections`` (max-autotune selections seen, and timed)."""
-    from . import _hook, _inductor, _loop
+    ``selections`` (max-autotune selections seen, and timed). Helion's
+    (``kind`` ``helion``, kernel ``helion::module:qualname@guard``; each
+    key's ``config`` is Helion's config JSON, ``string`` the committed
+    string; see :mod:`detd._helion`) once a Helion kernel autotuned."""
+    from . import _helion, _hook, _inductor, _loop
 
     out = _hook.records()
     replaced = _loop.replaced()
@@ -237,6 +245,7 @@ def autotuners() -> List[dict]:
             if (r["kernel"], k["key"]) in replaced:  # wait_final() put the decision in its place
                 k["replaced_by"] = replaced[(r["kernel"], k["key"])]
     out.extend(_inductor.records())
+    out.extend(_helion.records())
     st = _inductor.status()
     if st["status"] != "not loaded":
         out.append(dict(kind="inductor", kernel="inductor::*", name="inductor::*",

@@ -43,6 +43,10 @@ argument               variable                meaning
                                                autotuner, ``detd`` (default)
                                                or ``megatron`` (detd stands
                                                down); see :mod:`detd._megatron`
+``helion``             ``DETD_HELION``         ``on`` (default): Helion's
+                                               autotuner governed, one search
+                                               per kernel and key; ``off``:
+                                               left alone (docs/helion.md)
 =====================  ======================  ==============================
 
 Megatron-LM's variables (``megatron.core.tuning``) and their legacy
@@ -111,6 +115,7 @@ class Settings:
     timeout_ms: int = 600_000
     job: Optional[str] = None
     megatron: str = "detd"
+    helion: str = "on"
     cache_tuners: Tuple[str, ...] = CACHE_TUNERS
 
     @property
@@ -357,6 +362,12 @@ def parse(environ: Optional[Mapping[str, str]] = None, **kwargs) -> Settings:
     v, var = get("megatron")
     if v is not None:
         out["megatron"], err = _choice("megatron", var, v, ("detd", "megatron"))
+        if err:
+            raise err
+
+    v, var = get("helion")
+    if v is not None:
+        out["helion"], err = _choice("helion", var, v, ("on", "off"))
         if err:
             raise err
 
