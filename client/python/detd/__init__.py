@@ -194,11 +194,15 @@ def stats() -> dict:
     ``attaches``; ``claims_renewed``: timing claims taken again after a
     restart; ``reconnect_ms``: the window), empty before the first call;
     and the Triton hook's ``fallbacks`` (``on_miss`` applied) and
-    ``claims_lost`` (claims asked for again)."""
-    from . import _hook, _process
+    ``claims_lost`` (claims asked for again); and ``phases``: where this
+    process's resolves of new keys spent their wall time (compile,
+    benchmark, remeasure, waiting, daemon, other; see
+    :mod:`detd._phases`; ``DETD_PHASES=<path>`` also writes it at exit)."""
+    from . import _hook, _phases, _process
 
     out = dict(_process.client_stats())
     out.update(_hook.counts())
+    out["phases"] = _phases.snapshot()
     return out
 
 
