@@ -45,7 +45,7 @@ def _bench(self, *a, **k):
     COUNTS["bench_calls"] += 1
     t0 = time.perf_counter()
     if FLOOR:
-        meta = {n: v for n, v in k.items() if n != "config"}
+        meta = {n: v for n, v in k.items() if n not in ("config", "grid", "warmup")}
         try:
             self.fn.warmup(*a, grid=(1,), **meta, **k["config"].all_kwargs())
         except Exception:  # noqa: BLE001 - the benchmark meets it again

@@ -138,6 +138,8 @@ class phase:
         if f is None:
             return False
         stack = _stack()
+        if not stack or stack[-1] is not f:
+            return False  # reset() in between (a forked child): not this process's time
         elapsed = time.perf_counter() - f.t0
         stack.pop()
         own = max(0.0, elapsed - f.child)

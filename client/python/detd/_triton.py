@@ -374,7 +374,10 @@ def compile_only(tuner, args, kwargs, config, device=None) -> bool:
 
         if driver.active.get_current_device() != device:
             driver.active.set_current_device(device)
-    warm(*args, grid=(1,), **dict(kwargs, **config.all_kwargs()))
+    # The call's kwargs as Autotuner.run received them: fn[grid](...) puts
+    # grid= and warmup= there (run's own arguments, not the kernel's).
+    meta = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+    warm(*args, grid=(1,), **dict(meta, **config.all_kwargs()))
     return True
 
 
