@@ -1,48 +1,119 @@
-"""The cold-start run: N processes on one GPU meeting every key cold, with
-the timing pass shared (DETD_SHARE_PASS=1: waiting ranks compile shares of
-the candidates into Triton's cache) and not shared, each from a fresh store
-and a fresh TRITON_CACHE_DIR, then a rerun of each against its store.
+"""The cold-start run: N processes on one GPU meeting every key cold under
+detd (run 1, fresh store and TRITON_CACHE_DIR), where run 1's time went,
+the floor it is measured against, the rerun, and default Triton's run 1.
 
     python3 tests/gpu/run_coldstart.py [--procs 8] [--no-fla] [--out DIR]
+        [--before] [--env NAME=VALUE ...] [--default-cap S | --no-default]
 
-Prints one table: first-run wall time per process (median / max), the
-rerun's, their ratio, timing passes (daemon / counted in the processes),
-shares given, and the kernel time of the chosen configs (noise-aware
-winner) against a fresh timed autotune in one process. Checks, and exits 1
-with a FAIL line if any fails: every process succeeds, all ranks launch
-the same config per entry, exactly one timing pass per key, no timing in
-the rerun, shares given only with sharing on. Binaries: .gpu/ from
-tests/gpu/bundle.sh (as run_gpu.py). About 4 minutes with FLA.
+In one call:
+
+1. detd run 1: N processes at once (``DETD_PHASES`` on), then the rerun
+   against the same store and cache (nothing timed).
+2. Run 1 split into phases (``detd.stats()["phases"]``, detd/_phases.py):
+   compile, benchmark (first measurement), re-measure, waiting for another
+   rank, daemon calls, other; summed over the processes, and on the
+   critical path: for each key, the resolve of the rank that timed it.
+   Outside detd: each process's workload time less its time in detd.
+3. The floor: one default-Triton process on run 1's warm cache benchmarks
+   every candidate once with the tuner's own settings, each compiled first
+   and timed apart (``worker.py --floor``): the sum of the benchmarker's
+   cost per candidate; plus the longest compile chain on this node's
+   cores: per key, its compiles' total work in run 1 (every process,
+   helpers' shares included) over the cores, or its longest single
+   compile, whichever is larger, summed over the keys (keys are met one
+   after another). The same process times the chosen configs against its
+   own fresh autotune (kernel time, target 1.01x).
+4. Default Triton's run 1: N processes, fresh TRITON_CACHE_DIR, no detd,
+   cut at ``--default-cap`` seconds (default 150; a cut run reports how
+   many keys its median process had tuned).
+
+``--before`` runs detd as it behaved before the cuts:
+``DETD_RECHECK_CLEAR=off``, ``DETD_COMPILE_AHEAD=0`` and
+``DETD_SHARE_PASS=0`` (the shares of earlier releases compiled nothing:
+their ``warmup`` call raised, see docs/gpu-results.md); ``--env`` passes any setting to the detd
+processes (e.g. ``--env DETD_COMPILE_AHEAD=8``, ``--env DETD_SHARE_PASS=0``).
+Prints a table and PASS or FAIL: every process succeeds, all ranks launch
+the same config per entry, one timing pass per key, nothing timed in the
+rerun, each process's phases sum to its time in detd, and the chosen
+configs' kernel time within 1.01x of the fresh autotune. The targets (run
+1 at most 1.5x the floor, at least 5x faster than default Triton's run 1)
+are printed as met or not, without failing the run. Binaries: .gpu/ from
+tests/gpu/bundle.sh (as run_gpu.py); FLA from .whl/ (fetch_packages.sh),
+importable. Each step prints a progress line. Time: run 1 + rerun + about
+60 s for the floor process + the default run (at most its cap).
 """
 
 import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from run_gpu import Daemon, counter, kernel_time, run_procs  # noqa: E402
+from run_gpu import Daemon, counter, env_for  # noqa: E402
+
+PHASES = ("compile", "benchmark", "remeasure", "waiting", "daemon", "other")
+T_START = time.time()
 
 
-def condition(name, share, n, root, wargs):
-    work = tempfile.mkdtemp(prefix=f"{name}-", dir=root)
-    cache = os.path.join(work, "triton-cache")
-    d = Daemon(os.path.join(work, "detd"))
-    try:
-        env = {"TRITON_CACHE_DIR": cache, "DETD_SHARE_PASS": "1" if share else "0", "DETD_TIMEOUT_MS": "900000"}
-        run1 = run_procs(n, "detd", work, "run1", extra_env=env, args=wargs)
-        st1 = d.status()
-        run2 = run_procs(n, "detd", work, "run2", extra_env=env, args=wargs)
-        st2 = d.status()
-    finally:
-        d.stop()
-    return dict(name=name, share=share, work=work, run1=run1, run2=run2,
-                passes=counter(st1, "timing_passes"), passes2=counter(st2, "timing_passes") - counter(
-                    st1, "timing_passes"), shares=counter(st1, "pass_shares"))
+def say(msg):
+    print(f"[{time.time() - T_START:6.1f} s] {msg}", flush=True)
+
+
+def procs(n, mode, work, tag, extra_env, args, cap=None):
+    """n worker.py processes at once; their JSON results in rank order, or
+    None for one cut at ``cap`` seconds (killed). A failure raises."""
+    ps = []
+    for r in range(n):
+        out = os.path.join(work, f"{tag}_r{r}.json")
+        e = env_for({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n), **extra_env(r)})
+        log = open(os.path.join(work, f"{tag}_r{r}.log"), "w")
+        ps.append((subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), "--mode", mode, "--out", out,
+                                     *args], env=e, stdout=log, stderr=subprocess.STDOUT), out, log))
+    deadline = time.time() + cap if cap else None
+    res = []
+    for p, out, log in ps:
+        try:
+            rc = p.wait(None if deadline is None else max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rc = None
+        log.close()
+        if rc is None:
+            res.append(None)
+            continue
+        if rc != 0 or not os.path.exists(out):
+            sys.stdout.write(open(log.name).read()[-3000:])
+            raise SystemExit(f"{tag}: a worker exited {rc}")
+        res.append(json.load(open(out)))
+    return res
+
+
+def phase_table(run1):
+    """Run 1's phases: summed over processes, and on the critical path
+    (per key, the phases of the rank that timed it)."""
+    summed = {p: sum(r["phases"][p] for r in run1) for p in PHASES + ("total", "compile_work")}
+    crit = dict.fromkeys(PHASES + ("total",), 0.0)
+    per_key = {}
+    for r in run1:
+        for entry, kp in r.get("key_phases", {}).items():
+            k = per_key.setdefault(entry, {"work": 0.0, "max": 0.0, "timed": None})
+            k["work"] += kp.get("compile_work", 0.0)
+            k["max"] = max(k["max"], kp.get("compile_max", 0.0))
+            if kp.get("timed_here"):
+                k["timed"] = kp
+    for k in per_key.values():
+        if k["timed"] is not None:
+            for p in crit:
+                crit[p] += k["timed"].get(p, 0.0)
+    outside = [r["startup_s"] - r["phases"]["total"] for r in run1]
+    return summed, crit, per_key, outside
 
 
 def main():
@@ -50,60 +121,126 @@ def main():
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--before", action="store_true",
+                    help="the cuts off: DETD_RECHECK_CLEAR=off, DETD_COMPILE_AHEAD=0, DETD_SHARE_PASS=0")
+    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the detd processes")
+    ap.add_argument("--default-cap", type=float, default=150.0, help="seconds default Triton's run 1 may take")
+    ap.add_argument("--no-default", action="store_true")
     a = ap.parse_args()
     root = a.out or tempfile.mkdtemp(prefix="detd-coldstart-")
     os.makedirs(root, exist_ok=True)
     wargs = ["--no-fla"] if a.no_fla else []
+    settings = {"DETD_TIMEOUT_MS": "900000"}
+    if a.before:
+        settings.update(DETD_RECHECK_CLEAR="off", DETD_COMPILE_AHEAD="0", DETD_SHARE_PASS="0")
+    for kv in a.env:
+        name, _, value = kv.partition("=")
+        settings[name] = value
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     failures = []
-    rows = []
-    for name, share in (("single", False), ("shared", True)):
-        c = condition(name, share, a.procs, root, wargs)
-        t1 = [r["startup_s"] for r in c["run1"]]
-        t2 = [r["startup_s"] for r in c["run2"]]
-        entries = set(c["run1"][0]["configs"])
-        for r in c["run1"] + c["run2"]:
-            if r["configs"] != c["run1"][0]["configs"]:
-                failures.append(f"{name}: rank {r['rank']} launched other configs than rank 0")
-        counted = sum(r["passes"] for r in c["run1"])
-        if c["passes"] != len(entries) or counted != len(entries):
-            failures.append(f"{name}: {c['passes']} timing passes (daemon), {counted} counted, "
-                            f"for {len(entries)} keys: want one per key")
-        if c["passes2"] != 0 or sum(r["passes"] for r in c["run2"]) != 0:
-            failures.append(f"{name}: the rerun timed {c['passes2']} keys")
-        if share and c["shares"] == 0:
-            failures.append("shared: no share was given (did the waiting ranks ask?)")
-        if not share and c["shares"] != 0:
-            failures.append(f"single: {c['shares']} shares given with sharing off")
-        kt_rows, fresh, chosen = kernel_time(c["work"], wargs, c["run1"][0]["configs"], f"kt_{name}")
-        ps = [v for r in c["run1"] for v in (r.get("pass_s") or {}).values()]
-        split = dict(keys=len(ps), candidates=sum(v.get("candidates", 0) for v in ps),
-                     first_s=sum(v.get("first", 0.0) for v in ps), recheck_s=sum(v.get("recheck", 0.0) for v in ps))
-        rows.append(dict(name=name, split=split, med1=statistics.median(t1), max1=max(t1), med2=statistics.median(t2),
-                         max2=max(t2), passes=c["passes"], counted=counted, shares=c["shares"],
-                         kt=chosen / fresh if fresh else float("nan"), keys=len(entries),
-                         slower=[r for r in kt_rows if r["detd_ms"] > 1.01 * r["fresh_ms"]]))
-    print(f"\ncold start, {a.procs} processes on one GPU, fresh store and TRITON_CACHE_DIR per condition")
-    print(f"{'pass':8} {'run1 med s':>10} {'run1 max s':>10} {'run2 med s':>10} {'run1/run2':>9} "
-          f"{'passes':>7} {'shares':>6} {'kernel time vs fresh autotune':>30}")
-    for r in rows:
-        print(f"{r['name']:8} {r['med1']:10.2f} {r['max1']:10.2f} {r['med2']:10.2f} {r['med1'] / r['med2']:9.2f} "
-              f"{r['passes']:>4}/{r['keys']:<2} {r['shares']:6d} {r['kt']:30.4f}")
-    if len(rows) == 2:
-        print(f"shared / single, run-1 median: {rows[1]['med1'] / rows[0]['med1']:.3f}")
-    for r in rows:
-        x = r["split"]
-        print(f"{r['name']}: the timing passes of run 1: {x['keys']} keys, {x['candidates']} candidates, "
-              f"first round (compile and time each) {x['first_s']:.1f} s, re-measure {x['recheck_s']:.1f} s")
-    for r in rows:
-        for s in r["slower"]:
-            print(f"  {r['name']}: {s['entry']}: {s['detd']} {s['detd_ms']:.4f} ms vs fresh {s['fresh']} "
-                  f"{s['fresh_ms']:.4f} ms")
-    json.dump(rows, open(os.path.join(root, "coldstart.json"), "w"), indent=1, default=str)
+
+    work = tempfile.mkdtemp(prefix="detd-", dir=root)
+    cache = os.path.join(work, "triton-cache")
+    d = Daemon(os.path.join(work, "detd"))
+    env = dict(settings, TRITON_CACHE_DIR=cache)
+    try:
+        say(f"detd run 1: {a.procs} processes, fresh store and cache, settings {settings}")
+        t0 = time.time()
+        run1 = procs(a.procs, "detd", work, "run1", lambda r: dict(env, DETD_PHASES=os.path.join(
+            work, "phases1-{rank}.json")), wargs)
+        wall1 = time.time() - t0
+        st1 = d.status()
+        say("detd rerun")
+        run2 = procs(a.procs, "detd", work, "run2", lambda r: env, wargs)
+        st2 = d.status()
+    finally:
+        d.stop()
+    entries = set(run1[0]["configs"])
+    for r in run1 + run2:
+        if r["configs"] != run1[0]["configs"]:
+            failures.append(f"rank {r['rank']} launched other configs than rank 0")
+    passes, counted = counter(st1, "timing_passes"), sum(r["passes"] for r in run1)
+    if passes != len(entries) or counted != len(entries):
+        failures.append(f"{passes} timing passes (daemon), {counted} counted, for {len(entries)} keys: want one per key")
+    rerun_passes = counter(st2, "timing_passes") - passes
+    if rerun_passes != 0 or sum(r["passes"] for r in run2) != 0:
+        failures.append(f"the rerun timed {rerun_passes} keys")
+    for r in run1:
+        ph = r["phases"]
+        written = json.load(open(os.path.join(work, f"phases1-{r['rank']}.json")))["phases"]
+        if abs(sum(ph[p] for p in PHASES) - ph["total"]) > 1e-3 * max(1, ph["keys"]) or written != ph:
+            failures.append(f"rank {r['rank']}: phases do not sum to its time in detd: {ph}")
+
+    say("floor and kernel time: one default process on run 1's warm cache")
+    cfile = os.path.join(work, "chosen.json")
+    json.dump(run1[0]["configs"], open(cfile, "w"))
+    (fl,) = procs(1, "default", work, "floor", lambda r: {"TRITON_CACHE_DIR": cache},
+                  wargs + ["--floor", "--compare", cfile])
+    kt_fresh = sum(x["fresh_ms"] for x in fl["compare"])
+    kt_chosen = sum(x["detd_ms"] for x in fl["compare"])
+    kt = kt_chosen / kt_fresh if kt_fresh else float("nan")
+    if not kt <= 1.01:
+        failures.append(f"kernel time of the chosen configs {kt:.4f}x a fresh autotune (want <= 1.01x)")
+
+    summed, crit, per_key, outside = phase_table(run1)
+    chain = sum(max(k["work"] / cores, k["max"]) for k in per_key.values())
+    floor = fl["bench_s"] + chain
+    med1 = statistics.median(r["startup_s"] for r in run1)
+    med2 = statistics.median(r["startup_s"] for r in run2)
+
+    default = None
+    if not a.no_default:
+        say(f"default Triton run 1: {a.procs} processes, fresh cache, cut at {a.default_cap:.0f} s")
+        dwork = tempfile.mkdtemp(prefix="default-", dir=root)
+        dres = procs(a.procs, "default", dwork, "default", lambda r: {
+            "TRITON_CACHE_DIR": os.path.join(dwork, "triton-cache"),
+            "COLDSTART_PROGRESS": os.path.join(dwork, f"progress_r{r}.txt")}, wargs, cap=a.default_cap)
+        if all(x is not None for x in dres):
+            default = dict(cut=False, s=statistics.median(x["startup_s"] for x in dres))
+        else:
+            done = []
+            for r in range(a.procs):
+                pf = os.path.join(dwork, f"progress_r{r}.txt")
+                lines = open(pf).read().split() if os.path.exists(pf) else []
+                done.append(int(lines[-1]) if lines else 0)
+            default = dict(cut=True, s=a.default_cap, keys=statistics.median(done))
+
+    n_cands = sum(k["timed"]["candidates"] for k in per_key.values() if k["timed"] is not None)
+    print(f"\ncold start, {a.procs} processes on one GPU, {len(entries)} keys ({n_cands} candidates), "
+          f"{cores} cores; detd settings {settings}")
+    print(f"{'run 1 phase':14} {'all processes s':>16} {'critical path s':>16}")
+    for p in PHASES + ("total",):
+        print(f"{p:14} {summed[p]:16.2f} {crit[p]:16.2f}")
+    print(f"{'outside detd':14} {sum(outside):16.2f} {'':>16}   (the workload's launches and torch work)")
+    print(f"compile work in run 1 (every compile's own time, all processes): {summed['compile_work']:.1f} s")
+    print(f"run 1 wall {wall1:.1f} s; workload per process: run 1 median {med1:.2f} s, rerun median {med2:.2f} s")
+    print(f"floor: benchmark every candidate once {fl['bench_s']:.2f} s ({fl['bench_calls']} benchmarks, "
+          f"compile-or-load first {fl['compile_s']:.2f} s) + compile chain on {cores} cores {chain:.2f} s "
+          f"= {floor:.2f} s")
+    print(f"run 1 / floor: {med1 / floor:.2f}x (target <= 1.5x: {'met' if med1 <= 1.5 * floor else 'not met'})")
+    if default is not None:
+        if default["cut"]:
+            print(f"default Triton run 1: > {default['s']:.0f} s (cut; median process had tuned {default['keys']:.0f} "
+                  f"of {len(entries)} keys); default / detd run 1 > {default['s'] / med1:.2f}x "
+                  f"(target >= 5x: {'met' if default['s'] >= 5 * med1 else 'not shown'})")
+        else:
+            print(f"default Triton run 1: median {default['s']:.2f} s; default / detd run 1 {default['s'] / med1:.2f}x "
+                  f"(target >= 5x: {'met' if default['s'] >= 5 * med1 else 'not met'})")
+    print(f"timing passes: {passes}/{len(entries)} run 1, {rerun_passes} rerun; kernel time of the chosen configs "
+          f"vs a fresh autotune: {kt:.4f}x ({kt_chosen:.4f} / {kt_fresh:.4f} ms)")
+    for x in fl["compare"]:
+        if x["detd_ms"] > 1.01 * x["fresh_ms"]:
+            print(f"  {x['entry']}: {x['detd']} {x['detd_ms']:.4f} ms vs fresh {x['fresh']} {x['fresh_ms']:.4f} ms")
+    json.dump(dict(settings=settings, summed=summed, critical=crit, outside=outside, floor=floor, chain=chain,
+                   bench_floor=fl["bench_s"], run1_median=med1, rerun_median=med2, wall1=wall1, default=default,
+                   kernel_time=kt, passes=passes, keys=len(entries), per_key=per_key),
+              open(os.path.join(root, "coldstart.json"), "w"), indent=1, default=str)
     for f in failures:
         print("FAIL", f)
     if failures:
         sys.exit(1)
-    print("PASS: one timing pass per key, all ranks agree, no timing in the rerun; results in", root)
+    print("PASS: one timing pass per key, all ranks agree, no timing in the rerun, phases sum, kernel time "
+          f"within 1.01x; results in {root}")
 
 
 if __name__ == "__main__":

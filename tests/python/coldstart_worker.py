@@ -22,14 +22,15 @@ another comma-separated list) whose
   (``time.monotonic()``) to.
 - ``CS_LINES``: a file each ``detd`` log line is appended to as it is
   logged (a test waits on them).
-- ``CS_COMPILE``: ``sleep:S`` or ``die``: the helper's compile step
-  (``detd._triton.compile_only``; the CPU interpreter compiles nothing)
+- ``CS_COMPILE``: ``sleep:S`` or ``die``: the compile step of a helper and
+  of the timing pass (``detd._triton.compile_only``; the CPU interpreter
+  compiles nothing)
   creates ``$CS_HELPING`` (when set), then sleeps S seconds or kills the
   process (exit 9).
 
 Writes OUT.json: the config launched, the measurements made per BLOCK,
 the hook's record of the key, the ``detd`` log lines, the wall time of the
-launch and the pid.
+launch, the pid and ``detd.stats()["phases"]``.
 """
 
 import json
@@ -119,7 +120,7 @@ def main():
     logging.getLogger("detd").addHandler(lines)
     comp = os.environ.get("CS_COMPILE", "")
     if comp:
-        def compile_only(tuner, args, kwargs, config):
+        def compile_only(tuner, args, kwargs, config, device=None):
             if os.environ.get("CS_HELPING"):
                 open(os.environ["CS_HELPING"], "w").close()
             if comp == "die":
@@ -149,7 +150,8 @@ def main():
         json.dump({"pid": os.getpid(), "config": _triton.config_string(cfg) if cfg is not None else None,
                    "measured": {str(k): v for k, v in MEASURED.items()}, "keys": keys, "lines": lines.lines,
                    "levels": lines.levels,
-                   "wall_s": wall, "error": error, "ok": bool(torch.equal(out, x + 1.0))}, f)
+                   "wall_s": wall, "error": error, "ok": bool(torch.equal(out, x + 1.0)),
+                   "phases": detd.stats()["phases"]}, f)
 
 
 if __name__ == "__main__":

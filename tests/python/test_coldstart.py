@@ -307,3 +307,118 @@ def test_dead_helper_does_not_stop_the_pass(daemon, tmp_path):
     r2 = ok(daemon, start(daemon, tmp_path, "r2", 2, DETD_SHARE_PASS="1"))
     assert r2["config"] == r0["config"] and r2["measured"] == {}, r2
     assert counter(status(daemon), "timing_passes") == 1
+
+
+# ---------------------------------------------------------------- phases and the cuts
+
+PHASES = ("compile", "benchmark", "remeasure", "waiting", "daemon", "other")
+
+
+def summed(ph):
+    """The phases of a snapshot sum to its total (exclusive times)."""
+    assert set(PHASES) <= set(ph), ph
+    assert abs(sum(ph[p] for p in PHASES) - ph["total"]) < 1e-3, ph
+    assert all(ph[p] >= 0 for p in PHASES), ph
+
+
+def test_phases_of_a_timing_rank_and_a_waiting_rank(daemon, tmp_path):
+    """Rank 0 times the key: each candidate is compiled (0.05 s, the
+    compile step's stand-in: the interpreter compiles nothing) before its
+    measurement (0.05 s, the first held until rank 1 waits); rank 1
+    compiles the 3 shares it is given (0.05 s each), then waits, logging
+    after 0.2 s. Each process's phases sum to its resolve's wall time and
+    name where it went: rank 0 compile (4 steps) and benchmark, rank 1
+    compile (its shares) and waiting; both the daemon. DETD_PHASES writes
+    the same snapshot at exit."""
+    marker, gate = str(tmp_path / "in-pass"), str(tmp_path / "go")
+    out = str(tmp_path / "phases-{rank}.json")
+    timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.05", CS_COMPILE="sleep:0.05", CS_IN_PASS=marker,
+                  CS_GATE=gate, DETD_PHASES=out)
+    wait_file(marker)
+    lines = tmp_path / "r1.lines"
+    waiter = start(daemon, tmp_path, "r1", 1, CS_COMPILE="sleep:0.05", DETD_WAIT_LOG_AFTER_S="0.2",
+                   CS_LINES=str(lines), DETD_PHASES=out)
+    # Bound: the timer's gate holds its pass at most 60 s (coldstart_worker.py).
+    wait_until(lambda: lines.exists() and "detd: waiting" in lines.read_text(), timeout=60)
+    open(gate, "w").close()
+    r0, r1 = ok(daemon, timer), ok(daemon, waiter)
+    assert r1["config"] == r0["config"] and r1["measured"] == {}, (r0, r1)
+    p0, p1 = r0["phases"], r1["phases"]
+    summed(p0)
+    summed(p1)
+    assert p0["keys"] == 1 and p1["keys"] == 1, (p0, p1)
+    # The timing rank: one compile step and one measurement per candidate.
+    assert p0["counts"]["compile"] == 4 and p0["compile"] >= 4 * 0.05 - 0.01, p0
+    assert p0["compiles"] == 4 and p0["compile_work"] >= 4 * 0.05 - 0.01 and p0["compile_max"] >= 0.045, p0
+    assert p0["benchmark"] >= 4 * 0.05 - 0.01 and p0["remeasure"] == 0, p0
+    assert p0["daemon"] > 0, p0
+    # The waiting rank: its 3 shares compiled, then held by the daemon.
+    assert r1["keys"][0]["shared"] and p1["counts"]["compile"] == len(r1["keys"][0]["shared"]) == 3, r1
+    assert p1["compile"] >= 3 * 0.05 - 0.01 and p1["waiting"] >= 0.2 - 0.01, p1
+    assert p1["benchmark"] == 0 and p1["daemon"] > 0, p1
+    # The key's own breakdown (the record) is the process's: one key each.
+    for r in (r0, r1):
+        kp = r["keys"][0]["phases"]
+        assert abs(kp["total"] - r["phases"]["total"]) < 1e-3, (kp, r["phases"])
+        assert all(abs(kp.get(p, 0) - r["phases"][p]) < 1e-3 for p in PHASES), (kp, r["phases"])
+    for rank, r in ((0, r0), (1, r1)):
+        written = json.load(open(out.replace("{rank}", str(rank))))
+        assert written["rank"] == rank and written["pid"] == r["pid"], written
+        assert written["phases"]["total"] == r["phases"]["total"], (written, r["phases"])
+
+
+def test_remeasure_rule_is_deterministic_given_the_timings():
+    """The re-measure rule on injected timings (no daemon): the near-best
+    (within 10%) are re-measured unless the best is clearly ahead: its
+    median at least DETD_RECHECK_CLEAR (2%) below each other's and its
+    first measurement's spread (Triton's 20th to 80th percentile) below
+    theirs; a spread unknown (one sample) or the rule off re-measures."""
+    from detd import _loop, _process
+
+    def rule(t, clear=0.02):
+        med = {c: sorted(v)[len(v) // 2] for c, v in t.items()}
+        spr = {c: _loop.spread(v) for c, v in t.items() if _loop.spread(v) is not None}
+        return _loop.recheck_set(list(t), med, spr, clear)
+
+    clear = {"a": [1.5, 1.4, 1.6], "b": [1.05, 1.04, 1.06], "c": [1.0, 0.99, 1.01], "d": [2.0, 1.9, 2.1]}
+    assert rule(clear) == [] and rule(clear) == []  # clearly ahead: measured once, every time
+    assert rule(clear, None) == ["b", "c"]  # DETD_RECHECK_CLEAR=off: the near-best, in list order
+    assert rule(dict(clear, b=[1.05, 0.98, 1.12])) == ["b", "c"]  # spreads overlap
+    assert rule(dict(clear, b=[1.015, 1.012, 1.018])) == ["b", "c"]  # a lead under 2%
+    assert rule(dict(clear, b=[1.05, 1.04, 1.06]), 0.06) == ["b", "c"]  # a lead under the setting
+    assert rule(dict(clear, b=[1.05])) == ["b", "c"]  # one sample: its noise unknown
+    assert rule(dict(clear, b=[1.0, 0.99, 1.01])) == ["b", "c"]  # a tie is never clear
+    assert rule(dict(clear, b=[float("inf")] * 3)) == []  # failed: not a candidate
+    assert _process.pass_options({}) == (0.02, 0)
+    assert _process.pass_options({"DETD_RECHECK_CLEAR": "off", "DETD_COMPILE_AHEAD": "4"}) == (None, 4)
+    with pytest.raises(ValueError, match="DETD_RECHECK_CLEAR='soon'"):
+        _process.pass_options({"DETD_RECHECK_CLEAR": "soon"})
+    with pytest.raises(ValueError, match="DETD_RECHECK_CLEAR='-0.1'"):
+        _process.pass_options({"DETD_RECHECK_CLEAR": "-0.1"})
+    with pytest.raises(ValueError, match="DETD_COMPILE_AHEAD='-1'"):
+        _process.pass_options({"DETD_COMPILE_AHEAD": "-1"})
+
+
+def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
+    """Three keys at once (N 256, 512, 1024), one timing pass each: the
+    clear best measured once (64 is 5% ahead of 32, spreads apart); the
+    same timings with DETD_RECHECK_CLEAR=off re-measure the two near-best
+    (the rule as before); and compiling ahead in 2 threads
+    (DETD_COMPILE_AHEAD=2, each compile 0.05 s) benchmarks every candidate
+    once, after its compile."""
+    t = json.dumps({16: [[1.5, 1.4, 1.6]], 32: [[1.05, 1.04, 1.06]], 64: [[1.0, 0.99, 1.01]],
+                    128: [[2.0, 1.9, 2.1]]})
+    procs = [start(daemon, tmp_path, "clear", 0, CS_TIMINGS=t, CS_N="256"),
+             start(daemon, tmp_path, "off", 1, CS_TIMINGS=t, CS_N="512", DETD_RECHECK_CLEAR="off"),
+             start(daemon, tmp_path, "ahead", 2, CS_N="1024", DETD_COMPILE_AHEAD="2", CS_COMPILE="sleep:0.05")]
+    clear, off, ahead = [ok(daemon, p) for p in procs]
+    assert clear["config"] == cfg(64) and clear["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, clear
+    assert "remeasured" not in clear["keys"][0] and clear["phases"]["remeasure"] == 0, clear
+    assert off["config"] == cfg(64) and off["measured"] == {"16": 1, "32": 3, "64": 3, "128": 1}, off
+    assert sorted(off["keys"][0]["remeasured"]) == sorted([cfg(32), cfg(64)]) and off["phases"]["remeasure"] > 0
+    assert ahead["config"] == cfg(16) and ahead["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, ahead
+    assert ahead["phases"]["compiles"] == 4 and ahead["phases"]["compile_work"] >= 4 * 0.05 - 0.01, ahead
+    for r in (clear, off, ahead):
+        summed(r["phases"])
+        assert r["keys"][0]["timed_here"] and r["keys"][0]["source"] == "timed", r
+    assert counter(status(daemon), "timing_passes") == 3

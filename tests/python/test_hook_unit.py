@@ -461,3 +461,35 @@ def test_megatron_variables_drive_detd(env, field, want):
 def test_bad_megatron_value_names_its_variable():
     with pytest.raises(ValueError, match="MCORE_AUTOTUNE_ON_MISS"):
         _policy.parse(environ={"MCORE_AUTOTUNE_ON_MISS": "fastest"})
+
+
+def test_compile_only_takes_the_call_as_autotuner_run_got_it(monkeypatch):
+    """Autotuner.run receives grid= and warmup= among its kwargs
+    (``fn[grid](...)``): compiling a candidate ahead (a waiting rank's
+    share, the timing pass's compile step) passes the kernel's own
+    arguments and the config's, with warmup on, to the function's real
+    ``warmup`` (KernelInterface's signature on this release), and
+    launches nothing."""
+    from triton.runtime.jit import KernelInterface
+
+    got = {}
+
+    class Autotuned(KernelInterface):  # how the autotuner is called
+        def run(self, *args, **kwargs):
+            got["run_kwargs"] = kwargs
+
+    class Jit(KernelInterface):  # the function under the autotuner
+        def run(self, *args, grid, warmup, **kwargs):
+            got["warm"] = (args, warmup, kwargs)
+
+    Autotuned()[(4,)](1, 2, X=3)
+    kwargs = got["run_kwargs"]
+    assert {"grid", "warmup"} <= set(kwargs), kwargs  # what made the old call raise
+
+    class Tuner:
+        fn = Jit()
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert _triton.compile_only(Tuner(), (1, 2), kwargs, triton.Config({"BLOCK": 8}, num_warps=2)) is True
+    args, warmup, kw = got["warm"]
+    assert args == (1, 2) and warmup is True and kw["X"] == 3 and kw["BLOCK"] == 8 and kw["num_warps"] == 2, got

@@ -126,7 +126,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional
 
-from . import _audit, _canon, _loop, _native, _process, _provenance, _samples, _split, _triton
+from . import _audit, _canon, _loop, _native, _phases, _process, _provenance, _samples, _split, _triton
 from ._policy import Settings
 
 
@@ -289,7 +289,7 @@ def _pruning_string(cands: _Cands) -> str:
 
 def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: bool, chaos=False,
             timed_here=False, timings=None, note=None, candidates=None, failed=None, waited_ms=None,
-            decided_by=None, shared=None, remeasured=None, lock_waited_s=None, pass_s=None, split=None):
+            decided_by=None, shared=None, remeasured=None, lock_waited_s=None, pass_s=None, split=None, phases=None):
     with _state.records_lock:
         rec = _state.records.get(info.kernel)
         if rec is None:
@@ -321,6 +321,8 @@ def _record(info: _TunerInfo, key_str: str, config: str, source: str, governed: 
             entry["pass_s"] = pass_s  # {first, recheck}: the pass's wall seconds
         if split:
             entry["split"] = split  # the benchmark split: as holder or as helper
+        if phases is not None:
+            entry["phases"] = phases  # wall seconds per phase (detd._phases), filled as it goes
         rec["keys"][key_str] = entry
 
 
@@ -335,6 +337,13 @@ def _observe(tuner, info: _TunerInfo, key, key_str: str, config: str, source: in
     cache = _triton.cache_of(tuner)
     if type(cache) is DetdCache and cache._gen == _gen[0]:
         cache._fast.add(key)
+    # A daemon call: phase "daemon" while the key resolves (detd._phases).
+    with _phases.phase("daemon"):
+        _send_observe(info, key_str, config, source, governed, chaos, candidates, pruning, failed, why)
+
+
+def _send_observe(info: _TunerInfo, key_str: str, config: str, source: int, governed: bool, chaos: bool,
+                  candidates, pruning: Optional[str], failed: Optional[str], why: Optional[str]):
     try:
         _process.client().observe(_dkey(info, key_str, candidates=candidates), config, source, governed, chaos,
                                   failed=failed, why=None if governed else (why or info.why))
@@ -465,23 +474,18 @@ class DetdCache(dict):
 def _timing_pass(ctx: _Call, cands: _Cands, split=None):
     """Time every candidate of the key (the pruned live configs) with the
     tuner's own ``_bench`` (Triton's benchmarker or the kernel's
-    ``do_bench=``), as Triton's ``benchmark()`` does. A candidate that
-    raises counts as failed. Then the candidates whose median is within
-    :data:`RECHECK_BAND` of the best (at most :data:`RECHECK_MAX`, the
-    best first medians) are timed :data:`RECHECK_ROUNDS`
-    times more (when there are two or more), back to back in reverse
-    order and then in order, and each reports all its measurements as one
-    sample list: the daemon's rule takes the median of all of them, and
-    ties inside :data:`WINNER_EPSILON` go to the smallest config string,
-    so one lucky or one contended measurement does not decide.
-    ``split``: (claim id, decision key) to split the first round's
-    benchmarks with helpers on the node's other GPUs (:mod:`detd._split`).
-    Returns (report rows, errors: canonical string -> exception, for the
-    candidates that raised, the canonical strings re-measured, the device
-    lock: (seconds waited for it, held), the pass's wall seconds: {first:
-    every candidate compiled and timed once, recheck: the re-measure},
-    the split's record or None)."""
+    ``do_bench=``), as Triton's ``benchmark()`` does, each compiled first
+    (:class:`detd._loop.Compiler`, ahead in threads with
+    ``DETD_COMPILE_AHEAD``); a candidate that raises counts as failed.
+    Then the near-best are re-measured (:func:`detd._loop.measure`: the
+    rule, its rounds and ``DETD_RECHECK_CLEAR``). ``split``: (claim id,
+    decision key) to split the first round's benchmarks with helpers on
+    the node's other GPUs (:mod:`detd._split`). Returns (report rows,
+    errors: canonical string -> exception, the canonical strings
+    re-measured, the device lock: (seconds waited for it, held), the
+    pass's wall seconds: {first, recheck}, the split's record or None)."""
     with _process.timing_lock() as held:
+        _phases.add("waiting", held.waited_s)
         rows, errors, remeasured, pass_s, done = _timing_pass_locked(ctx, cands, split)
     return rows, errors, remeasured, (round(held.waited_s, 3), held.locked), pass_s, done
 
@@ -492,46 +496,32 @@ def _bench(ctx: _Call, record: bool = True):
 
 
 def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
-    t0 = time.time()
-    first, done = None, None
-    if split is not None:
-        first = _split.holder_round(_process.client(), split[1], split[0], cands.objs, cands.candidates, _bench(ctx))
-    if first is not None:
-        timings, errors, out = first
-        done = out.record()
+    t0, done = time.time(), []
+
+    def first():
+        got = None
+        if split is not None:
+            got = _split.holder_round(_process.client(), split[1], split[0], cands.objs, cands.candidates, _bench(ctx))
+        if got is not None:
+            done.append(got[2].record())
+            _triton.set_timings(ctx.tuner, got[0], time.time() - t0)
+            return got[0], got[1]
+        ahead = _process.compile_ahead()
+        dev = _triton.current_device() if ahead else None
+        comp = _loop.Compiler(cands.objs, lambda c: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, c, dev), ahead)
+        try:
+            return _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs, stop=_loop.environment_hint,
+                                           each=comp)
+        finally:
+            comp.close()
+
+    def again(order):
+        return _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order, stop=_loop.environment_hint)
+
+    timings, rows, errors, remeasured, pass_s = _loop.measure(cands.objs, _triton.config_string, first, again)
+    if remeasured:
         _triton.set_timings(ctx.tuner, timings, time.time() - t0)
-    else:
-        timings, errors = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs,
-                                                  stop=_loop.environment_hint, each=_loop.progress())
-    t1 = time.time()
-    medians = {}
-    for config, t in timings.items():
-        ms, bad = _samples.normalize(t)
-        if not bad and config not in errors:
-            medians[config] = _samples.median(ms)
-    remeasured = []
-    near = _loop.recheck_set(cands.objs, medians)
-    if near:
-        samples = {c: _samples.as_list(timings[c]) for c in near}
-        for order in _loop.recheck_orders(near):
-            again, errors2 = _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order, stop=_loop.environment_hint)
-            for c in order:
-                if c in errors2:
-                    errors[c] = errors2[c]
-                samples[c] += _samples.as_list(again[c])
-        timings.update(samples)
-        remeasured = [_triton.config_string(c) for c in near]
-        _triton.set_timings(ctx.tuner, timings, time.time() - t0)
-    rows, seen = [], set()
-    for config, t in timings.items():
-        s = _triton.config_string(config)
-        if s in seen:
-            continue
-        seen.add(s)
-        ms, failed = _samples.normalize(t)
-        rows.append((s, ms, failed or config in errors))
-    pass_s = dict(first=round(t1 - t0, 3), recheck=round(time.time() - t1, 3))
-    return rows, {_triton.config_string(c): e for c, e in errors.items()}, remeasured, pass_s, done
+    return rows, errors, remeasured, pass_s, done[0] if done else None
 
 
 def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str, cands: Optional[_Cands] = None):
@@ -553,6 +543,15 @@ def _miss(ctx: _Call, info: _TunerInfo, key_str: str, reason: str, cands: Option
 
 
 def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
+    """Resolve a key this process meets for the first time (see the module
+    docstring); its wall time per phase (:mod:`detd._phases`) is recorded
+    with the key."""
+    spent: Dict[str, float] = {}
+    with _phases.phase("other", key=spent):
+        return _resolve_key(cache, ctx, key, spent)
+
+
+def _resolve_key(cache: DetdCache, ctx: _Call, key, spent: Dict[str, float]) -> bool:
     tuner = ctx.tuner
     settings = _process.settings()
     info = _info(tuner)
@@ -674,7 +673,7 @@ def _resolve(cache: DetdCache, ctx: _Call, key) -> bool:
             timed_here=timed_here, timings=timings_out, note=note, candidates=cands.candidates, failed=failed,
             waited_ms=wait.waited_ms(answer) if wait is not None else None, decided_by=by,
             shared=wait.shared if wait is not None else None, remeasured=remeasured,
-            lock_waited_s=lock_waited, pass_s=pass_s,
+            lock_waited_s=lock_waited, pass_s=pass_s, phases=spent,
             split=split_done or (wait.benched if wait is not None else None))
     _observe(tuner, info, key, key_str, cfg, source, True, chaos, candidates=cands.candidates,
              pruning=_pruning_string(cands) if _triton.has_pruner(tuner) else None)

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import _canon, _native, _process, _split
+from . import _canon, _native, _phases, _process, _samples, _split
 
 # The package's logger (the one _process warns through): a waiting rank's
 # lines.
@@ -142,7 +142,8 @@ def _give_back(dkey, claim_id: int, kernel: str, key_str: str, e: BaseException,
     waiters), and say on ``e`` what happened and what to do."""
     why = f"{error_line(e)} (next step: {hint})"
     try:
-        _process.client().release(claim_id, dkey, why, 10_000)
+        with _phases.phase("daemon"):
+            _process.client().release(claim_id, dkey, why, 10_000)
     except (_native.DetdError, OSError):
         # Gone, or the claim already ended: it ends at its deadline.
         _process.client().forget_claim(claim_id)
@@ -161,12 +162,13 @@ def error_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
 
 
-def recheck_set(order, medians: dict) -> list:
+def recheck_set(order, medians: dict, spreads: Optional[dict] = None, clear: Optional[float] = None) -> list:
     """The candidates of ``order`` to re-measure after a pass: those whose
     first median (``medians``; the ones without did not time) is within
     :data:`RECHECK_BAND` of the best, at most :data:`RECHECK_MAX` of them
     (the best medians, list order on ties), in list order; empty when
-    fewer than two."""
+    fewer than two, or when the best is clearly ahead (:func:`clear_lead`
+    with ``spreads`` and ``clear``)."""
     if not medians:
         return []
     best = min(medians.values())
@@ -174,7 +176,130 @@ def recheck_set(order, medians: dict) -> list:
     if len(near) > RECHECK_MAX:
         keep = set(sorted(near, key=lambda c: medians[c])[:RECHECK_MAX])  # stable: list order on ties
         near = [c for c in near if c in keep]
-    return near if len(near) > 1 else []
+    if len(near) < 2 or clear_lead(near, medians, spreads, clear):
+        return []
+    return near
+
+
+def clear_lead(near, medians: dict, spreads: Optional[dict], clear: Optional[float]) -> bool:
+    """Whether the best of ``near`` (the smallest median, the first in
+    list order on ties) is clearly ahead of every other: its median at
+    least ``clear`` (a fraction) below each other's, and its measurement's
+    spread (``spreads``: candidate -> (lowest, highest) sample of its
+    first measurement, e.g. Triton's 20th and 80th percentiles) entirely
+    below each other's. Deterministic given the timings. False when
+    ``clear`` is None (always re-measure) or a spread is unknown (a single
+    sample tells nothing of its noise)."""
+    if clear is None or not spreads:
+        return False
+    best = min(near, key=lambda c: medians[c])
+    if best not in spreads:
+        return False
+    top = spreads[best][1]
+    for c in near:
+        if c is best:
+            continue
+        if c not in spreads or spreads[c][0] <= top or medians[c] < medians[best] * (1 + clear):
+            return False
+    return True
+
+
+def spread(t) -> Optional[Tuple[float, float]]:
+    """(lowest, highest) of a measurement's samples (a benchmarker's
+    quantiles), or None with fewer than two or a failed one."""
+    ms, bad = _samples.normalize(t)
+    return (min(ms), max(ms)) if len(ms) >= 2 and not bad else None
+
+
+def measure(objs: Sequence[Any], name: Callable[[Any], str], first: Callable[[], tuple],
+            again: Callable[[Sequence[Any]], tuple]):
+    """A timing pass's measurements, for an adapter: ``first()`` measures
+    every live candidate of ``objs`` once (``(timings, errors)``: config ->
+    a timing or the benchmarker's quantiles, config -> exception); then
+    the near-best (:func:`recheck_set`, with the first measurements'
+    spreads and ``DETD_RECHECK_CLEAR``) are measured
+    :data:`RECHECK_ROUNDS` times more with ``again(order)`` (phase
+    ``remeasure``) and report all their samples. ``name(config)``: the
+    canonical string. Returns (timings with the re-measures merged,
+    report rows ``(string, samples, failed)``, errors by string, the
+    strings re-measured, pass_s: wall seconds of the ``first`` round and
+    the ``recheck``)."""
+    t0 = time.monotonic()
+    timings, errors = first()
+    t1 = time.monotonic()
+    medians, spreads = {}, {}
+    for config, t in timings.items():
+        ms, bad = _samples.normalize(t)
+        if not bad and config not in errors:
+            medians[config] = _samples.median(ms)
+            sp = spread(t)
+            if sp is not None:
+                spreads[config] = sp
+    near = recheck_set(objs, medians, spreads, _process.recheck_clear())
+    if near:
+        with _phases.phase("remeasure"):
+            samples = {c: _samples.as_list(timings[c]) for c in near}
+            for order in recheck_orders(near):
+                more, errors2 = again(order)
+                for c in order:
+                    if c in errors2:
+                        errors[c] = errors2[c]
+                    samples[c] += _samples.as_list(more[c])
+            timings.update(samples)
+    rows, seen = [], set()
+    for config, t in timings.items():
+        s = name(config)
+        if s in seen:
+            continue
+        seen.add(s)
+        ms, failed = _samples.normalize(t)
+        rows.append((s, ms, failed or config in errors))
+    pass_s = dict(first=round(t1 - t0, 3), recheck=round(time.monotonic() - t1, 3))
+    return timings, rows, {name(c): e for c, e in errors.items()}, [name(c) for c in near], pass_s
+
+
+class Compiler:
+    """The compile step of a timing pass's first round, called as
+    ``compiler(i)`` before candidate ``i`` is benchmarked (``progress()``
+    is told too): ``compile_one(config)`` compiles it into the kernel's
+    caches, so that the benchmark times only running it (phase
+    ``compile``; what it raises, the benchmark meets again and reports).
+    With ``workers`` > 0 (``DETD_COMPILE_AHEAD``) a pool of that many
+    threads compiles every candidate from the start, in list order, and
+    the pass benchmarks each as soon as its compile is done, while the
+    later ones still compile (phase ``compile``: only the wait for the
+    one needed next). ``compile_one`` returns whether it compiled
+    anything (False: nothing to compile, e.g. the CPU interpreter).
+    ``close()`` cancels what is still queued."""
+
+    def __init__(self, objs: Sequence[Any], compile_one: Callable[[Any], bool], workers: int = 0):
+        self.objs, self.compile_one, self.progress = objs, compile_one, progress()
+        self.pool, self.futures = None, None
+        if workers > 0 and len(objs) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(workers, thread_name_prefix="detd-compile")
+            self.futures = [self.pool.submit(self._timed, c) for c in objs]
+
+    def _timed(self, config) -> Optional[float]:
+        t0 = time.perf_counter()
+        try:
+            did = self.compile_one(config)
+        except Exception as e:  # noqa: BLE001 - the benchmark meets it again
+            log.debug("detd: compiling %s ahead failed: %s", config, error_line(e))
+            did = True
+        return time.perf_counter() - t0 if did else None
+
+    def __call__(self, i: int) -> None:
+        self.progress(i)
+        with _phases.phase("compile"):
+            took = self.futures[i].result() if self.futures is not None else self._timed(self.objs[i])
+        if took is not None:
+            _phases.compiled(took)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def recheck_orders(near: list):
@@ -332,7 +457,7 @@ class Wait:
             # A benchmark share: candidates benchmarked on this GPU, under
             # its timing lock (a pass of another key may run on it).
             self.share = False
-            with _process.timing_lock():
+            with _process.timing_lock(), _phases.phase("benchmark"):
                 self.benched = _split.helper(_process.client(), dkey, objs, candidates, bench)
             self.benched["helper"] = answer.share_index
             return
@@ -341,8 +466,12 @@ class Wait:
             self.share = False
             return
         config = objs[pos]
+        t0 = time.perf_counter()
         try:
-            compile_one(config)
+            with _phases.phase("compile"):
+                did = compile_one(config)
+            if did:
+                _phases.compiled(time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001 - the timing rank meets it again
             log.debug("detd: compiling %s of %s for the timing rank failed: %s", candidates[pos],
                       self.kernel, error_line(e))
@@ -365,12 +494,29 @@ class Wait:
 def ask(request: tuple, share: bool):
     """One Decide (``request``: the arguments of ``Client.decide``): with a
     share asked for while waiting, and a benchmark share offered when this
-    process can split benchmarks."""
-    if not share:
-        return _process.client().decide(*request)
-    if _process.split_device() is not None:
-        return _process.client().decide(*request, share=True, bench=True)
-    return _process.client().decide(*request, share=True)
+    process can split benchmarks. Its wall time is phase ``waiting`` for
+    as long as the daemon held it (a TIMEOUT answer: all of it; else the
+    answer's ``waited_ms``), ``daemon`` for the rest."""
+    t0 = time.perf_counter()
+    answer = None
+    try:
+        if not share:
+            answer = _process.client().decide(*request)
+        elif _process.split_device() is not None:
+            answer = _process.client().decide(*request, share=True, bench=True)
+        else:
+            answer = _process.client().decide(*request, share=True)
+        return answer
+    finally:
+        took = time.perf_counter() - t0
+        if answer is None:
+            held = 0.0
+        elif answer.outcome == _native.OUTCOME_TIMEOUT and not answer.share_index:
+            held = took
+        else:
+            held = min(took, max(0, answer.waited_ms) / 1000.0)
+        _phases.add("waiting", held)
+        _phases.add("daemon", took - held)
 
 
 class Share(NamedTuple):
@@ -432,8 +578,11 @@ def resolve(dkey, kernel: str, key_str: str, version: str,
     wait = Wait(kernel, key_str, share is not None and not pinned and _process.share_pass())
     token = _process.begin_resolving(kernel, key_str, wait.describe)
     try:
-        return _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned, wait,
-                        timing)
+        # Its wall time is accounted per phase (detd._phases; inside an
+        # adapter's own resolve of the key, as part of it).
+        with _phases.phase("other", key={}):
+            return _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, settings, pinned,
+                            wait, timing)
     finally:
         _process.end_resolving(token)
 
@@ -486,7 +635,8 @@ def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, sett
             _pass_tls.progress = PassProgress(kernel, key_str, dkey.candidates)
             wait.timing = True
             try:
-                rows = time_pass(answer)
+                with _phases.phase("benchmark"):  # what the adapter does not name itself
+                    rows = time_pass(answer)
             except BaseException as e:
                 hint = environment_hint(e)
                 if hint is not None:
@@ -504,8 +654,9 @@ def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, sett
             errs = pass_errors() if pass_errors is not None else None
             how = timing() if timing is not None else None
             extra = dict(({"errors": errs} if errs else {}), **({"timing": how} if how else {}))
-            answer = _process.client().report(answer.claim_id, dkey, rows, version,
-                                              max(1, int((deadline - time.monotonic()) * 1000)), **extra)
+            with _phases.phase("daemon"):
+                answer = _process.client().report(answer.claim_id, dkey, rows, version,
+                                                  max(1, int((deadline - time.monotonic()) * 1000)), **extra)
             answer = answer._replace(outcome=_native.OUTCOME_DECIDED)
             break
         except _native.DetdError as e:

@@ -25,13 +25,18 @@ import warnings
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from . import _devlock, _native, _policy, _split, _triton
+from . import _devlock, _native, _phases, _policy, _split, _triton
 from ._policy import Settings
 
 # A waiting rank's log lines and its help with the pass (environment;
 # see wait_options()).
 WAIT_LOG_AFTER_S = 5.0
 WAIT_LOG_EVERY_S = 30.0
+# The timing pass's options (environment; see pass_options()): the lead
+# over the runner-up past which the best is not re-measured, and the
+# threads compiling ahead of the benchmarks.
+RECHECK_CLEAR = 0.02
+COMPILE_AHEAD = 0
 
 
 class _State:
@@ -46,6 +51,8 @@ class _State:
         self.wait_log_after_s = WAIT_LOG_AFTER_S
         self.wait_log_every_s = WAIT_LOG_EVERY_S
         self.share_pass = True
+        self.recheck_clear: Optional[float] = RECHECK_CLEAR
+        self.compile_ahead = COMPILE_AHEAD
         self.split_bench = False  # DETD_SPLIT_BENCH (see detd._split)
         self.bench_device: Optional[Tuple[int, Optional[str]]] = None  # (pid, device) for the split
         self.timing_lock = _devlock.Settings()
@@ -87,6 +94,7 @@ def _after_fork_in_child():
     # child's caches too, and stay provisional.
     _state.final = threading.Condition(threading.Lock())
     _state.resolving = {}
+    _phases.reset()
     for fn in _fork_hooks:
         fn()
 
@@ -286,6 +294,46 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
     return after, every, sp not in ("0", "false", "off", "no")
 
 
+def pass_options(environ=None) -> Tuple[Optional[float], int]:
+    """(re-measure lead, compile-ahead threads) from
+    ``DETD_RECHECK_CLEAR`` (a fraction >= 0, default 0.02; ``off``: always
+    re-measure the near-best, None) and ``DETD_COMPILE_AHEAD`` (threads,
+    default 0: each candidate compiled just before its benchmark). Raises
+    ValueError naming a bad variable."""
+    env = os.environ if environ is None else environ
+    v = str(env.get("DETD_RECHECK_CLEAR", "")).strip().lower()
+    clear: Optional[float] = RECHECK_CLEAR
+    if v in ("off", "none"):
+        clear = None
+    elif v:
+        try:
+            clear = float(v)
+        except ValueError:
+            clear = -1.0
+        if not clear >= 0 or clear == float("inf"):
+            raise ValueError(f"detd: invalid DETD_RECHECK_CLEAR={v!r}: expected a fraction >= 0 (0.02: 2%) or off")
+    n = str(env.get("DETD_COMPILE_AHEAD", "")).strip()
+    try:
+        ahead = int(n) if n else COMPILE_AHEAD
+    except ValueError:
+        ahead = -1
+    if not 0 <= ahead <= 64:
+        raise ValueError(f"detd: invalid DETD_COMPILE_AHEAD={n!r}: expected a thread count from 0 to 64")
+    return clear, ahead
+
+
+def recheck_clear() -> Optional[float]:
+    """The lead past which a clear best is not re-measured
+    (DETD_RECHECK_CLEAR; None: always re-measure the near-best)."""
+    return _state.recheck_clear
+
+
+def compile_ahead() -> int:
+    """Threads compiling candidates ahead of the benchmarks
+    (DETD_COMPILE_AHEAD; 0: off)."""
+    return _state.compile_ahead
+
+
 def wait_log() -> Tuple[float, float]:
     """(log after s, log every s) of a waiting rank, as configured."""
     return _state.wait_log_after_s, _state.wait_log_every_s
@@ -298,12 +346,15 @@ def share_pass() -> bool:
 
 def configure(settings: Settings) -> None:
     """Put ``settings`` in effect for this process (``install()``): the
-    waiting options, the benchmark split and the timing lock read again
+    waiting options, the timing pass's options, ``DETD_PHASES`` (see
+    :mod:`detd._phases`), the benchmark split and the timing lock read again
     from the environment (ValueError naming a bad variable), the libdetd
     handle re-opened when the socket or the job changed, the identity
     read again, then what the adapters registered with
     :func:`at_configure`, then detd is active."""
     _state.wait_log_after_s, _state.wait_log_every_s, _state.share_pass = wait_options()
+    _state.recheck_clear, _state.compile_ahead = pass_options()
+    _phases.write_at_exit(os.environ.get("DETD_PHASES"))
     _state.split_bench = _split.parse()
     _state.bench_device = None
     _state.timing_lock = _devlock.parse()

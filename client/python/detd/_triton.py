@@ -64,6 +64,7 @@ __all__ = [
     "time_candidates",
     "set_timings",
     "compile_only",
+    "current_device",
     "finish_pass",
     "direct_tuners",
     "run_is_triton",
@@ -415,7 +416,7 @@ def set_timings(tuner, timings, seconds):
     tuner.bench_time = seconds
 
 
-def compile_only(tuner, args, kwargs, config) -> bool:
+def compile_only(tuner, args, kwargs, config, device=None) -> bool:
     """Compile ``config`` of the call into Triton's caches without
     launching anything: ``warmup`` of the function under the autotuner
     (``JITFunction.warmup(*args, grid=..., **meta)`` in 3.3 to 3.9, also
@@ -423,15 +424,39 @@ def compile_only(tuner, args, kwargs, config) -> bool:
     ``_bench`` would launch it with. The on-disk cache then holds the
     binary, and the process that times the key loads it instead of
     compiling (the specialization is the call's: same arguments, same
-    key). Returns False when there is nothing to compile (the CPU
-    interpreter) or no ``warmup``; raises what compiling raises."""
+    key). ``device`` (:func:`current_device` of the thread that will
+    launch it): made this thread's current device first, for a compile
+    in another thread (CUDA's current device is per thread). Returns
+    False when there is nothing to compile (the CPU interpreter) or no
+    ``warmup``; raises what compiling raises."""
     if interpreting():
         return False
     warm = getattr(tuner.fn, "warmup", None)
     if warm is None:
         return False
-    warm(*args, grid=(1,), **dict(kwargs, **config.all_kwargs()))
+    if device is not None:
+        from triton.runtime import driver
+
+        if driver.active.get_current_device() != device:
+            driver.active.set_current_device(device)
+    # The call's kwargs as Autotuner.run received them: fn[grid](...) puts
+    # grid= and warmup= there (run's own arguments, not the kernel's).
+    meta = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+    warm(*args, grid=(1,), **dict(meta, **config.all_kwargs()))
     return True
+
+
+def current_device():
+    """The active Triton driver's current device of this thread, or None
+    (the CPU interpreter, or no driver)."""
+    if interpreting():
+        return None
+    try:
+        from triton.runtime import driver
+
+        return driver.active.get_current_device()
+    except Exception:  # noqa: BLE001 - no driver: no device to carry over
+        return None
 
 
 def finish_pass(tuner, key, kwargs, chosen):
