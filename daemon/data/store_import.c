@@ -235,9 +235,7 @@ int store_put_lock_skip(store *s, const char *ns, const char *id,
         (err = store_bind_text(s, st, 4, reason, op)) < 0 ||
         (err = store_bind_int(s, st, 5, at_ms, op)) < 0)
         goto out;
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE)
-        err = store_fail(s, rc, op);
+    err = store_step(s, st, op);
 out:
     sqlite3_finalize(st);
     return err;
