@@ -32,7 +32,8 @@ What cannot run here, and its stand-in (this machine has no GPU):
 
 Writes JSON: ``autotuners`` (detd.autotuners()), ``bench_calls`` (runtime
 benchmarks run here), ``select_passes`` (algorithm-selection benchmarks
-run here), ``digest`` (SHA-256 of the outputs' bytes), ``ran``/``error``.
+run here), ``descents`` (each coordinate descent run here: its start, the
+config it returned, how many configs it timed), ``digest`` (SHA-256 of the outputs' bytes), ``ran``/``error``.
 """
 
 import hashlib
@@ -125,6 +126,24 @@ def _noisy_autotune(self, name, input_nodes, layout, input_gen_fns, choices, **k
 
 sa.AlgorithmSelectorCache.autotune = _noisy_autotune
 
+# What each coordinate descent run here returned, and how many configs it
+# timed: the test checks the committed config is the descent's own result.
+from detd import _triton  # noqa: E402
+from torch._inductor.runtime import coordinate_descent_tuner as cdt  # noqa: E402
+
+_descent = cdt.CoordescTuner.autotune
+descents = []
+
+
+def _recorded_descent(self, func, baseline_config, *a, **kw):
+    won = _descent(self, func, baseline_config, *a, **kw)
+    descents.append({"start": _triton.config_string(baseline_config), "result": _triton.config_string(won),
+                     "timed": len(self.cached_benchmark_results)})
+    return won
+
+
+cdt.CoordescTuner.autotune = _recorded_descent
+
 torch.manual_seed(0)
 if MODEL in ("fused", "fused+wide"):
     ic.max_autotune_pointwise = True
@@ -169,6 +188,7 @@ except Exception as e:  # noqa: BLE001 - reported, judged by the test
     result["error"] = f"{type(e).__name__}: {str(e)[:400]}"
 result["bench_calls"] = counts["bench"]
 result["select_passes"] = counts["select"]
+result["descents"] = descents
 result["autotuners"] = detd.autotuners()
 result["patched"] = th.CachingAutotuner.autotune_to_one_config.__module__ == "detd._inductor"
 result["settings"] = {k: getattr(ic, k, None) for k in ("autotune_local_cache", "autotune_remote_cache",

@@ -118,8 +118,16 @@ def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
     start, desc = entry["candidates"]
     assert desc.startswith("search:inductor.coordesc;tune=XBLOCK:1-32,YBLOCK:1-32,ZBLOCK:1-32,num_warps:1-32;"), desc
     assert _canon.search_values(desc, start, entry["config"]) is not None, (desc, start, entry["config"])
-    [timing] = [_keys(r)[(kernel, key)]["timings"] for r in first if _keys(r)[(kernel, key)]["timed_here"]]
-    assert start in timing and len(timing) > 4, timing
+    [timer] = [r for r in first if _keys(r)[(kernel, key)]["timed_here"]]
+    [descent] = [d for d in timer["descents"] if d["start"] == start]
+    assert descent["timed"] > 4, descent
+    # Every descent's report is its own result, which the daemon committed
+    # (not another config it timed, inside the winner rule's tie band).
+    assert list(_keys(timer)[(kernel, key)]["timings"]) == [entry["config"]], _keys(timer)[(kernel, key)]
+    for r in first:
+        for d in r["descents"]:
+            [ck] = [k for k in coordesc if d["start"] in k[1]]
+            assert keys[ck]["config"] == d["result"], (ck, d, keys[ck]["config"])
     assert all("not searched" not in r["output"] for r in first)
     # A process that timed nothing ran no benchmark; the results are bitwise equal.
     for r in first:

@@ -19,18 +19,18 @@ decision per key, made by one timing pass in the whole job:
     config, of the values ``CoordescTuner.get_neighbour_values`` reaches
     along that axis (stage counts: six steps either way), filtered by
     ``is_valid_config``. The designated
-    process runs Inductor's own descent and reports every config it timed;
-    the daemon commits the fastest of those (its usual rule), and every
+    process runs Inductor's own descent and reports the config it returned
+    (its own rule chose it; the daemon's tie band is not applied to a
+    descent's single-sample timings), the daemon commits it, and every
     process compiles and launches that config. A space larger than
     ``DETD_MAX_CANDIDATES`` (1024) is not listed: the key names the search
     instead (:class:`_Search`; candidates: the start config and the
     descriptor ``search:inductor.coordesc;tune=XBLOCK:1-4096,...;
     all_directions=False;radius=1``, the fields the descent tunes with the
     range :data:`SEARCH_STEPS` steps reach, and its settings). The
-    designated process runs the same descent and reports what it timed
-    (the fastest 1024); the daemon checks each reported config's shape (the
-    start with only tuned fields changed, within their ranges) and every
-    process checks the committed one against its own tuner (a value its
+    designated process runs the same descent and reports its result; the
+    daemon checks the reported config's shape (the start with only tuned
+    fields changed, within their ranges) and every process checks the committed one against its own tuner (a value its
     descent can reach, ``is_valid_config``) before compiling it.
 ``select``
     ``AlgorithmSelectorCache.lookup`` (compile time, max-autotune: GEMM,
@@ -797,20 +797,15 @@ def _patched_coordesc(self, launcher, *args, **kwargs):
 
         winner = _orig["coordesc"](self, launcher, *args, **kwargs)  # Inductor's own descent
         found["launcher"] = winner
-        measured = self.coordesc_tuner.cached_benchmark_results
-        if search is not None:
-            pairs = [(search.from_hashable(h), t) for h, t in measured.items()]
-            rows = _rows((c, t) for c, t in sorted(pairs, key=lambda p: _ms(p[1])) if c is not None)
-            rows = rows[:MAX_CANDIDATES]  # the fastest: the daemon's cap
-        else:
-            by_hash = {triton_config_to_hashable(c): s for s, c in space.items()}
-            rows = _rows((by_hash[h], t) for h, t in measured.items() if h in by_hash)
-        if not rows:
-            # The descent declined to time anything (a release's own rule):
-            # its answer, the start config, is what it would launch.
-            won = _triton.config_string(winner.config)
-            rows = [(won if config_of(won) is not None else start_s, [0.0], False)]
-        return rows
+        # The report is the descent's result, not every config it timed:
+        # its timings are one sample each, and the daemon's tie band could
+        # otherwise commit a config the descent judged no better (the
+        # search's own rule chose; docs/inductor.md, "Large searches").
+        won = _triton.config_string(winner.config)
+        ms = self.coordesc_tuner.cached_benchmark_results.get(triton_config_to_hashable(winner.config), 0.0)
+        if config_of(won) is None:
+            won, ms = start_s, 0.0  # outside what detd can name: the start, as the descent began
+        return _rows([(won, ms if _ms(ms) < float("inf") else 0.0)])
 
     with _key_lock(kernel, key):
         out = decide(kernel, name, key, cands, time_pass, lambda cands: start_s,
