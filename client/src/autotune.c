@@ -50,6 +50,52 @@ struct autotune_pass {
     int env;
 };
 
+/* The NVIDIA driver's release from the first line of
+ * /proc/driver/nvidia/version ("... Kernel Module [for <arch>]  580.159.04
+ * ..."), as the Python client reads it (detd/_provenance.py); 0, or -1
+ * when there is none. */
+static int autotune_driver_release_(char *buf, size_t size) {
+    char line[512];
+    FILE *f = fopen("/proc/driver/nvidia/version", "re");
+    if (f == NULL)
+        return -1;
+    char *got = fgets(line, sizeof line, f);
+    fclose(f);
+    const char *p = got != NULL ? strstr(line, "Kernel Module") : NULL;
+    if (p == NULL)
+        return -1;
+    p += strlen("Kernel Module");
+    if (strncmp(p, " for ", 5) == 0)
+        p += 5 + strcspn(p + 5, " \t\n");
+    p += strspn(p, " \t");
+    size_t n = strspn(p, "0123456789.");
+    if (n == 0 || p[0] == '.' || n >= size)
+        return -1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return 0;
+}
+
+/* How detd_autotune() measured, for the report's provenance
+ * (detd_timing_info): CUDA events or the caller's timer, the launch
+ * counts, and the driver where it can be read. */
+static void autotune_provenance_(const struct detd_autotune_options *o,
+                                 struct autotune_cuda *cuda, char *driver,
+                                 size_t driver_size,
+                                 struct detd_timing_info *ti) {
+    memset(ti, 0, sizeof *ti);
+    ti->benchmarker =
+        o->timer != NULL ? "detd_autotune:timer" : "detd_autotune:cuda_events";
+    ti->warmup = o->warmup;
+    ti->rep = o->reps != 0 ? o->reps : DETD_AUTOTUNE_DEFAULT_REPS;
+    ti->return_mode = "median of per-launch samples; warmup and rep count "
+                      "launches";
+    driver[0] = '\0';
+    if (autotune_driver_release_(driver, driver_size) < 0 && cuda != NULL)
+        (void)autotune_cuda_driver(cuda, driver, driver_size);
+    ti->driver = driver;
+}
+
 DETD_EXPORT void detd_autotune_options_init(struct detd_autotune_options *o) {
     if (o == NULL)
         return;
@@ -432,7 +478,10 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
         }
         struct detd_answer *r = NULL;
         int64_t rleft = deadline - clock_mono_ms();
-        struct detd_report_extra ex = {sizeof ex, pass.errors, NULL};
+        struct detd_timing_info ti;
+        char driver[64];
+        autotune_provenance_(o, cuda, driver, sizeof driver, &ti);
+        struct detd_report_extra ex = {sizeof ex, pass.errors, &ti};
         rc = detd_report_ex(client, a->claim_id, k, pass.timings,
                             k->n_candidates, &ex, o->version,
                             rleft > 0 ? rleft : 1, &r);

@@ -396,3 +396,17 @@ fail:
     cuda_pending_(c, "", eb, sizeof eb);
     return -ENODEV;
 }
+
+/* See autotune_cuda.h. */
+int autotune_cuda_driver(struct autotune_cuda *cuda, char *buf, size_t size) {
+    cuda_fn_count_ fn = (cuda_fn_count_)cuda_sym_(
+        cuda->dl,
+        cuda->kind == CUDA_KIND_DRIVER_ ? "cuDriverGetVersion"
+                                        : "cudaDriverGetVersion",
+        NULL);
+    int v = 0;
+    if (fn == NULL || fn(&v) != 0 || v <= 0)
+        return -ENODEV;
+    int n = snprintf(buf, size, "cuda %d.%d", v / 1000, v % 1000 / 10);
+    return n < 0 || (size_t)n >= size ? DETD_ELIMIT : 0;
+}

@@ -66,4 +66,12 @@ int autotune_cuda_time(struct autotune_cuda *cuda, void *stream,
  */
 int autotune_cuda_arch(struct autotune_cuda *cuda, char *buf, size_t size);
 
+/*
+ * The CUDA version the driver supports as "cuda <major>.<minor>" (e.g.
+ * "cuda 13.0": cuDriverGetVersion, or cudaDriverGetVersion through a
+ * runtime) into buf (size bytes). Returns 0, -ENODEV (the library has no
+ * such call, or it failed) or DETD_ELIMIT (buf too small).
+ */
+int autotune_cuda_driver(struct autotune_cuda *cuda, char *buf, size_t size);
+
 #endif /* DETD_AUTOTUNE_CUDA_H */

@@ -112,6 +112,15 @@ def test_one_timing_pass_per_key_every_process_agrees_and_a_rerun_times_nothing(
             assert int(got[0]["index"]) == timer_rank % N_CANDS, (got, timer_rank)
             assert all(g["source"] == "timed" and g["observe_rc"] == "0" for g in got), got
         first = {key: results[0][key]["index"] for key in results[0]}
+        # Each decision says how it was timed: the caller's timer, the
+        # driver's warmup and reps (launch counts).
+        dec = json.loads(d.detctl("decisions", "--json").stdout)["decisions"]
+        assert len(dec) == keys, dec
+        for row in dec:
+            assert row["timing"]["benchmarker"] == {
+                "name": "detd_autotune:timer", "warmup": 1.0, "rep": 5.0,
+                "return_mode": "median of per-launch samples; warmup and rep count launches",
+                "cuda_graphs": False, "timing_lock": False}, row
         st = d.status()
         assert counter(st, "timing_passes") == keys and counter(st, "reports") == keys, st
         assert st["decisions"] == keys and st["open_claims"] == 0, st
