@@ -4,7 +4,8 @@
 #
 #   .whl/      liger-kernel 0.8.5, fla-core 0.6.0 (pure-Python wheels);
 #              .whl/flaggems/: flag-gems 5.0.2 and its imports (run_flaggems.py)
-#              .whl/helion/: Helion 1.5.1 and its imports, scikit-learn and
+#              .whl/helion/: Helion 1.5.0 (1.5.1 needs a torch newer than
+#              2.11) and its imports, scikit-learn and
 #              scipy left out (run_helion.py)
 #   .pkgsrc/   mamba_ssm 2.3.2.post1 (its Python package only: the Triton
 #              kernels need none of its CUDA extensions) and
@@ -46,7 +47,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 # imported by some searches, and scipy stay home: 50 MiB).
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d .whl/helion \
-    helion==1.5.1 filecheck==1.0.6 rich==15.0.0 markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 psutil==7.2.2 \
+    helion==1.5.0 filecheck==1.0.6 rich==15.0.0 markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 psutil==7.2.2 \
     typing_extensions==4.16.0
 python3 -m pip download -q --no-deps --no-binary=:all: -d "$tmp" gemlite==0.6.0.post2
 MAMBA_SKIP_CUDA_BUILD=TRUE "$PY" -m pip download -q --no-deps --no-build-isolation \
@@ -57,7 +58,7 @@ tar -xzf "$tmp/gemlite-0.6.0.post2.tar.gz" -C .pkgsrc
 tar -xzf "$tmp/mamba_ssm-2.3.2.post1.tar.gz" -C "$tmp"
 mv "$tmp/mamba_ssm-2.3.2.post1/mamba_ssm" .pkgsrc/mamba_ssm
 
-for p in .whl/helion/helion-1.5.1-py3-none-any.whl .whl/liger_kernel-0.8.5-py3-none-any.whl .whl/fla_core-0.6.0-py3-none-any.whl \
+for p in .whl/helion/helion-1.5.0-py3-none-any.whl .whl/liger_kernel-0.8.5-py3-none-any.whl .whl/fla_core-0.6.0-py3-none-any.whl \
     .pkgsrc/gemlite-0.6.0.post2/gemlite/__init__.py .pkgsrc/mamba_ssm/ops/triton/ssd_combined.py; do
     [[ -e $p ]] || { echo "fetch_packages: $p missing after the download" >&2; exit 1; }
 done

@@ -177,6 +177,13 @@ def main():
     check(all(row["config"] != "BLOCK=2048,ITEMS=1" for r in c1 for row in r.values()), "BLOCK=2048 was chosen")
     v = d.detctl("verify")
     check(v.returncode == 0, f"detctl verify after C run 1: exit {v.returncode}\n{v.stdout}{v.stderr}")
+    # Each decision says how detd_autotune() timed it: CUDA events, the
+    # example's launch counts, this machine's driver.
+    prov = [r["timing"] for r in json.loads(d.detctl("decisions", "--json").stdout)["decisions"]]
+    provenance = sorted({(t["benchmarker"]["name"], t["benchmarker"]["warmup"], t["benchmarker"]["rep"], t["driver"])
+                         for t in prov})
+    check(len(prov) == len(c_keys) and all(p[0] == "detd_autotune:cuda_events" and p[3] for p in provenance),
+          f"C run 1 provenance: {provenance}")
     d.stop()
     d = Daemon(work)
     c2 = run_procs(a.procs, [prog, "--shapes", C_SHAPES], work, "c_rerun", d.sock)
@@ -218,6 +225,7 @@ def main():
     for k, cfg in chosen.items():
         print(f"  {k}: {cfg}")
     print(f"detctl verify: {verify_line}")
+    print(f"C run 1 provenance (benchmarker, warmup, rep, driver): {provenance}")
     print(dec.stdout[-2000:])
     if failures:
         print(f"native GPU run: FAIL ({len(failures)} checks)")
