@@ -6,6 +6,9 @@
   accumulation order, so the output bits depend on the config.
 - FLA's ``chunk_gated_delta_rule`` forward and backward (``fla-core``): many
   autotuned kernels of a third-party library, reached unmodified.
+
+Those make the ``suite`` key set. The ``mamba`` key set (``run_mamba``) is
+mamba_ssm's own Triton kernels at a Mamba2 layer's sizes.
 """
 
 import hashlib
@@ -81,8 +84,42 @@ MATMUL_SHAPES = [(4096, 4096, 4096), (2048, 8192, 4096), (8192, 2048, 8192)]
 FLA_SHAPE = dict(B=2, T=4096, H=16, K=128, V=128)
 
 
-def inputs(seed=1234):
-    """The same inputs in every process (fixed seed, generated on the GPU)."""
+# The mamba key set: a Mamba2 layer of d_model 2048 (expand 2, headdim 64:
+# 64 heads; d_state 128, one group, chunk 256), batch 2 x 2048 tokens, bf16.
+MAMBA_SHAPE = dict(b=2, l=2048, h=64, p=64, n=128, g=1, chunk=256)
+MAMBA_D_MODEL = 2048
+
+
+def run_mamba(dev="cuda", shape=None, d_model=MAMBA_D_MODEL):
+    """mamba_ssm 2.3.2.post1's autotuned Triton kernels as a Mamba2 block
+    meets them, forward and backward: the chunked scan
+    (``mamba_chunk_scan_combined``, pkg_worker.mamba_ssd, as the package
+    run) and the block's fused residual add + RMSNorm (``rms_norm_fn``,
+    prenorm, residual in fp32). Its gated RMSNorm (``layernorm_gated``) and
+    ``selective_state_update`` (decoding) do not autotune."""
+    import pkg_worker
+
+    pkg_worker.setup_paths()  # mamba_ssm from .pkgsrc, without its CUDA extensions
+    from mamba_ssm.ops.triton.layer_norm import rms_norm_fn
+
+    shape = shape or MAMBA_SHAPE
+    outs = {f"mamba.ssd[{i}]": t for i, t in enumerate(pkg_worker.mamba_ssd(**shape, dev=dev))}
+    g = torch.Generator(device=dev).manual_seed(7)
+    rows = shape["b"] * shape["l"]
+    x, res = (torch.randn(rows, d_model, device=dev, generator=g, dtype=torch.bfloat16).requires_grad_()
+              for _ in range(2))
+    w = (1 + 0.1 * torch.randn(d_model, device=dev, generator=g)).requires_grad_()
+    y, r = rms_norm_fn(x, w, None, residual=res, prenorm=True, residual_in_fp32=True, eps=1e-5)
+    for i, t in enumerate([y, r, *pkg_worker._grads([y, r], [x, res, w], 12)]):
+        outs[f"mamba.rms_norm[{i}]"] = t
+    return {k: v for k, v in outs.items() if v is not None}
+
+
+def inputs(seed=1234, keys="suite"):
+    """The same inputs in every process (fixed seed, generated on the GPU).
+    The mamba key set makes its own in its workload, from fixed seeds too."""
+    if keys == "mamba":
+        return None
     g = torch.Generator(device="cuda").manual_seed(seed)
     rs = []
     for m, n in ROWSUM_SHAPES:
@@ -126,8 +163,10 @@ def run_fla(fla):
     return {"o": o, "dq": q.grad, "dk": k.grad, "dv": v.grad, "dg": g.grad, "dbeta": beta.grad}
 
 
-def workload(data, with_fla=True):
-    """Run every kernel once; return {name: tensor}."""
+def workload(data, with_fla=True, keys="suite"):
+    """Run every kernel of the key set once; return {name: tensor}."""
+    if keys == "mamba":
+        return run_mamba()
     rs, mm, fla = data
     out = {}
     for (m, n), x in zip(ROWSUM_SHAPES, rs):

@@ -54,7 +54,7 @@ def sha(t):
 def _grads(outs, inputs, seed):
     import torch
 
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=outs[0].device).manual_seed(seed)
     loss = sum((o.float() * torch.randn(o.shape, device=o.device, generator=g)).sum() for o in outs)
     return torch.autograd.grad(loss, inputs, allow_unused=True)
 
@@ -212,24 +212,30 @@ def gemlite(quick):
     return dict(int8=int8, w4=w4)
 
 
-def mamba(quick):
+def mamba_ssd(b, l, h, p, n, g, chunk, dev="cuda", dt=None):
+    """mamba_ssm's Mamba2 chunked scan (``mamba_chunk_scan_combined``, D and
+    dt_bias per head, softplus on dt), forward and backward: the output and
+    the gradients. Also run_coldstart.py's mamba key set (kernels.py)."""
     import torch
 
-    def ssd():
-        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
 
-        torch.manual_seed(0)
-        b, l, h, p, n, g, chunk = 1, 256 if quick else 512, 8, 64, 64, 1, 64
-        dev, dt = "cuda", torch.bfloat16
-        x = torch.randn(b, l, h, p, device=dev, dtype=dt, requires_grad=True)
-        dtt = torch.rand(b, l, h, device=dev, dtype=torch.float32, requires_grad=True)
-        A = (-torch.rand(h, device=dev, dtype=torch.float32)).requires_grad_()
-        B = torch.randn(b, l, g, n, device=dev, dtype=dt, requires_grad=True)
-        C = torch.randn(b, l, g, n, device=dev, dtype=dt, requires_grad=True)
-        D = torch.randn(h, device=dev, dtype=torch.float32, requires_grad=True)
-        dt_bias = torch.rand(h, device=dev, dtype=torch.float32, requires_grad=True)
-        y = mamba_chunk_scan_combined(x, dtt, A, B, C, chunk, D=D, dt_bias=dt_bias, dt_softplus=True)
-        return [y, *_grads([y], [x, dtt, A, B, C, D, dt_bias], 11)]
+    dt = dt or torch.bfloat16
+    torch.manual_seed(0)
+    x = torch.randn(b, l, h, p, device=dev, dtype=dt, requires_grad=True)
+    dtt = torch.rand(b, l, h, device=dev, dtype=torch.float32, requires_grad=True)
+    A = (-torch.rand(h, device=dev, dtype=torch.float32)).requires_grad_()
+    B = torch.randn(b, l, g, n, device=dev, dtype=dt, requires_grad=True)
+    C = torch.randn(b, l, g, n, device=dev, dtype=dt, requires_grad=True)
+    D = torch.randn(h, device=dev, dtype=torch.float32, requires_grad=True)
+    dt_bias = torch.rand(h, device=dev, dtype=torch.float32, requires_grad=True)
+    y = mamba_chunk_scan_combined(x, dtt, A, B, C, chunk, D=D, dt_bias=dt_bias, dt_softplus=True)
+    return [y, *_grads([y], [x, dtt, A, B, C, D, dt_bias], 11)]
+
+
+def mamba(quick):
+    def ssd():
+        return mamba_ssd(1, 256 if quick else 512, 8, 64, 64, 1, 64)
 
     return dict(ssd=ssd)
 

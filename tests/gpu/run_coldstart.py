@@ -2,8 +2,17 @@
 detd (run 1, fresh store and TRITON_CACHE_DIR), where run 1's time went,
 the floor it is measured against, the rerun, and default Triton's run 1.
 
-    python3 tests/gpu/run_coldstart.py [--procs 8] [--no-fla] [--out DIR]
-        [--before] [--env NAME=VALUE ...] [--default-cap S | --no-default]
+    python3 tests/gpu/run_coldstart.py [--procs 8] [--keys suite|mamba] [--no-fla]
+        [--out DIR] [--before] [--env NAME=VALUE ...] [--default-cap S | --no-default]
+
+The key set (``--keys``, kernels.py): ``suite`` (the default), the suite's
+row sums and matmuls and FLA's ``chunk_gated_delta_rule`` (``--no-fla``
+leaves FLA out); ``mamba``, mamba_ssm 2.3.2.post1's autotuned Triton
+kernels at a Mamba2 layer's sizes (batch 2, 2048 tokens, 64 heads of 64,
+d_state 128, chunk 256, bf16; d_model 2048): the chunked scan
+(``mamba_chunk_scan_combined``) and the fused add + RMSNorm, forward and
+backward, from .pkgsrc/mamba_ssm (fetch_packages.sh; found there without
+PYTHONPATH, pkg_worker.setup_paths; it needs einops).
 
 In one call:
 
@@ -39,8 +48,9 @@ configs' kernel time within 1.01x of the fresh autotune. The targets (run
 1 at most 1.5x the floor, at least 5x faster than default Triton's run 1)
 are printed as met or not, without failing the run. Binaries: .gpu/ from
 tests/gpu/bundle.sh (as run_gpu.py); FLA from .whl/ (fetch_packages.sh),
-importable. Each step prints a progress line. Time: run 1 + rerun + about
-60 s for the floor process + the default run (at most its cap).
+importable; mamba_ssm in .pkgsrc/. Each step prints a progress line.
+Time: run 1 + rerun + about 60 s for the floor process + the default run
+(at most its cap).
 """
 
 import argparse
@@ -119,7 +129,9 @@ def phase_table(run1):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--procs", type=int, default=8)
-    ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--keys", choices=("suite", "mamba"), default="suite",
+                    help="the key set: the suite's and FLA's kernels, or mamba_ssm's (kernels.py)")
+    ap.add_argument("--no-fla", action="store_true", help="--keys suite without FLA")
     ap.add_argument("--out", default=None)
     ap.add_argument("--before", action="store_true",
                     help="the cuts off: DETD_RECHECK_CLEAR=off, DETD_COMPILE_AHEAD=0, DETD_SHARE_PASS=0")
@@ -127,9 +139,11 @@ def main():
     ap.add_argument("--default-cap", type=float, default=150.0, help="seconds default Triton's run 1 may take")
     ap.add_argument("--no-default", action="store_true")
     a = ap.parse_args()
+    if a.no_fla and a.keys != "suite":
+        ap.error(f"--no-fla leaves FLA out of --keys suite; --keys {a.keys} has no FLA")
     root = a.out or tempfile.mkdtemp(prefix="detd-coldstart-")
     os.makedirs(root, exist_ok=True)
-    wargs = ["--no-fla"] if a.no_fla else []
+    wargs = ["--keys", a.keys] + (["--no-fla"] if a.no_fla else [])
     settings = {"DETD_TIMEOUT_MS": "900000"}
     if a.before:
         settings.update(DETD_RECHECK_CLEAR="off", DETD_COMPILE_AHEAD="0", DETD_SHARE_PASS="0")
@@ -144,7 +158,7 @@ def main():
     d = Daemon(os.path.join(work, "detd"))
     env = dict(settings, TRITON_CACHE_DIR=cache)
     try:
-        say(f"detd run 1: {a.procs} processes, fresh store and cache, settings {settings}")
+        say(f"detd run 1: {a.procs} processes, key set {a.keys}, fresh store and cache, settings {settings}")
         t0 = time.time()
         run1 = procs(a.procs, "detd", work, "run1", lambda r: dict(env, DETD_PHASES=os.path.join(
             work, "phases1-{rank}.json")), wargs)
@@ -206,8 +220,8 @@ def main():
             default = dict(cut=True, s=a.default_cap, keys=statistics.median(done))
 
     n_cands = sum(k["timed"]["candidates"] for k in per_key.values() if k["timed"] is not None)
-    print(f"\ncold start, {a.procs} processes on one GPU, {len(entries)} keys ({n_cands} candidates), "
-          f"{cores} cores; detd settings {settings}")
+    print(f"\ncold start, {a.procs} processes on one GPU, key set {a.keys}: {len(entries)} keys "
+          f"({n_cands} candidates), {cores} cores; detd settings {settings}")
     print(f"{'run 1 phase':14} {'all processes s':>16} {'critical path s':>16}")
     for p in PHASES + ("total",):
         print(f"{p:14} {summed[p]:16.2f} {crit[p]:16.2f}")
@@ -231,9 +245,9 @@ def main():
     for x in fl["compare"]:
         if x["detd_ms"] > 1.01 * x["fresh_ms"]:
             print(f"  {x['entry']}: {x['detd']} {x['detd_ms']:.4f} ms vs fresh {x['fresh']} {x['fresh_ms']:.4f} ms")
-    json.dump(dict(settings=settings, summed=summed, critical=crit, outside=outside, floor=floor, chain=chain,
-                   bench_floor=fl["bench_s"], run1_median=med1, rerun_median=med2, wall1=wall1, default=default,
-                   kernel_time=kt, passes=passes, keys=len(entries), per_key=per_key),
+    json.dump(dict(key_set=a.keys, settings=settings, summed=summed, critical=crit, outside=outside, floor=floor,
+                   chain=chain, bench_floor=fl["bench_s"], run1_median=med1, rerun_median=med2, wall1=wall1,
+                   default=default, kernel_time=kt, passes=passes, keys=len(entries), per_key=per_key),
               open(os.path.join(root, "coldstart.json"), "w"), indent=1, default=str)
     for f in failures:
         print("FAIL", f)

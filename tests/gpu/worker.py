@@ -1,6 +1,6 @@
 """One process of the GPU agreement run.
 
-    python worker.py --mode {default,detd} --out FILE [--no-fla]
+    python worker.py --mode {default,detd} --out FILE [--no-fla] [--keys suite|mamba]
     python worker.py --mode ... --time-workload --out FILE   (kernel time)
     python worker.py --mode ... --launch-overhead --out FILE
 
@@ -152,6 +152,8 @@ def main():
     ap.add_argument("--mode", choices=["default", "detd"], required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--keys", choices=("suite", "mamba"), default="suite",
+                    help="the kernels: the suite's and FLA's, or mamba_ssm's (kernels.py)")
     ap.add_argument("--time-workload", action="store_true")
     ap.add_argument("--launch-overhead", action="store_true")
     ap.add_argument("--launch-paired", action="store_true",
@@ -172,7 +174,7 @@ def main():
     import kernels
 
     torch.cuda.set_device(0)
-    data = kernels.inputs()
+    data = kernels.inputs(keys=args.keys)
     torch.cuda.synchronize()
     res = {"mode": args.mode, "rank": int(os.environ.get("RANK", "0")), "pid": os.getpid()}
 
@@ -186,7 +188,7 @@ def main():
         return
 
     t0 = T0[0] = time.perf_counter()
-    outs = kernels.workload(data, with_fla=not args.no_fla)
+    outs = kernels.workload(data, with_fla=not args.no_fla, keys=args.keys)
     torch.cuda.synchronize()
     res["startup_s"] = time.perf_counter() - t0
     res["digests"] = {k: kernels.digest(v) for k, v in outs.items()}
@@ -198,7 +200,7 @@ def main():
     if args.time_workload:
         import triton.testing
 
-        fn = lambda: kernels.workload(data, with_fla=not args.no_fla)  # noqa: E731
+        fn = lambda: kernels.workload(data, with_fla=not args.no_fla, keys=args.keys)  # noqa: E731
         res["workload_ms"] = [triton.testing.do_bench(fn, warmup=200, rep=1500, return_mode="median")
                               for _ in range(3)]
     if args.mode == "detd":
