@@ -28,7 +28,9 @@ another comma-separated list) whose
   creates ``$CS_HELPING`` (when set), then sleeps S seconds or kills the
   process (exit 9).
 
-Writes OUT.json: the config launched, the measurements made per BLOCK,
+Writes OUT.json: the config launched, the measurements made per BLOCK
+(and the ``rep`` each was asked for: ``do_bench=`` takes ``warmup`` and
+``rep``, as Triton's benchmarker does),
 the hook's record of the key, the ``detd`` log lines, the wall time of the
 launch, the pid and ``detd.stats()["phases"]``.
 """
@@ -50,6 +52,7 @@ from detd import _triton  # noqa: E402
 
 BLOCKS = tuple(int(b) for b in os.environ.get("CS_BLOCKS", "16,32,64,128").split(","))
 MEASURED = {}  # BLOCK -> measurements made
+REPS = {}  # BLOCK -> the rep (ms) each measurement was asked for
 _current = [None]
 TIMINGS = {int(k): v for k, v in json.loads(os.environ.get("CS_TIMINGS", "{}")).items()}
 
@@ -58,7 +61,7 @@ def _note(nargs):
     _current[0] = nargs.get("BLOCK")
 
 
-def cs_do_bench(kernel_call, quantiles=None, **kw):
+def cs_do_bench(kernel_call, quantiles=None, warmup=25, rep=100, **kw):
     marker = os.environ.get("CS_IN_PASS")
     if marker and not MEASURED:
         open(marker, "w").close()
@@ -81,6 +84,7 @@ def cs_do_bench(kernel_call, quantiles=None, **kw):
     b = _current[0]
     n = MEASURED.get(b, 0)
     MEASURED[b] = n + 1
+    REPS.setdefault(b, []).append(rep)
     lists = TIMINGS.get(b)
     scale = float(os.environ.get("CS_SCALE", "1"))
     if not lists:
@@ -148,7 +152,8 @@ def main():
     keys = [k for r in detd.autotuners() if r["name"].endswith("cs_add_kernel") for k in r["keys"]]
     with open(out_path, "w") as f:
         json.dump({"pid": os.getpid(), "config": _triton.config_string(cfg) if cfg is not None else None,
-                   "measured": {str(k): v for k, v in MEASURED.items()}, "keys": keys, "lines": lines.lines,
+                   "measured": {str(k): v for k, v in MEASURED.items()},
+                   "reps": {str(k): v for k, v in REPS.items()}, "keys": keys, "lines": lines.lines,
                    "levels": lines.levels,
                    "wall_s": wall, "error": error, "ok": bool(torch.equal(out, x + 1.0)),
                    "phases": detd.stats()["phases"]}, f)

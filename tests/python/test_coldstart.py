@@ -399,6 +399,41 @@ def test_remeasure_rule_is_deterministic_given_the_timings():
         _process.pass_options({"DETD_COMPILE_AHEAD": "-1"})
 
 
+def test_screening_measures_in_full_only_the_near_best(daemon, tmp_path):
+    """DETD_SCREEN=on: every candidate measured once short (the tuner's own
+    do_bench with rep 10 ms), then only those within 25% of the best
+    screening median measured in full (rep 100 ms, its default); the others
+    report their screening samples. The winner is the full measurements'
+    (deterministic given the timings), the pass says so in its provenance
+    and record, and a tuner whose benchmarker takes no rep is not screened."""
+    from detd import _loop, _process, _triton
+
+    t = json.dumps({16: [[1.5, 1.4, 1.6]], 32: [[1.1, 1.0, 1.2], [1.05, 1.04, 1.06]],
+                    64: [[1.0, 0.9, 1.1], [1.0, 0.99, 1.01]], 128: [[2.0, 1.9, 2.1]]})
+    r = ok(daemon, start(daemon, tmp_path, "screen", 0, CS_TIMINGS=t, CS_N="384", DETD_SCREEN="on"))
+    assert r["config"] == cfg(64), r
+    assert r["measured"] == {"16": 1, "32": 2, "64": 2, "128": 1}, r
+    short, full = _triton.SCREEN_REP_MS, 100
+    assert r["reps"] == {"16": [short], "32": [short, full], "64": [short, full], "128": [short]}, r
+    [key] = r["keys"]
+    assert key["pass_s"]["screened_out"] == 2 and "remeasured" not in key, key
+    assert key["timings"][cfg(16)] == [1.5, 1.4, 1.6] and key["timings"][cfg(64)] == [1.0, 0.99, 1.01], key
+    dec = json.loads(daemon.detctl("decisions", "--json").stdout)["decisions"]
+    [row] = [d for d in dec if "384" in d["key"]]
+    assert "screened with warmup 2 ms, rep 10 ms" in row["timing"]["benchmarker"]["return_mode"], row["timing"]
+
+    # The rule alone, and where it does not apply.
+    assert _loop.screen_keep(["a", "b", "c", "d"], {"a": 1.3, "b": 1.0, "c": 1.25, "d": 1.2501}) == ["b", "c"]
+    assert _loop.screen_keep(["a"], {}) == []
+
+    class Graphs:  # use_cuda_graph / the deprecated warmup and rep: a lambda of (kernel_call, quantiles)
+        do_bench = staticmethod(lambda kernel_call, quantiles: 1.0)
+    assert _triton.screening(Graphs()) is None
+    assert _process.screen_option({}) is False and _process.screen_option({"DETD_SCREEN": "on"}) is True
+    with pytest.raises(ValueError, match="DETD_SCREEN='maybe'"):
+        _process.screen_option({"DETD_SCREEN": "maybe"})
+
+
 def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
     """Three keys at once (N 256, 512, 1024), one timing pass each: the
     clear best measured once (64 is 5% ahead of 32, spreads apart); the

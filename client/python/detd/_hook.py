@@ -518,8 +518,10 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
     def again(order):
         return _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order, stop=_loop.environment_hint)
 
-    timings, rows, errors, remeasured, pass_s = _loop.measure(cands.objs, _triton.config_string, first, again)
-    if remeasured:
+    screen = _triton.screening(ctx.tuner) if _process.screen() and split is None else None
+    timings, rows, errors, remeasured, pass_s = _loop.measure(cands.objs, _triton.config_string, first, again,
+                                                              screen and (lambda: screen(first)))
+    if remeasured or screen:
         _triton.set_timings(ctx.tuner, timings, time.time() - t0)
     return rows, errors, remeasured, pass_s, done[0] if done else None
 
@@ -598,7 +600,8 @@ def _resolve_key(cache: DetdCache, ctx: _Call, key, spent: Dict[str, float]) -> 
             rows, timed["errors"], timed["remeasured"], timed["lock"], timed["pass_s"], timed["split"] = \
                 _timing_pass(ctx, cands, split)
             timed["rows"] = rows
-            timed["timing"] = _provenance.describe(_triton.benchmarker(ctx.tuner), timed["lock"][1], info.kernel)
+            timed["timing"] = _provenance.describe(_triton.benchmarker(ctx.tuner, "screened_out" in timed["pass_s"]),
+                                                   timed["lock"][1], info.kernel)
             return rows
 
         # While another rank times the key: ask in slices, so that a long

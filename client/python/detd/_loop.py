@@ -211,8 +211,37 @@ def spread(t) -> Optional[Tuple[float, float]]:
     return (min(ms), max(ms)) if len(ms) >= 2 and not bad else None
 
 
+# Screening (DETD_SCREEN, docs/python.md): a candidate whose short
+# measurement's median is within this fraction of the best one's is
+# measured in full.
+SCREEN_KEEP = 0.25
+
+
+def screen_keep(order, medians: dict) -> list:
+    """The candidates of ``order`` still in the running after a screening
+    round: those whose screening median (``medians``; the ones without
+    failed) is at most :data:`SCREEN_KEEP` above the best, in list order.
+    Deterministic given the timings."""
+    if not medians:
+        return []
+    best = min(medians.values())
+    return [c for c in order if c in medians and medians[c] <= best + best * SCREEN_KEEP]
+
+
+def _medians(timings: dict, errors: dict) -> Tuple[dict, dict]:
+    medians, spreads = {}, {}
+    for config, t in timings.items():
+        ms, bad = _samples.normalize(t)
+        if not bad and config not in errors:
+            medians[config] = _samples.median(ms)
+            sp = spread(t)
+            if sp is not None:
+                spreads[config] = sp
+    return medians, spreads
+
+
 def measure(objs: Sequence[Any], name: Callable[[Any], str], first: Callable[[], tuple],
-            again: Callable[[Sequence[Any]], tuple]):
+            again: Callable[[Sequence[Any]], tuple], screen: Optional[Callable[[], tuple]] = None):
     """A timing pass's measurements, for an adapter: ``first()`` measures
     every live candidate of ``objs`` once (``(timings, errors)``: config ->
     a timing or the benchmarker's quantiles, config -> exception); then
@@ -223,18 +252,30 @@ def measure(objs: Sequence[Any], name: Callable[[Any], str], first: Callable[[],
     canonical string. Returns (timings with the re-measures merged,
     report rows ``(string, samples, failed)``, errors by string, the
     strings re-measured, pass_s: wall seconds of the ``first`` round and
-    the ``recheck``)."""
+    the ``recheck``).
+
+    ``screen()``, when given, replaces ``first()``: every candidate
+    measured once with a short measurement (``(timings, errors)`` as
+    ``first``), then those :func:`screen_keep` leaves in the running are
+    measured in full with ``again(keep)``; the others report their
+    screening samples (over :data:`SCREEN_KEEP` slower than the best's,
+    so they do not win)."""
     t0 = time.monotonic()
-    timings, errors = first()
+    keep: list = []
+    if screen is None:
+        timings, errors = first()
+    else:
+        timings, errors = screen()
+        keep = screen_keep(objs, _medians(timings, errors)[0])
+        if keep:
+            full, errors2 = again(keep)
+            for c in keep:
+                errors.pop(c, None)
+                if c in errors2:
+                    errors[c] = errors2[c]
+                timings[c] = full[c]
     t1 = time.monotonic()
-    medians, spreads = {}, {}
-    for config, t in timings.items():
-        ms, bad = _samples.normalize(t)
-        if not bad and config not in errors:
-            medians[config] = _samples.median(ms)
-            sp = spread(t)
-            if sp is not None:
-                spreads[config] = sp
+    medians, spreads = _medians(timings, errors)
     near = recheck_set(objs, medians, spreads, _process.recheck_clear())
     if near:
         with _phases.phase("remeasure"):
@@ -255,6 +296,8 @@ def measure(objs: Sequence[Any], name: Callable[[Any], str], first: Callable[[],
         ms, failed = _samples.normalize(t)
         rows.append((s, ms, failed or config in errors))
     pass_s = dict(first=round(t1 - t0, 3), recheck=round(time.monotonic() - t1, 3))
+    if screen is not None:
+        pass_s["screened_out"] = sum(1 for c in objs if c not in keep)
     return timings, rows, {name(c): e for c, e in errors.items()}, [name(c) for c in near], pass_s
 
 

@@ -37,6 +37,8 @@ WAIT_LOG_EVERY_S = 30.0
 # threads compiling ahead of the benchmarks.
 RECHECK_CLEAR = 0.02
 COMPILE_AHEAD = 0
+# DETD_SCREEN (see screen_option()): off by default.
+SCREEN = False
 
 
 class _State:
@@ -53,6 +55,7 @@ class _State:
         self.share_pass = True
         self.recheck_clear: Optional[float] = RECHECK_CLEAR
         self.compile_ahead = COMPILE_AHEAD
+        self.screen = SCREEN
         self.split_bench = False  # DETD_SPLIT_BENCH (see detd._split)
         self.bench_device: Optional[Tuple[int, Optional[str]]] = None  # (pid, device) for the split
         self.timing_lock = _devlock.Settings()
@@ -322,6 +325,23 @@ def pass_options(environ=None) -> Tuple[Optional[float], int]:
     return clear, ahead
 
 
+def screen_option(environ=None) -> bool:
+    """``DETD_SCREEN`` (``on``/``1``, ``off``/``0``; default off): whether
+    a timing pass screens every candidate with a short measurement and
+    measures in full only those still in the running
+    (:func:`detd._loop.measure`). Raises ValueError naming a bad value."""
+    env = os.environ if environ is None else environ
+    v = str(env.get("DETD_SCREEN", "")).strip().lower()
+    if v not in ("", "0", "1", "on", "off", "true", "false", "yes", "no"):
+        raise ValueError(f"detd: invalid DETD_SCREEN={v!r}: expected on or off")
+    return SCREEN if not v else v in ("1", "on", "true", "yes")
+
+
+def screen() -> bool:
+    """Whether timing passes screen (DETD_SCREEN)."""
+    return _state.screen
+
+
 def recheck_clear() -> Optional[float]:
     """The lead past which a clear best is not re-measured
     (DETD_RECHECK_CLEAR; None: always re-measure the near-best)."""
@@ -354,6 +374,7 @@ def configure(settings: Settings) -> None:
     :func:`at_configure`, then detd is active."""
     _state.wait_log_after_s, _state.wait_log_every_s, _state.share_pass = wait_options()
     _state.recheck_clear, _state.compile_ahead = pass_options()
+    _state.screen = screen_option()
     _phases.write_at_exit(os.environ.get("DETD_PHASES"))
     _state.split_bench = _split.parse()
     _state.bench_device = None

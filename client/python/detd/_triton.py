@@ -378,13 +378,62 @@ def _callable_name(fn) -> str:
     return f"{mod}.{name}" if mod in ("triton.testing",) else f"{mod}:{name}" if mod else name
 
 
-def benchmarker(tuner) -> dict:
+# The short measurement of screening (DETD_SCREEN, detd._loop.measure):
+# the tuner's own benchmarker with this warmup and rep (ms).
+SCREEN_WARMUP_MS = 2
+SCREEN_REP_MS = 10
+
+
+def screening(tuner):
+    """``run(fn)``: ``fn()`` called with the tuner's benchmarker set to
+    its short screening measurement (the same benchmarker with
+    :data:`SCREEN_WARMUP_MS` and :data:`SCREEN_REP_MS`), restored after;
+    or None where the benchmarker takes no ``warmup`` and ``rep`` (CUDA
+    graphs, the deprecated ``warmup``/``rep`` arguments, a ``do_bench=``
+    without them): such a tuner is measured in full."""
+    try:
+        fn = tuner.do_bench  # 3.6+: a property (the driver's benchmarker when unset)
+        params = inspect.signature(getattr(fn, "func", fn)).parameters
+    except Exception:  # noqa: BLE001 - no active driver, an odd callable: not screened
+        return None
+    if "warmup" not in params or "rep" not in params:
+        return None
+    import functools
+
+    short = functools.partial(fn, warmup=SCREEN_WARMUP_MS, rep=SCREEN_REP_MS)
+
+    def run(fn_):
+        # The instance's own do_bench: 3.3's attribute, 3.6+'s
+        # cached_property value (the instance's entry wins over it).
+        had = "do_bench" in vars(tuner)
+        old = vars(tuner).get("do_bench")
+        tuner.do_bench = short
+        try:
+            return fn_()
+        finally:
+            if had:
+                tuner.do_bench = old
+            else:
+                del tuner.do_bench
+    return run
+
+
+def benchmarker(tuner, screened: bool = False) -> dict:
     """The benchmarker this tuner's ``_bench`` uses and its settings, for
     the decision's provenance: ``do_bench_cudagraph`` (``use_cuda_graph``)
     or ``do_bench`` with the tuner's ``warmup``/``rep`` (the deprecated
     arguments), else its ``do_bench`` (the kernel's ``do_bench=``, or the
     driver's benchmarker) with the warmup and rep its signature or partial
-    gives (0: unknown)."""
+    gives (0: unknown). ``screened``: the pass screened (DETD_SCREEN),
+    said in ``return_mode``."""
+    got = _benchmarker(tuner)
+    if screened:
+        got["return_mode"] += (f"; screened with warmup {SCREEN_WARMUP_MS} ms, rep {SCREEN_REP_MS} ms, "
+                               "the near-best measured in full")
+    return got
+
+
+def _benchmarker(tuner) -> dict:
     reps = getattr(tuner, "num_reps", None)
     warm = getattr(tuner, "num_warmups", None)
     if getattr(tuner, "use_cuda_graph", False):
