@@ -240,6 +240,11 @@ def main():
         else:
             print(f"default Triton run 1: median {default['s']:.2f} s; default / detd run 1 {default['s'] / med1:.2f}x "
                   f"(target >= 5x: {'met' if default['s'] >= 5 * med1 else 'not met'})")
+    ps = [v for r in run1 for v in (r.get("pass_s") or {}).values()]
+    if any("screened_out" in v for v in ps):  # DETD_SCREEN=on
+        out = sum(v.get("screened_out", 0) for v in ps)
+        total = sum(v["candidates"] for v in ps)
+        print(f"screening: {total} candidates in {len(ps)} passes, {total - out} measured in full, {out} screened out")
     print(f"timing passes: {passes}/{len(entries)} run 1, {rerun_passes} rerun; kernel time of the chosen configs "
           f"vs a fresh autotune: {kt:.4f}x ({kt_chosen:.4f} / {kt_fresh:.4f} ms)")
     for x in fl["compare"]:
