@@ -164,7 +164,10 @@ def _one_search(searches, coordesc):
 
 
 def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
-    first = _workers(daemon, tmp_path, "gemm", N, "g")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    first = _workers(daemon, tmp_path, "gemm", N, "g", env={"DETD_TEST_SHARE_MARKS": str(marks)},
+                     cache=tmp_path / "inductor-g")
     keys, timed = _agree(first)
     sel = {k: e for k, e in keys.items() if k[0].startswith("inductor::mm@")}
     assert len(sel) == 1, keys
@@ -189,6 +192,21 @@ def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
     for r in first:  # each process's selection reached lookup() with a benchmark
         (st,) = [a for a in r["autotuners"] if a["kernel"] == "inductor::*"]
         assert st["selections"]["seen"] >= 1 and st["selections"]["timed"] >= 1, st
+    # While one process timed it, the waiting processes precompiled shares
+    # of the choices (the real TritonTemplateCaller.precompile): disjoint,
+    # together every template choice but the first (the timing process's
+    # own); counted in detd.stats() and in the compile phase.
+    waiters = [r for r in first if r not in timers]
+    assert "shared" not in _keys(timers[0])[(kernel, key)] and timers[0]["precompiles"] == 0
+    assert timers[0]["stats"]["inductor_shares"] == 0
+    shares = [_keys(r)[(kernel, key)].get("shared", []) for r in waiters]
+    flat = [c for sh in shares for c in sh]
+    templates = [c for c in entry["candidates"][1:] if not c.startswith("extern:")]
+    assert templates and sorted(flat) == sorted(templates), (shares, entry["candidates"])
+    for r, sh in zip(waiters, shares):
+        assert r["precompiles"] == r["stats"]["inductor_shares"] == len(sh), (r["precompiles"], r["stats"], sh)
+        assert r["stats"]["inductor_share_errors"] == 0
+        assert not sh or r["stats"]["phases"]["compiles"] == len(sh), r["stats"]["phases"]
     # Same choice, so the same outcome everywhere (the interpreter cannot
     # run Triton's matmul templates: a template choice fails alike).
     assert len({(r["ran"], r.get("digest"), r.get("error")) for r in first}) == 1
