@@ -424,3 +424,51 @@ def test_gpu_step_script_runs_one_process_through_run_procs(tmp_path, monkeypatc
     assert [x["rank"] for x in rs] == ["0", "1"] and all("--profile-steps" not in x["argv"] for x in rs)
     with pytest.raises(SystemExit, match="bad: process exited 5"):
         ris.run_one("auto", str(tmp_path), "bad", 5, "", {"FAIL": "1"}, 0)
+
+
+def test_a_selection_share_that_fails_is_counted_and_logged_once(caplog):
+    """A waiting process's share of a selection (``_SelectShare``, at the
+    ``precompile()`` boundary of Inductor's choices; the test above runs
+    the real one): an extern choice or one without ``precompile`` is
+    skipped, a compiled one counted and listed, a failing one counted and
+    logged once (a warning, then debug lines), never raised."""
+    import logging
+
+    from detd import _inductor
+
+    class Template:
+        description = "BLOCK_M=64, num_warps=4"
+
+        def __init__(self, error=None):
+            self.error = error
+
+        def hash_key(self):
+            return "triton_mm-0123"
+
+        def precompile(self):
+            if self.error:
+                raise RuntimeError(self.error)
+
+    class ExternKernelCaller(Template):
+        pass
+
+    class Subgraph:
+        def hash_key(self):
+            return "subgraph-0123"
+
+    before = _inductor.counts()
+    share = _inductor._SelectShare("inductor::mm@1")
+    with caplog.at_level(logging.DEBUG, logger="detd"):
+        assert share(ExternKernelCaller()) is False and share(Subgraph()) is False
+        assert share(Template()) is True
+        assert share(Template("out of resources: shared memory, required: 262144")) is True
+        assert share(Template("second failure")) is True
+    after = _inductor.counts()
+    assert after["inductor_shares"] - before["inductor_shares"] == 1
+    assert after["inductor_share_errors"] - before["inductor_share_errors"] == 2
+    assert share.done == ["triton_mm:BLOCK_M=64,num_warps=4"]
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if "for the timing process failed" in r.getMessage()]
+    assert [lv for lv, _ in lines] == [logging.WARNING if before["inductor_share_errors"] == 0 else logging.DEBUG,
+                                       logging.DEBUG], lines
+    assert ("choice triton_mm:BLOCK_M=64,num_warps=4 of inductor::mm@1 for the timing process failed: "
+            "RuntimeError: out of resources: shared memory, required: 262144") in lines[0][1], lines
