@@ -142,7 +142,7 @@ def main():
     doc = dict(pid=os.getpid(), mode=a.mode, stages=stages, choices=choices, sources=sources, timed=timed,
                kernels=kernels, searches=searches, losses=losses,
                grads=grads, step_ms=step_ms, compile_s=compile_s, kernels_us=kernels_us, status=status[0] if status else None,
-               torch=torch.__version__, device=torch.cuda.get_device_name())
+               torch=torch.__version__, device=torch.cuda.get_device_name(), stats=detd.stats())
     with open(a.out, "w") as f:
         json.dump(doc, f)
 

@@ -26,6 +26,21 @@ launched different choices; every process's losses and gradients
 in run 1 each timed key timed by exactly one process (the daemon's
 timing_passes counter equal to the number of timed keys); in the rerun
 no timing pass at all; ``detctl verify`` exits 0.
+
+    python3 tests/gpu/run_inductor.py --share-compare [--legs share,no-share] [--procs 8] [--steps 5]
+
+compares instead the cold start (run 1) of the --procs processes with the
+shared pass on (``DETD_SHARE_PASS=1``: a process waiting for another's
+GEMM selection precompiles a share of its choices) and off (``=0``), in
+the order --legs gives: each leg with a namespace, an Inductor cache
+folder and a Triton cache folder of its own, fresh and shared by its
+processes (as one user's caches on a node are). Prints per leg the run-1
+wall time, the processes' compile times (first step), the shares
+compiled (``detd.stats()["inductor_shares"]``, and their errors), the
+compile phase of the waiting processes, the daemon's timing passes and
+whether every process chose the same; PASS when both legs agree on every
+key and time each timed key once (the wall times are reported, not
+judged).
 """
 
 import argparse
@@ -89,10 +104,74 @@ def summarize(results):
                 compile_s=statistics.median(r["compile_s"] for r in results))
 
 
+def share_compare(a):
+    """The --share-compare run (module docstring); its exit status."""
+    legs = [x.strip() for x in a.legs.split(",") if x.strip()]
+    bad = [x for x in legs if x not in ("share", "no-share")]
+    if bad or not legs:
+        raise SystemExit(f"--legs {a.legs!r}: expected share and/or no-share, comma-separated")
+    work = tempfile.mkdtemp(prefix="detd-inductor-share-", dir="/tmp")
+    rows = {}
+    d = Daemon(os.path.join(work, "daemon"))
+    try:
+        for leg in legs:
+            caches = os.path.join(work, f"caches-{leg}")
+            extra = {"DETD_NAMESPACE": f"inductor-{leg}-{os.getpid()}", "DETD_SHARE_PASS": "1" if leg == "share" else "0",
+                     "TORCHINDUCTOR_CACHE_DIR": os.path.join(caches, "inductor"),
+                     "TRITON_CACHE_DIR": os.path.join(caches, "triton")}
+            st0 = d.status()
+            t0 = time.time()
+            rs = run_procs(a.procs, "detd", work, f"share_{leg}", a.steps, extra)
+            wall = time.time() - t0
+            passes = counter(d.status(), "timing_passes") - counter(st0, "timing_passes")
+            x = summarize(rs)
+            stats = [r.get("stats") or {} for r in rs]
+            timed = {k for r in rs for k, src in r["sources"].items() if src == "timed"}
+            rows[leg] = dict(wall_s=wall, compile_s=[r["compile_s"] for r in rs], passes=passes, keys=x["keys"],
+                             select=rs[0]["stages"].get("select", 0), disagree=x["disagree"],
+                             once=passes == len(timed) and all(x["timed"][k] == 1 for k in timed),
+                             shares=sum(s.get("inductor_shares", 0) for s in stats),
+                             share_errors=sum(s.get("inductor_share_errors", 0) for s in stats),
+                             compile_phase_s=sum((s.get("phases") or {}).get("compile", 0.0) for s in stats),
+                             losses_same=x["losses_identical"])
+    finally:
+        rc = d.stop()
+    first = rs[0]
+    print(f"\n== cold start (run 1), {a.procs} processes on {first['device']}, torch {first['torch']}, "
+          f"torch.compile(mode='max-autotune'), {a.steps} steps, shared pass on and off ==")
+    print(f"{'leg':9s} {'run-1 wall s':>12s} {'compile s med/max':>17s} {'shares':>6s} {'errors':>6s} "
+          f"{'compile phase s':>15s} {'passes':>6s} {'keys':>5s} {'select':>6s} {'agree':>5s} {'once':>5s}")
+    for leg, r in rows.items():
+        c = r["compile_s"]
+        print(f"{leg:9s} {r['wall_s']:12.1f} {statistics.median(c):8.1f}/{max(c):<8.1f} {r['shares']:6d} "
+              f"{r['share_errors']:6d} {r['compile_phase_s']:15.1f} {r['passes']:6d} {r['keys']:5d} "
+              f"{r['select']:6d} {str(r['disagree'] == 0):>5s} {str(r['once']):>5s}")
+    if len(rows) == 2:
+        w = {k: r["wall_s"] for k, r in rows.items()}
+        print(f"run-1 wall, share / no-share: {w['share'] / w['no-share']:.3f}x "
+              f"({w['share'] - w['no-share']:+.1f} s)")
+    checks = {"every process chose the same in each leg": all(r["disagree"] == 0 for r in rows.values()),
+              "each timed key timed once in each leg": all(r["once"] for r in rows.values()),
+              "losses identical across processes in each leg": all(r["losses_same"] for r in rows.values()),
+              "GEMM selections governed": all(r["select"] > 0 for r in rows.values()),
+              "no share compiled with the shared pass off": rows.get("no-share", {}).get("shares", 0) == 0,
+              "daemon exit 0": rc == 0}
+    for name, ok in checks.items():
+        print(f"  {'ok ' if ok else 'FAIL'} {name}")
+    ok = all(checks.values())
+    print("PASS" if ok else "FAIL")
+    json.dump(dict(rows=rows, checks=checks), open(os.path.join(a.out, "inductor_share.json"), "w"), indent=1)
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--procs", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=None, help="steps per process (default 40; 5 with --share-compare)")
+    ap.add_argument("--share-compare", action="store_true",
+                    help="only compare run 1 with the shared pass on and off (module docstring)")
+    ap.add_argument("--legs", default="share,no-share",
+                    help="with --share-compare: the legs, in order (share, no-share)")
     ap.add_argument("--solo-steps", type=int, default=200)
     ap.add_argument("--solo-rounds", type=int, default=2)
     ap.add_argument("--skip-default", action="store_true")
@@ -102,6 +181,10 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="detd-inductor-"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.share_compare:
+        a.steps = 5 if a.steps is None else a.steps
+        return share_compare(a)
+    a.steps = 40 if a.steps is None else a.steps
     work = tempfile.mkdtemp(prefix="detd-inductor-run-", dir="/tmp")
     n = a.procs
     runs, walls = {}, {}

@@ -29,11 +29,23 @@ What cannot run here, and its stand-in (this machine has no GPU):
   ``AlgorithmSelectorCache.autotune`` (the benchmark Inductor passes to
   ``lookup``) is replaced by noisy timings: each call counts as one timing
   pass.
+* With ``DETD_TEST_SHARE_MARKS=<dir>`` (the shared pass of a selection):
+  Inductor's own eager precompile of every choice before ``lookup``
+  (``make_precompile_fn``; Python 3.11.7 skips it anyway, cpython issue
+  106905) is off, so every ``TritonTemplateCaller.precompile`` here is a
+  share compiled for the timing process. The real ``precompile`` runs
+  (the generated benchmark module loaded, its kernel's precompile: the
+  launchers above) and leaves a mark in ``<dir>``; the stand-in benchmark
+  of the timing process holds its first pass until every template choice
+  but the first has a mark (at most ``DETD_TEST_SHARE_WAIT_S``), as a
+  real pass lasts longer than the shares.
 
 Writes JSON: ``autotuners`` (detd.autotuners()), ``bench_calls`` (runtime
 benchmarks run here), ``select_passes`` (algorithm-selection benchmarks
 run here), ``descents`` (each coordinate descent run here: its start, the
-config it returned, how many configs it timed), ``digest`` (SHA-256 of the outputs' bytes), ``ran``/``error``.
+config it returned, how many configs it timed), ``precompiles`` (template
+precompiles run here), ``stats`` (``detd.stats()``), ``digest`` (SHA-256
+of the outputs' bytes), ``ran``/``error``.
 """
 
 import hashlib
@@ -66,7 +78,8 @@ from torch._inductor.runtime import triton_heuristics as th  # noqa: E402
 
 ic.cpu_backend = "triton"
 ic.compile_threads = 1
-counts = {"bench": 0, "select": 0}
+counts = {"bench": 0, "select": 0, "precompile": 0}
+MARKS = os.environ.get("DETD_TEST_SHARE_MARKS")
 
 
 def _launcher(tuner, cfg):
@@ -118,13 +131,40 @@ def _counted_bench(self, *a, **kw):
 th.CachingAutotuner.bench = _counted_bench
 
 
+def _mark(choice) -> str:
+    from detd import _inductor
+
+    return os.path.join(MARKS, hashlib.sha256(_inductor.choice_string(choice).encode()).hexdigest()[:16])
+
+
+def _hold_for_shares(choices):
+    """The first pass waits until every template choice but the first
+    was precompiled by a waiting process (its mark), or the bound."""
+    want = [_mark(c) for c in choices[1:] if type(c).__name__ != "ExternKernelCaller"]
+    end = time.monotonic() + float(os.environ.get("DETD_TEST_SHARE_WAIT_S", "120"))
+    while not all(os.path.exists(m) for m in want) and time.monotonic() < end:
+        time.sleep(0.01)
+
+
 def _noisy_autotune(self, name, input_nodes, layout, input_gen_fns, choices, **kw):
     counts["select"] += 1
+    if MARKS and counts["select"] == 1:
+        _hold_for_shares(choices)
     rng = random.Random(time.time_ns() ^ os.getpid())
     return {c: 1.0 + rng.random() for c in choices}
 
 
 sa.AlgorithmSelectorCache.autotune = _noisy_autotune
+if MARKS:
+    _precompile = sa.TritonTemplateCaller.precompile
+
+    def _marked_precompile(self):
+        counts["precompile"] += 1
+        _precompile(self)
+        open(_mark(self), "w").close()
+
+    sa.TritonTemplateCaller.precompile = _marked_precompile
+    sa.AlgorithmSelectorCache.make_precompile_fn = lambda self, *a, **kw: (lambda: {})
 
 # What each coordinate descent run here returned, and how many configs it
 # timed: the test checks the committed config is the descent's own result.
@@ -189,6 +229,8 @@ except Exception as e:  # noqa: BLE001 - reported, judged by the test
 result["bench_calls"] = counts["bench"]
 result["select_passes"] = counts["select"]
 result["descents"] = descents
+result["precompiles"] = counts["precompile"]
+result["stats"] = detd.stats()
 result["autotuners"] = detd.autotuners()
 result["patched"] = th.CachingAutotuner.autotune_to_one_config.__module__ == "detd._inductor"
 result["settings"] = {k: getattr(ic, k, None) for k in ("autotune_local_cache", "autotune_remote_cache",

@@ -164,7 +164,10 @@ def _one_search(searches, coordesc):
 
 
 def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
-    first = _workers(daemon, tmp_path, "gemm", N, "g")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    first = _workers(daemon, tmp_path, "gemm", N, "g", env={"DETD_TEST_SHARE_MARKS": str(marks)},
+                     cache=tmp_path / "inductor-g")
     keys, timed = _agree(first)
     sel = {k: e for k, e in keys.items() if k[0].startswith("inductor::mm@")}
     assert len(sel) == 1, keys
@@ -189,6 +192,21 @@ def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
     for r in first:  # each process's selection reached lookup() with a benchmark
         (st,) = [a for a in r["autotuners"] if a["kernel"] == "inductor::*"]
         assert st["selections"]["seen"] >= 1 and st["selections"]["timed"] >= 1, st
+    # While one process timed it, the waiting processes precompiled shares
+    # of the choices (the real TritonTemplateCaller.precompile): disjoint,
+    # together every template choice but the first (the timing process's
+    # own); counted in detd.stats() and in the compile phase.
+    waiters = [r for r in first if r not in timers]
+    assert "shared" not in _keys(timers[0])[(kernel, key)] and timers[0]["precompiles"] == 0
+    assert timers[0]["stats"]["inductor_shares"] == 0
+    shares = [_keys(r)[(kernel, key)].get("shared", []) for r in waiters]
+    flat = [c for sh in shares for c in sh]
+    templates = [c for c in entry["candidates"][1:] if not c.startswith("extern:")]
+    assert templates and sorted(flat) == sorted(templates), (shares, entry["candidates"])
+    for r, sh in zip(waiters, shares):
+        assert r["precompiles"] == r["stats"]["inductor_shares"] == len(sh), (r["precompiles"], r["stats"], sh)
+        assert r["stats"]["inductor_share_errors"] == 0
+        assert not sh or r["stats"]["phases"]["compiles"] == len(sh), r["stats"]["phases"]
     # Same choice, so the same outcome everywhere (the interpreter cannot
     # run Triton's matmul templates: a template choice fails alike).
     assert len({(r["ran"], r.get("digest"), r.get("error")) for r in first}) == 1
@@ -406,3 +424,51 @@ def test_gpu_step_script_runs_one_process_through_run_procs(tmp_path, monkeypatc
     assert [x["rank"] for x in rs] == ["0", "1"] and all("--profile-steps" not in x["argv"] for x in rs)
     with pytest.raises(SystemExit, match="bad: process exited 5"):
         ris.run_one("auto", str(tmp_path), "bad", 5, "", {"FAIL": "1"}, 0)
+
+
+def test_a_selection_share_that_fails_is_counted_and_logged_once(caplog):
+    """A waiting process's share of a selection (``_SelectShare``, at the
+    ``precompile()`` boundary of Inductor's choices; the test above runs
+    the real one): an extern choice or one without ``precompile`` is
+    skipped, a compiled one counted and listed, a failing one counted and
+    logged once (a warning, then debug lines), never raised."""
+    import logging
+
+    from detd import _inductor
+
+    class Template:
+        description = "BLOCK_M=64, num_warps=4"
+
+        def __init__(self, error=None):
+            self.error = error
+
+        def hash_key(self):
+            return "triton_mm-0123"
+
+        def precompile(self):
+            if self.error:
+                raise RuntimeError(self.error)
+
+    class ExternKernelCaller(Template):
+        pass
+
+    class Subgraph:
+        def hash_key(self):
+            return "subgraph-0123"
+
+    before = _inductor.counts()
+    share = _inductor._SelectShare("inductor::mm@1")
+    with caplog.at_level(logging.DEBUG, logger="detd"):
+        assert share(ExternKernelCaller()) is False and share(Subgraph()) is False
+        assert share(Template()) is True
+        assert share(Template("out of resources: shared memory, required: 262144")) is True
+        assert share(Template("second failure")) is True
+    after = _inductor.counts()
+    assert after["inductor_shares"] - before["inductor_shares"] == 1
+    assert after["inductor_share_errors"] - before["inductor_share_errors"] == 2
+    assert share.done == ["triton_mm:BLOCK_M=64,num_warps=4"]
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if "for the timing process failed" in r.getMessage()]
+    assert [lv for lv, _ in lines] == [logging.WARNING if before["inductor_share_errors"] == 0 else logging.DEBUG,
+                                       logging.DEBUG], lines
+    assert ("choice triton_mm:BLOCK_M=64,num_warps=4 of inductor::mm@1 for the timing process failed: "
+            "RuntimeError: out of resources: shared memory, required: 262144") in lines[0][1], lines

@@ -264,15 +264,18 @@ def stats() -> dict:
     ``claims_lost`` (claims asked for again); :func:`wait_final`'s
     ``final_waits``, ``final_not_final`` (calls that raised),
     ``final_replaced`` (fallbacks replaced by their decision) and
-    ``final_kept``; the CUDA graph captures checked:
+    ``final_kept``; the Inductor adapter's ``inductor_shares`` (choices
+    of a max-autotune selection precompiled here while another process
+    timed it) and ``inductor_share_errors``; the CUDA graph captures checked:
     ``capture_checks``, ``capture_warnings``, ``capture_refused``; and
     ``phases``: where this process's resolves of new keys spent their wall
     time (compile, benchmark, remeasure, waiting, daemon, other; see
     :mod:`detd._phases`; ``DETD_PHASES=<path>`` also writes it at exit)."""
-    from . import _capture, _hook, _loop, _phases, _process
+    from . import _capture, _hook, _inductor, _loop, _phases, _process
 
     out = dict(_process.client_stats())
     out.update(_hook.counts())
+    out.update(_inductor.counts())
     out.update(_loop.final_counts())
     out.update(_capture.counts())
     out["phases"] = _phases.snapshot()

@@ -39,7 +39,14 @@ decision per key, made by one timing pass in the whole job:
     process benchmarks them with the function Inductor passed in (its own
     ``autotune``); every process gets timings in which the committed choice
     is 1.0 and every other +inf, so Inductor's own pick (the minimum) is
-    the committed choice.
+    the committed choice. While one process times a selection, a waiting
+    process helps it as on the Triton path (``DETD_SHARE_PASS``,
+    :class:`detd._loop.Share`): each share the daemon gives it is one
+    choice (from the end of the list, never the first), precompiled here
+    with the choice's own ``precompile()`` into the node's Triton cache;
+    an ATen (extern) choice has nothing to compile and is skipped. A
+    share never changes the answer: an error is counted and logged once,
+    the timing process meets that choice again in its own pass.
 
 Identities (readable in ``detctl decisions``)
     kernel ``inductor::<name>@<guard>``: ``name`` is Inductor's kernel name
@@ -105,6 +112,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import logging
 import math
 import sys
 import threading
@@ -143,10 +151,15 @@ class _Status:
         # those with a benchmark (the ones a timing pass can answer).
         self.lookups = 0
         self.lookups_timed = 0
+        # Choices a waiting process precompiled for a selection's timing
+        # process (its shares), and those whose precompile raised.
+        self.shares = 0
+        self.share_errors = 0
 
 
 _st = _Status()
 _orig: Dict[str, Any] = {}
+log = logging.getLogger("detd")
 
 
 # ---------------------------------------------------------------- versions
@@ -197,6 +210,15 @@ def status() -> dict:
     they came with a benchmark; the others only read a cache)."""
     return dict(status=_st.status, why=_st.why, torch=_st.torch,
                 selections=dict(seen=_st.lookups, timed=_st.lookups_timed))
+
+
+def counts() -> dict:
+    """This process's share counters for ``detd.stats()``:
+    ``inductor_shares`` (choices precompiled here for another process's
+    selection pass) and ``inductor_share_errors`` (those whose precompile
+    raised; logged once, never raised)."""
+    with _st.lock:
+        return dict(inductor_shares=_st.shares, inductor_share_errors=_st.share_errors)
 
 
 # ---------------------------------------------------------------- install
@@ -423,11 +445,12 @@ def _key_lock(kernel: str, key: str) -> threading.Lock:
 # ---------------------------------------------------------------- the flow
 
 class Outcome:
-    __slots__ = ("config", "source", "timed_here", "timings", "note", "governed")
+    __slots__ = ("config", "source", "timed_here", "timings", "note", "governed", "shared")
 
     def __init__(self, config, source, timed_here=False, timings=None, note=None, governed=True):
         self.config, self.source, self.timed_here = config, source, timed_here
         self.timings, self.note, self.governed = timings, note, governed
+        self.shared: List[str] = []
 
 
 def governed(name: str) -> bool:
@@ -478,7 +501,8 @@ def _recheck(rows, bench, pick):
 def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
            time_pass: Callable[[], List[Tuple[str, List[float], bool]]],
            cheapest: Callable[[Sequence[str]], str],
-           searched: Optional[Callable[[str], bool]] = None) -> Outcome:
+           searched: Optional[Callable[[str], bool]] = None,
+           share: Optional[_loop.Share] = None) -> Outcome:
     """Resolve one governed key: override, a single candidate, or the
     daemon through the package's one resolve loop (:func:`detd._loop.resolve`;
     designated, ``time_pass()`` gives the report rows, each a candidate
@@ -487,7 +511,9 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     does. A key that names a search (its candidates: the start config and
     the search's descriptor) takes ``searched(config)``: whether a config
     outside the candidates is one the search can reach in this process
-    (the report's rows, the answer and an override must be)."""
+    (the report's rows, the answer and an override must be). ``share``:
+    how a waiting process helps the pass (:class:`_SelectShare`); what it
+    compiled is recorded (``shared``)."""
     settings = _process.settings()
     cands = tuple(candidates)
     configs = tuple(c for c in cands if not _canon.is_search(c))
@@ -518,10 +544,8 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
                 rows = rows or [(configs[0], [float("inf")], True)]
             return rows
 
-        # No share: a waiting process has no way to compile one of
-        # Inductor's candidates outside its own pass.
         asked = True
-        res = _loop.resolve(dkey, kernel, key, _triton.version(), timed_pass, timing=lambda: how)
+        res = _loop.resolve(dkey, kernel, key, _triton.version(), timed_pass, share, timing=lambda: how)
         ans, reason = res.answer, res.reason
         if res.report_error is not None and _loop.pass_failed(res.report_error):
             raise _loop.PassFailedError(kernel, key, str(res.report_error)) from res.report_error
@@ -552,6 +576,8 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             # this process keeps its fallback (unless they are the same).
             _process.note_provisional(_process.Provisional(kernel, key, dkey, chosen, lambda c: c == chosen,
                                                            res.wait.fell_back(reason)))
+    if share is not None:
+        out.shared = list(getattr(share.compile_one, "done", ()))
     _finish(kernel, name, key, cands, out)
     return out
 
@@ -563,6 +589,8 @@ def _finish(kernel, name, key, cands, out: Outcome):
         entry["timings"] = out.timings
     if out.note:
         entry["note"] = out.note
+    if out.shared:
+        entry["shared"] = list(out.shared)  # precompiled here for the timing process
     _record(kernel, name, cands, key, entry)
     try:
         settings = _process.settings()
@@ -837,6 +865,43 @@ def _patched_check_cache(configs, filename, inductor_meta):
 
 # ---------------------------------------------------------------- select_algorithm
 
+class _SelectShare:
+    """``compile_one`` of a selection's :class:`detd._loop.Share`: a
+    waiting process precompiles the choice it was given with the choice's
+    own ``precompile()`` (a Triton template: its benchmark module's
+    kernel, into the node's Triton cache, where the timing process's
+    compile of that choice finds it). An extern (ATen) choice, or one
+    without ``precompile``, has nothing to compile: False. An error is
+    counted and logged (a warning the first time in this process, then
+    at debug level), never raised: the timing process meets that choice
+    again and reports it. ``done``: the strings of the choices compiled
+    here."""
+
+    def __init__(self, kernel: str):
+        self.kernel = kernel
+        self.done: List[str] = []
+
+    def __call__(self, choice) -> bool:
+        pre = getattr(choice, "precompile", None)
+        if type(choice).__name__ == "ExternKernelCaller" or not callable(pre):
+            return False
+        try:
+            pre()
+        except Exception as e:  # noqa: BLE001 - a share never fails the waiting process
+            with _st.lock:
+                _st.share_errors += 1
+                first = _st.share_errors == 1
+            (log.warning if first else log.debug)(
+                "detd: precompiling choice %s of %s for the timing process failed: %s (counted in "
+                "detd.stats()['inductor_share_errors']; the timing process reports it)",
+                choice_string(choice), self.kernel, _loop.error_line(e))
+            return True
+        with _st.lock:
+            _st.shares += 1
+        self.done.append(choice_string(choice))
+        return True
+
+
 def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     name = PREFIX + str(op)
     _st.lookups += 1
@@ -876,7 +941,9 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
         ext = [s for s in strings if s.startswith("extern:")]
         return ext[0] if ext else strings[0]
 
+    # Waiting for another process's pass: precompile a share of the choices.
+    share = _loop.Share(list(live.values()), cands, _SelectShare(kernel), None)
     with _key_lock(kernel, key):
-        out = decide(kernel, name, key, cands, time_pass, cheapest)
+        out = decide(kernel, name, key, cands, time_pass, cheapest, share=share)
     chosen = live[out.config]
     return {c: (_CHOSEN_MS if c is chosen else float("inf")) for c in choices}

@@ -534,10 +534,11 @@ class Wait:
                      waited)
 
 
-def ask(request: tuple, share: bool):
+def ask(request: tuple, share: bool, bench: bool = True):
     """One Decide (``request``: the arguments of ``Client.decide``): with a
-    share asked for while waiting, and a benchmark share offered when this
-    process can split benchmarks. Its wall time is phase ``waiting`` for
+    share asked for while waiting, and a benchmark share offered when
+    ``bench`` (the adapter can benchmark a share) and this process can
+    split benchmarks. Its wall time is phase ``waiting`` for
     as long as the daemon held it (a TIMEOUT answer: all of it; else the
     answer's ``waited_ms``), ``daemon`` for the rest."""
     t0 = time.perf_counter()
@@ -545,7 +546,7 @@ def ask(request: tuple, share: bool):
     try:
         if not share:
             answer = _process.client().decide(*request)
-        elif _process.split_device() is not None:
+        elif bench and _process.split_device() is not None:
             answer = _process.client().decide(*request, share=True, bench=True)
         else:
             answer = _process.client().decide(*request, share=True)
@@ -565,12 +566,14 @@ def ask(request: tuple, share: bool):
 class Share(NamedTuple):
     """What a waiting rank needs to help a shared pass (see
     :meth:`Wait.help`): the live candidates, their canonical strings in
-    the same order, ``compile_one(config)`` and ``bench(configs)``."""
+    the same order, ``compile_one(config)`` and ``bench(configs)`` (None:
+    this adapter cannot benchmark a share; only compile shares are asked
+    for)."""
 
     objs: Sequence[Any]
     candidates: Sequence[str]
     compile_one: Callable[[Any], Any]
-    bench: Callable[[Sequence[Any]], Any]
+    bench: Optional[Callable[[Sequence[Any]], Any]]
 
 
 class Resolution(NamedTuple):
@@ -647,7 +650,8 @@ def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, sett
             answer, reason = None, f"the claim was lost {lost} times: no decision (last {reason})"
             break
         try:
-            answer = ask((dkey, pinned, wait.ask_ms(left_ms)), wait.share)
+            answer = ask((dkey, pinned, wait.ask_ms(left_ms)), wait.share,
+                         bench=share is not None and share.bench is not None)
         except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
             code = getattr(e, "code", None)
             if code == _native.ETIMEDOUT:
