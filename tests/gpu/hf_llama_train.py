@@ -12,8 +12,7 @@ processes must produce identical bits.
 ``detd.install()`` (coordinated; ``DETD_SOCKET`` names the daemon;
 ``DETD_AUDIT=1`` from the runner reports what no config fixes).
 --recommended applies docs/determinism.md's "Recommended settings for
-bit-identical training" before anything else (CUBLAS_WORKSPACE_CONFIG
-comes from the runner's environment, as a job's would).
+bit-identical training" before anything else.
 
 Before training, one eager forward and backward (grads dropped) names
 the SDPA backward the autograd graph holds (``sdpa_backward``): the
@@ -46,6 +45,7 @@ SDPA = {"ScaledDotProductCudnnAttentionBackward0": "cudnn",
 def recommended_settings(under_detd):
     """docs/determinism.md, "Recommended settings for bit-identical
     training", as written there."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first CUDA call
     import torch
 
     torch.use_deterministic_algorithms(True)
