@@ -67,7 +67,7 @@ def main():
     ap.add_argument("--recommended", action="store_true")
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
-    if a.recommended:  # docs/determinism.md, "Settings for bit-identical training"
+    if a.recommended:  # docs/determinism.md, "Recommended settings for bit-identical training"
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False

@@ -34,17 +34,9 @@ import run_packages  # noqa: E402
 from run_gpu import Daemon, counter  # noqa: E402
 from run_packages import spread  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(HERE))
-
 
 def site():
-    d = os.environ.get("DETD_PKG_SITE") or "/tmp/flaggems-site"
-    if not os.path.isdir(os.path.join(d, "flag_gems")):
-        src = os.path.join(REPO, ".whl", "flaggems")
-        whl = [os.path.join(src, f) for f in sorted(os.listdir(src)) if f.endswith(".whl")]
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", d,
-                        *whl], check=True)
-    return d
+    return run_packages.wheel_site("flaggems", "flag_gems", "/tmp/flaggems-site")
 
 
 def procs(n, mode, work, tag, quick, extra=None):

@@ -39,9 +39,22 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from run_gpu import Daemon, counter, env_for  # noqa: E402
+from run_gpu import REPO, Daemon, counter, env_for  # noqa: E402
 
 PACKAGES = ("gemlite", "liger", "mamba", "fla")
+
+
+def wheel_site(folder, module, default):
+    """A directory holding the wheels of .whl/<folder>/, installed with
+    ``pip install --no-index --no-deps --target`` when <module> is not
+    there yet ($DETD_PKG_SITE, else default)."""
+    d = os.environ.get("DETD_PKG_SITE") or default
+    if not os.path.isdir(os.path.join(d, module)):
+        src = os.path.join(REPO, ".whl", folder)
+        whl = [os.path.join(src, f) for f in sorted(os.listdir(src)) if f.endswith(".whl")]
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", d,
+                        *whl], check=True)
+    return d
 
 
 def procs(n, package, mode, work, tag, quick, extra=None, per_rank=None, args=(), timeout=480, worker=None):

@@ -1,0 +1,262 @@
+"""A Hugging Face model trained bit-identically: N processes on one GPU,
+each training the same randomly initialized ``LlamaForCausalLM``
+(transformers 5, SDPA attention, bf16, AdamW) under
+``torch.compile(mode="max-autotune")`` (hf_llama_train.py).
+
+    python3 tests/gpu/run_hf_llama.py [--procs 8] [--steps 10] [--timed-steps 20]
+                                      [--dims H,I,L,HEADS,VOCAB,SEQ,BATCH] [--budget-s 540]
+                                      [--no-negative] [--compile-mode M] [--cpu] [--out DIR]
+
+Runs, each with fresh Inductor and Triton caches per process:
+default torch.compile (detd not imported, torch's defaults); detd run 1
+with docs/determinism.md's recommended settings (a fresh daemon and
+store; the determinism audit on, DETD_AUDIT=1); the detd rerun (the same
+store); and, when the budget leaves room, detd with torch's defaults and
+the audit on (the negative: what the settings are for). Each process runs
+--steps steps hashing every step's loss and gradients and, after the
+last, the parameters, then --timed-steps steps timed with CUDA events.
+
+Prints one table: processes whose parameters after the last hashed step
+equal rank 0's (and whose every loss and gradient does), run 1 against
+the rerun, the SDPA backward each run's processes ran (an eager probe
+step), timing passes (run 1 / rerun, the daemon's counter), keys
+governed, `detctl verify --job` and `--strict-determinism` of each detd
+run with their NONDET lines, the wall time from a run's start to the last
+hashed step (max over processes), and the step time (median over
+processes of each one's median), with the targets printed as met or
+not. PASS when detd run 1's processes and the rerun's are bit-identical,
+run 1 equals the rerun, and verify (strict) passes for both.
+
+Each run is capped (--cap-s, and --budget-s over the whole script, for a
+10-minute call): a capped run's processes are killed and what they
+wrote after the hashed steps is still reported. transformers comes from
+.whl/hf/ (tests/gpu/fetch_packages.sh), installed with
+``pip install --no-index --no-deps --target`` when it is not importable
+($DETD_PKG_SITE names the directory). Binaries: .gpu/ (tests/gpu/bundle.sh).
+--cpu: a tiny model on the CPU, 2 processes, torch.compile's default
+mode, to check the script (DETD_BIN, DETD_LIBRARY: the local build).
+"""
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from run_gpu import Daemon, counter, env_for  # noqa: E402
+from run_packages import wheel_site  # noqa: E402
+
+STEP_TARGET = 1.05  # detd's step time over the default's
+WALL_TARGET = 1.0  # detd run 1's wall time to the last hashed step over the default's run 1
+
+
+def hf_path():
+    """What to add to PYTHONPATH for transformers ('' when importable)."""
+    if subprocess.run([sys.executable, "-c", "import transformers"], env=env_for({}),
+                      capture_output=True).returncode == 0:
+        return ""
+    return wheel_site("hf", "transformers", "/tmp/hf-site")
+
+
+def launch(a, work, tag, mode, recommended, extra, cap):
+    """a.procs hf_llama_train.py processes at once, killed at cap
+    seconds; (their results in rank order, None for a process that wrote
+    nothing, whether the cap was hit, the run's wall seconds)."""
+    t0 = time.time()
+    ps = []
+    for r in range(a.procs):
+        out = os.path.join(work, f"{tag}_r{r}.json")
+        e = env_for({"RANK": str(r), "LOCAL_RANK": "0", "WORLD_SIZE": str(a.procs), "DETD_HF_T0": repr(t0),
+                     "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, f"inductor_{tag}_r{r}"),
+                     "TRITON_CACHE_DIR": os.path.join(work, f"triton_{tag}_r{r}"), **extra})
+        if a.site:
+            e["PYTHONPATH"] = os.pathsep.join([e["PYTHONPATH"], a.site])
+        log = open(os.path.join(work, f"{tag}_r{r}.log"), "w")
+        cmd = [sys.executable, os.path.join(HERE, "hf_llama_train.py"), "--mode", mode, "--out", out,
+               "--steps", str(a.steps), "--timed-steps", str(a.timed_steps), "--dims", a.dims,
+               "--device", a.device, "--compile-mode", a.compile_mode, *(["--recommended"] if recommended else [])]
+        ps.append((subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
+                   out, log))
+    capped, res = False, []
+    for p, out, log in ps:
+        try:
+            p.wait(max(1.0, t0 + cap - time.time()))
+        except subprocess.TimeoutExpired:
+            capped = True
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        log.close()
+        if p.returncode != 0 and not capped:
+            print(f"{tag}: a process exited {p.returncode}; last output:\n{open(log.name).read()[-2500:]}")
+        res.append(json.load(open(out)) if os.path.exists(out) else None)
+    wall = time.time() - t0
+    print(f"{tag}: {sum(r is not None for r in res)}/{a.procs} processes reported, {wall:.0f} s"
+          f"{' (capped at %.0f s)' % cap if capped else ''}", flush=True)
+    return res, capped, wall
+
+
+def same_as_rank0(res):
+    """(processes whose parameters equal rank 0's, processes whose every
+    loss and gradient digest does too) out of those that reported."""
+    if not res or res[0] is None or "params" not in res[0]:
+        return 0, 0
+    r0 = res[0]
+    done = [r for r in res if r is not None and "params" in r]
+    return (sum(r["params"] == r0["params"] for r in done),
+            sum(r["params"] == r0["params"] and r["losses"] == r0["losses"] and r["grads"] == r0["grads"]
+                for r in done))
+
+
+def step_ms(res):
+    vals = [statistics.median(r["step_ms"]) for r in res if r is not None and r.get("step_ms")]
+    return statistics.median(vals) if vals else None
+
+
+def wall_to_step(res):
+    vals = [r["wall_to_step"] for r in res if r is not None and "wall_to_step" in r]
+    return max(vals) if len(vals) == len(res) else None
+
+
+def fmt(x, spec=".1f"):
+    return "-" if x is None else format(x, spec)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--procs", type=int, default=None, help="default 8 (2 with --cpu)")
+    ap.add_argument("--steps", type=int, default=None, help="hashed steps (default 10; 2 with --cpu)")
+    ap.add_argument("--timed-steps", type=int, default=None, help="timed steps after them (default 20; 0 with --cpu)")
+    ap.add_argument("--dims", default=None, help="hidden,intermediate,layers,heads,vocab,seq,batch "
+                                                 "(default 512,1536,4,8,32000,512,4)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="the whole script's seconds")
+    ap.add_argument("--cap-s", default="190,190,130,110",
+                    help="caps of the default run, detd run 1, the rerun and the negative run (seconds)")
+    ap.add_argument("--no-negative", action="store_true", help="leave out detd with torch's defaults")
+    ap.add_argument("--cpu", action="store_true", help="a tiny model on the CPU (a check of the script)")
+    ap.add_argument("--compile-mode", default=None,
+                    help="torch.compile's mode (default max-autotune; 'default' with --cpu; 'none': eager)")
+    ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="detd-hf-"))
+    a = ap.parse_args()
+    cpu = a.cpu
+    a.procs = a.procs or (2 if cpu else 8)
+    a.steps = a.steps or (2 if cpu else 10)
+    a.timed_steps = a.timed_steps if a.timed_steps is not None else (0 if cpu else 20)
+    a.dims = a.dims or ("64,128,2,4,256,32,2" if cpu else "512,1536,4,8,32000,512,4")
+    a.device = "cpu" if cpu else "cuda"
+    a.compile_mode = a.compile_mode or ("default" if cpu else "max-autotune")
+    caps = [float(x) for x in a.cap_s.split(",")]
+    t_start = time.time()
+    os.makedirs(a.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="detd-hf-run-", dir="/tmp")
+    a.site = hf_path()
+
+    def cap(i):
+        return max(1.0, min(caps[i], a.budget_s - (time.time() - t_start) - sum(caps[i + 1:3])))
+
+    runs, capped, walls = {}, {}, {}
+    runs["default"], capped["default"], walls["default"] = launch(a, work, "default", "default", False, {}, cap(0))
+    d = Daemon(os.path.join(work, "daemon"))
+    jobs = {"detd run 1": "run1", "detd rerun": "rerun"}
+    try:
+        st0 = d.status()
+        for i, (name, job) in enumerate(jobs.items(), 1):
+            runs[name], capped[name], walls[name] = launch(a, work, job, "detd", True,
+                                                           {"DETD_AUDIT": "1", "DETD_JOB": job}, cap(i))
+            if i == 1:
+                st1 = d.status()
+        st2 = d.status()
+        left = a.budget_s - (time.time() - t_start)
+        if not a.no_negative and left >= caps[3]:
+            name = "detd, torch defaults"
+            jobs[name] = "defaults"
+            runs[name], capped[name], walls[name] = launch(a, work, "defaults", "detd", False,
+                                                           {"DETD_AUDIT": "1", "DETD_JOB": "defaults"}, caps[3])
+        elif not a.no_negative:
+            print(f"(negative run left out: {left:.0f} s of the budget left, its cap is {caps[3]:.0f} s)")
+        empty = ["--allow-empty"] if cpu else []
+        verify = {n: (d.detctl("verify", "--job", j, *empty), d.detctl("verify", "--strict-determinism", "--job", j,
+                                                                        *empty)) for n, j in jobs.items()}
+    finally:
+        d.stop()
+
+    n = a.procs
+    first = next((r for r in runs["default"] + runs["detd run 1"] if r), {})
+    print(f"\n== LlamaForCausalLM (transformers) dims {a.dims}, {n} processes on one {first.get('device', '?')}, "
+          f"torch {first.get('torch', '?')}, torch.compile(mode={a.compile_mode!r}), AdamW, {a.steps} hashed + "
+          f"{a.timed_steps} timed steps ==")
+    print("| measure | " + " | ".join(runs) + " |")
+    print("|---|" + "---|" * len(runs))
+
+    def row(label, f):
+        print(f"| {label} | " + " | ".join(f(k, v) for k, v in runs.items()) + " |")
+
+    row("processes reporting (capped?)", lambda k, v: f"{sum(r is not None for r in v)}/{n}"
+        + (" capped" if capped[k] else ""))
+    row(f"params after step {a.steps} equal rank 0's", lambda k, v: f"{same_as_rank0(v)[0]}/{n}")
+    row("... and every loss and gradient too", lambda k, v: f"{same_as_rank0(v)[1]}/{n}")
+    row("SDPA backward (eager probe)", lambda k, v: "/".join(sorted({b for r in v if r for b in r["sdpa_backward"]})))
+    row(f"wall s to step {a.steps} (max process)", lambda k, v: fmt(wall_to_step(v)))
+    row("step ms (median)", lambda k, v: fmt(step_ms(v), ".2f"))
+    row("keys governed / listed (rank 0)", lambda k, v: f"{v[0].get('governed')}/{v[0].get('keys')}"
+        if v and v[0] and "keys" in v[0] else "-")
+    row("detctl verify exit / --strict-determinism exit",
+        lambda k, v: f"{verify[k][0].returncode} / {verify[k][1].returncode}" if k in verify else "-")
+
+    r1, r2 = runs["detd run 1"], runs["detd rerun"]
+    same12 = bool(r1[0] and r2[0] and "params" in r1[0] and "params" in r2[0]
+                  and all(r1[0][f] == r2[0][f] for f in ("params", "losses", "grads")))
+    passes1 = counter(st1, "timing_passes") - counter(st0, "timing_passes")
+    passes2 = counter(st2, "timing_passes") - counter(st1, "timing_passes")
+    wd, w1 = wall_to_step(runs["default"]), wall_to_step(r1)
+    sd, s1, s2 = step_ms(runs["default"]), step_ms(r1), step_ms(r2)
+    print(f"detd run 1 = rerun (params, every loss and gradient): {same12}; timing passes, daemon: run 1 {passes1}, "
+          f"rerun {passes2}")
+    if sd and s1 and s2:
+        print(f"step ms: default {sd:.2f}, detd run 1 {s1:.2f} ({s1 / sd:.3f}x), rerun {s2:.2f} ({s2 / sd:.3f}x)")
+    if wd and w1:
+        print(f"run 1 wall s to step {a.steps}: default {wd:.1f}, detd {w1:.1f} ({w1 / wd:.3f}x)")
+    for name, (v, vs) in verify.items():
+        lines = [ln for ln in v.stdout.splitlines()
+                 if ln.startswith(("configs agree", "nondeterminism", "NONDET", "runtime:", "ok:", "FAIL"))]
+        print(f"\n-- detctl verify --job {jobs[name]} ({name}): exit {v.returncode}, --strict-determinism "
+              f"exit {vs.returncode}")
+        print("\n".join(lines) if lines else (v.stdout + v.stderr)[-1500:])
+
+    targets = {f"detd step time within {STEP_TARGET:.2f}x of the default (run 1 and rerun)":
+               max(s1, s2) / sd <= STEP_TARGET if sd and s1 and s2 else None,
+               f"detd run 1's wall to step {a.steps} within {WALL_TARGET:.2f}x of the default's":
+               w1 / wd <= WALL_TARGET if wd and w1 else None}
+    neg = runs.get("detd, torch defaults")
+    if neg is not None:
+        nondet = [ln for ln in verify["detd, torch defaults"][0].stdout.splitlines() if ln.startswith("NONDET")]
+        done = sum(r is not None and "params" in r for r in neg)
+        targets["negative: torch defaults under detd give processes differing bits"] = \
+            same_as_rank0(neg)[1] < n if done == n else None
+        targets["negative: verify names cuDNN attention"] = any("sdpa cudnn" in ln or "cudnn_sdp" in ln
+                                                                for ln in nondet)
+    for t, ok in targets.items():
+        print(f"  target {'n/a    ' if ok is None else 'met    ' if ok else 'NOT met'} {t}")
+    checks = {f"detd run 1: all {n} processes bit-identical": same_as_rank0(r1)[1] == n,
+              f"detd rerun: all {n} processes bit-identical": same_as_rank0(r2)[1] == n,
+              "detd run 1 = rerun": same12,
+              "detctl verify --strict-determinism passes (run 1, rerun)":
+              all(verify[k][0].returncode == 0 and verify[k][1].returncode == 0 for k in ("detd run 1", "detd rerun"))}
+    for c, ok in checks.items():
+        print(f"  {'ok  ' if ok else 'FAIL'} {c}")
+    json.dump(dict(runs=runs, capped=capped, walls=walls, passes=[passes1, passes2], targets=targets, checks=checks,
+                   verify={k: [v.stdout, vs.stdout] for k, (v, vs) in verify.items()}),
+              open(os.path.join(a.out, "hf_llama.json"), "w"))
+    ok = all(checks.values())
+    print(f"hf llama run: {'PASS' if ok else 'FAIL'} ({time.time() - t_start:.0f} s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
