@@ -273,7 +273,8 @@ def test_a_lock_given_to_the_daemon_at_start(two, tmpdir_short):
 # entries; one etcd call, retries included, takes at most CLUSTER_BUDGET_MS.
 LOCK_START_S = 15.0
 ETCD_CALL_S = 3.0
-# A daemon on etcd is ready after its boot's calls and the lock's commits.
+# A daemon on etcd is ready after its boot's calls and the lock's commits;
+# one whose etcd is down stops after LOCK_START_S and its last call.
 READY_S = LOCK_START_S + 5 * ETCD_CALL_S
 # Import with etcd down: detctl's deadline; the daemon answers 5% of it
 # before (daemon/app/decide.c, decide_answer_by()).
@@ -348,7 +349,11 @@ def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
 
         # etcd unreachable: the import fails naming what etcd did not take
         # and what landed (here: what this node held already).
+        # A daemon given a lock at start stops (after LOCK_START_S), naming
+        # how many entries etcd did not take; it never serves.
         etcd.kill(0)
+        n2 = Daemon(tmpdir_short, name="n2", extra_args=["--etcd", etcd.endpoints, "--node-id", "n2", "--lock", later])
+        nodes.append(n2.start(wait=False))
         r = subprocess.run([str(DETCTL), "--socket", n0.socket, "--timeout", str(DOWN_TIMEOUT_MS), "lock", "import",
                             later], capture_output=True, text=True, timeout=60)
         assert r.returncode == 3, r.stdout + r.stderr
@@ -358,10 +363,17 @@ def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
         assert n0.read_log().count("lock 'later.json': 1 of 3 entries not committed (etcd unreachable") == 1
         assert counter(n0.status(), "lock_not_committed") == 1
         assert val(scrape(port)[0], "detd_lock_not_committed_total") == 1
+        assert n2.proc.wait(timeout=LOCK_START_S + 2 * ETCD_CALL_S + 10) != 0
+        assert f"--lock '{later}': etcd did not take 3 of its 3 entries (etcd unreachable: no answer by the " \
+            "deadline): the daemon does not start on a lock half given (0 landed" in n2.read_log(), n2.read_log()[-3000:]
+        assert "serving on" not in n2.read_log() and not Path(n2.socket).exists()
     finally:
         for nd in nodes:
             nd.stop()
         etcd.stop()
+    for nd in nodes:  # under -DDETD_SANITIZE=ON: any report fails the test
+        log = nd.read_log()
+        assert "Sanitizer" not in log and "runtime error" not in log, log[-6000:]
 
 
 # ---- provenance of a real timing pass, and detd-run --lock ----
