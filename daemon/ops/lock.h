@@ -35,7 +35,7 @@
 #define LOCK_MAX_NAMED 5
 /* --lock with etcd: how long start-up waits for etcd to take the lock's
  * entries (an election and a slow boot fit in it) before it stops. */
-#define LOCK_START_ETCD_MS 15000
+#define LOCK_START_ETCD_MS 10000
 
 /* Admin.ImportLock (consumes the event). */
 void lock_import(struct daemon *d, struct rpc_event *ev);

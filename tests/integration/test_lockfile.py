@@ -271,10 +271,10 @@ def test_a_lock_given_to_the_daemon_at_start(two, tmpdir_short):
 # The daemon's bounds (daemon/ops/lock.h, daemon/cluster/cluster_int.h):
 # start-up waits at most LOCK_START_ETCD_MS for etcd to take a --lock's
 # entries; one etcd call, retries included, takes at most CLUSTER_BUDGET_MS.
-LOCK_START_S = 15.0
+LOCK_START_S = 10.0
 ETCD_CALL_S = 3.0
-# A daemon on etcd is ready after its boot's calls and the lock's commits;
-# one whose etcd is down stops after LOCK_START_S and its last call.
+# A daemon on etcd is ready after its boot's calls and the lock's commits
+# (one whose etcd is down stops by then).
 READY_S = LOCK_START_S + 5 * ETCD_CALL_S
 # Import with etcd down: detctl's deadline; the daemon answers 5% of it
 # before (daemon/app/decide.c, decide_answer_by()).
@@ -308,15 +308,22 @@ def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
         job(b, "more", ranks=1, keys=(4,), winner=3)
         assert detctl(b, "lock", "export", "-o", later, "--all").returncode == 0
 
+        # A daemon given a lock at start whose etcd does not answer (nothing
+        # listens there) stops after LOCK_START_S, naming how many entries
+        # etcd did not take; it never serves. Checked at the end.
+        n3 = Daemon(tmpdir_short, name="n3", extra_args=["--etcd", f"http://127.0.0.1:{free_port()}", "--node-id",
+                                                         "n3", "--lock", later])
+        nodes.append(n3.start(wait=False))
+
         # Two nodes on etcd: n1 given the lock at start (detd --lock), n0
         # importing through detctl.
         port = free_port()
         for name, extra in (("n0", ["--metrics", f"127.0.0.1:{port}"]), ("n1", ["--lock", lock])):
             nd = Daemon(tmpdir_short, name=name, extra_args=["--etcd", etcd.endpoints, "--node-id", name, *extra])
             nodes.append(nd.start(wait=False))
-        for nd in nodes:
+        n0, n1 = nodes[1:]
+        for nd in (n0, n1):
             nd.wait_ready(timeout=READY_S)
-        n0, n1 = nodes
         assert "lock 'run-1.lock.json' (sha256 " in n1.read_log() and \
             "3 decisions added, 0 unchanged, 0 conflicting (kept as stored), 0 skipped (provenance), through etcd" \
             in n1.read_log(), n1.read_log()[-3000:]
@@ -332,12 +339,21 @@ def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
         assert "the cluster's decision is kept" in n0.read_log()
         r = detctl(n0, "lock", "import", lock)
         assert r.returncode == 0 and "0 added, 3 unchanged, 0 conflicting" in r.stdout, r.stdout + r.stderr
+        # A node that holds nothing yet (given the other lock at start, before
+        # its watch delivered anything) learns the conflict from etcd itself.
+        n2 = Daemon(tmpdir_short, name="n2", extra_args=["--etcd", etcd.endpoints, "--node-id", "n2", "--lock", other])
+        nodes.append(n2.start(wait=False))
+        n2.wait_ready(timeout=READY_S)
+        assert "lock 'other.json' (sha256 " in n2.read_log() and "0 decisions added, 1 unchanged, 1 conflicting (kept " \
+            "as stored), 0 skipped (provenance), through etcd" in n2.read_log(), n2.read_log()[-3000:]
+        assert f"key [i:0] is decided already as {first[0][0][1]}, the lock says {CANDS[3]}: the cluster's decision " \
+            "is kept" in n2.read_log()
         held = etcd_held(etcd)
         assert held["[i:0]"] == (first[0][0][1], 4) and held["[i:3]"] == (CANDS[3], 4), held
 
         # A client on each node: every key DECIDED with the lock's config
         # (key 3 with the other lock's), nothing timed anywhere.
-        for nd in nodes:
+        for nd in (n0, n1):
             assert job(nd, "run-2", ranks=1) == [{i: (dc.DECIDED, first[0][i][1]) for i in (0, 1, 2)}]
             p = Rank(nd, 1, "run-2")
             assert p.decide(3) == (dc.DECIDED, CANDS[3])
@@ -349,11 +365,9 @@ def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
 
         # etcd unreachable: the import fails naming what etcd did not take
         # and what landed (here: what this node held already).
-        # A daemon given a lock at start stops (after LOCK_START_S), naming
-        # how many entries etcd did not take; it never serves.
+        n1.stop()
+        n2.stop()
         etcd.kill(0)
-        n2 = Daemon(tmpdir_short, name="n2", extra_args=["--etcd", etcd.endpoints, "--node-id", "n2", "--lock", later])
-        nodes.append(n2.start(wait=False))
         r = subprocess.run([str(DETCTL), "--socket", n0.socket, "--timeout", str(DOWN_TIMEOUT_MS), "lock", "import",
                             later], capture_output=True, text=True, timeout=60)
         assert r.returncode == 3, r.stdout + r.stderr
@@ -363,10 +377,10 @@ def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
         assert n0.read_log().count("lock 'later.json': 1 of 3 entries not committed (etcd unreachable") == 1
         assert counter(n0.status(), "lock_not_committed") == 1
         assert val(scrape(port)[0], "detd_lock_not_committed_total") == 1
-        assert n2.proc.wait(timeout=LOCK_START_S + 2 * ETCD_CALL_S + 10) != 0
+        assert n3.proc.wait(timeout=READY_S) != 0
         assert f"--lock '{later}': etcd did not take 3 of its 3 entries (etcd unreachable: no answer by the " \
-            "deadline): the daemon does not start on a lock half given (0 landed" in n2.read_log(), n2.read_log()[-3000:]
-        assert "serving on" not in n2.read_log() and not Path(n2.socket).exists()
+            "deadline): the daemon does not start on a lock half given (0 landed" in n3.read_log(), n3.read_log()[-3000:]
+        assert "serving on" not in n3.read_log() and not Path(n3.socket).exists()
     finally:
         for nd in nodes:
             nd.stop()
