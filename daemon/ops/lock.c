@@ -445,8 +445,9 @@ static void lock_reply(struct lock_job *j) {
          * what did not land and what did. */
         rpc_fail(call, RPC_UNAVAILABLE,
                  "etcd did not take %zu of the %zu entries of this request "
-                 "(%s): %s%s; those are not decided (import the lock again "
-                 "once etcd answers: what landed is unchanged then); landed: "
+                 "(%s): %s%s; those are not known to be decided (import the "
+                 "lock again once etcd answers: what landed is unchanged "
+                 "then); landed: "
                  "%zu added, %zu unchanged, %zu conflicting (kept as stored), "
                  "%zu skipped",
                  r->not_committed, j->n_all, lock_why(j->first_err),

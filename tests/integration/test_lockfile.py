@@ -372,7 +372,7 @@ def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
                             later], capture_output=True, text=True, timeout=60)
         assert r.returncode == 3, r.stdout + r.stderr
         assert f"detctl: lock import (detd at '{n0.socket}'): etcd did not take 1 of the 3 entries of this request " \
-            f"(etcd unreachable: no answer by the deadline): {KERNEL} [i:4] [sm90]; those are not decided" in r.stderr \
+            f"(etcd unreachable: no answer by the deadline): {KERNEL} [i:4] [sm90]; those are not known to be decided" in r.stderr \
             and "landed: 0 added, 1 unchanged, 1 conflicting (kept as stored), 0 skipped" in r.stderr, r.stderr
         assert n0.read_log().count("lock 'later.json': 1 of 3 entries not committed (etcd unreachable") == 1
         assert counter(n0.status(), "lock_not_committed") == 1
