@@ -244,9 +244,12 @@ struct lock_job {
     struct decision *rows;
     char (*ids)[KEYID_HEX_LEN + 1];
     char **timings, **timing;
-    /* etcd: the rows sent (shallow copies) and each one's row index */
+    /* etcd: the rows to send (shallow copies) and each one's row index;
+     * sent in chunks (lock_send()): send_at is the current chunk's first,
+     * chunk_deadline its deadline */
     struct decision *send;
-    size_t *send_of, n_send;
+    size_t *send_of, n_send, send_at, chunk;
+    int64_t deadline_ms, chunk_deadline;
     int first_err; /* why the first row not committed was not */
     char *missing; /* the first rows not committed, named (heap) */
     struct lock_result r;
@@ -485,19 +488,50 @@ out:
     free(conflicts);
 }
 
-/* etcd's answers for the rows sent (commit_batch()): the job ends. */
+static void lock_on_batch(struct daemon *d, void *ctx,
+                          struct commit_result *res, size_t n);
+
+/* Send the next chunk of the rows to etcd (at most LOCK_ETCD_CHUNK: the
+ * commits in flight stay few); its deadline is the call's, or at start
+ * LOCK_START_ETCD_MS from now (a lock etcd keeps taking is not cut off by
+ * its size). Returns 0 (lock_on_batch() follows, maybe before this
+ * returns) or DETD_ENOMEM. */
+static int lock_send(struct lock_job *j) {
+    j->chunk = j->n_send - j->send_at;
+    if (j->chunk > LOCK_ETCD_CHUNK)
+        j->chunk = LOCK_ETCD_CHUNK;
+    j->chunk_deadline =
+        j->at_start ? clock_mono_ms() + LOCK_START_ETCD_MS : j->deadline_ms;
+    return commit_batch(j->d, j->send + j->send_at, j->chunk, j->chunk_deadline,
+                        lock_on_batch, j);
+}
+
+/* etcd's answers for a chunk (commit_batch()): the next chunk goes out
+ * while every row landed and time is left; otherwise the rows not sent
+ * are not committed either, and the job ends. */
 static void lock_on_batch(struct daemon *d, void *ctx,
                           struct commit_result *res, size_t n) {
     (void)d;
     struct lock_job *j = ctx;
     for (size_t k = 0; k < n; k++) {
-        size_t i = j->send_of[k];
+        size_t i = j->send_of[j->send_at + k];
         if (res[k].err != 0)
             lock_missing(j, i, res[k].err);
         else if (res[k].won)
             j->r.added++;
         else
             lock_held(j, i, &res[k].stands);
+    }
+    j->send_at += n;
+    if (j->send_at < j->n_send) {
+        int rc = DETD_ETIMEDOUT;
+        if (j->r.not_committed == 0 &&
+            (j->at_start || clock_mono_ms() < j->deadline_ms) &&
+            (rc = lock_send(j)) == 0)
+            return; /* j may be over already */
+        for (; j->send_at < j->n_send; j->send_at++)
+            lock_missing(j, j->send_of[j->send_at],
+                         j->r.not_committed > 0 ? j->first_err : rc);
     }
     lock_log(j);
     if (j->at_start) {
@@ -510,18 +544,20 @@ static void lock_on_batch(struct daemon *d, void *ctx,
 
 /*
  * Settle job j: stored now (local backend), or its rows not held here
- * sent to etcd with deadline_ms (lock_on_batch() ends it). Returns 1 when
- * the job is over (logged; the caller answers and frees it), 0 when it
- * went to etcd (it is lock_on_batch()'s now), or an error (negative:
- * DETD_ENOMEM, the store's; nothing stored).
+ * sent to etcd, all by deadline_ms (at start: each chunk within
+ * LOCK_START_ETCD_MS; lock_on_batch() ends it). Returns 1 when the job is
+ * over (logged; the caller answers and frees it), 0 when it went to etcd
+ * (it is lock_on_batch()'s now), or an error (negative: DETD_ENOMEM, the
+ * store's; nothing stored).
  */
 static int lock_settle(struct lock_job *j, int64_t deadline_ms) {
     int rc = j->d->coord == NULL ? lock_store_local(j) : lock_precheck(j);
     if (rc != 0)
         return rc;
-    if (j->d->coord != NULL && j->n_send > 0)
-        return commit_batch(j->d, j->send, j->n_send, deadline_ms,
-                            lock_on_batch, j);
+    if (j->d->coord != NULL && j->n_send > 0) {
+        j->deadline_ms = deadline_ms;
+        return lock_send(j);
+    }
     lock_log(j);
     return 1;
 }
@@ -599,24 +635,30 @@ out:
     protobuf_c_message_free_unpacked(ev->msg, NULL);
 }
 
-/* At start: the loop runs until the job's batch ends; at its deadline
- * commit_tick() ends what etcd has not answered. */
+/* At start: the loop runs until the job ends; at each chunk's deadline
+ * commit_tick() ends what etcd has not answered (etcd's own answer of
+ * failure comes about then too). */
 static void lock_on_start_deadline(uv_timer_t *t) {
     struct lock_job *j = t->data;
-    commit_tick(j->d, clock_mono_ms());
+    int64_t now = clock_mono_ms();
+    commit_tick(j->d, now);
     if (!j->done)
-        uv_timer_start(t, lock_on_start_deadline, 10, 0);
+        uv_timer_start(t, lock_on_start_deadline,
+                       j->chunk_deadline > now + 10
+                           ? (uint64_t)(j->chunk_deadline - now)
+                           : 10,
+                       0);
 }
 
 /* --lock with etcd: the job's rows go to etcd, and start-up waits (the
  * loop running: the cluster's answers come through it) until etcd
- * answered each or LOCK_START_ETCD_MS passed. Returns 0 or an error
- * (nothing sent). */
+ * answered each, or a chunk was not answered within LOCK_START_ETCD_MS.
+ * Returns 0 or an error (nothing sent). */
 static int lock_settle_at_start(struct lock_job *j) {
     struct daemon *d = j->d;
     j->at_start = 1;
     uv_update_time(&d->loop);
-    int rc = lock_settle(j, clock_mono_ms() + LOCK_START_ETCD_MS);
+    int rc = lock_settle(j, 0);
     if (rc != 0)
         return rc > 0 ? 0 : rc;
     uv_timer_t t;

@@ -36,6 +36,9 @@
 /* --lock with etcd: how long start-up waits for etcd to take the lock's
  * entries (an election and a slow boot fit in it) before it stops. */
 #define LOCK_START_ETCD_MS 10000
+/* With etcd, entries in flight at once (the next go when these landed):
+ * 16 Txns of ETCD_BATCH_MAX keys. */
+#define LOCK_ETCD_CHUNK 1024
 
 /* Admin.ImportLock (consumes the event). */
 void lock_import(struct daemon *d, struct rpc_event *ev);
@@ -45,8 +48,9 @@ void lock_import(struct daemon *d, struct rpc_event *ev);
  * before the server): check the file as `detctl lock import` does and
  * store its decisions in the daemon's namespace; with etcd, commit them
  * through etcd, running the loop until etcd took each (at most
- * LOCK_START_ETCD_MS). 0 (also without --lock, and with conflicts, which
- * are logged), or -1 after logging why (the daemon does not start).
+ * LOCK_START_ETCD_MS for each LOCK_ETCD_CHUNK entries). 0 (also without
+ * --lock, and with conflicts, which are logged), or -1 after logging why
+ * (the daemon does not start).
  */
 int lock_load_at_start(struct daemon *d);
 
