@@ -388,12 +388,29 @@ static int import_batch(const struct detctl_opts *o, struct wire_channel *ch,
     char fields[8][64];
     req.require = qp;
     req.n_require = requirements(o, q, qp, fields);
-    int ex = detctl_call(o, ch, METHOD_IMPORT_LOCK, &req.base,
-                         &detd__v1__import_lock_response__descriptor,
-                         (ProtobufCMessage **)&r);
+    int rc = wire_unary(ch, METHOD_IMPORT_LOCK, &req.base,
+                        &detd__v1__import_lock_response__descriptor,
+                        o->timeout_ms, (ProtobufCMessage **)&r);
     free(dp);
-    if (ex != DETCTL_EXIT_OK)
+    if (rc < 0) {
+        /* The daemon answered that etcd did not take some entries (its
+         * message names them and what landed), or the call failed. */
+        const char *msg = wire_last_error();
+        int ex = strncmp(msg, "etcd ", 5) == 0 ? DETCTL_EXIT_UNAVAILABLE
+                                               : DETCTL_EXIT_OK;
+        if (ex != DETCTL_EXIT_OK)
+            fprintf(stderr, "detctl: lock import (detd at '%s'): %s\n",
+                    o->socket, msg);
+        else
+            ex = detctl_call_fail(o, "ImportLock", rc);
+        if (sums[0] + sums[1] + sums[2] > 0)
+            fprintf(stderr,
+                    "detctl: lock import: the requests before this one "
+                    "landed: %" PRIu64 " added, %" PRIu64 " unchanged, %" PRIu64
+                    " conflicting (kept as stored)\n",
+                    sums[0], sums[1], sums[2]);
         return ex;
+    }
     sums[0] += r->added;
     sums[1] += r->unchanged;
     sums[2] += r->conflicts_total;

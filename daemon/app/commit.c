@@ -4,16 +4,19 @@
 #define _GNU_SOURCE
 #include "app/commit.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "app/coord.h"
 #include "app/daemon.h"
 #include "app/reply.h"
 #include "app/storeerr.h"
+#include "clock.h"
 #include "detd/client.h"
 #include "detd/error.h"
 
@@ -31,8 +34,22 @@ struct commit_op {
     struct commit_op *next;
 };
 
+/* A batch of commits (commit_batch()) waiting for etcd's answers: row i
+ * has cookie first_cookie + i. */
+struct commit_batch_op {
+    uint64_t first_cookie;
+    size_t n, left;
+    int64_t deadline_ms;
+    struct commit_result *res;
+    unsigned char *answered;
+    commit_batch_cb cb;
+    void *ctx;
+    struct commit_batch_op *next;
+};
+
 struct commit_state {
     struct commit_op *ops;
+    struct commit_batch_op *batches;
     uint64_t next_cookie;
 };
 
@@ -180,6 +197,102 @@ void commit_decision(struct daemon *d, rpc_call *call, commit_answer how,
         decision_clear(&existing);
 }
 
+/* The batch whose row has cookie and is not answered yet (its index in
+ * *ret_i), or NULL. */
+static struct commit_batch_op *batch_of(commit_state *s, uint64_t cookie,
+                                        size_t *ret_i) {
+    for (struct commit_batch_op *b = s->batches; b != NULL; b = b->next) {
+        if (cookie < b->first_cookie || cookie - b->first_cookie >= b->n)
+            continue;
+        *ret_i = (size_t)(cookie - b->first_cookie);
+        return b->answered[*ret_i] ? NULL : b;
+    }
+    return NULL;
+}
+
+/* Unlink b, hand its results to its owner, free it. */
+static void batch_finish(struct daemon *d, struct commit_batch_op *b) {
+    for (struct commit_batch_op **pp = &d->commits->batches; *pp != NULL;
+         pp = &(*pp)->next)
+        if (*pp == b) {
+            *pp = b->next;
+            break;
+        }
+    b->cb(d, b->ctx, b->res, b->n);
+    for (size_t i = 0; i < b->n; i++)
+        decision_clear(&b->res[i].stands);
+    free(b->res);
+    free(b->answered);
+    free(b);
+}
+
+/* Row i of b came to err (0: etcd answered), won, and stands (taken; NULL
+ * when won or failed). The last answer finishes the batch. */
+static void batch_answer(struct daemon *d, struct commit_batch_op *b, size_t i,
+                         int err, int won, struct decision *stands) {
+    b->answered[i] = 1;
+    b->res[i].err = err;
+    b->res[i].won = won;
+    if (stands != NULL) {
+        b->res[i].stands = *stands;
+        memset(stands, 0, sizeof(*stands));
+    }
+    if (--b->left == 0)
+        batch_finish(d, b);
+}
+
+/* The writer id's claim part of a batch: 63 random bits (as claim ids),
+ * so that a retried Txn recognises its own write while another batch of
+ * the same rows (a second import) does not pass for this one. */
+static uint64_t batch_writer_id(void) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+        v = (uint64_t)clock_mono_ms() * 2654435761u;
+    return v & (uint64_t)INT64_MAX;
+}
+
+/* See commit.h. */
+int commit_batch(struct daemon *d, const struct decision *rows, size_t n,
+                 int64_t deadline_ms, commit_batch_cb cb, void *ctx) {
+    assert(d->coord != NULL && d->commits != NULL && cb != NULL);
+    struct commit_batch_op *b = calloc(1, sizeof(*b));
+    if (b != NULL) {
+        b->res = calloc(n + 1, sizeof(*b->res));
+        b->answered = calloc(n + 1, 1);
+    }
+    if (b == NULL || b->res == NULL || b->answered == NULL) {
+        if (b != NULL) {
+            free(b->res);
+            free(b->answered);
+        }
+        free(b);
+        return DETD_ENOMEM;
+    }
+    b->first_cookie = d->commits->next_cookie + 1;
+    d->commits->next_cookie += n;
+    b->n = b->left = n;
+    b->deadline_ms = deadline_ms;
+    b->cb = cb;
+    b->ctx = ctx;
+    b->next = d->commits->batches;
+    d->commits->batches = b;
+    if (n == 0) {
+        batch_finish(d, b);
+        return 0;
+    }
+    uint64_t writer = batch_writer_id();
+    const struct coord_cluster *cc = coord_cluster_ops(d->coord);
+    /* Answers arrive through the loop, never during this call: b is whole
+     * until the last refusal below (which may finish it). */
+    for (size_t i = 0; i < n; i++) {
+        int rc = cc->commit(cc->ctx, &rows[i], writer, deadline_ms,
+                            b->first_cookie + i);
+        if (rc != 0)
+            batch_answer(d, b, i, rc, 0, NULL);
+    }
+    return 0;
+}
+
 static struct commit_op *op_take(commit_state *s, uint64_t cookie) {
     for (struct commit_op **pp = &s->ops; *pp != NULL; pp = &(*pp)->next) {
         if ((*pp)->cookie == cookie) {
@@ -220,7 +333,15 @@ static void apply_from_etcd(struct daemon *d, const struct decision *row,
 
 static void on_committed(struct daemon *d, const struct cluster_event *ev) {
     struct commit_op *op = op_take(d->commits, ev->cookie);
+    size_t bi = 0;
+    struct commit_batch_op *b =
+        op == NULL ? batch_of(d->commits, ev->cookie, &bi) : NULL;
     if (ev->err != 0) {
+        /* A batch's owner logs its failures once (commit_batch()). */
+        if (b != NULL) {
+            batch_answer(d, b, bi, ev->err, 0, NULL);
+            return;
+        }
         log_warn("commit %.12s to etcd failed: %s", ev->id,
                  detd_strerror(ev->err));
         if (op != NULL && op->call != NULL)
@@ -243,12 +364,19 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
             rpc_fail(op->call, RPC_INTERNAL,
                      "the decision stored in etcd for %.12s is malformed",
                      ev->id);
+        if (b != NULL)
+            batch_answer(d, b, bi, rc, 0, NULL);
         free(op);
         return;
     }
     apply_from_etcd(d, &row, writer,
                     ev->won ? "committed here" : "another node won", 1);
     free(writer);
+    if (b != NULL) {
+        batch_answer(d, b, bi, 0, ev->won, ev->won ? NULL : &row);
+        decision_clear(&row);
+        return;
+    }
     if (op != NULL && op->call != NULL) {
         /* Answer with what this node serves from now on. */
         struct decision cur;
@@ -294,6 +422,23 @@ int64_t commit_tick(struct daemon *d, int64_t now) {
     int64_t next = INT64_MAX;
     if (d->commits == NULL)
         return next;
+    /* A batch past its deadline: the rows etcd has not answered are not
+     * known to be committed (their commits go on; a late answer still
+     * reaches the store and the waiters). */
+    for (struct commit_batch_op *b = d->commits->batches; b != NULL;) {
+        if (b->deadline_ms > now) {
+            if (b->deadline_ms < next)
+                next = b->deadline_ms;
+            b = b->next;
+            continue;
+        }
+        for (size_t i = 0; i < b->n; i++)
+            if (!b->answered[i])
+                b->answered[i] = 1, b->res[i].err = DETD_ETIMEDOUT;
+        batch_finish(d, b); /* its owner's callback may change the list */
+        b = d->commits->batches;
+        next = INT64_MAX;
+    }
     for (struct commit_op *op = d->commits->ops; op != NULL; op = op->next) {
         if (op->call == NULL)
             continue;
@@ -321,6 +466,13 @@ int64_t commit_tick(struct daemon *d, int64_t now) {
 void commit_drain(struct daemon *d) {
     if (d->commits == NULL)
         return;
+    while (d->commits->batches != NULL) {
+        struct commit_batch_op *b = d->commits->batches;
+        for (size_t i = 0; i < b->n; i++)
+            if (!b->answered[i])
+                b->answered[i] = 1, b->res[i].err = DETD_ECANCELLED;
+        batch_finish(d, b);
+    }
     while (d->commits->ops != NULL) {
         struct commit_op *op = d->commits->ops;
         d->commits->ops = op->next;

@@ -17,6 +17,7 @@
 #ifndef DETD_COMMIT_H
 #define DETD_COMMIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cluster/cluster.h"
@@ -50,6 +51,39 @@ void commit_decision(struct daemon *d, rpc_call *call, commit_answer how,
                      const struct decision *row, const char *what,
                      int64_t deadline_ms);
 
+/* What one row of commit_batch() came to. */
+struct commit_result {
+    /* 0: etcd answered; else the row is not committed, or not known to be
+     * (DETD_ETIMEDOUT: etcd had not answered by the deadline; its commit
+     * goes on and a late answer is stored as any), and why. */
+    int err;
+    int won; /* err 0: this row is the key's decision now */
+    /* err 0 and not won: the decision etcd holds for the key (another
+     * writer's; the same config or not). Owned by commit.c: a callback
+     * that keeps it moves it out (and zeroes it). */
+    struct decision stands;
+};
+
+/* A batch's results, res[i] for rows[i], once every row has one (loop
+ * thread; may run before commit_batch() returns when no row could be
+ * sent). */
+typedef void (*commit_batch_cb)(struct daemon *d, void *ctx,
+                                struct commit_result *res, size_t n);
+
+/*
+ * The etcd backend (d->coord set): commit rows[0..n) (borrowed for the
+ * call) through etcd as a timing pass's report is, each key on its own
+ * (first writer wins, never overwritten; cluster_commit(), batched into
+ * Txns by the cluster), with no call to answer: cb gets every row's
+ * result (the rows committed are stored, logged, counted and their
+ * waiters released as any commit's, here and on every node by the watch).
+ * Rows etcd has not answered by deadline_ms are DETD_ETIMEDOUT; a drain
+ * ends them DETD_ECANCELLED. Returns 0 (cb will run, exactly once) or
+ * DETD_ENOMEM (nothing sent, cb never runs).
+ */
+int commit_batch(struct daemon *d, const struct decision *rows, size_t n,
+                 int64_t deadline_ms, commit_batch_cb cb, void *ctx);
+
 /* A cluster event of kind CLUSTER_EV_COMMITTED or CLUSTER_EV_DECISION:
  * store the decision, release its waiters, answer the committer. */
 void commit_cluster_event(struct daemon *d, const struct cluster_event *ev);
@@ -58,12 +92,13 @@ void commit_cluster_event(struct daemon *d, const struct cluster_event *ev);
  * Answer UNAVAILABLE, naming etcd, every committer whose deadline (the
  * deadline_ms given to commit_decision(), which leaves a margin before
  * the call's own) passed while etcd had not answered; the commit goes
- * on, and its result still reaches the store and the waiters. Returns
- * the next deadline of an unanswered commit, or INT64_MAX.
+ * on, and its result still reaches the store and the waiters; end every
+ * batch past its deadline (commit_batch()). Returns the next deadline of
+ * an unanswered commit or batch, or INT64_MAX.
  */
 int64_t commit_tick(struct daemon *d, int64_t now);
 
-/* Fail every commit in flight UNAVAILABLE (drain). */
+/* Fail every commit in flight UNAVAILABLE, and end every batch (drain). */
 void commit_drain(struct daemon *d);
 
 /*

@@ -64,6 +64,8 @@ struct daemon_counters {
     uint64_t commit_deadlines;      /* Report/Decide answered UNAVAILABLE
                                        at its deadline while etcd had not
                                        answered the commit */
+    /* lock entries etcd did not take (their import failed, naming them) */
+    uint64_t lock_not_committed;
     uint64_t observes;
     uint64_t lock_skipped; /* lock entries not stored: their provenance
                               did not match the importing run */

@@ -187,8 +187,8 @@ static const struct option_row rows[] = {
     {"lock", "FILE", KIND_STRING, CFG(lock), 0, 0, 0, NULL, NULL,
      ROW_CLI_ONLY, NULL,
      "store the decisions of this lockfile at start\n"
-     "(docs/lockfile.md; as detctl lock import; the\n"
-     "local backend only)"},
+     "(docs/lockfile.md; as detctl lock import; with\n"
+     "--etcd, committed through etcd before serving)"},
     {"lock-require", "FIELD=VALUE", KIND_LIST, CFG(lock_require),
      CFG(n_lock_require), 0, 0, NULL, check_lock_require, ROW_CLI_ONLY, NULL,
      "with --lock: a lock entry whose FIELD (triton_version,\n"
@@ -625,11 +625,6 @@ static void finish(struct options *o) {
             return;
         }
         c->etcd_password = pw;
-    }
-    if (c->etcd_endpoints != NULL && c->lock != NULL) {
-        add_error(o, strfmt("lock: a lockfile is stored into the local "
-                            "backend only, not with etcd"));
-        return;
     }
     if (c->etcd_endpoints != NULL && c->node_id == NULL) {
         if (gethostname(o->hostname, sizeof(o->hostname) - 1) != 0 ||

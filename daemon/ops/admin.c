@@ -212,6 +212,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"commit_deadlines", d->counters.commit_deadlines},
         {"observes", d->counters.observes},
         {"lock_skipped", d->counters.lock_skipped},
+        {"lock_not_committed", d->counters.lock_not_committed},
         {"votes", votes},
         {"votes_max", d->cfg->max_votes},
         {"vote_calls", d->counters.vote_calls},

@@ -114,6 +114,10 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
             "Lock entries not imported because their provenance did not "
             "match the importing run (a miss: detctl explain says why).",
             c->lock_skipped);
+    counter(&b, "detd_lock_not_committed_total",
+            "Lock entries etcd did not take (unreachable by the import's "
+            "deadline): that import failed, naming them.",
+            c->lock_not_committed);
     gauge(&b, "detd_table_files_skipped",
           "Table files of the set in use that failed to load (listed by "
           "detctl status and detctl reload).",

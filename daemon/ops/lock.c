@@ -7,7 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uv.h>
+
+#include "app/commit.h"
 #include "app/convert.h"
+#include "app/coord.h"
+#include "app/decide.h"
 #include "app/storeerr.h"
 #include "clock.h"
 #include "app/validate.h"
@@ -140,6 +145,7 @@ static int row_of(const char *ns, const char *file, const Detd__V1__Decision *m,
 /* What storing a lock's decisions did. */
 struct lock_result {
     size_t added, unchanged, conflicts, shown, skipped;
+    size_t not_committed; /* etcd did not take them (lock_missing()) */
     struct decision stored[LOCK_MAX_CONFLICTS]; /* the first conflicts */
     char *skips[LOCK_MAX_CONFLICTS];            /* the first skips' lines */
 };
@@ -225,76 +231,335 @@ static int lock_filter(struct daemon *d, const char *ns, const char *tf,
 }
 
 /*
- * Store ms[0..n) (checked) as decisions of namespace ns from lock file
- * (sha256 its hash), in one transaction; *r gets the counts and the first
- * conflicts (lock_result_clear()). Returns 0, DETD_ENOMEM or the store's
- * error (nothing stored).
+ * One lock's entries on their way to decisions: kept (the provenance
+ * filter), made rows, then stored (the local backend) or committed
+ * through etcd. Owns its rows' ids and JSON; the rows' other strings are
+ * borrowed from the entries (the request's, or the file's at start).
  */
-static int lock_store(struct daemon *d, const char *ns, const char *file,
-                      const char *sha256, Detd__V1__Decision **ms, size_t n,
-                      const struct lock_req *req, size_t n_req,
-                      struct lock_result *r) {
-    struct decision *rows = calloc(n + 1, sizeof(*rows));
-    char(*ids)[KEYID_HEX_LEN + 1] = calloc(n + 1, sizeof(*ids));
-    char **timings = calloc(n + 1, sizeof(*timings));
-    char **timing = calloc(n + 1, sizeof(*timing));
-    int *res = calloc(n + 1, sizeof(*res));
-    char *tf = strfmt("lock:%s", file);
-    size_t n_all = n;
-    int rc = DETD_ENOMEM;
-    if (rows == NULL || ids == NULL || timings == NULL || timing == NULL ||
-        res == NULL || tf == NULL)
-        goto out;
-    if ((rc = lock_filter(d, ns, tf, ms, &n, req, n_req, r)) != 0)
-        goto out;
-    rc = DETD_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        if (row_of(ns, tf, ms[i], ids[i], &rows[i], &timings[i], &timing[i]) !=
-            0)
-            goto out;
-    if ((rc = store_put_decisions(d->store, rows, n, res)) != 0)
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        if (res[i] == 0) {
-            r->added++;
-            continue;
-        }
-        struct decision got;
-        if ((rc = store_get_decision(d->store, rows[i].id, &got)) != 0)
-            goto out;
-        if (strcmp(got.config, rows[i].config) == 0) {
-            r->unchanged++;
-            decision_clear(&got);
-            continue;
-        }
-        if (r->conflicts++ == 0)
-            log_warn("lock '%s': %s key %s is decided already as %s, the "
-                     "lock says %s: the store's decision is kept (detctl "
-                     "reset first to take the lock's)",
-                     file, rows[i].kernel, rows[i].key, got.config,
-                     rows[i].config);
-        if (r->shown < LOCK_MAX_CONFLICTS)
-            r->stored[r->shown++] = got;
-        else
-            decision_clear(&got);
+struct lock_job {
+    struct daemon *d;
+    const char *ns, *file, *sha256; /* borrowed, as the entries */
+    char *tf;                       /* "lock:<file>" */
+    size_t n, n_all;                /* rows (entries kept), entries */
+    struct decision *rows;
+    char (*ids)[KEYID_HEX_LEN + 1];
+    char **timings, **timing;
+    /* etcd: the rows to send (shallow copies) and each one's row index;
+     * sent in chunks (lock_send()): send_at is the current chunk's first,
+     * chunk_deadline its deadline */
+    struct decision *send;
+    size_t *send_of, n_send, send_at, chunk;
+    int64_t deadline_ms, chunk_deadline;
+    int first_err; /* why the first row not committed was not */
+    char *missing; /* the first rows not committed, named (heap) */
+    struct lock_result r;
+    /* How the job ends: its call answered (Admin.ImportLock; msg, the
+     * request, freed then), or at start: done set for the waiting loop. */
+    rpc_call *call;
+    ProtobufCMessage *msg;
+    int at_start, done;
+};
+
+static void lock_job_free(struct lock_job *j) {
+    if (j == NULL)
+        return;
+    for (size_t i = 0; j->timings != NULL && i < j->n_all; i++) {
+        free(j->timings[i]);
+        free(j->timing[i]);
     }
+    free(j->timings);
+    free(j->timing);
+    free(j->rows);
+    free(j->ids);
+    free(j->send);
+    free(j->send_of);
+    free(j->missing);
+    free(j->tf);
+    lock_result_clear(&j->r);
+    if (j->msg != NULL)
+        protobuf_c_message_free_unpacked(j->msg, NULL);
+    free(j);
+}
+
+/*
+ * A job for the entries ms[0..n) (checked; reordered in place) of lock
+ * file (sha256 its hash) into namespace ns: those not matching req are
+ * left out (lock_filter()), the others made rows. Returns 0 with *ret
+ * (lock_job_free()), DETD_ENOMEM or the store's error.
+ */
+static int lock_job_new(struct daemon *d, const char *ns, const char *file,
+                        const char *sha256, Detd__V1__Decision **ms, size_t n,
+                        const struct lock_req *req, size_t n_req,
+                        struct lock_job **ret) {
+    struct lock_job *j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return DETD_ENOMEM;
+    *j = (struct lock_job){.d = d, .ns = ns, .file = file, .sha256 = sha256};
+    j->n_all = n;
+    j->rows = calloc(n + 1, sizeof(*j->rows));
+    j->ids = calloc(n + 1, sizeof(*j->ids));
+    j->timings = calloc(n + 1, sizeof(*j->timings));
+    j->timing = calloc(n + 1, sizeof(*j->timing));
+    j->tf = strfmt("lock:%s", file);
+    int rc = DETD_ENOMEM;
+    if (j->rows == NULL || j->ids == NULL || j->timings == NULL ||
+        j->timing == NULL || j->tf == NULL)
+        goto fail;
+    j->n = n;
+    if ((rc = lock_filter(d, ns, j->tf, ms, &j->n, req, n_req, &j->r)) != 0)
+        goto fail;
+    rc = DETD_ENOMEM;
+    for (size_t i = 0; i < j->n; i++)
+        if (row_of(ns, j->tf, ms[i], j->ids[i], &j->rows[i], &j->timings[i],
+                   &j->timing[i]) != 0)
+            goto fail;
+    *ret = j;
+    return 0;
+fail:
+    lock_job_free(j);
+    return rc;
+}
+
+/* Row i is decided already (got: the decision that stands, taken): the
+ * same config is unchanged; another is a conflict, kept and listed. */
+static void lock_held(struct lock_job *j, size_t i, struct decision *got) {
+    struct lock_result *r = &j->r;
+    const struct decision *w = &j->rows[i];
+    if (strcmp(got->config, w->config) == 0) {
+        r->unchanged++;
+        decision_clear(got);
+        return;
+    }
+    if (r->conflicts++ == 0)
+        log_warn("lock '%s': %s key %s is decided already as %s, the lock "
+                 "says %s: the %s decision is kept (detctl reset first to "
+                 "take the lock's)",
+                 j->file, w->kernel, w->key, got->config, w->config,
+                 j->d->coord != NULL ? "cluster's" : "store's");
+    if (r->shown < LOCK_MAX_CONFLICTS) {
+        r->stored[r->shown++] = *got;
+        memset(got, 0, sizeof(*got));
+    } else {
+        decision_clear(got);
+    }
+}
+
+/* The local backend: the rows in one transaction, first writer wins.
+ * Returns 0, DETD_ENOMEM or the store's error (nothing stored). */
+static int lock_store_local(struct lock_job *j) {
+    int *res = calloc(j->n + 1, sizeof(*res));
+    if (res == NULL)
+        return DETD_ENOMEM;
+    int rc = store_put_decisions(j->d->store, j->rows, j->n, res);
+    for (size_t i = 0; rc == 0 && i < j->n; i++) {
+        struct decision got;
+        if (res[i] == 0)
+            j->r.added++;
+        else if ((rc = store_get_decision(j->d->store, j->rows[i].id, &got)) ==
+                 0)
+            lock_held(j, i, &got);
+    }
+    free(res);
+    return rc;
+}
+
+/*
+ * The etcd backend: a row this node holds already (its store is its copy
+ * of etcd's decisions, kept by the watch) is settled without a write;
+ * the others are to be committed (j->send). Returns 0, DETD_ENOMEM or
+ * the store's error.
+ */
+static int lock_precheck(struct lock_job *j) {
+    j->send = calloc(j->n + 1, sizeof(*j->send));
+    j->send_of = calloc(j->n + 1, sizeof(*j->send_of));
+    if (j->send == NULL || j->send_of == NULL)
+        return DETD_ENOMEM;
+    for (size_t i = 0; i < j->n; i++) {
+        struct decision got;
+        int rc = store_get_decision(j->d->store, j->rows[i].id, &got);
+        if (rc == 0) {
+            lock_held(j, i, &got);
+        } else if (rc == DETD_ENOTFOUND) {
+            j->send[j->n_send] = j->rows[i];
+            j->send_of[j->n_send++] = i;
+        } else {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* Why etcd did not take a row, for a reader. */
+static const char *lock_why(int err) {
+    switch (err) {
+    case DETD_ETIMEDOUT:
+    case DETD_EUNAVAILABLE:
+        return "etcd unreachable: no answer by the deadline";
+    case DETD_ECANCELLED:
+        return "the daemon is shutting down";
+    case DETD_ELIMIT:
+        return "the decision is over etcd's value size limit";
+    default:
+        return detd_strerror(err);
+    }
+}
+
+/* Row i was not committed (err): counted, the first ones named. */
+static void lock_missing(struct lock_job *j, size_t i, int err) {
+    const struct decision *w = &j->rows[i];
+    if (j->r.not_committed++ == 0)
+        j->first_err = err;
+    if (j->r.not_committed > LOCK_MAX_NAMED)
+        return;
+    char *m = strfmt("%s%s%.96s %.96s [%s]", j->missing ? j->missing : "",
+                     j->missing ? ", " : "", w->kernel, w->key, w->arch);
+    if (m != NULL) {
+        free(j->missing);
+        j->missing = m;
+    }
+}
+
+/* One line in the log for the whole job (and, when some rows were not
+ * committed, one warning and the count). */
+static void lock_log(struct lock_job *j) {
+    struct lock_result *r = &j->r;
     log_info("lock '%s' (sha256 %.12s) into namespace '%s': %zu decisions "
              "added, %zu unchanged, %zu conflicting (kept as stored), %zu "
-             "skipped (provenance)",
-             file, sha256 != NULL ? sha256 : "", ns, r->added, r->unchanged,
-             r->conflicts, r->skipped);
-out:
-    for (size_t i = 0; timings != NULL && timing != NULL && i < n_all; i++) {
-        free(timings[i]);
-        free(timing[i]);
+             "skipped (provenance)%s",
+             j->file, j->sha256 != NULL ? j->sha256 : "", j->ns, r->added,
+             r->unchanged, r->conflicts, r->skipped,
+             j->d->coord != NULL ? ", through etcd" : "");
+    if (r->not_committed == 0)
+        return;
+    j->d->counters.lock_not_committed += r->not_committed;
+    log_warn("lock '%s': %zu of %zu entries not committed (%s: %s): %s%s",
+             j->file, r->not_committed, j->n_all, lock_why(j->first_err),
+             coord_etcd_error(j->d->coord), j->missing ? j->missing : "",
+             r->not_committed > LOCK_MAX_NAMED ? ", ..." : "");
+}
+
+/* Answer the job's call with its result (consumes the call). */
+static void lock_reply(struct lock_job *j) {
+    struct lock_result *r = &j->r;
+    rpc_call *call = j->call;
+    j->call = NULL;
+    if (r->not_committed > 0) {
+        /* Nothing half-written passes for done: the call fails, naming
+         * what did not land and what did. */
+        rpc_fail(call, RPC_UNAVAILABLE,
+                 "etcd did not take %zu of the %zu entries of this request "
+                 "(%s): %s%s; those are not known to be decided (import the "
+                 "lock again once etcd answers: what landed is unchanged "
+                 "then); landed: "
+                 "%zu added, %zu unchanged, %zu conflicting (kept as stored), "
+                 "%zu skipped",
+                 r->not_committed, j->n_all, lock_why(j->first_err),
+                 j->missing ? j->missing : "",
+                 r->not_committed > LOCK_MAX_NAMED ? ", ..." : "", r->added,
+                 r->unchanged, r->conflicts, r->skipped);
+        return;
     }
-    free(timings);
-    free(timing);
-    free(rows);
-    free(ids);
-    free(res);
-    free(tf);
-    return rc;
+    struct convert_decision *pbs = calloc(r->shown + 1, sizeof(*pbs));
+    Detd__V1__Decision **conflicts = calloc(r->shown + 1, sizeof(*conflicts));
+    if (pbs == NULL || conflicts == NULL) {
+        rpc_fail(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < r->shown; i++) {
+        convert_decision_fill(&r->stored[i], &pbs[i], 1);
+        conflicts[i] = &pbs[i].msg;
+    }
+    Detd__V1__ImportLockResponse resp = DETD__V1__IMPORT_LOCK_RESPONSE__INIT;
+    resp.api_version = LOCK_API_VERSION;
+    resp.added = r->added;
+    resp.unchanged = r->unchanged;
+    resp.conflicts = conflicts;
+    resp.n_conflicts = r->shown;
+    resp.conflicts_total = r->conflicts;
+    resp.skipped = r->skipped;
+    resp.skipped_reasons = r->skips;
+    resp.n_skipped_reasons =
+        r->skipped < LOCK_MAX_CONFLICTS ? r->skipped : LOCK_MAX_CONFLICTS;
+    rpc_reply(call, &resp.base);
+    for (size_t i = 0; i < r->shown; i++)
+        convert_decision_clear(&pbs[i]);
+out:
+    free(pbs);
+    free(conflicts);
+}
+
+static void lock_on_batch(struct daemon *d, void *ctx,
+                          struct commit_result *res, size_t n);
+
+/* Send the next chunk of the rows to etcd (at most LOCK_ETCD_CHUNK: the
+ * commits in flight stay few); its deadline is the call's, or at start
+ * LOCK_START_ETCD_MS from now (a lock etcd keeps taking is not cut off by
+ * its size). Returns 0 (lock_on_batch() follows, maybe before this
+ * returns) or DETD_ENOMEM. */
+static int lock_send(struct lock_job *j) {
+    j->chunk = j->n_send - j->send_at;
+    if (j->chunk > LOCK_ETCD_CHUNK)
+        j->chunk = LOCK_ETCD_CHUNK;
+    j->chunk_deadline =
+        j->at_start ? clock_mono_ms() + LOCK_START_ETCD_MS : j->deadline_ms;
+    return commit_batch(j->d, j->send + j->send_at, j->chunk, j->chunk_deadline,
+                        lock_on_batch, j);
+}
+
+/* etcd's answers for a chunk (commit_batch()): the next chunk goes out
+ * while every row landed and time is left; otherwise the rows not sent
+ * are not committed either, and the job ends. */
+static void lock_on_batch(struct daemon *d, void *ctx,
+                          struct commit_result *res, size_t n) {
+    (void)d;
+    struct lock_job *j = ctx;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = j->send_of[j->send_at + k];
+        if (res[k].err != 0)
+            lock_missing(j, i, res[k].err);
+        else if (res[k].won)
+            j->r.added++;
+        else
+            lock_held(j, i, &res[k].stands);
+    }
+    j->send_at += n;
+    if (j->send_at < j->n_send) {
+        int rc = DETD_ETIMEDOUT;
+        if (j->r.not_committed == 0 &&
+            (j->at_start || clock_mono_ms() < j->deadline_ms) &&
+            (rc = lock_send(j)) == 0)
+            return; /* j may be over already */
+        for (; j->send_at < j->n_send; j->send_at++)
+            lock_missing(j, j->send_of[j->send_at],
+                         j->r.not_committed > 0 ? j->first_err : rc);
+    }
+    lock_log(j);
+    if (j->at_start) {
+        j->done = 1;
+        return;
+    }
+    lock_reply(j);
+    lock_job_free(j);
+}
+
+/*
+ * Settle job j: stored now (local backend), or its rows not held here
+ * sent to etcd, all by deadline_ms (at start: each chunk within
+ * LOCK_START_ETCD_MS; lock_on_batch() ends it). Returns 1 when the job is
+ * over (logged; the caller answers and frees it), 0 when it went to etcd
+ * (it is lock_on_batch()'s now), or an error (negative: DETD_ENOMEM, the
+ * store's; nothing stored).
+ */
+static int lock_settle(struct lock_job *j, int64_t deadline_ms) {
+    int rc = j->d->coord == NULL ? lock_store_local(j) : lock_precheck(j);
+    if (rc != 0)
+        return rc;
+    if (j->d->coord != NULL && j->n_send > 0) {
+        j->deadline_ms = deadline_ms;
+        return lock_send(j);
+    }
+    lock_log(j);
+    return 1;
 }
 
 /* See lock.h. */
@@ -305,16 +570,7 @@ void lock_import(struct daemon *d, struct rpc_event *ev) {
         req->namespace_ && req->namespace_[0] ? req->namespace_ : d->cfg->ns;
     size_t n = req->n_decisions;
     char why[512];
-    struct lock_result *r = NULL;
-    struct convert_decision *pbs = NULL;
-    Detd__V1__Decision **conflicts = NULL;
-    if (d->cluster != NULL) {
-        rpc_fail(ev->call, RPC_FAILED_PRECONDITION,
-                 "a lock is imported into the local backend only: with etcd, "
-                 "decisions are committed through etcd (import the lock into "
-                 "one daemon's store, or let the job decide)");
-        goto out;
-    }
+    struct lock_job *j = NULL;
     if (validate_str(ev->call, "namespace", req->namespace_,
                      DAEMON_MAX_NAMESPACE, 0) ||
         validate_str(ev->call, "file", req->file, DAEMON_MAX_IDENTITY_STRING,
@@ -354,44 +610,66 @@ void lock_import(struct daemon *d, struct rpc_event *ev) {
             goto out;
         lr[i] = (struct lock_req){q->field, q->value};
     }
-    r = calloc(1, sizeof(*r));
-    pbs = calloc(LOCK_MAX_CONFLICTS, sizeof(*pbs));
-    conflicts = calloc(LOCK_MAX_CONFLICTS, sizeof(*conflicts));
-    if (r == NULL || pbs == NULL || conflicts == NULL) {
-        rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
-    int rc = lock_store(d, ns, req->file, req->sha256, req->decisions, n, lr,
-                        req->n_require, r);
+    int rc = lock_job_new(d, ns, req->file, req->sha256, req->decisions, n, lr,
+                          req->n_require, &j);
     if (rc != 0) {
         storeerr_reply(d, ev->call, rc);
         goto out;
     }
-    for (size_t i = 0; i < r->shown; i++) {
-        convert_decision_fill(&r->stored[i], &pbs[i], 1);
-        conflicts[i] = &pbs[i].msg;
+    /* The job answers the call and frees the request from here on. */
+    j->call = ev->call;
+    j->msg = ev->msg;
+    rc = lock_settle(j, decide_answer_by(rpc_call_deadline_ms(ev->call), 0,
+                                         clock_mono_ms()));
+    if (rc == 0)
+        return; /* through etcd: lock_on_batch() ends it (maybe ended) */
+    if (rc < 0) {
+        j->call = NULL;
+        storeerr_reply(d, ev->call, rc);
+    } else {
+        lock_reply(j);
     }
-    Detd__V1__ImportLockResponse resp = DETD__V1__IMPORT_LOCK_RESPONSE__INIT;
-    resp.api_version = LOCK_API_VERSION;
-    resp.added = r->added;
-    resp.unchanged = r->unchanged;
-    resp.conflicts = conflicts;
-    resp.n_conflicts = r->shown;
-    resp.conflicts_total = r->conflicts;
-    resp.skipped = r->skipped;
-    resp.skipped_reasons = r->skips;
-    resp.n_skipped_reasons =
-        r->skipped < LOCK_MAX_CONFLICTS ? r->skipped : LOCK_MAX_CONFLICTS;
-    rpc_reply(ev->call, &resp.base);
-    for (size_t i = 0; i < r->shown; i++)
-        convert_decision_clear(&pbs[i]);
+    lock_job_free(j);
+    return;
 out:
-    if (r != NULL)
-        lock_result_clear(r);
-    free(r);
-    free(pbs);
-    free(conflicts);
     protobuf_c_message_free_unpacked(ev->msg, NULL);
+}
+
+/* At start: the loop runs until the job ends; at each chunk's deadline
+ * commit_tick() ends what etcd has not answered (etcd's own answer of
+ * failure comes about then too). */
+static void lock_on_start_deadline(uv_timer_t *t) {
+    struct lock_job *j = t->data;
+    int64_t now = clock_mono_ms();
+    commit_tick(j->d, now);
+    if (!j->done)
+        uv_timer_start(t, lock_on_start_deadline,
+                       j->chunk_deadline > now + 10
+                           ? (uint64_t)(j->chunk_deadline - now)
+                           : 10,
+                       0);
+}
+
+/* --lock with etcd: the job's rows go to etcd, and start-up waits (the
+ * loop running: the cluster's answers come through it) until etcd
+ * answered each, or a chunk was not answered within LOCK_START_ETCD_MS.
+ * Returns 0 or an error (nothing sent). */
+static int lock_settle_at_start(struct lock_job *j) {
+    struct daemon *d = j->d;
+    j->at_start = 1;
+    uv_update_time(&d->loop);
+    int rc = lock_settle(j, 0);
+    if (rc != 0)
+        return rc > 0 ? 0 : rc;
+    uv_timer_t t;
+    uv_timer_init(&d->loop, &t);
+    t.data = j;
+    uv_timer_start(&t, lock_on_start_deadline, LOCK_START_ETCD_MS, 0);
+    while (!j->done)
+        uv_run(&d->loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&d->loop, UV_RUN_NOWAIT); /* the close completes */
+    return 0;
 }
 
 /* See lock.h. */
@@ -403,7 +681,7 @@ int lock_load_at_start(struct daemon *d) {
     struct lockfmt *f = NULL;
     struct lockfmt_msg *m = NULL;
     Detd__V1__Decision **ms = NULL;
-    struct lock_result *r = NULL;
+    struct lock_job *j = NULL;
     struct lock_req lr[PROVFMT_MAX_REQUIRE];
     size_t n_lr = 0;
     int ret = -1, rc = lockfmt_load(path, &f, why, sizeof why);
@@ -414,8 +692,7 @@ int lock_load_at_start(struct daemon *d) {
     }
     m = calloc(f->n + 1, sizeof(*m));
     ms = calloc(f->n + 1, sizeof(*ms));
-    r = calloc(1, sizeof(*r));
-    if (m == NULL || ms == NULL || r == NULL)
+    if (m == NULL || ms == NULL)
         goto oom;
     for (size_t i = 0; i < f->n; i++) {
         if (lockfmt_msg_fill(&f->e[i], &m[i]) != 0)
@@ -440,11 +717,22 @@ int lock_load_at_start(struct daemon *d) {
         lr[n_lr++] = (struct lock_req){field, eq + 1};
     }
     const char *base = strrchr(path, '/');
-    rc = lock_store(d, d->cfg->ns, base != NULL ? base + 1 : path, f->sha256,
-                    ms, f->n, lr, n_lr, r);
+    rc = lock_job_new(d, d->cfg->ns, base != NULL ? base + 1 : path, f->sha256,
+                      ms, f->n, lr, n_lr, &j);
+    if (rc == 0)
+        rc = lock_settle_at_start(j);
     if (rc != 0) {
         log_error("--lock '%s': store its decisions: %s", path,
                   rc == DETD_ENOMEM ? "out of memory" : store_errmsg(d->store));
+        goto out;
+    }
+    if (j->r.not_committed > 0) {
+        log_error("--lock '%s': etcd did not take %zu of its %zu entries "
+                  "(%s): the daemon does not start on a lock half given "
+                  "(%zu landed: they stand; start it again once etcd "
+                  "answers)",
+                  path, j->r.not_committed, j->n_all, lock_why(j->first_err),
+                  j->r.added + j->r.unchanged + j->r.conflicts);
         goto out;
     }
     ret = 0;
@@ -452,11 +740,9 @@ int lock_load_at_start(struct daemon *d) {
 oom:
     log_error("--lock '%s': out of memory", path);
 out:
+    lock_job_free(j);
     for (size_t i = 0; i < n_lr; i++)
         free((char *)lr[i].field);
-    if (r != NULL)
-        lock_result_clear(r);
-    free(r);
     for (size_t i = 0; m != NULL && i < f->n; i++)
         lockfmt_msg_clear(&m[i]);
     free(m);

@@ -11,9 +11,16 @@
  * while one asking with other candidates or on another arch asks another
  * id: the lock does not answer it. First writer wins: a key decided
  * already keeps its decision (the same config: unchanged; another: a
- * conflict, listed). The local backend only: with etcd a decision is
- * committed through etcd (app/commit.c), which a batch import does not
- * do; the call is refused FAILED_PRECONDITION.
+ * conflict, listed).
+ *
+ * With etcd, an entry becomes a cluster decision as a timed one does:
+ * committed through etcd (commit_batch(): create-if-absent per key, in
+ * Txns of up to ETCD_BATCH_MAX keys), then stored here and on every node
+ * by the watch, so no node times it. A key this node holds already (its
+ * store is its copy of etcd's) is settled without a write; one etcd holds
+ * with another config is a conflict, never overwritten. Entries etcd does
+ * not take by the call's deadline fail the call UNAVAILABLE, naming them
+ * and what landed.
  */
 #ifndef DETD_LOCK_H
 #define DETD_LOCK_H
@@ -24,15 +31,26 @@
 #define LOCK_MAX_BATCH 100000
 /* Conflicts listed in one answer. */
 #define LOCK_MAX_CONFLICTS 100
+/* Entries etcd did not take, named in one error. */
+#define LOCK_MAX_NAMED 5
+/* --lock with etcd: how long start-up waits for etcd to take the lock's
+ * entries (an election and a slow boot fit in it) before it stops. */
+#define LOCK_START_ETCD_MS 10000
+/* With etcd, entries in flight at once (the next go when these landed):
+ * 16 Txns of ETCD_BATCH_MAX keys. */
+#define LOCK_ETCD_CHUNK 1024
 
 /* Admin.ImportLock (consumes the event). */
 void lock_import(struct daemon *d, struct rpc_event *ev);
 
 /*
- * --lock FILE at start (after the store is open): check the file as
- * `detctl lock import` does and store its decisions in the daemon's
- * namespace. 0 (also without --lock, and with conflicts, which are
- * logged), or -1 after logging why (the daemon does not start).
+ * --lock FILE at start (after the store and the etcd backend are open,
+ * before the server): check the file as `detctl lock import` does and
+ * store its decisions in the daemon's namespace; with etcd, commit them
+ * through etcd, running the loop until etcd took each (at most
+ * LOCK_START_ETCD_MS for each LOCK_ETCD_CHUNK entries). 0 (also without
+ * --lock, and with conflicts, which are logged), or -1 after logging why
+ * (the daemon does not start).
  */
 int lock_load_at_start(struct daemon *d);
 

@@ -8,6 +8,7 @@ missing from it with the reason, and verify --lock passing and failing
 provenance of its timing pass (benchmarker, settings, timing lock, torch
 and driver) recorded, exported, imported, and a mismatch a miss that
 explain names; detd-run --lock starting a job warm."""
+import base64
 import ctypes
 import json
 import os
@@ -17,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, DETCTL, DETD, REPO, Daemon, counter, requires, triton_python
+from conftest import BUILD, DETCTL, DETD, HAVE_ETCD, REPO, Daemon, counter, requires, triton_python
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import detd_client as dc  # noqa: E402
+from etcd_cluster import EtcdCluster  # noqa: E402
 from test_metrics import free_port, scrape, val  # noqa: E402
 
 KERNEL = "tests.lock:row_sum@0123456789abcdef"
@@ -262,6 +264,130 @@ def test_a_lock_given_to_the_daemon_at_start(two, tmpdir_short):
                        timeout=60)
     assert r.returncode == 2 and f"lock: '{tmpdir_short / 'none.json'}': No such file or directory" in r.stderr, \
         r.stderr
+
+
+# ---- the etcd backend ----
+
+# The daemon's bounds (daemon/ops/lock.h, daemon/cluster/cluster_int.h):
+# start-up waits at most LOCK_START_ETCD_MS for etcd to take a --lock's
+# entries; one etcd call, retries included, takes at most CLUSTER_BUDGET_MS.
+LOCK_START_S = 10.0
+ETCD_CALL_S = 3.0
+# A daemon on etcd is ready after its boot's calls and the lock's commits
+# (one whose etcd is down stops by then).
+READY_S = LOCK_START_S + 5 * ETCD_CALL_S
+# Import with etcd down: detctl's deadline; the daemon answers 5% of it
+# before (daemon/app/decide.c, decide_answer_by()).
+DOWN_TIMEOUT_MS = 6000
+
+
+def etcd_held(cluster, ns="default"):
+    """{key: (config, source)} of the decisions etcd holds in ns."""
+    r = cluster.ctl("get", "--prefix", f"/detd/v1/{ns}/decisions/", "-w", "json")
+    out = {}
+    for kv in json.loads(r.stdout).get("kvs", []):
+        v = json.loads(base64.b64decode(kv["value"]))
+        out[v["key"]] = (v["config"], v["source"])
+    return out
+
+
+@requires(HAVE_ETCD, "etcd-server and etcd-client are not installed")
+def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
+    a, b = two
+    etcd = EtcdCluster(tmpdir_short / "etcd", size=1)
+    nodes = []
+    try:
+        etcd.start()
+        first = job(a, "run-1")
+        lock = tmpdir_short / "run-1.lock.json"
+        assert detctl(a, "lock", "export", "-o", lock).returncode == 0
+        # Another store decided key 0 otherwise (and key 3), then key 4.
+        job(b, "mine", ranks=1, keys=(0, 3), winner=3)
+        other, later = tmpdir_short / "other.json", tmpdir_short / "later.json"
+        assert detctl(b, "lock", "export", "-o", other, "--all").returncode == 0
+        job(b, "more", ranks=1, keys=(4,), winner=3)
+        assert detctl(b, "lock", "export", "-o", later, "--all").returncode == 0
+
+        # A daemon given a lock at start whose etcd does not answer (nothing
+        # listens there) stops after LOCK_START_S, naming how many entries
+        # etcd did not take; it never serves. Checked at the end.
+        n3 = Daemon(tmpdir_short, name="n3", extra_args=["--etcd", f"http://127.0.0.1:{free_port()}", "--node-id",
+                                                         "n3", "--lock", later])
+        nodes.append(n3.start(wait=False))
+
+        # Two nodes on etcd: n1 given the lock at start (detd --lock), n0
+        # importing through detctl.
+        port = free_port()
+        for name, extra in (("n0", ["--metrics", f"127.0.0.1:{port}"]), ("n1", ["--lock", lock])):
+            nd = Daemon(tmpdir_short, name=name, extra_args=["--etcd", etcd.endpoints, "--node-id", name, *extra])
+            nodes.append(nd.start(wait=False))
+        n0, n1 = nodes[1:]
+        for nd in (n0, n1):
+            nd.wait_ready(timeout=READY_S)
+        assert "lock 'run-1.lock.json' (sha256 " in n1.read_log() and \
+            "3 decisions added, 0 unchanged, 0 conflicting (kept as stored), 0 skipped (provenance), through etcd" \
+            in n1.read_log(), n1.read_log()[-3000:]
+        # etcd holds the lock's decisions: a cluster decision each (source import).
+        assert etcd_held(etcd) == {f"[i:{i}]": (first[0][i][1], 4) for i in (0, 1, 2)}
+
+        # A lock whose key 0 the cluster decided otherwise: CONFLICT, kept.
+        r = detctl(n0, "lock", "import", other)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"CONFLICT {KERNEL} [i:0] [sm90]: decided already as {first[0][0][1]} (import); the lock says " \
+            f"{CANDS[3]}: kept" in r.stdout, r.stdout
+        assert "1 added, 0 unchanged, 1 conflicting (kept as stored), 0 skipped" in r.stdout, r.stdout
+        assert "the cluster's decision is kept" in n0.read_log()
+        r = detctl(n0, "lock", "import", lock)
+        assert r.returncode == 0 and "0 added, 3 unchanged, 0 conflicting" in r.stdout, r.stdout + r.stderr
+        # A node that holds nothing yet (given the other lock at start, before
+        # its watch delivered anything) learns the conflict from etcd itself.
+        n2 = Daemon(tmpdir_short, name="n2", extra_args=["--etcd", etcd.endpoints, "--node-id", "n2", "--lock", other])
+        nodes.append(n2.start(wait=False))
+        n2.wait_ready(timeout=READY_S)
+        assert "lock 'other.json' (sha256 " in n2.read_log() and "0 decisions added, 1 unchanged, 1 conflicting (kept " \
+            "as stored), 0 skipped (provenance), through etcd" in n2.read_log(), n2.read_log()[-3000:]
+        assert f"key [i:0] is decided already as {first[0][0][1]}, the lock says {CANDS[3]}: the cluster's decision " \
+            "is kept" in n2.read_log()
+        held = etcd_held(etcd)
+        assert held["[i:0]"] == (first[0][0][1], 4) and held["[i:3]"] == (CANDS[3], 4), held
+
+        # A client on each node: every key DECIDED with the lock's config
+        # (key 3 with the other lock's), nothing timed anywhere.
+        for nd in (n0, n1):
+            assert job(nd, "run-2", ranks=1) == [{i: (dc.DECIDED, first[0][i][1]) for i in (0, 1, 2)}]
+            p = Rank(nd, 1, "run-2")
+            assert p.decide(3) == (dc.DECIDED, CANDS[3])
+            p.close()
+            st = nd.status()
+            assert counter(st, "timing_passes") == 0 and counter(st, "decisions_import") == 4, st
+        r = detctl(n0, "verify", "--lock", lock)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+        # etcd unreachable: the import fails naming what etcd did not take
+        # and what landed (here: what this node held already).
+        n1.stop()
+        n2.stop()
+        etcd.kill(0)
+        r = subprocess.run([str(DETCTL), "--socket", n0.socket, "--timeout", str(DOWN_TIMEOUT_MS), "lock", "import",
+                            later], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert f"detctl: lock import (detd at '{n0.socket}'): etcd did not take 1 of the 3 entries of this request " \
+            f"(etcd unreachable: no answer by the deadline): {KERNEL} [i:4] [sm90]; those are not known to be decided" in r.stderr \
+            and "landed: 0 added, 1 unchanged, 1 conflicting (kept as stored), 0 skipped" in r.stderr, r.stderr
+        assert n0.read_log().count("lock 'later.json': 1 of 3 entries not committed (etcd unreachable") == 1
+        assert counter(n0.status(), "lock_not_committed") == 1
+        assert val(scrape(port)[0], "detd_lock_not_committed_total") == 1
+        assert n3.proc.wait(timeout=READY_S) != 0
+        assert f"--lock '{later}': etcd did not take 3 of its 3 entries (etcd unreachable: no answer by the " \
+            "deadline): the daemon does not start on a lock half given (0 landed" in n3.read_log(), n3.read_log()[-3000:]
+        assert "serving on" not in n3.read_log() and not Path(n3.socket).exists()
+    finally:
+        for nd in nodes:
+            nd.stop()
+        etcd.stop()
+    for nd in nodes:  # under -DDETD_SANITIZE=ON: any report fails the test
+        log = nd.read_log()
+        assert "Sanitizer" not in log and "runtime error" not in log, log[-6000:]
 
 
 # ---- provenance of a real timing pass, and detd-run --lock ----

@@ -628,6 +628,130 @@ TEST(etcd_drain_fails_commits_in_flight) {
     fx_close();
 }
 
+/* ---- batches (commit_batch(): a lock's entries through etcd) ---------- */
+
+/* What a batch's callback got. */
+struct batch_seen {
+    int calls;
+    size_t n;
+    int err[4], won[4];
+    char stands[4][128];
+};
+
+static void on_batch(struct daemon *d, void *ctx, struct commit_result *res,
+                     size_t n) {
+    (void)d;
+    struct batch_seen *s = ctx;
+    s->calls++;
+    s->n = n;
+    for (size_t i = 0; i < n && i < 4; i++) {
+        s->err[i] = res[i].err;
+        s->won[i] = res[i].won;
+        snprintf(s->stands[i], sizeof(s->stands[i]), "%s",
+                 res[i].stands.config ? res[i].stands.config : "");
+    }
+}
+
+TEST(etcd_batch_each_row_wins_or_finds_what_stands) {
+    open_etcd();
+    struct row r[4], theirs_same, theirs_other;
+    const char *keys[] = {"b1", "b2", "b3", "b4"};
+    struct decision rows[4];
+    for (int i = 0; i < 4; i++) {
+        row_make(&r[i], keys[i], CFG_A, DETD_SOURCE_IMPORT, 77, "node-x");
+        rows[i] = r[i].d;
+    }
+    row_make(&theirs_same, "b2", CFG_A, DETD_SOURCE_TIMED, 5, "node-b");
+    row_make(&theirs_other, "b3", CFG_B, DETD_SOURCE_TIMED, 6, "node-b");
+    /* A waiter of b1 on this node is released by the batch's commit. */
+    designate(r[0].id, 1);
+    rpc_call *w = add_waiter(r[0].id, 2, 0);
+    struct batch_seen seen = {0};
+    CHECK_EQ_INT(commit_batch(&D, rows, 4, 987654, on_batch, &seen), 0);
+    /* One commit per row, one writer id for the batch (not the rows'
+     * claim ids), consecutive cookies; nothing answered yet. */
+    CHECK_EQ_INT(FC.n_commits, 4);
+    for (int i = 0; i < 4; i++) {
+        CHECK_STR(FC.commits[i].id, r[i].id);
+        CHECK_EQ_INT(FC.commits[i].claim_id, FC.commits[0].claim_id);
+        CHECK_EQ_INT(FC.commits[i].deadline_ms, 987654);
+        CHECK_EQ_INT(FC.commits[i].cookie, FC.commits[0].cookie + i);
+    }
+    CHECK(FC.commits[0].claim_id != 77);
+    CHECK_EQ_INT(seen.calls, 0);
+
+    size_t l0 = 0, l1 = 0, l2 = 0;
+    char *v0 = row_value(&r[0].d, "node-x/1/n/2", &l0);
+    char *v1 = row_value(&theirs_same.d, "node-b/9/o/5", &l1);
+    char *v2 = row_value(&theirs_other.d, "node-b/9/o/6", &l2);
+    committed(r[0].id, FC.commits[0].cookie, 0, 1, v0, l0);
+    committed(r[1].id, FC.commits[1].cookie, 0, 0, v1, l1);
+    committed(r[2].id, FC.commits[2].cookie, 0, 0, v2, l2);
+    CHECK_EQ_INT(seen.calls, 0);
+    check_decided(w, CFG_A, 0);
+    /* Every answer is stored as any commit's: the other writer's rows. */
+    CHECK_STR(stored_config(r[0].id), CFG_A);
+    CHECK_STR(stored_config(r[2].id), CFG_B);
+    CHECK_EQ_INT(D.counters.committed[DETD_SOURCE_IMPORT], 1);
+    CHECK_EQ_INT(D.counters.committed[DETD_SOURCE_TIMED], 2);
+    /* The last row: etcd silent past the deadline. */
+    CHECK_EQ_INT(commit_tick(&D, 987000), 987654);
+    CHECK_EQ_INT(seen.calls, 0);
+    commit_tick(&D, 987654);
+    CHECK_EQ_INT(seen.calls, 1);
+    CHECK_EQ_INT(seen.n, 4);
+    CHECK_EQ_INT(seen.err[0], 0);
+    CHECK_EQ_INT(seen.won[0], 1);
+    CHECK_EQ_INT(seen.err[1], 0);
+    CHECK_EQ_INT(seen.won[1], 0);
+    CHECK_STR(seen.stands[1], CFG_A);
+    CHECK_EQ_INT(seen.won[2], 0);
+    CHECK_STR(seen.stands[2], CFG_B);
+    CHECK_EQ_INT(seen.err[3], DETD_ETIMEDOUT);
+    /* etcd's late answer is still stored, and ends nothing twice. */
+    committed(r[3].id, FC.commits[3].cookie, 0, 1, v0, l0);
+    commit_tick(&D, INT64_MAX - 1);
+    commit_drain(&D);
+    CHECK_EQ_INT(seen.calls, 1);
+    free(v0);
+    free(v1);
+    free(v2);
+    fake_call_free(w);
+    fx_close();
+}
+
+TEST(etcd_batch_refused_or_drained) {
+    open_etcd();
+    struct row a, b;
+    row_make(&a, "c1", CFG_A, DETD_SOURCE_IMPORT, 0, "");
+    row_make(&b, "c2", CFG_B, DETD_SOURCE_IMPORT, 0, "");
+    struct decision rows[2] = {a.d, b.d};
+    /* Every row refused at once (a value over etcd's cap): the callback
+     * runs before commit_batch() returns. */
+    FC.commit_rc = DETD_ELIMIT;
+    struct batch_seen seen = {0};
+    CHECK_EQ_INT(commit_batch(&D, rows, 2, INT64_MAX, on_batch, &seen), 0);
+    CHECK_EQ_INT(seen.calls, 1);
+    CHECK_EQ_INT(seen.err[0], DETD_ELIMIT);
+    CHECK_EQ_INT(seen.err[1], DETD_ELIMIT);
+    /* Nothing to commit: answered at once. */
+    struct batch_seen none = {0};
+    CHECK_EQ_INT(commit_batch(&D, rows, 0, INT64_MAX, on_batch, &none), 0);
+    CHECK_EQ_INT(none.calls, 1);
+    CHECK_EQ_INT(none.n, 0);
+    /* The drain ends a batch in flight. */
+    FC.commit_rc = 0;
+    struct batch_seen drained = {0};
+    CHECK_EQ_INT(commit_batch(&D, rows, 2, INT64_MAX, on_batch, &drained), 0);
+    CHECK_EQ_INT(drained.calls, 0);
+    commit_drain(&D);
+    CHECK_EQ_INT(drained.calls, 1);
+    CHECK_EQ_INT(drained.err[0], DETD_ECANCELLED);
+    CHECK_EQ_INT(drained.err[1], DETD_ECANCELLED);
+    CHECK_STR(stored_config(a.id), "");
+    fx_close();
+}
+
 int main(int argc, char **argv) {
     return runner_main(argc, argv);
 }
