@@ -163,6 +163,28 @@ static wire_fork_fn_ wire_lookup_(const char *c_name, const char *cxx_name) {
     return fn;
 }
 
+/*
+ * A channel that never connects, held for the life of the process. gRPC
+ * (1.51) keeps its default EventEngine only while some channel's
+ * arguments refer to it, and the last channel's cleanup runs later on one
+ * of the engine's own threads; a process that closed its last client just
+ * before exit() raced that teardown against the exit handlers and died of
+ * SIGSEGV in PollPoller::Shutdown (seen under load, about 1 exit in 40 of
+ * test_daemon_start's ranks). With this reference the engine outlives
+ * every client, so closing one never tears it down. Nothing is ever sent
+ * on it: a channel connects only when a call or a connectivity check asks.
+ */
+static grpc_channel *wire_engine_keeper_;
+
+static void wire_keep_engine_(void) {
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    if (creds == NULL)
+        return; /* no reference held: as before, nothing worse */
+    wire_engine_keeper_ =
+        grpc_channel_create("unix:/dev/null/detd-engine-keeper", creds, NULL);
+    grpc_channel_credentials_release(creds);
+}
+
 static void wire_init_once_(void) {
     /* The library never prints: keep gRPC quiet unless asked for logs. */
     if (getenv("GRPC_VERBOSITY") == NULL && getenv("GRPC_TRACE") == NULL)
@@ -173,6 +195,7 @@ static void wire_init_once_(void) {
     setenv("GRPC_ENABLE_FORK_SUPPORT", "1", 0);
     setenv("GRPC_POLL_STRATEGY", "poll", 0);
     grpc_init();
+    wire_keep_engine_();
     wire_prefork_ = wire_lookup_("grpc_prefork", "_Z12grpc_preforkv");
     wire_postfork_parent_ =
         wire_lookup_("grpc_postfork_parent", "_Z20grpc_postfork_parentv");
