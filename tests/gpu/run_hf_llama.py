@@ -139,6 +139,7 @@ def main():
     ap.add_argument("--cap-s", default="190,190,130,110",
                     help="caps of the default run, detd run 1, the rerun and the negative run (seconds)")
     ap.add_argument("--no-negative", action="store_true", help="leave out detd with torch's defaults")
+    ap.add_argument("--no-default", action="store_true", help="leave out default torch.compile's run")
     ap.add_argument("--cpu", action="store_true", help="a tiny model on the CPU (a check of the script)")
     ap.add_argument("--compile-mode", default=None,
                     help="torch.compile's mode (default max-autotune; 'default' with --cpu; 'none': eager)")
@@ -161,7 +162,11 @@ def main():
         return max(1.0, min(caps[i], a.budget_s - (time.time() - t_start) - sum(caps[i + 1:3])))
 
     runs, capped, walls = {}, {}, {}
-    runs["default"], capped["default"], walls["default"] = launch(a, work, "default", "default", False, {}, cap(0))
+    if a.no_default:
+        runs["default"], capped["default"], walls["default"] = [None] * a.procs, False, 0.0
+    else:
+        runs["default"], capped["default"], walls["default"] = launch(a, work, "default", "default", False, {},
+                                                                      cap(0))
     d = Daemon(os.path.join(work, "daemon"))
     jobs = {"detd run 1": "run1", "detd rerun": "rerun"}
     try:
@@ -172,6 +177,9 @@ def main():
             if i == 1:
                 st1 = d.status()
         st2 = d.status()
+        # The decisions each detd run made, to name any key a rerun met
+        # that run 1 did not (it is timed in the rerun).
+        decisions = json.loads(d.detctl("decisions", "--json").stdout or "{}").get("decisions", [])
         left = a.budget_s - (time.time() - t_start)
         if not a.no_negative and left >= caps[3]:
             name = "detd, torch defaults"
@@ -218,6 +226,14 @@ def main():
     sd, s1, s2 = step_ms(runs["default"]), step_ms(r1), step_ms(r2)
     print(f"detd run 1 = rerun (params, every loss and gradient): {same12}; timing passes, daemon: run 1 {passes1}, "
           f"rerun {passes2}")
+    late = [x for x in decisions if (x.get("decided_by") or {}).get("job") == "rerun"]
+    for x in late[:12]:  # decided in the rerun: a key run 1 did not meet
+        base = x["kernel"].split("@")[0]
+        near = [y for y in decisions
+                if (y.get("decided_by") or {}).get("job") == "run1" and y["kernel"].split("@")[0] == base]
+        print(f"  rerun-only key: {x['kernel']} {x['key'][:160]} ({len(x.get('timings') or [])} candidates); "
+              f"run 1 had {len(near)} of that name: " + "; ".join(
+                  f"{y['kernel']} {y['key'][:160]} ({len(y.get('timings') or [])} candidates)" for y in near[:2]))
     if sd and s1 and s2:
         print(f"step ms: default {sd:.2f}, detd run 1 {s1:.2f} ({s1 / sd:.3f}x), rerun {s2:.2f} ({s2 / sd:.3f}x)")
     if wd and w1:
@@ -251,6 +267,7 @@ def main():
     for c, ok in checks.items():
         print(f"  {'ok  ' if ok else 'FAIL'} {c}")
     json.dump(dict(runs=runs, capped=capped, walls=walls, passes=[passes1, passes2], targets=targets, checks=checks,
+                   decisions=decisions,
                    verify={k: [v.stdout, vs.stdout] for k, (v, vs) in verify.items()}),
               open(os.path.join(a.out, "hf_llama.json"), "w"))
     ok = all(checks.values())
