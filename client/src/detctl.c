@@ -334,17 +334,10 @@ static int detctl_decisions(const struct detctl_opts *o,
     char ns[256];
     const char *src = NULL;
     detctl_call_namespace(o, ch, ns, sizeof ns, &src);
-    Detd__V1__ListDecisionsRequest req = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
     Detd__V1__ListDecisionsResponse *r = NULL;
-    req.api_version = DETD_API_VERSION;
-    req.namespace_ = ns;
     int exact =
         o->kernel != NULL && detctl_kernel_form(o->kernel) == DETCTL_KERNEL_ID;
-    if (exact)
-        req.kernel = (char *)o->kernel;
-    int ex = detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &req.base,
-                         &detd__v1__list_decisions_response__descriptor,
-                         (ProtobufCMessage **)&r);
+    int ex = detctl_call_decisions(o, ch, ns, exact ? o->kernel : NULL, &r);
     if (ex != DETCTL_EXIT_OK)
         return ex;
     size_t shown = 0;

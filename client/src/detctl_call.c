@@ -125,16 +125,74 @@ int detctl_call_observations(const struct detctl_opts *o,
     return ex;
 }
 
+static int dec_by_kernel_key(const void *a, const void *b) {
+    const Detd__V1__Decision *x = *(Detd__V1__Decision *const *)a;
+    const Detd__V1__Decision *y = *(Detd__V1__Decision *const *)b;
+    int c = strcmp(x->kernel, y->kernel);
+    if (c == 0)
+        c = strcmp(x->key, y->key);
+    if (c == 0)
+        c = strcmp(x->arch, y->arch);
+    return c;
+}
+
 /* See detctl_call.h. */
 int detctl_call_decisions(const struct detctl_opts *o, struct wire_channel *ch,
-                          const char *ns,
+                          const char *ns, const char *kernel,
                           Detd__V1__ListDecisionsResponse **ret) {
     Detd__V1__ListDecisionsRequest req = DETD__V1__LIST_DECISIONS_REQUEST__INIT;
+    Detd__V1__ListDecisionsResponse *all = NULL;
+    char after[128] = "";
     req.api_version = DETD_API_VERSION;
     req.namespace_ = (char *)(ns ? ns : "");
-    return detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &req.base,
-                       &detd__v1__list_decisions_response__descriptor,
-                       (ProtobufCMessage **)ret);
+    req.kernel = (char *)(kernel ? kernel : "");
+    req.paged = 1;
+    for (;;) {
+        Detd__V1__ListDecisionsResponse *r = NULL;
+        req.after_id = after;
+        int ex = detctl_call(o, ch, WIRE_METHOD_LIST_DECISIONS, &req.base,
+                             &detd__v1__list_decisions_response__descriptor,
+                             (ProtobufCMessage **)&r);
+        if (ex != DETCTL_EXIT_OK) {
+            if (all != NULL)
+                protobuf_c_message_free_unpacked(&all->base, NULL);
+            return ex;
+        }
+        const char *next = r->next_after_id ? r->next_after_id : "";
+        /* A daemon before 0.9 does not page (no next id): its one answer,
+         * truncated at its cap, is all there is. */
+        int more = r->truncated && r->n_decisions > 0 && next[0] != '\0' &&
+                   strcmp(next, after) != 0 && strlen(next) < sizeof after;
+        if (more)
+            snprintf(after, sizeof after, "%s", next); /* r is freed below */
+        if (all == NULL) {
+            all = r;
+        } else {
+            Detd__V1__Decision **g =
+                realloc(all->decisions,
+                        (all->n_decisions + r->n_decisions) * sizeof(*g));
+            if (g == NULL) {
+                protobuf_c_message_free_unpacked(&r->base, NULL);
+                protobuf_c_message_free_unpacked(&all->base, NULL);
+                fprintf(stderr, "detctl: out of memory\n");
+                return DETCTL_EXIT_ERROR;
+            }
+            memcpy(g + all->n_decisions, r->decisions,
+                   r->n_decisions * sizeof(*g));
+            all->decisions = g;
+            all->n_decisions += r->n_decisions;
+            all->truncated = r->truncated;
+            r->n_decisions = 0; /* moved into all */
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+        }
+        if (!more)
+            break;
+    }
+    if (all->n_decisions > 1)
+        qsort(all->decisions, all->n_decisions, sizeof(*all->decisions),
+              dec_by_kernel_key);
+    *ret = all;
+    return DETCTL_EXIT_OK;
 }
 
 static int add_id(char ***ids, size_t *n, const char *id) {
@@ -159,7 +217,7 @@ int detctl_call_kernels(const struct detctl_opts *o, struct wire_channel *ch,
     size_t n = 0;
     int ex = DETCTL_EXIT_OK;
     Detd__V1__ListDecisionsResponse *r = NULL;
-    ex = detctl_call_decisions(o, ch, ns, &r);
+    ex = detctl_call_decisions(o, ch, ns, NULL, &r);
     if (ex != DETCTL_EXIT_OK)
         goto fail;
     for (size_t i = 0; i < r->n_decisions && ex == 0; i++)

@@ -51,11 +51,14 @@ int detctl_call_observations(const struct detctl_opts *o,
                              Detd__V1__ListObservationsResponse ***ret_pages,
                              size_t *ret_n, int *ret_capped);
 
-/* The decisions of namespace ns ("" or NULL: the daemon's), one
- * ListDecisions call (the daemon's cap: check (*ret)->truncated). Returns
- * 0 with *ret the answer, or the exit status after printing the failure. */
+/* The decisions of namespace ns ("" or NULL: the daemon's), of one exact
+ * kernel id (NULL: all), every page of ListDecisions (each at most 512
+ * KiB) merged into one answer ordered by kernel, key and arch
+ * ((*ret)->truncated: a daemon that does not page stopped at its cap).
+ * Returns 0 with *ret the answer, or the exit status after printing the
+ * failure. */
 int detctl_call_decisions(const struct detctl_opts *o, struct wire_channel *ch,
-                          const char *ns,
+                          const char *ns, const char *kernel,
                           Detd__V1__ListDecisionsResponse **ret);
 
 /* Where detctl_call_kernels() looks beside the decisions (flags). */

@@ -165,7 +165,7 @@ int detctl_lock_export_run(const struct detctl_opts *o,
                          (ProtobufCMessage **)&st);
     if (ex != DETCTL_EXIT_OK)
         goto out;
-    ex = detctl_call_decisions(o, ch, ns, &ld);
+    ex = detctl_call_decisions(o, ch, ns, NULL, &ld);
     if (ex != DETCTL_EXIT_OK)
         goto out;
     if (ld->truncated) {

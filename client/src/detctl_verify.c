@@ -785,7 +785,7 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     size_t n_all = 0;
     for (size_t i = 0; i < n_pages; i++)
         n_all += pages[i]->n_observations;
-    ex = detctl_call_decisions(o, ch, ns, &ld);
+    ex = detctl_call_decisions(o, ch, ns, NULL, &ld);
     if (ex != DETCTL_EXIT_OK)
         goto out;
     ex = DETCTL_EXIT_ERROR;

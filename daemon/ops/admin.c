@@ -22,6 +22,8 @@
 #include "health.pb-c.h"
 #include "io/listener.h"
 #include "app/imports.h"
+#include "app/validate.h"
+#include "core/keyid.h"
 #include "ops/tableadmin.h"
 #include "ops/votes.h"
 
@@ -356,19 +358,33 @@ struct list_ctx {
     struct convert_decision *pbs;
     struct decision *rows;
     size_t n, cap;
+    size_t bytes;
+    int full; /* stopped at the cap or the page's bytes */
     int oom;
 };
 
 static int list_cb(void *ctx, const struct decision *r) {
     struct list_ctx *l = ctx;
-    if (l->n == l->cap)
+    if (l->n == l->cap) {
+        l->full = 1;
         return 1;
+    }
     struct decision *c = &l->rows[l->n];
     if (decision_copy(r, 1, c) != 0) {
         l->oom = 1;
         return 1;
     }
     convert_decision_fill(c, &l->pbs[l->n], 1);
+    /* An answer the client can take: at most DAEMON_MAX_PAGE_BYTES of
+     * rows (a decision with its timings can be kilobytes). */
+    size_t sz = protobuf_c_message_get_packed_size(&l->pbs[l->n].msg.base) + 16;
+    if (l->n > 0 && l->bytes + sz > DAEMON_MAX_PAGE_BYTES) {
+        convert_decision_clear(&l->pbs[l->n]);
+        decision_clear(c);
+        l->full = 1;
+        return 1;
+    }
+    l->bytes += sz;
     l->items[l->n] = &l->pbs[l->n].msg;
     l->n++;
     return 0;
@@ -384,6 +400,9 @@ void admin_list(struct daemon *d, struct rpc_event *ev) {
     const char *ns =
         req->namespace_ && req->namespace_[0] ? req->namespace_ : d->cfg->ns;
     const char *kernel = req->kernel && req->kernel[0] ? req->kernel : NULL;
+    if (validate_str(ev->call, "after_id", req->after_id, KEYID_HEX_LEN, 0) !=
+        0)
+        goto out;
     l.cap = limit;
     uint64_t total = 0;
     store_count_decisions(d->store, ns, &total, NULL);
@@ -396,7 +415,11 @@ void admin_list(struct daemon *d, struct rpc_event *ev) {
         rpc_fail(ev->call, RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    int rc = store_each_decision(d->store, ns, kernel, limit + 1, list_cb, &l);
+    int rc =
+        req->paged
+            ? store_each_decision_page(d->store, ns, NULL, kernel,
+                                       req->after_id, limit + 1, list_cb, &l)
+            : store_each_decision(d->store, ns, kernel, limit + 1, list_cb, &l);
     if (rc != 0) {
         storeerr_reply(d, ev->call, rc);
         goto out;
@@ -410,7 +433,11 @@ void admin_list(struct daemon *d, struct rpc_event *ev) {
     resp.api_version = SVC_API_VERSION;
     resp.decisions = l.items;
     resp.n_decisions = l.n;
-    resp.truncated = l.n == l.cap && total > l.n;
+    resp.truncated = l.full && (l.n < l.cap || total > l.n);
+    if (req->paged)
+        resp.next_after_id = l.n > 0
+                                 ? l.rows[l.n - 1].id
+                                 : (req->after_id != NULL ? req->after_id : "");
     rpc_reply(ev->call, &resp.base);
 out:
     for (size_t i = 0; i < l.n; i++) {

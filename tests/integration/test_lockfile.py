@@ -493,3 +493,30 @@ def test_provenance_of_a_real_timing_pass_travels_with_the_lock(two, tmpdir_shor
     finally:
         if started.get("pid"):
             os.kill(started["pid"], 15)
+
+
+def test_decisions_past_one_message_are_listed_and_exported_in_pages(two, tmpdir_short):
+    """More decisions than one 1 MiB answer holds (700 keys of 64 candidates,
+    about 2 KiB each with their timings): detctl decisions, verify and lock
+    export read every page of ListDecisions (at most 512 KiB each), where
+    one answer used to exceed the client's message limit and fail."""
+    a, _ = two
+    kernel = "tests.lock:wide@0123456789abcdef"
+    p = subprocess.run([str(BUILD / "tests" / "detd_loadgen"), "--socket", a.socket, "--keys", "700",
+                        "--candidates", "64", "--kernel", kernel, "--sleep-ms", "0", "--observe"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    r = detctl(a, "decisions", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    rows = doc["decisions"]
+    assert len(rows) == 700 and doc["truncated"] is False, (len(rows), doc["truncated"])
+    assert len({(x["kernel"], x["key"]) for x in rows}) == 700
+    assert [(x["kernel"], x["key"]) for x in rows] == sorted((x["kernel"], x["key"]) for x in rows)
+    assert len(r.stdout) > (1 << 20), len(r.stdout)  # the whole list is over one message
+    lock = tmpdir_short / "wide.json"
+    r = detctl(a, "lock", "export", "-o", lock, "--all")
+    assert r.returncode == 0 and f"wrote {lock}: 700 decisions" in r.stdout, r.stdout + r.stderr
+    assert len(json.loads(lock.read_text())["entries"]) == 700
+    v = detctl(a, "verify", "--all-jobs")
+    assert v.returncode == 0 and "700 keys checked" in v.stdout, v.stdout + v.stderr
