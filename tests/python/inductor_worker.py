@@ -31,20 +31,26 @@ What cannot run here, and its stand-in (this machine has no GPU):
   pass.
 * With ``DETD_TEST_SHARE_MARKS=<dir>`` (the shared pass of a selection):
   Inductor's own eager precompile of every choice before ``lookup``
-  (``make_precompile_fn``; Python 3.11.7 skips it anyway, cpython issue
-  106905) is off, so every ``TritonTemplateCaller.precompile`` here is a
+  (the function ``make_precompile_fn`` returns; Python 3.11.7 skips it
+  anyway, cpython issue 106905) is off, so every ``TritonTemplateCaller.precompile`` here is a
   share compiled for the timing process. The real ``precompile`` runs
   (the generated benchmark module loaded, its kernel's precompile: the
   launchers above) and leaves a mark in ``<dir>``; the stand-in benchmark
   of the timing process holds its first pass until every template choice
   but the first has a mark (at most ``DETD_TEST_SHARE_WAIT_S``), as a
   real pass lasts longer than the shares.
+* ``DETD_TEST_EXTERN_WINS=1``: the stand-in benchmark times ATen's choice
+  clearly ahead of every template (a known winner).
+* ``DETD_TEST_FAIL_CHOICE=extern|template``: the last choice of that kind
+  fails to compile in this process (``mark_failed()`` after the
+  precompile, as Inductor marks a compile that raised or timed out).
 
 Writes JSON: ``autotuners`` (detd.autotuners()), ``bench_calls`` (runtime
 benchmarks run here), ``select_passes`` (algorithm-selection benchmarks
 run here), ``descents`` (each coordinate descent run here: its start, the
 config it returned, how many configs it timed), ``precompiles`` (template
-precompiles run here), ``stats`` (``detd.stats()``), ``digest`` (SHA-256
+precompiles run here), ``precompile_fns`` (Inductor's own precompile of
+a selection's choices, run here), ``stats`` (``detd.stats()``), ``digest`` (SHA-256
 of the outputs' bytes), ``ran``/``error``.
 """
 
@@ -151,10 +157,51 @@ def _noisy_autotune(self, name, input_nodes, layout, input_gen_fns, choices, **k
     if MARKS and counts["select"] == 1:
         _hold_for_shares(choices)
     rng = random.Random(time.time_ns() ^ os.getpid())
+    if EXTERN_WINS:  # ATen's choice clearly ahead: no re-measure, a known winner
+        return {c: 1.0 if type(c).__name__ == "ExternKernelCaller" else 5.0 + rng.random() for c in choices}
     return {c: 1.0 + rng.random() for c in choices}
 
 
+EXTERN_WINS = os.environ.get("DETD_TEST_EXTERN_WINS") == "1"
 sa.AlgorithmSelectorCache.autotune = _noisy_autotune
+from detd import _inductor  # noqa: E402
+
+# Inductor's own precompile of a selection's choices, counted (detd skips
+# it for a selection already decided).
+_own_precompile_fn = _inductor._orig.get("precompile_fn")
+counts["precompile_fn"] = 0
+
+
+def _counted_precompile_fn(self, *a, **kw):
+    counts["precompile_fn"] += 1
+    if MARKS:
+        return lambda: {}
+    return _own_precompile_fn(self, *a, **kw)
+
+
+if _own_precompile_fn is not None:
+    _inductor._orig["precompile_fn"] = _counted_precompile_fn
+
+# DETD_TEST_FAIL_CHOICE=extern|template: after the precompile, the last
+# choice of that kind failed to compile in this process (marked failed,
+# as Inductor marks a choice whose compile raised or timed out), so
+# do_autotuning drops it before lookup.
+FAIL = os.environ.get("DETD_TEST_FAIL_CHOICE")
+if FAIL:
+    _mpf = sa.AlgorithmSelectorCache.make_precompile_fn
+
+    def _failing_mpf(self, choices, *a, **kw):
+        fn = _mpf(self, choices, *a, **kw)
+
+        def run():
+            out = fn()
+            kind = [c for c in choices if (type(c).__name__ == "ExternKernelCaller") == (FAIL == "extern")]
+            kind[-1].mark_failed()
+            return out
+
+        return run
+
+    sa.AlgorithmSelectorCache.make_precompile_fn = _failing_mpf
 if MARKS:
     _precompile = sa.TritonTemplateCaller.precompile
 
@@ -164,7 +211,6 @@ if MARKS:
         open(_mark(self), "w").close()
 
     sa.TritonTemplateCaller.precompile = _marked_precompile
-    sa.AlgorithmSelectorCache.make_precompile_fn = lambda self, *a, **kw: (lambda: {})
 
 # What each coordinate descent run here returned, and how many configs it
 # timed: the test checks the committed config is the descent's own result.
@@ -230,6 +276,7 @@ result["bench_calls"] = counts["bench"]
 result["select_passes"] = counts["select"]
 result["descents"] = descents
 result["precompiles"] = counts["precompile"]
+result["precompile_fns"] = counts["precompile_fn"]
 result["stats"] = detd.stats()
 result["autotuners"] = detd.autotuners()
 result["patched"] = th.CachingAutotuner.autotune_to_one_config.__module__ == "detd._inductor"

@@ -266,7 +266,10 @@ def stats() -> dict:
     ``final_replaced`` (fallbacks replaced by their decision) and
     ``final_kept``; the Inductor adapter's ``inductor_shares`` (choices
     of a max-autotune selection precompiled here while another process
-    timed it) and ``inductor_share_errors``; the CUDA graph captures checked:
+    timed it), ``inductor_share_errors``, ``inductor_failed_here``
+    (choices of a governed selection that failed to compile in this
+    process) and ``inductor_precompiles_skipped`` (choices not precompiled
+    because their selection was decided); the CUDA graph captures checked:
     ``capture_checks``, ``capture_warnings``, ``capture_refused``; and
     ``phases``: where this process's resolves of new keys spent their wall
     time (compile, benchmark, remeasure, waiting, daemon, other; see

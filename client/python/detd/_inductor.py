@@ -39,7 +39,13 @@ decision per key, made by one timing pass in the whole job:
     process benchmarks them with the function Inductor passed in (its own
     ``autotune``); every process gets timings in which the committed choice
     is 1.0 and every other +inf, so Inductor's own pick (the minimum) is
-    the committed choice. While one process times a selection, a waiting
+    the committed choice. The selection is keyed by its whole list of
+    choices as ``make_precompile_fn`` saw it, before Inductor dropped
+    those that failed to compile in this process: every process meets the
+    same key; a choice lost here is reported as failed when this process
+    times, and is a miss (with that reason) when it is the committed one.
+    A selection already decided skips Inductor's precompile of its
+    choices (it only serves benchmarking). While one process times a selection, a waiting
     process helps it as on the Triton path (``DETD_SHARE_PASS``,
     :class:`detd._loop.Share`): each share the daemon gives it is one
     choice (from the end of the list, never the first), precompiled here
@@ -109,6 +115,7 @@ resolve loop (ask, wait, report, retry) and its errors :mod:`detd._loop`'s.
 
 from __future__ import annotations
 
+import collections
 import copy
 import hashlib
 import itertools
@@ -155,6 +162,15 @@ class _Status:
         # process (its shares), and those whose precompile raised.
         self.shares = 0
         self.share_errors = 0
+        # Each selection's whole list of choices, noted before Inductor
+        # precompiles them (make_precompile_fn), by (op, inputs key): the
+        # selection is keyed by it, not by the choices that compiled here.
+        self.full: "collections.OrderedDict[Tuple[str, str], Tuple[str, ...]]" = collections.OrderedDict()
+        # Choices of governed selections that failed to compile in this
+        # process (keyed by the whole list all the same), and the choices
+        # not precompiled because the selection was already decided.
+        self.failed_here = 0
+        self.precompiles_skipped = 0
 
 
 _st = _Status()
@@ -213,12 +229,16 @@ def status() -> dict:
 
 
 def counts() -> dict:
-    """This process's share counters for ``detd.stats()``:
+    """This process's selection counters for ``detd.stats()``:
     ``inductor_shares`` (choices precompiled here for another process's
-    selection pass) and ``inductor_share_errors`` (those whose precompile
-    raised; logged once, never raised)."""
+    selection pass), ``inductor_share_errors`` (those whose precompile
+    raised; logged once, never raised), ``inductor_failed_here`` (choices
+    of governed selections that failed to compile in this process; logged
+    once) and ``inductor_precompiles_skipped`` (choices not precompiled
+    because their selection was already decided)."""
     with _st.lock:
-        return dict(inductor_shares=_st.shares, inductor_share_errors=_st.share_errors)
+        return dict(inductor_shares=_st.shares, inductor_share_errors=_st.share_errors,
+                    inductor_failed_here=_st.failed_here, inductor_precompiles_skipped=_st.precompiles_skipped)
 
 
 # ---------------------------------------------------------------- install
@@ -300,6 +320,9 @@ def _patch_select():
             cls = sel.AlgorithmSelectorCache
             _orig["lookup"] = cls.lookup
             cls.lookup = _patched_lookup
+            if callable(getattr(cls, "make_precompile_fn", None)):
+                _orig["precompile_fn"] = cls.make_precompile_fn
+                cls.make_precompile_fn = _patched_precompile_fn
 
 
 def _unpatch():
@@ -502,7 +525,8 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
            time_pass: Callable[[], List[Tuple[str, List[float], bool]]],
            cheapest: Callable[[Sequence[str]], str],
            searched: Optional[Callable[[str], bool]] = None,
-           share: Optional[_loop.Share] = None) -> Outcome:
+           share: Optional[_loop.Share] = None,
+           here: Optional[Callable[[str], bool]] = None) -> Outcome:
     """Resolve one governed key: override, a single candidate, or the
     daemon through the package's one resolve loop (:func:`detd._loop.resolve`;
     designated, ``time_pass()`` gives the report rows, each a candidate
@@ -513,7 +537,10 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     outside the candidates is one the search can reach in this process
     (the report's rows, the answer and an override must be). ``share``:
     how a waiting process helps the pass (:class:`_SelectShare`); what it
-    compiled is recorded (``shared``)."""
+    compiled is recorded (``shared``). ``here(config)``: whether a
+    candidate can run in this process (a selection's choice that failed to
+    compile here cannot): a decision or override that cannot is a miss
+    with that reason, and a fallback picks among those that can."""
     settings = _process.settings()
     cands = tuple(candidates)
     configs = tuple(c for c in cands if not _canon.is_search(c))
@@ -521,14 +548,25 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     def usable(config: str) -> bool:
         return config in configs or (searched is not None and searched(config))
 
+    def runs_here(config: str) -> bool:
+        return here is None or here(config)
+
+    def not_here(what: str, config: str) -> str:
+        return f"{what} {config!r} failed to compile in this process"
+
     dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, cands)
     out: Optional[Outcome] = None
     override = settings.override_for(name, kernel)
+    reason = None
     if override is not None and usable(override):
-        out = Outcome(override, _native.SOURCE_OVERRIDE)
+        if runs_here(override):
+            out = Outcome(override, _native.SOURCE_OVERRIDE)
+        else:
+            reason = not_here("override", override)
     elif len(cands) == 1:
         out = Outcome(cands[0], _native.SOURCE_LOCAL, note="one candidate")
-    reason = f"override {override!r} matches no candidate" if override is not None and out is None else None
+    if override is not None and out is None and reason is None:
+        reason = f"override {override!r} matches no candidate"
     asked = False
     if out is None and reason is None:
         timings, how = None, None
@@ -551,7 +589,9 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             raise _loop.PassFailedError(kernel, key, str(res.report_error)) from res.report_error
         note = f"claim lost {res.lost}x (passed on, or the daemon restarted): asked again" if res.lost else None
         if ans is not None and ans.outcome == _native.OUTCOME_DECIDED:
-            if usable(ans.config):
+            if usable(ans.config) and not runs_here(ans.config):
+                reason = not_here("the daemon's config", ans.config)
+            elif usable(ans.config):
                 out = Outcome(ans.config, ans.source or _native.SOURCE_TIMED, timed_here=res.rows is not None,
                               timings=timings, note=note)
             else:
@@ -567,7 +607,8 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             _record(kernel, name, cands, key, dict(config=None, source="miss", governed=True, timed_here=False,
                                                    note=reason, candidates=list(cands)))
             raise _loop.MissError(kernel, key, reason or "no answer")
-        chosen = configs[0] if policy == "first" else cheapest(configs)
+        pool = [c for c in configs if runs_here(c)] or list(configs)
+        chosen = pool[0] if policy == "first" else cheapest(pool)
         _process.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
                            f"using on_miss={policy}")
         out = Outcome(chosen, _native.SOURCE_FALLBACK, note=f"{reason}; on_miss={policy}")
@@ -902,6 +943,61 @@ class _SelectShare:
         return True
 
 
+# Selections whose whole list is remembered for lookup(); a compile keeps
+# far fewer alive at once (the oldest is dropped first).
+FULL_LISTS_MAX = 1024
+
+
+def _select_ids(op, inputs, hint_override, cands) -> Tuple[str, str]:
+    """A selection's kernel identity and key (module docstring)."""
+    import torch
+
+    kernel = _canon.kernel_identity(PREFIX + str(op), _canon.code_guard("choices", "\n".join(sorted(cands))))
+    key = _canon.key_string(("select", str(inputs), hint_override, torch.get_float32_matmul_precision(),
+                             *_versions()))
+    return kernel, key
+
+
+def _patched_precompile_fn(self, choices, name, inputs_key, *args, **kwargs):
+    """Inductor's ``make_precompile_fn``, which gets a selection's whole
+    list of choices before they are compiled (``do_autotuning`` then drops
+    those that failed): the list is noted for :func:`_patched_lookup`. A
+    governed selection already decided (a rerun, or another process timed
+    it) compiles nothing here: a precompile only serves benchmarking, and
+    the chosen choice is generated into the compiled graph as without it."""
+    full = tuple(dict.fromkeys(choice_string(c) for c in choices))
+    with _st.lock:
+        _st.full[(str(name), str(inputs_key))] = full
+        _st.full.move_to_end((str(name), str(inputs_key)))
+        while len(_st.full) > FULL_LISTS_MAX:
+            _st.full.popitem(last=False)
+    if len(full) > 1 and _process.active() and governed(PREFIX + str(name)):
+        kernel, key = _select_ids(name, inputs_key, None, full)
+        settings = _process.settings()
+        try:
+            dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, full)
+            ans = _process.client().decide(dkey, True, _loop.NO_WAIT_ASK_MS)
+        except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+            log.debug("detd: cannot ask whether %s is decided before precompiling: %s", kernel, e)
+            ans = None
+        if ans is not None and ans.outcome == _native.OUTCOME_DECIDED and ans.config in full:
+            with _st.lock:
+                _st.precompiles_skipped += len(full)
+            return lambda: {}
+    return _orig["precompile_fn"](self, choices, name, inputs_key, *args, **kwargs)
+
+
+def _full_list(op, inputs, live: Dict[str, Any]) -> Tuple[str, ...]:
+    """The selection's whole list of choices as ``make_precompile_fn``
+    saw it, when the live ones (those that compiled here) are all in it;
+    else the live ones."""
+    with _st.lock:
+        full = _st.full.get((str(op), str(inputs)))
+    if full is None or not set(live) <= set(full):
+        return tuple(live)
+    return full
+
+
 def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     name = PREFIX + str(op)
     _st.lookups += 1
@@ -911,12 +1007,20 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     live: Dict[str, Any] = {}
     for c in choices:
         live.setdefault(choice_string(c), c)
-    cands = tuple(live)
-    kernel = _canon.kernel_identity(name, _canon.code_guard("choices", "\n".join(sorted(cands))))
-    import torch
-
-    key = _canon.key_string(("select", str(inputs), hint_override, torch.get_float32_matmul_precision(),
-                             *_versions()))
+    # Keyed by the whole list: a choice that failed to compile in this
+    # process only (an error, the precompile timeout) must not give it a
+    # selection of its own, timed alone and compared with no one.
+    cands = _full_list(op, inputs, live)
+    lost = [s for s in cands if s not in live]
+    kernel, key = _select_ids(op, inputs, hint_override, cands)
+    if lost and governed(name):
+        with _st.lock:
+            _st.failed_here += len(lost)
+        _process.warn_once(f"failed-here:{kernel}:{key}",
+                           f"detd: {len(lost)} of {len(cands)} choices of {kernel} failed to compile in this "
+                           f"process ({', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''}); the selection "
+                           f"is still keyed by all {len(cands)} and uses the committed choice, unless it is one "
+                           f"of these (counted in detd.stats()['inductor_failed_here'])")
 
     if not governed(name):
         ran = []
@@ -932,8 +1036,10 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
         return timings
 
     def time_pass():
+        # A choice that failed to compile here is reported as failed.
         timings = benchmark(list(live.values()))  # Inductor's own (self.autotune)
-        return _recheck(_rows((s, timings.get(c, float("inf"))) for s, c in live.items()),
+        return _recheck(_rows((s, timings.get(live[s], float("inf")) if s in live else float("inf"))
+                              for s in cands),
                         lambda strings: benchmark([live[x] for x in strings]),
                         lambda t, x: t.get(live[x], float("inf")))
 
@@ -941,9 +1047,11 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
         ext = [s for s in strings if s.startswith("extern:")]
         return ext[0] if ext else strings[0]
 
-    # Waiting for another process's pass: precompile a share of the choices.
-    share = _loop.Share(list(live.values()), cands, _SelectShare(kernel), None)
+    # Waiting for another process's pass: precompile a share of the choices
+    # (one that failed here has no object: nothing to compile).
+    share = _loop.Share([live.get(s) for s in cands], cands, _SelectShare(kernel), None)
     with _key_lock(kernel, key):
-        out = decide(kernel, name, key, cands, time_pass, cheapest, share=share)
+        out = decide(kernel, name, key, cands, time_pass, cheapest, share=share,
+                     here=(lambda c: c in live) if lost else None)
     chosen = live[out.config]
     return {c: (_CHOSEN_MS if c is chosen else float("inf")) for c in choices}
