@@ -142,6 +142,9 @@ def main():
             res["keys"] = sum(len(t["keys"]) for t in tuners)
             res["governed"] = sum(len(t["keys"]) for t in tuners if t.get("governed"))
             res["inductor"] = [t.get("status") for t in detd.autotuners() if t["kernel"] == "inductor::*"]
+            st = detd.stats()
+            res["stats"] = {k: st.get(k) for k in ("inductor_failed_here", "inductor_precompiles_skipped",
+                                                   "inductor_shares")}
         with open(a.out + ".tmp", "w") as f:
             json.dump(res, f)
         os.replace(a.out + ".tmp", a.out)
