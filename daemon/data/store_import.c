@@ -247,28 +247,34 @@ int store_get_lock_skip(store *s, const char *ns, const char *id,
     if (s == NULL || ns == NULL || id == NULL || ret_file == NULL ||
         ret_reason == NULL)
         return store_einval(s, op, "a NULL argument");
-    /* The file's length in bytes, then the file and the reason. */
-    char *v = NULL;
-    int err = store_query_text(s,
-                               "SELECT length(CAST(file AS BLOB)) || ':' ||"
-                               " file || reason FROM lock_skips WHERE ns = ?1"
-                               " AND id = ?2",
-                               op, ns, id, &v);
+    sqlite3_stmt *st = NULL;
+    int err = store_prepare(s,
+                            "SELECT file, reason FROM lock_skips"
+                            " WHERE ns = ?1 AND id = ?2",
+                            0, &st, op);
     if (err < 0)
         return err;
-    char *end = NULL;
-    unsigned long n = strtoul(v, &end, 10);
-    if (end == NULL || *end != ':' || n > strlen(end + 1)) {
-        free(v);
-        return store_failf(s, DETD_ECORRUPT, "%s: a bad row", op);
+    if ((err = store_bind_text(s, st, 1, ns, op)) < 0 ||
+        (err = store_bind_text(s, st, 2, id, op)) < 0)
+        goto out;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        err = DETD_ENOTFOUND;
+        goto out;
     }
-    *ret_file = strndup(end + 1, n);
-    *ret_reason = strdup(end + 1 + n);
-    free(v);
-    if (*ret_file == NULL || *ret_reason == NULL) {
-        free(*ret_file);
-        free(*ret_reason);
-        return store_failf(s, DETD_ENOMEM, "%s: out of memory", op);
+    if (rc != SQLITE_ROW) {
+        err = store_fail(s, rc, op);
+        goto out;
     }
-    return 0;
+    char *file = NULL;
+    if ((err = store_col_strdup(s, st, 0, op, &file)) < 0)
+        goto out;
+    if ((err = store_col_strdup(s, st, 1, op, ret_reason)) < 0) {
+        free(file);
+        goto out;
+    }
+    *ret_file = file;
+out:
+    sqlite3_finalize(st);
+    return err;
 }
