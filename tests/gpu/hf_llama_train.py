@@ -143,7 +143,7 @@ def main():
             res["governed"] = sum(len(t["keys"]) for t in tuners if t.get("governed"))
             res["inductor"] = [t.get("status") for t in detd.autotuners() if t["kernel"] == "inductor::*"]
             st = detd.stats()
-            res["stats"] = {k: st.get(k) for k in ("inductor_failed_here", "inductor_precompiles_skipped",
+            res["stats"] = {k: st.get(k) for k in ("inductor_failed_here", "inductor_lost_used", "inductor_precompiles_skipped",
                                                    "inductor_shares")}
         with open(a.out + ".tmp", "w") as f:
             json.dump(res, f)

@@ -268,7 +268,8 @@ def stats() -> dict:
     of a max-autotune selection precompiled here while another process
     timed it), ``inductor_share_errors``, ``inductor_failed_here``
     (choices of a governed selection that failed to compile in this
-    process) and ``inductor_precompiles_skipped`` (choices not precompiled
+    process), ``inductor_lost_used`` (committed ones among them, used all
+    the same) and ``inductor_precompiles_skipped`` (choices not precompiled
     because their selection was decided); the CUDA graph captures checked:
     ``capture_checks``, ``capture_warnings``, ``capture_refused``; and
     ``phases``: where this process's resolves of new keys spent their wall

@@ -43,7 +43,8 @@ decision per key, made by one timing pass in the whole job:
     choices as ``make_precompile_fn`` saw it, before Inductor dropped
     those that failed to compile in this process: every process meets the
     same key; a choice lost here is reported as failed when this process
-    times, and is a miss (with that reason) when it is the committed one.
+    times, and used all the same when it is the committed one (compiled
+    with the graph; the precompile only served benchmarking).
     A selection already decided skips Inductor's precompile of its
     choices (it only serves benchmarking). While one process times a selection, a waiting
     process helps it as on the Triton path (``DETD_SHARE_PASS``,
@@ -123,6 +124,7 @@ import logging
 import math
 import sys
 import threading
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _canon, _imports, _loop, _native, _process, _provenance, _triton
@@ -163,13 +165,15 @@ class _Status:
         self.shares = 0
         self.share_errors = 0
         # Each selection's whole list of choices, noted before Inductor
-        # precompiles them (make_precompile_fn), by (op, inputs key): the
-        # selection is keyed by it, not by the choices that compiled here.
-        self.full: "collections.OrderedDict[Tuple[str, str], Tuple[str, ...]]" = collections.OrderedDict()
+        # precompiles them (make_precompile_fn), by (op, inputs key): its
+        # strings, each with a weak reference to the choice.
+        self.full: "collections.OrderedDict[Tuple[str, str], tuple]" = collections.OrderedDict()
         # Choices of governed selections that failed to compile in this
-        # process (keyed by the whole list all the same), and the choices
-        # not precompiled because the selection was already decided.
+        # process (keyed by the whole list all the same); committed
+        # choices among them, used all the same; choices not precompiled
+        # because their selection was already decided.
         self.failed_here = 0
+        self.lost_used = 0
         self.precompiles_skipped = 0
 
 
@@ -234,11 +238,13 @@ def counts() -> dict:
     selection pass), ``inductor_share_errors`` (those whose precompile
     raised; logged once, never raised), ``inductor_failed_here`` (choices
     of governed selections that failed to compile in this process; logged
-    once) and ``inductor_precompiles_skipped`` (choices not precompiled
-    because their selection was already decided)."""
+    once), ``inductor_lost_used`` (committed choices among those, used all
+    the same; logged once) and ``inductor_precompiles_skipped`` (choices
+    not precompiled because their selection was already decided)."""
     with _st.lock:
         return dict(inductor_shares=_st.shares, inductor_share_errors=_st.share_errors,
-                    inductor_failed_here=_st.failed_here, inductor_precompiles_skipped=_st.precompiles_skipped)
+                    inductor_failed_here=_st.failed_here, inductor_lost_used=_st.lost_used,
+                    inductor_precompiles_skipped=_st.precompiles_skipped)
 
 
 # ---------------------------------------------------------------- install
@@ -525,8 +531,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
            time_pass: Callable[[], List[Tuple[str, List[float], bool]]],
            cheapest: Callable[[Sequence[str]], str],
            searched: Optional[Callable[[str], bool]] = None,
-           share: Optional[_loop.Share] = None,
-           here: Optional[Callable[[str], bool]] = None) -> Outcome:
+           share: Optional[_loop.Share] = None) -> Outcome:
     """Resolve one governed key: override, a single candidate, or the
     daemon through the package's one resolve loop (:func:`detd._loop.resolve`;
     designated, ``time_pass()`` gives the report rows, each a candidate
@@ -537,10 +542,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     outside the candidates is one the search can reach in this process
     (the report's rows, the answer and an override must be). ``share``:
     how a waiting process helps the pass (:class:`_SelectShare`); what it
-    compiled is recorded (``shared``). ``here(config)``: whether a
-    candidate can run in this process (a selection's choice that failed to
-    compile here cannot): a decision or override that cannot is a miss
-    with that reason, and a fallback picks among those that can."""
+    compiled is recorded (``shared``)."""
     settings = _process.settings()
     cands = tuple(candidates)
     configs = tuple(c for c in cands if not _canon.is_search(c))
@@ -548,25 +550,14 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     def usable(config: str) -> bool:
         return config in configs or (searched is not None and searched(config))
 
-    def runs_here(config: str) -> bool:
-        return here is None or here(config)
-
-    def not_here(what: str, config: str) -> str:
-        return f"{what} {config!r} failed to compile in this process"
-
     dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, cands)
     out: Optional[Outcome] = None
     override = settings.override_for(name, kernel)
-    reason = None
     if override is not None and usable(override):
-        if runs_here(override):
-            out = Outcome(override, _native.SOURCE_OVERRIDE)
-        else:
-            reason = not_here("override", override)
+        out = Outcome(override, _native.SOURCE_OVERRIDE)
     elif len(cands) == 1:
         out = Outcome(cands[0], _native.SOURCE_LOCAL, note="one candidate")
-    if override is not None and out is None and reason is None:
-        reason = f"override {override!r} matches no candidate"
+    reason = f"override {override!r} matches no candidate" if override is not None and out is None else None
     asked = False
     if out is None and reason is None:
         timings, how = None, None
@@ -589,9 +580,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             raise _loop.PassFailedError(kernel, key, str(res.report_error)) from res.report_error
         note = f"claim lost {res.lost}x (passed on, or the daemon restarted): asked again" if res.lost else None
         if ans is not None and ans.outcome == _native.OUTCOME_DECIDED:
-            if usable(ans.config) and not runs_here(ans.config):
-                reason = not_here("the daemon's config", ans.config)
-            elif usable(ans.config):
+            if usable(ans.config):
                 out = Outcome(ans.config, ans.source or _native.SOURCE_TIMED, timed_here=res.rows is not None,
                               timings=timings, note=note)
             else:
@@ -607,8 +596,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
             _record(kernel, name, cands, key, dict(config=None, source="miss", governed=True, timed_here=False,
                                                    note=reason, candidates=list(cands)))
             raise _loop.MissError(kernel, key, reason or "no answer")
-        pool = [c for c in configs if runs_here(c)] or list(configs)
-        chosen = pool[0] if policy == "first" else cheapest(pool)
+        chosen = configs[0] if policy == "first" else cheapest(configs)
         _process.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for kernel {kernel} key {key}: {reason}; "
                            f"using on_miss={policy}")
         out = Outcome(chosen, _native.SOURCE_FALLBACK, note=f"{reason}; on_miss={policy}")
@@ -965,9 +953,15 @@ def _patched_precompile_fn(self, choices, name, inputs_key, *args, **kwargs):
     governed selection already decided (a rerun, or another process timed
     it) compiles nothing here: a precompile only serves benchmarking, and
     the chosen choice is generated into the compiled graph as without it."""
-    full = tuple(dict.fromkeys(choice_string(c) for c in choices))
+    noted: Dict[str, Any] = {}
+    for c in choices:
+        try:
+            noted.setdefault(choice_string(c), weakref.ref(c))
+        except TypeError:  # a choice without weak references: never taken for a lost one
+            noted.setdefault(choice_string(c), None)
+    full = tuple(noted)
     with _st.lock:
-        _st.full[(str(name), str(inputs_key))] = full
+        _st.full[(str(name), str(inputs_key))] = tuple(noted.items())
         _st.full.move_to_end((str(name), str(inputs_key)))
         while len(_st.full) > FULL_LISTS_MAX:
             _st.full.popitem(last=False)
@@ -987,15 +981,27 @@ def _patched_precompile_fn(self, choices, name, inputs_key, *args, **kwargs):
     return _orig["precompile_fn"](self, choices, name, inputs_key, *args, **kwargs)
 
 
-def _full_list(op, inputs, live: Dict[str, Any]) -> Tuple[str, ...]:
+def _full_list(op, inputs, live: Dict[str, Any]) -> Tuple[Tuple[str, ...], Dict[str, Any]]:
     """The selection's whole list of choices as ``make_precompile_fn``
-    saw it, when the live ones (those that compiled here) are all in it;
-    else the live ones."""
+    saw it, and the choices Inductor dropped from it because they failed
+    to compile here (string -> choice); when the live ones are not that
+    list less choices marked failed (another subset, such as a
+    prescreening pass's), the live ones and none."""
     with _st.lock:
-        full = _st.full.get((str(op), str(inputs)))
-    if full is None or not set(live) <= set(full):
-        return tuple(live)
-    return full
+        noted = _st.full.get((str(op), str(inputs)))
+    if noted is None:
+        return tuple(live), {}
+    lost: Dict[str, Any] = {}
+    for string, ref in noted:
+        if string in live:
+            continue
+        c = ref() if ref is not None else None
+        if c is None or getattr(c, "failed", False) is not True:
+            return tuple(live), {}
+        lost[string] = c
+    if not set(live) <= {string for string, _ in noted}:
+        return tuple(live), {}
+    return tuple(string for string, _ in noted), lost
 
 
 def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
@@ -1010,17 +1016,16 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     # Keyed by the whole list: a choice that failed to compile in this
     # process only (an error, the precompile timeout) must not give it a
     # selection of its own, timed alone and compared with no one.
-    cands = _full_list(op, inputs, live)
-    lost = [s for s in cands if s not in live]
+    cands, lost = _full_list(op, inputs, live)
     kernel, key = _select_ids(op, inputs, hint_override, cands)
     if lost and governed(name):
         with _st.lock:
             _st.failed_here += len(lost)
+        shown = list(lost)[:3]
         _process.warn_once(f"failed-here:{kernel}:{key}",
                            f"detd: {len(lost)} of {len(cands)} choices of {kernel} failed to compile in this "
-                           f"process ({', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''}); the selection "
-                           f"is still keyed by all {len(cands)} and uses the committed choice, unless it is one "
-                           f"of these (counted in detd.stats()['inductor_failed_here'])")
+                           f"process ({', '.join(shown)}{', ...' if len(lost) > 3 else ''}); the selection is "
+                           f"still keyed by all {len(cands)} (counted in detd.stats()['inductor_failed_here'])")
 
     if not governed(name):
         ran = []
@@ -1051,7 +1056,20 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     # (one that failed here has no object: nothing to compile).
     share = _loop.Share([live.get(s) for s in cands], cands, _SelectShare(kernel), None)
     with _key_lock(kernel, key):
-        out = decide(kernel, name, key, cands, time_pass, cheapest, share=share,
-                     here=(lambda c: c in live) if lost else None)
-    chosen = live[out.config]
-    return {c: (_CHOSEN_MS if c is chosen else float("inf")) for c in choices}
+        out = decide(kernel, name, key, cands, time_pass, cheapest, share=share)
+    chosen = live.get(out.config)
+    if chosen is None:
+        # The committed choice is one this process lost: used all the same.
+        # Its precompile only served benchmarking; its code is generated
+        # into the compiled graph and compiled there, where an error that
+        # is not this process's load fails the compile, loudly.
+        chosen = lost[out.config]
+        with _st.lock:
+            _st.lost_used += 1
+        _process.warn_once(f"lost-used:{kernel}:{key}",
+                           f"detd: the committed choice {out.config} of {kernel} failed its precompile in this "
+                           f"process; it is used all the same (compiled with the graph; counted in "
+                           f"detd.stats()['inductor_lost_used'])")
+    timings = {c: float("inf") for c in choices}
+    timings[chosen] = _CHOSEN_MS
+    return timings
