@@ -92,7 +92,8 @@ def main():
     x, y = torch.randn(64, 128), torch.randn(64, 128)
     out = scale_add(x, y)
     result = dict(searches=searches, config=json.loads(scale_add.bind((x, y))._config.to_json()),
-                  digest=hashlib.sha256(out.numpy().tobytes()).hexdigest(), autotuners=detd.autotuners())
+                  digest=hashlib.sha256(out.numpy().tobytes()).hexdigest(), autotuners=detd.autotuners(),
+                  not_final=detd.not_final())
     with open(out_path, "w") as f:
         json.dump(result, f)
 

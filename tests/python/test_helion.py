@@ -36,6 +36,18 @@ def test_one_search_for_the_job_same_config_same_bytes_and_rerun_searches_nothin
         assert r["returncode"] == 0, r["output"]
         assert r["searches"] == 0 and r["config"] == run1[0]["config"], (r["searches"], r["output"])
         assert r["digest"] == run1[0]["digest"]
+        assert r["not_final"] == [], r["not_final"]
+    # Pinned, in a namespace with no decision, on_miss=cheapest: Helion's
+    # default config, searched by nobody; the key is not final, so
+    # detd.wait_final() and the check before a CUDA graph capture see it.
+    (pin,) = run_workers(daemon, 1, tmp_path, script=WORKER, tag="p",
+                         env={"DETD_MODE": "pinned", "DETD_ON_MISS": "cheapest", "DETD_NAMESPACE": "unseen"})
+    assert pin["returncode"] == 0 and pin["searches"] == 0, pin["output"]
+    (e,) = [a for a in pin["autotuners"] if a["kind"] == "helion"]
+    (k,) = e["keys"]
+    assert k["source"] == "fallback" and k["string"] == k["candidates"][0], k
+    assert [(x["kernel"], x["key"], x["state"], x["config"]) for x in pin["not_final"]] == \
+        [(e["kernel"], k["key"], "fallback", k["string"])], pin["not_final"]
 
 
 def test_helion_setting_is_checked():

@@ -310,6 +310,11 @@ class _Governed:
             _process.warn_once(f"miss:{kernel}:{key}", f"detd: no decision for Helion kernel {kernel} key {key}: "
                                f"{reason}; using its default config (on_miss={settings.on_miss})")
             cfg = space.default
+            # Not final: detd.wait_final() (and the check before a CUDA
+            # graph capture) waits for the decision; the bound kernel keeps
+            # the config it compiled, unless the decision is that one.
+            _process.note_provisional(_process.Provisional(kernel, key, dkey, string, lambda c: c == string,
+                                                           res.wait.fell_back(reason)))
         _record(kernel, name, key, dict(config=cfg.to_json(), string=string,
                                         source=_native.SOURCE_NAMES.get(source, str(source)), governed=True,
                                         timed_here=res.rows is not None, candidates=list(cands)), True)
