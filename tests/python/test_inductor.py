@@ -473,6 +473,27 @@ def test_gpu_step_script_runs_one_process_through_run_procs(tmp_path, monkeypatc
         ris.run_one("auto", str(tmp_path), "bad", 5, "", {"FAIL": "1"}, 0)
 
 
+def test_noting_a_selections_choices_never_fails_inductors_precompile(monkeypatch):
+    """detd's wrapper of ``make_precompile_fn`` (the whole list noted, a
+    decided selection's precompile skipped): an error of its own is a
+    warning, once, and Inductor's precompile runs as without detd."""
+    from detd import _inductor
+
+    calls = []
+    monkeypatch.setitem(_inductor._orig, "precompile_fn",
+                        lambda self, choices, name, key, *a, **kw: calls.append((name, key)) or "inductor's own")
+
+    def broken(choice):
+        raise ValueError("a choice detd cannot name")
+
+    monkeypatch.setattr(_inductor, "choice_string", broken)
+    with pytest.warns(RuntimeWarning, match=r"noting the choices of selection bmm before Inductor's precompile "
+                                            r"failed \(ValueError: a choice detd cannot name\); it precompiles"):
+        assert _inductor._patched_precompile_fn(object(), [object()], "bmm", "k1") == "inductor's own"
+    assert _inductor._patched_precompile_fn(object(), [object()], "bmm", "k2") == "inductor's own"  # warned once
+    assert calls == [("bmm", "k1"), ("bmm", "k2")]
+
+
 def test_a_selection_share_that_fails_is_counted_and_logged_once(caplog):
     """A waiting process's share of a selection (``_SelectShare``, at the
     ``precompile()`` boundary of Inductor's choices; the test above runs

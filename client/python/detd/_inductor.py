@@ -14,89 +14,38 @@ decision per key, made by one timing pass in the whole job:
 ``coordesc``
     ``CachingAutotuner.coordinate_descent_tuning`` (with
     ``coordinate_descent_tuning`` on): the candidates are every config the
-    descent can reach from its start (the committed ``configs`` choice):
-    the product, over the tuner's tunable fields present in the start
-    config, of the values ``CoordescTuner.get_neighbour_values`` reaches
-    along that axis (stage counts: six steps either way), filtered by
-    ``is_valid_config``. The designated
+    descent can reach from its start (the committed ``configs`` choice),
+    filtered by ``is_valid_config`` (:func:`coordesc_space`); over
+    ``DETD_MAX_CANDIDATES`` (1024) the key names the search instead
+    (:class:`_Search`, docs/inductor.md "Large searches"). The designated
     process runs Inductor's own descent and reports the config it returned
-    (its own rule chose it; the daemon's tie band is not applied to a
-    descent's single-sample timings), the daemon commits it, and every
-    process compiles and launches that config. A space larger than
-    ``DETD_MAX_CANDIDATES`` (1024) is not listed: the key names the search
-    instead (:class:`_Search`; candidates: the start config and the
-    descriptor ``search:inductor.coordesc;tune=XBLOCK:1-4096,...;
-    all_directions=False;radius=1``, the fields the descent tunes with the
-    range :data:`SEARCH_STEPS` steps reach, and its settings). The
-    designated process runs the same descent and reports its result; the
-    daemon checks the reported config's shape (the start with only tuned
-    fields changed, within their ranges) and every process checks the committed one against its own tuner (a value its
-    descent can reach, ``is_valid_config``) before compiling it.
+    (the daemon's tie band is not applied to a descent's single-sample
+    timings); every process checks the committed config against its own
+    tuner before it compiles and launches it.
 ``select``
     ``AlgorithmSelectorCache.lookup`` (compile time, max-autotune: GEMM,
     convolution and other template choices): the candidates are the
-    canonical strings of the ``ChoiceCaller`` objects; the designated
-    process benchmarks them with the function Inductor passed in (its own
-    ``autotune``); every process gets timings in which the committed choice
-    is 1.0 and every other +inf, so Inductor's own pick (the minimum) is
-    the committed choice. The selection is keyed by its whole list of
-    choices as ``make_precompile_fn`` saw it, before Inductor dropped
-    those that failed to compile in this process: every process meets the
-    same key; a choice lost here is reported as failed when this process
-    times, and used all the same when it is the committed one (compiled
-    with the graph; the precompile only served benchmarking).
-    A selection already decided skips Inductor's precompile of its
-    choices (it only serves benchmarking). While one process times a selection, a waiting
-    process helps it as on the Triton path (``DETD_SHARE_PASS``,
-    :class:`detd._loop.Share`): each share the daemon gives it is one
-    choice (from the end of the list, never the first), precompiled here
-    with the choice's own ``precompile()`` into the node's Triton cache;
-    an ATen (extern) choice has nothing to compile and is skipped. A
-    share never changes the answer: an error is counted and logged once,
-    the timing process meets that choice again in its own pass.
+    canonical strings of the ``ChoiceCaller`` objects, the whole list as
+    ``make_precompile_fn`` saw it, before Inductor dropped those that
+    failed to compile in this process, so every process meets the same
+    key. The designated process benchmarks them with the function Inductor
+    passed in (its own ``autotune``; a choice lost here reports as
+    failed); every process gets timings in which the committed choice is
+    1.0 and every other +inf, so Inductor's own pick is the committed
+    choice (one lost here included: the precompile only served
+    benchmarking). A decided selection skips that precompile. While one
+    process times a selection, a waiting process precompiles shares of its
+    choices as on the Triton path (``DETD_SHARE_PASS``,
+    :class:`_SelectShare`); a share never changes the answer.
 
-Identities (readable in ``detctl decisions``)
-    kernel ``inductor::<name>@<guard>``: ``name`` is Inductor's kernel name
-    (``triton_red_fused_sum_0``) or the operation of a selection (``mm``,
-    ``addmm``); ``guard`` is 16 hex digits of SHA-256 over the kernel's
-    Triton source (``configs``, ``coordesc``) or over the sorted candidate
-    strings of the choices (``select``). A double colon never occurs in a Triton
-    kernel's ``module:qualname``. The key is type-tagged (see
-    :mod:`detd._canon`): the stage, the heuristic type, the size hints
-    (sorted), the start config (``coordesc``) or the input layouts and
-    float32 matmul precision (``select``), then ``torch <version>`` and
-    ``triton <version>``. The device arch is the key's ``arch`` field.
-    Nothing in them depends on the process, the device index or a cache
-    path, so every rank and every rerun of the same code meets the same
-    keys.
-
-Candidate strings
-    A config: :func:`detd._triton.config_string` (``XBLOCK=64,num_warps=4``
-    ...). A choice: ``extern:<name>@<digest>`` (``digest``: 12 hex digits
-    of SHA-256 over its ``hash_key()``, which names the ATen kernel and its
-    arguments), or ``<family>:<description>`` for a template (``family``
-    from its hash key, ``triton_mm``; ``description`` Inductor's, every
-    parameter of the config, its ``, `` turned into ``,``). A template's
-    hash key is not used: it holds the hash of the generated module, whose
-    source names the device index, so ranks on different GPUs would differ.
-    A choice with no description: ``<type>:<family>@<digest>``.
-
-Inductor's own caches
-    Governed (``coordinated`` or ``pinned`` mode), ``install()`` sets
-    ``autotune_local_cache``, ``autotune_remote_cache``,
-    ``bundled_autotune_remote_cache``, ``fx_graph_cache``,
-    ``fx_graph_remote_cache`` and ``benchmark_epilogue_fusion`` of
-    ``torch._inductor.config`` to False, and ``enable_autograd_cache`` of
-    ``torch._functorch.config`` too: a best config read from Inductor's
-    autotune caches (local file, remote, bundled), or a compiled graph read
-    from its FX graph cache with the choices of an earlier ungoverned run
-    baked in, would bypass the decision; a fusion decided by timing
-    (``benchmark_epilogue_fusion``) is a timing choice detd does not
-    govern, so Inductor's heuristic decides it instead. In this process
-    ``check_autotune_cache`` also runs with ``force_disable_caches`` for
-    as long as detd governs. Setting those options back after
-    ``install()`` re-enables the caches. Recompiling each run costs
-    compile time, never a different choice.
+Identities, candidate strings, Inductor's own caches
+    docs/inductor.md, "Keys" and "Inductor's caches": kernel
+    ``inductor::<name>@<guard>`` (SHA-256 over the kernel's Triton source,
+    or over a selection's sorted choice strings, :func:`choice_string`),
+    a type-tagged key with ``torch`` and ``triton`` versions and nothing
+    of the process, device index or cache path; while detd governs,
+    ``install()`` turns off every Inductor cache (:data:`CACHE_OPTIONS`)
+    that could hand a process a choice that is not the committed one.
 
 Releases
     torch 2.11 to 2.13 (the versions tested: 2.11 with Triton 3.6 on the
@@ -486,47 +435,6 @@ def governed(name: str) -> bool:
     return _governing() and _process.settings().is_governed(name)
 
 
-def _rows(pairs) -> List[Tuple[str, List[float], bool]]:
-    rows, seen = [], set()
-    for s, t in pairs:
-        if s in seen:
-            continue
-        seen.add(s)
-        try:
-            ms = float(t)
-        except (TypeError, ValueError):
-            ms = float("inf")
-        rows.append((s, [ms], not math.isfinite(ms)))
-    return rows
-
-
-def _recheck(rows, bench, pick):
-    """The re-measure the Triton hook makes (``_loop.recheck_set``,
-    ``recheck_orders``) for a selection: the choices within the band of
-    the best are benchmarked again back to back, in reverse order and then
-    in order (``bench(strings)`` returns Inductor's timings, ``pick(timings,
-    string)`` one choice's), and report all their measurements."""
-    ok = {s: ms[0] for s, ms, failed in rows if not failed}
-    near = _loop.recheck_set(list(ok), ok)
-    if not near:
-        return rows
-    extra = {s: [] for s in near}
-    for order in _loop.recheck_orders(near):
-        t = bench(order)
-        for x in order:
-            try:
-                extra[x].append(float(pick(t, x)))
-            except (TypeError, ValueError):
-                extra[x].append(float("inf"))
-    out = []
-    for s, ms, failed in rows:
-        if s in extra:
-            ms = list(ms) + extra[s]
-            failed = failed or not all(math.isfinite(v) for v in ms)
-        out.append((s, ms, failed))
-    return out
-
-
 def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
            time_pass: Callable[[], List[Tuple[str, List[float], bool]]],
            cheapest: Callable[[Sequence[str]], str],
@@ -705,7 +613,7 @@ def _patched_a2o(self, *args, **kwargs):
         timings = self.benchmark_all_configs(*args, **kwargs)  # Inductor's own benchmarking
         if timings:
             local_best.append(min(timings, key=timings.get))
-        return _rows((_triton.config_string(l.config), t) for l, t in timings.items())
+        return _loop.timing_rows((_triton.config_string(l.config), t) for l, t in timings.items())
 
     with _key_lock(kernel, key):
         out = decide(kernel, name, key, cands, time_pass,
@@ -862,7 +770,7 @@ def _patched_coordesc(self, launcher, *args, **kwargs):
         ms = self.coordesc_tuner.cached_benchmark_results.get(triton_config_to_hashable(winner.config), 0.0)
         if config_of(won) is None:
             won, ms = start_s, 0.0  # outside what detd can name: the start, as the descent began
-        return _rows([(won, ms if _ms(ms) < float("inf") else 0.0)])
+        return _loop.timing_rows([(won, ms if _ms(ms) < float("inf") else 0.0)])
 
     with _key_lock(kernel, key):
         out = decide(kernel, name, key, cands, time_pass, lambda cands: start_s,
@@ -897,14 +805,11 @@ def _patched_check_cache(configs, filename, inductor_meta):
 class _SelectShare:
     """``compile_one`` of a selection's :class:`detd._loop.Share`: a
     waiting process precompiles the choice it was given with the choice's
-    own ``precompile()`` (a Triton template: its benchmark module's
-    kernel, into the node's Triton cache, where the timing process's
-    compile of that choice finds it). An extern (ATen) choice, or one
-    without ``precompile``, has nothing to compile: False. An error is
-    counted and logged (a warning the first time in this process, then
-    at debug level), never raised: the timing process meets that choice
-    again and reports it. ``done``: the strings of the choices compiled
-    here."""
+    own ``precompile()``, into the node's Triton cache, where the timing
+    process's compile finds it. An extern (ATen) choice, one without
+    ``precompile`` or one lost here (None): False. An error is counted and
+    logged (a warning once, then debug), never raised: the timing process
+    meets that choice again. ``done``: the choices compiled here."""
 
     def __init__(self, kernel: str):
         self.kernel = kernel
@@ -952,33 +857,50 @@ def _patched_precompile_fn(self, choices, name, inputs_key, *args, **kwargs):
     those that failed): the list is noted for :func:`_patched_lookup`. A
     governed selection already decided (a rerun, or another process timed
     it) compiles nothing here: a precompile only serves benchmarking, and
-    the chosen choice is generated into the compiled graph as without it."""
+    the chosen choice is generated into the compiled graph as without it.
+    Whatever goes wrong here leaves Inductor's precompile as it is (logged
+    once)."""
+    try:
+        if _note_choices(choices, name, inputs_key):
+            return lambda: {}
+    except Exception as e:  # noqa: BLE001 - never fails Inductor's compile
+        _process.warn_once(f"precompile-note:{name}", f"detd: noting the choices of selection {name} before "
+                           f"Inductor's precompile failed ({_loop.error_line(e)}); it precompiles them as "
+                           f"without detd, and the selection is keyed by the choices that compile")
+    return _orig["precompile_fn"](self, choices, name, inputs_key, *args, **kwargs)
+
+
+def _note_choices(choices, name, inputs_key) -> bool:
+    """Note a selection's whole list (:func:`_patched_precompile_fn`);
+    True when it is decided already, so nothing needs precompiling."""
     noted: Dict[str, Any] = {}
     for c in choices:
+        s = choice_string(c)
         try:
-            noted.setdefault(choice_string(c), weakref.ref(c))
+            noted.setdefault(s, weakref.ref(c))
         except TypeError:  # a choice without weak references: never taken for a lost one
-            noted.setdefault(choice_string(c), None)
+            noted.setdefault(s, None)
     full = tuple(noted)
     with _st.lock:
         _st.full[(str(name), str(inputs_key))] = tuple(noted.items())
         _st.full.move_to_end((str(name), str(inputs_key)))
         while len(_st.full) > FULL_LISTS_MAX:
             _st.full.popitem(last=False)
-    if len(full) > 1 and _process.active() and governed(PREFIX + str(name)):
-        kernel, key = _select_ids(name, inputs_key, None, full)
-        settings = _process.settings()
-        try:
-            dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, full)
-            ans = _process.client().decide(dkey, True, _loop.NO_WAIT_ASK_MS)
-        except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-            log.debug("detd: cannot ask whether %s is decided before precompiling: %s", kernel, e)
-            ans = None
-        if ans is not None and ans.outcome == _native.OUTCOME_DECIDED and ans.config in full:
-            with _st.lock:
-                _st.precompiles_skipped += len(full)
-            return lambda: {}
-    return _orig["precompile_fn"](self, choices, name, inputs_key, *args, **kwargs)
+    if len(full) < 2 or not _process.active() or not governed(PREFIX + str(name)):
+        return False
+    kernel, key = _select_ids(name, inputs_key, None, full)
+    settings = _process.settings()
+    try:
+        dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, full)
+        ans = _process.client().decide(dkey, True, _loop.NO_WAIT_ASK_MS)
+    except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
+        log.debug("detd: cannot ask whether %s is decided before precompiling: %s", kernel, e)
+        return False
+    if ans.outcome != _native.OUTCOME_DECIDED or ans.config not in full:
+        return False
+    with _st.lock:
+        _st.precompiles_skipped += len(full)
+    return True
 
 
 def _full_list(op, inputs, live: Dict[str, Any]) -> Tuple[Tuple[str, ...], Dict[str, Any]]:
@@ -1043,7 +965,7 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     def time_pass():
         # A choice that failed to compile here is reported as failed.
         timings = benchmark(list(live.values()))  # Inductor's own (self.autotune)
-        return _recheck(_rows((s, timings.get(live[s], float("inf")) if s in live else float("inf"))
+        return _loop.recheck_rows(_loop.timing_rows((s, timings.get(live[s], float("inf")) if s in live else float("inf"))
                               for s in cands),
                         lambda strings: benchmark([live[x] for x in strings]),
                         lambda t, x: t.get(live[x], float("inf")))

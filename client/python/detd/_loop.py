@@ -20,6 +20,7 @@ autotuner: what is timed, compiled or benchmarked comes in as functions.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -362,6 +363,50 @@ def _say(msg: str) -> None:
         import sys
 
         print(msg, file=sys.stderr, flush=True)
+
+
+def timing_rows(pairs) -> List[Tuple[str, List[float], bool]]:
+    """Report rows ``(string, [ms], failed)`` from ``(string, timing)``
+    pairs, the first of each string kept; a timing that is not a finite
+    number is a failed row."""
+    rows, seen = [], set()
+    for s, t in pairs:
+        if s in seen:
+            continue
+        seen.add(s)
+        try:
+            ms = float(t)
+        except (TypeError, ValueError):
+            ms = float("inf")
+        rows.append((s, [ms], not math.isfinite(ms)))
+    return rows
+
+
+def recheck_rows(rows, bench, pick):
+    """The re-measure the Triton hook makes (:func:`recheck_set`,
+    :func:`recheck_orders`) for report rows (an Inductor selection's): the choices within the band of
+    the best are benchmarked again back to back, in reverse order and then
+    in order (``bench(strings)`` returns Inductor's timings, ``pick(timings,
+    string)`` one choice's), and report all their measurements."""
+    ok = {s: ms[0] for s, ms, failed in rows if not failed}
+    near = recheck_set(list(ok), ok)
+    if not near:
+        return rows
+    extra = {s: [] for s in near}
+    for order in recheck_orders(near):
+        t = bench(order)
+        for x in order:
+            try:
+                extra[x].append(float(pick(t, x)))
+            except (TypeError, ValueError):
+                extra[x].append(float("inf"))
+    out = []
+    for s, ms, failed in rows:
+        if s in extra:
+            ms = list(ms) + extra[s]
+            failed = failed or not all(math.isfinite(v) for v in ms)
+        out.append((s, ms, failed))
+    return out
 
 
 # A timing pass that has run this long says which candidate it is at (at
