@@ -370,6 +370,14 @@ static size_t autotune_index_(const struct detd_key *k, const char *config) {
     return k->n_candidates;
 }
 
+/* Whether the handle met an outage since it had met `outages`. */
+static int autotune_outage_since_(detd_client *client, uint64_t outages) {
+    struct detd_stats st = {.size = sizeof st};
+    if (detd_client_stats(client, &st) < 0)
+        return 1;
+    return st.outages != outages || st.down_ms > 0;
+}
+
 /* Decide, and when designated time and report, until a decision (or an
  * error). *ret_answer: the decision (DECIDED); res: what happened. */
 static int autotune_resolve_(detd_client *client, const struct detd_key *k,
@@ -387,6 +395,14 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
     int rc = DETD_ETIMEDOUT;
     int timed = 0;
     uint64_t waited = 0; /* held, over every Decide of the wait */
+    /* The daemon answered this wait (another process holds the key), and
+     * the outages the handle had met when it began: a last slice that
+     * ends without its answer, with no outage since, is a daemon slow to
+     * answer on a loaded machine, not one that was away. */
+    int heard = 0;
+    struct detd_stats st0 = {.size = sizeof st0};
+    if (detd_client_stats(client, &st0) < 0)
+        st0.outages = 0;
 
     wire_set_error("no decision within opts->timeout_ms=%lld",
                    (long long)budget);
@@ -425,11 +441,14 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
             rc = DETD_ENOTFOUND;
             break;
         }
+        if (a->outcome == DETD_OUTCOME_TIMEOUT && !a->daemon_away)
+            heard = 1;
         if (a->outcome == DETD_OUTCOME_TIMEOUT && clock_mono_ms() < deadline) {
             waited += a->waited_ms;
             continue;
         }
-        if (a->outcome != DETD_OUTCOME_DESIGNATED && a->daemon_away) {
+        if (a->outcome != DETD_OUTCOME_DESIGNATED && a->daemon_away &&
+            !(heard && !autotune_outage_since_(client, st0.outages))) {
             wire_set_error("no answer from the daemon at '%s' for kernel "
                            "%.200s key %.200s within opts->timeout_ms=%lld "
                            "(it was away, starting or just restarted)",
@@ -440,8 +459,9 @@ static int autotune_resolve_(detd_client *client, const struct detd_key *k,
         }
         if (a->outcome != DETD_OUTCOME_DESIGNATED) {
             wire_set_error("timed out waiting for another process's timing "
-                           "pass of kernel %.200s key %.200s",
-                           k->kernel, k->key);
+                           "pass of kernel %.200s key %.200s (no decision "
+                           "within opts->timeout_ms=%lld)",
+                           k->kernel, k->key, (long long)budget);
             rc = DETD_ETIMEDOUT;
             break;
         }

@@ -598,8 +598,13 @@ DETD_EXPORT int detd_decide(detd_client *client, const struct detd_key *key,
                 req.bench = 1;
                 req.device = client->device;
             }
-            /* Let the daemon answer OUTCOME_TIMEOUT before our deadline. */
+            /* Let the daemon answer OUTCOME_TIMEOUT before our deadline:
+             * a tenth of it, at least 250 ms (half of a shorter one) so
+             * that a loaded machine's scheduling does not turn the answer
+             * of a short last slice into a deadline with no answer. */
             int64_t margin = left / 10 < 1000 ? left / 10 : 1000;
+            if (margin < 250)
+                margin = left / 2 < 250 ? left / 2 : 250;
             req.wait_ms =
                 (uint32_t)(left - margin > UINT32_MAX ? UINT32_MAX
                                                       : left - margin);

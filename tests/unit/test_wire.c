@@ -9,6 +9,10 @@
  *   Decide "hang"        -> never answered (deadline tests); the time
  *                           left to the call's deadline when it arrived
  *                           is the counter hang_deadline_ms
+ *   Decide "late"        -> the first: TIMEOUT at once (another process
+ *                           times the key); the rest never answered (a
+ *                           daemon whose answer to the last slice comes
+ *                           late on a loaded machine)
  *   Decide "limit"       -> INVALID_ARGUMENT "key exceeds 4096 bytes"
  *   Decide other         -> DECIDED, config = candidates[0], decided_by =
  *                           the asking client (so tests see pid, rank)
@@ -43,6 +47,7 @@
 
 #include "detd.pb-c.h"
 #include "clock.h"
+#include "detd/autotune.h"
 #include "detd/client.h"
 #include "health.pb-c.h"
 #include "runner.h"
@@ -84,6 +89,7 @@ struct fake {
     uint64_t attaches, heartbeats, decides, reports, observes, open;
     uint64_t sessions_sent;    /* decides that carried a live session id */
     uint64_t hang_deadline_ms; /* left to the last "hang" call's deadline */
+    uint64_t late_asks;        /* Decides of "late" */
 };
 
 static void fake_request_(struct fake *f) {
@@ -167,6 +173,13 @@ static void fake_unary_(struct fake *f, struct fake_call *c,
                                                      GPR_CLOCK_MONOTONIC);
             int64_t left = gpr_time_to_millis(gpr_time_sub(at, now));
             f->hang_deadline_ms = left > 0 ? (uint64_t)left : 0;
+        } else if (strcmp(q->key->key, "late") == 0) {
+            if (f->late_asks++ == 0) {
+                r.outcome = DETD__V1__OUTCOME__OUTCOME_TIMEOUT;
+                r.holder_rank = 3;
+                r.waited_ms = 1;
+                fake_reply_(c, &r.base, GRPC_STATUS_OK, NULL);
+            }
         } else if (strcmp(q->key->key, "limit") == 0) {
             fake_reply_(c, NULL, GRPC_STATUS_INVALID_ARGUMENT,
                         "key exceeds 4096 bytes");
@@ -213,15 +226,17 @@ static void fake_unary_(struct fake *f, struct fake_call *c,
         fake_reply_(c, &r.base, GRPC_STATUS_OK, NULL);
     } else if (strcmp(method, WIRE_METHOD_STATUS) == 0) {
         Detd__V1__StatusResponse r = DETD__V1__STATUS_RESPONSE__INIT;
-        Detd__V1__Counter cs[8];
-        Detd__V1__Counter *cp[8];
-        const char *names[8] = {
-            "attaches", "heartbeats",   "decides",       "reports",
-            "observes", "streams_open", "sessions_sent", "hang_deadline_ms"};
-        uint64_t vals[8] = {f->attaches,      f->heartbeats,      f->decides,
-                            f->reports,       f->observes,        f->open,
-                            f->sessions_sent, f->hang_deadline_ms};
-        for (int i = 0; i < 8; i++) {
+        Detd__V1__Counter cs[9];
+        Detd__V1__Counter *cp[9];
+        const char *names[9] = {
+            "attaches",      "heartbeats",       "decides",
+            "reports",       "observes",         "streams_open",
+            "sessions_sent", "hang_deadline_ms", "late_asks"};
+        uint64_t vals[9] = {
+            f->attaches,      f->heartbeats,       f->decides,
+            f->reports,       f->observes,         f->open,
+            f->sessions_sent, f->hang_deadline_ms, f->late_asks};
+        for (int i = 0; i < 9; i++) {
             Detd__V1__Counter init = DETD__V1__COUNTER__INIT;
             cs[i] = init;
             cs[i].name = (char *)names[i];
@@ -229,7 +244,7 @@ static void fake_unary_(struct fake *f, struct fake_call *c,
             cp[i] = &cs[i];
         }
         r.version = "fake";
-        r.n_counters = 8;
+        r.n_counters = 9;
         r.counters = cp;
         r.pid = (uint32_t)getpid();
         fake_reply_(c, &r.base, GRPC_STATUS_OK, NULL);
@@ -712,6 +727,47 @@ TEST(decide_deadline) {
     CHECK(took >= 350 && took < 30000);
     uint64_t seen = fake_counter_(&p, "hang_deadline_ms");
     CHECK(seen > 0 && seen <= 400);
+    detd_client_close(c);
+    fake_stop_(&p);
+}
+
+/* A wait whose budget ends on a slice the daemon did not answer in time,
+ * after it had answered the wait (another process times the key) and with
+ * no outage: the reason is the wait for that pass, not an absent daemon
+ * (docs/resolve-contract.md). */
+static int never_launched_(void *user, size_t index, const char *config) {
+    (void)user, (void)index, (void)config;
+    return DETD_EENV;
+}
+
+static int never_timed_(void *user, size_t index, const char *config,
+                        detd_launch_cb launch, void *launch_user,
+                        unsigned warmup, unsigned reps, double *ret_ms) {
+    (void)user, (void)index, (void)config, (void)launch, (void)launch_user;
+    (void)warmup, (void)reps, (void)ret_ms;
+    return DETD_EENV;
+}
+
+TEST(autotune_budget_ends_on_a_late_answer) {
+    struct fake_proc p;
+    fake_start_(&p, 300);
+    detd_client *c = open_(&p, 0);
+    CHECK_EQ_INT(detd_client_connect(c, 5000), 0);
+    struct detd_key k = key_("late");
+    k.kernel = "native::kern@1";
+    struct detd_autotune_options o;
+    detd_autotune_options_init(&o);
+    o.timeout_ms = 600;
+    o.timer = never_timed_; /* never designated: nothing is timed */
+    struct detd_autotune_result r = {.size = sizeof r};
+    size_t index = 99;
+    CHECK_EQ_INT(detd_autotune(c, &k, never_launched_, NULL, &o, &index, &r),
+                 DETD_ETIMEDOUT);
+    CHECK(strstr(detd_client_last_error(),
+                 "timed out waiting for another process's timing pass") !=
+          NULL);
+    CHECK(strstr(detd_client_last_error(), "opts->timeout_ms=600") != NULL);
+    CHECK(fake_counter_(&p, "late_asks") >= 2);
     detd_client_close(c);
     fake_stop_(&p);
 }

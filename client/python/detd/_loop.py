@@ -453,6 +453,15 @@ def holder_text(a) -> str:
             f"{a.held_ms / 1000:.1f} s")
 
 
+def early_ms(wait_ms: int) -> int:
+    """The Decide deadline at which libdetd lets the daemon answer
+    OUTCOME_TIMEOUT after about wait_ms: it answers a tenth early, at
+    least 250 ms (half of a deadline under 500 ms), at most 1 s."""
+    if wait_ms >= 2250:
+        return wait_ms + min(wait_ms // 9 + 1, 1000)
+    return wait_ms + 250 if wait_ms >= 250 else 2 * wait_ms
+
+
 class Wait:
     """A rank's wait for a key another rank times: the slices it asks in,
     the log lines (after ``wait_log_after_s``, then every
@@ -482,8 +491,7 @@ class Wait:
         if self.share or self.next_log is None:
             return left_ms
         slice_ms = max(1, int((self.next_log - time.monotonic()) * 1000))
-        slice_ms += min(slice_ms // 9 + 1, 1000)  # libdetd answers TIMEOUT a tenth early
-        return min(left_ms, slice_ms)
+        return min(left_ms, early_ms(slice_ms))
 
     def waited_ms(self, answer) -> Optional[int]:
         """How long this rank was held: the daemon's count for one wait,
@@ -686,6 +694,10 @@ def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, sett
     # detd/client.h, "Daemon restarts").
     deadline = time.monotonic() + settings.timeout_ms / 1000.0
     lost = rounds = 0
+    # The daemon answered this wait, and the outages met when it began: a
+    # last slice that ends without its answer, with no outage since, is a
+    # daemon slow to answer on a loaded machine, not one that was away.
+    heard, outages = False, _process.client_stats().get("outages", 0)
     while True:
         left_ms = int((deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
@@ -709,6 +721,7 @@ def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, sett
             reason = _failed_reason(e) if pass_failed(e) else f"daemon request failed: {e}"
             answer = None
             break
+        heard = heard or (answer.outcome == _native.OUTCOME_TIMEOUT and not answer.daemon_away)
         if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
             if answer.daemon_away:
                 # The daemon went away (or just came back): libdetd waits
@@ -720,6 +733,10 @@ def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, sett
                 wait.waiting(answer)
             continue
         if answer.outcome != _native.OUTCOME_DESIGNATED:
+            if answer.daemon_away and heard:
+                st = _process.client_stats()
+                if st.get("outages", 0) == outages and st.get("down_ms", 0) <= 0:
+                    answer = answer._replace(daemon_away=False)
             break
         rounds += 1
         if rows is None:
