@@ -23,12 +23,17 @@ exact bits; ``grads``: SHA-256 of all gradients' bytes, each step;
 ``params``: SHA-256 of the parameters' bytes after the last of those
 steps; ``wall_to_step``: seconds from $DETD_HF_T0, the runner's start of
 the run, to the end of that step) and again after --timed-steps more
-steps (``step_ms``: CUDA-event time of each, nothing hashed), with, under
+steps (``step_ms``: CUDA-event time of each, nothing hashed; with
+$DETD_HF_SYNC, a folder the run's processes share, they time their steps
+one at a time once all of them have done the hashed steps, so that no
+other process's compiling, benchmarking or training shares the GPU
+during a timed step), with, under
 detd, ``keys`` (Inductor keys listed by detd.autotuners()) and
 ``governed`` (those governed).
 """
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -149,7 +154,10 @@ def main():
             json.dump(res, f)
         os.replace(a.out + ".tmp", a.out)
 
+    turn = None
     for step in range(a.steps + a.timed_steps):
+        if step == a.steps and a.timed_steps and os.environ.get("DETD_HF_SYNC"):
+            turn = alone_on_the_gpu(os.environ["DETD_HF_SYNC"])
         ids = batch_for(step)
         timed = step >= a.steps and dev.type == "cuda"
         if timed:
@@ -166,6 +174,11 @@ def main():
             end.record()
             torch.cuda.synchronize()
             res["step_ms"].append(start.elapsed_time(end))
+        if step < a.steps:
+            # How far a process got, for a run capped before its last
+            # hashed step (the runner reads it after the kill).
+            with open(a.out + ".progress", "w") as f:
+                json.dump({"step": step + 1, "s": time.time() - T0}, f)
         if step + 1 == a.steps:
             if dev.type == "cuda":
                 torch.cuda.synchronize()
@@ -173,6 +186,22 @@ def main():
             res["params"] = sha(params)
             write()
     write()
+    if turn is not None:
+        turn.close()  # the next process's turn
+
+
+def alone_on_the_gpu(sync):
+    """Wait until every process of the run (WORLD_SIZE) has done its
+    hashed steps, then for this process's turn: an exclusive lock on
+    sync/turn, held (the open file returned) until it closes it. The
+    runner's cap bounds the wait."""
+    n = int(os.environ.get("WORLD_SIZE", "1"))
+    open(os.path.join(sync, f"ready_{os.environ.get('RANK', '0')}"), "w").close()
+    while sum(f.startswith("ready_") for f in os.listdir(sync)) < n:
+        time.sleep(0.05)
+    f = open(os.path.join(sync, "turn"), "a")
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
 
 
 if __name__ == "__main__":
