@@ -116,7 +116,11 @@ stage "Python suite (Triton matrix)" env DETD_BUILD_DIR="$REPO/build" "$REPO/tes
 
 # The release run includes the fault campaign (its fixed seeds); the
 # sanitizer run leaves it out: its deadlines are for an optimized daemon.
-stage "ctest (release)" ctest_in "$REPO/build" -j 2
+# Three at a time on two cores: the long suites mostly wait (etcd
+# elections, leases, restarts: the cores are about 85% idle under two of
+# them), and the tests that time things run alone (RUN_SERIAL,
+# tests/CMakeLists.txt) whatever the parallelism.
+stage "ctest (release)" ctest_in "$REPO/build" -j "${DETD_CTEST_JOBS:-3}"
 
 stage "build (ASan + UBSan)" build "$REPO/build-asan" -DCMAKE_BUILD_TYPE=Debug -DDETD_SANITIZE=ON
 # Python client processes load the plain libdetd (DETD_CLIENT_BUILD_DIR): an

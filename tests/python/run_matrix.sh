@@ -27,10 +27,15 @@
 #   DETD_BUILD_DIR        default <repo>/build (built here if binaries are missing)
 #   DETD_PYTHON_TESTS     what pytest collects, default "tests/python" (the
 #                         quick tier names the in-process test files)
-#   DETD_MATRIX_JOBS      releases whose pytest runs at once, default 2 (the
-#                         suites are separate processes with their own
-#                         daemons, sockets and temporary folders; each
-#                         release's output is printed whole when it ends)
+#   DETD_MATRIX_JOBS      pytest runs at once, default 2 (the suites are
+#                         separate processes with their own daemons,
+#                         sockets and temporary folders; each run's output
+#                         is printed whole when it ends)
+#   DETD_PRIMARY_SHARDS   pytest runs the primary release's tests are split
+#                         into, default 2 (whole modules, balanced by the
+#                         weights in tests/python/conftest.py; DETD_SHARD):
+#                         the primary's run is the longest, and alone it
+#                         would end long after the other releases'
 #   PYTHON                interpreter for the venvs, default python3
 set -euo pipefail
 
@@ -53,6 +58,11 @@ MJOBS=${DETD_MATRIX_JOBS:-2}
     echo "run_matrix: DETD_MATRIX_JOBS must be a positive integer, not '$MJOBS'" >&2
     exit 2
 }
+SHARDS=${DETD_PRIMARY_SHARDS:-2}
+[[ $SHARDS =~ ^[1-9][0-9]*$ ]] || {
+    echo "run_matrix: DETD_PRIMARY_SHARDS must be a positive integer, not '$SHARDS'" >&2
+    exit 2
+}
 
 log() { printf 'run_matrix: %s\n' "$*" >&2; }
 
@@ -66,15 +76,24 @@ mkdir -p "$VENVS"
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/detd-matrix.XXXXXX")
 trap 'rm -rf "$LOGS"' EXIT
 declare -A RESULT PID WHAT
+JOBIDS=() # one per pytest run: a release, or a release's shard "3.6.0 shard 1/2"
 status=0
 running=0
-finish_one() { # wait for any release's pytest to end, then print its output whole
+empty=0 # the primary's shards that collected no test
+finish_one() { # wait for any pytest run to end, then print its output whole
     local pid="" rc=0 v
     wait -n -p pid "${PID[@]}" || rc=$?
     for v in "${!PID[@]}"; do
         if [[ ${PID[$v]} == "$pid" ]]; then
             log "triton $v: ${WHAT[$v]}"
-            cat "$LOGS/triton-$v.log"
+            cat "$LOGS/triton-${v//[ \/]/_}.log"
+            if [[ $rc -eq 5 && $v == *" shard "* ]]; then
+                # pytest's "no tests collected": a shard given no module
+                # (few files, or -k); an error only if every shard was.
+                log "triton $v: no test in this shard"
+                rc=0
+                empty=$((empty + 1))
+            fi
             RESULT[$v]=$rc
             if [[ $rc -ne 0 ]]; then status=1; fi
             unset "PID[$v]"
@@ -127,18 +146,33 @@ print("run_matrix: bundled libdetd", n.version(), file=sys.stderr)')
         select=(-m triton_release)
         what="the triton_release tests"
     fi
-    log "triton $v: running $what (output follows when it ends)"
-    WHAT[$v]=$what
-    (cd "$REPO" && DETD_TEST_INSTALLED=1 DETD_BUILD_DIR=$BUILD TRITON_INTERPRET=1 \
-        exec "$venv/bin/python" -m pytest -p no:cacheprovider -q "${select[@]}" ${DETD_PYTHON_TESTS:-tests/python} "$@") \
-        >"$LOGS/triton-$v.log" 2>&1 &
-    PID[$v]=$!
-    running=$((running + 1))
-    if [[ $running -ge $MJOBS ]]; then finish_one; fi
+    n=1
+    [[ $v == "$PRIMARY" ]] && n=$SHARDS
+    for s in $(seq 1 "$n"); do
+        id=$v
+        shard=""
+        if [[ $n -gt 1 ]]; then
+            id="$v shard $s/$n"
+            shard="$s/$n"
+        fi
+        log "triton $id: running $what (output follows when it ends)"
+        WHAT[$id]=$what
+        JOBIDS+=("$id")
+        (cd "$REPO" && DETD_TEST_INSTALLED=1 DETD_BUILD_DIR=$BUILD TRITON_INTERPRET=1 DETD_SHARD=$shard \
+            exec "$venv/bin/python" -m pytest -p no:cacheprovider -q "${select[@]}" ${DETD_PYTHON_TESTS:-tests/python} "$@") \
+            >"$LOGS/triton-${id//[ \/]/_}.log" 2>&1 &
+        PID[$id]=$!
+        running=$((running + 1))
+        if [[ $running -ge $MJOBS ]]; then finish_one; fi
+    done
 done
 while [[ $running -gt 0 ]]; do finish_one; done
+if [[ $SHARDS -gt 1 && $empty -eq $SHARDS ]]; then
+    log "triton $PRIMARY: no test collected in any shard"
+    status=1
+fi
 
-for v in $VERSIONS; do
+for v in "${JOBIDS[@]}"; do
     if [[ ${RESULT[$v]} -eq 0 ]]; then log "triton $v: passed"; else log "triton $v: FAILED (pytest exit ${RESULT[$v]})"; fi
 done
 exit $status
