@@ -6,7 +6,8 @@ each training the same randomly initialized ``LlamaForCausalLM``
     python3 tests/gpu/run_hf_llama.py [--procs 8] [--steps 10] [--timed-steps 20]
                                       [--dims H,I,L,HEADS,VOCAB,SEQ,BATCH] [--budget-s 540]
                                       [--no-negative] [--no-default] [--no-rerun]
-                                      [--compile-mode M] [--cpu] [--out DIR]
+                                      [--compile-mode M] [--lock-out FILE] [--lock-in FILE]
+                                      [--same-as JSON] [--cpu] [--out DIR]
 
 Runs, each with fresh Inductor and Triton caches per process:
 default torch.compile (detd not imported, torch's defaults); detd run 1
@@ -34,6 +35,14 @@ wrote after the hashed steps is still reported. transformers comes from
 .whl/hf/ (tests/gpu/fetch_packages.sh), installed with
 ``pip install --no-index --no-deps --target`` when it is not importable
 ($DETD_PKG_SITE names the directory). Binaries: .gpu/ (tests/gpu/bundle.sh).
+--lock-out FILE writes detd run 1's decisions as a lockfile (`detctl lock
+export --job run1`); --lock-in FILE imports one into the fresh store
+before detd run 1 (`detctl lock import`), so run 1 starts warm from
+another run's decisions: it should time nothing and reach the same bits,
+and `detctl verify --lock FILE` must pass for it (every key it used came
+from the lock, with the lock's config). --same-as JSON compares detd run
+1's bits (parameters, every loss and gradient) with those of the run that
+wrote that hf_llama.json (another call, another store).
 --cpu: a tiny model on the CPU, 2 processes, torch.compile's default
 mode, to check the script (DETD_BIN, DETD_LIBRARY: the local build).
 """
@@ -151,6 +160,13 @@ def main():
     ap.add_argument("--cpu", action="store_true", help="a tiny model on the CPU (a check of the script)")
     ap.add_argument("--compile-mode", default=None,
                     help="torch.compile's mode (default max-autotune; 'default' with --cpu; 'none': eager)")
+    ap.add_argument("--lock-out", default=None,
+                    help="write detd run 1's decisions here (detctl lock export --job run1)")
+    ap.add_argument("--lock-in", default=None,
+                    help="import this lockfile into the fresh store before detd run 1 (detctl lock import): "
+                         "run 1 starts warm from another run's decisions and should time nothing")
+    ap.add_argument("--same-as", default=None,
+                    help="another run's hf_llama.json: detd run 1 must reach its run 1's bits")
     ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="detd-hf-"))
     a = ap.parse_args()
     cpu = a.cpu
@@ -178,12 +194,21 @@ def main():
     d = Daemon(os.path.join(work, "daemon"))
     jobs = {"detd run 1": "run1"} if a.no_rerun else {"detd run 1": "run1", "detd rerun": "rerun"}
     try:
+        if a.lock_in:
+            imp = d.detctl("lock", "import", a.lock_in)
+            print(f"detctl lock import {a.lock_in}: exit {imp.returncode}\n{(imp.stdout + imp.stderr)[-600:]}")
+            if imp.returncode != 0:
+                raise SystemExit("lock import failed")
         st0 = d.status()
         for i, (name, job) in enumerate(jobs.items(), 1):
             runs[name], capped[name], walls[name] = launch(a, work, job, "detd", True,
                                                            {"DETD_AUDIT": "1", "DETD_JOB": job}, cap(i))
             if i == 1:
                 st1 = d.status()
+                if a.lock_out:
+                    ex = d.detctl("lock", "export", "--job", job, "-o", a.lock_out)
+                    print(f"detctl lock export --job {job} -o {a.lock_out}: exit {ex.returncode} "
+                          f"{(ex.stdout + ex.stderr).strip()[-300:]}")
         st2 = d.status()
         if a.no_rerun:
             runs["detd rerun"], capped["detd rerun"], walls["detd rerun"] = [None] * a.procs, False, 0.0
@@ -201,6 +226,8 @@ def main():
         empty = ["--allow-empty"] if cpu else []
         verify = {n: (d.detctl("verify", "--job", j, *empty), d.detctl("verify", "--strict-determinism", "--job", j,
                                                                         *empty)) for n, j in jobs.items()}
+        # With --lock-in: every key run 1 used must be the lock's, with its config.
+        vlock = d.detctl("verify", "--job", "run1", "--lock", a.lock_in, *empty) if a.lock_in else None
     finally:
         d.stop()
 
@@ -279,7 +306,17 @@ def main():
               f"detd rerun: all {n} processes bit-identical": same_as_rank0(r2)[1] == n,
               "detd run 1 = rerun": same12,
               "detctl verify --strict-determinism passes (run 1, rerun)":
-              all(verify[k][0].returncode == 0 and verify[k][1].returncode == 0 for k in jobs if k in verify)}
+              all(verify[k][0].returncode == 0 and verify[k][1].returncode == 0
+                  for k in ("detd run 1", "detd rerun") if k in verify)}  # the negative's strict verify must fail
+    if a.lock_in:
+        checks["detd run 1 from the lock timed nothing"] = passes1 == 0
+        checks[f"detctl verify --lock {a.lock_in} passes (run 1)"] = vlock.returncode == 0
+        print(f"\n-- detctl verify --job run1 --lock {a.lock_in}: exit {vlock.returncode}\n"
+              + "\n".join(ln for ln in vlock.stdout.splitlines() if ln.startswith(("ok:", "FAIL", "lock"))))
+    if a.same_as:
+        ref = (json.load(open(a.same_as))["runs"].get("detd run 1") or [None])[0] or {}
+        same = bool(r1[0] and ref and all(r1[0].get(f) == ref.get(f) for f in ("params", "losses", "grads")))
+        checks[f"detd run 1 = {a.same_as}'s run 1 (params {ref.get('params', '?')[:16]})"] = same
     if a.no_rerun:  # what needs the rerun is not checked
         checks = {c: ok for c, ok in checks.items() if "rerun" not in c.split(":")[0] or "run 1, rerun" in c}
     for c, ok in checks.items():
