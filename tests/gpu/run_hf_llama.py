@@ -129,6 +129,13 @@ def same_as_rank0(res):
                 for r in done))
 
 
+def same_bits(x, y):
+    """Whether two processes' results have the same parameters after the
+    hashed steps and the same loss and gradients at every step."""
+    return bool(x and y and "params" in x and "params" in y
+                and all(x[f] == y[f] for f in ("params", "losses", "grads")))
+
+
 def step_ms(res):
     vals = [statistics.median(r["step_ms"]) for r in res if r is not None and r.get("step_ms")]
     return statistics.median(vals) if vals else None
@@ -192,6 +199,7 @@ def main():
         runs["default"], capped["default"], walls["default"] = launch(a, work, "default", "default", False, {},
                                                                       cap(0))
     d = Daemon(os.path.join(work, "daemon"))
+    exported = None  # --lock-out: detctl lock export's result
     jobs = {"detd run 1": "run1"} if a.no_rerun else {"detd run 1": "run1", "detd rerun": "rerun"}
     try:
         if a.lock_in:
@@ -206,9 +214,9 @@ def main():
             if i == 1:
                 st1 = d.status()
                 if a.lock_out:
-                    ex = d.detctl("lock", "export", "--job", job, "-o", a.lock_out)
-                    print(f"detctl lock export --job {job} -o {a.lock_out}: exit {ex.returncode} "
-                          f"{(ex.stdout + ex.stderr).strip()[-300:]}")
+                    exported = d.detctl("lock", "export", "--job", job, "-o", a.lock_out)
+                    print(f"detctl lock export --job {job} -o {a.lock_out}: exit {exported.returncode} "
+                          f"{(exported.stdout + exported.stderr).strip()[-300:]}")
         st2 = d.status()
         if a.no_rerun:
             runs["detd rerun"], capped["detd rerun"], walls["detd rerun"] = [None] * a.procs, False, 0.0
@@ -227,7 +235,7 @@ def main():
         verify = {n: (d.detctl("verify", "--job", j, *empty), d.detctl("verify", "--strict-determinism", "--job", j,
                                                                         *empty)) for n, j in jobs.items()}
         # With --lock-in: every key run 1 used must be the lock's, with its config.
-        vlock = d.detctl("verify", "--job", "run1", "--lock", a.lock_in, *empty) if a.lock_in else None
+        vlock = d.detctl("verify", "--job", jobs["detd run 1"], "--lock", a.lock_in, *empty) if a.lock_in else None
     finally:
         d.stop()
 
@@ -260,8 +268,7 @@ def main():
         lambda k, v: f"{verify[k][0].returncode} / {verify[k][1].returncode}" if k in verify else "-")
 
     r1, r2 = runs["detd run 1"], runs["detd rerun"]
-    same12 = bool(r1[0] and r2[0] and "params" in r1[0] and "params" in r2[0]
-                  and all(r1[0][f] == r2[0][f] for f in ("params", "losses", "grads")))
+    same12 = same_bits(r1[0], r2[0])
     passes1 = counter(st1, "timing_passes") - counter(st0, "timing_passes")
     passes2 = counter(st2, "timing_passes") - counter(st1, "timing_passes")
     wd, w1 = wall_to_step(runs["default"]), wall_to_step(r1)
@@ -313,10 +320,11 @@ def main():
         checks[f"detctl verify --lock {a.lock_in} passes (run 1)"] = vlock.returncode == 0
         print(f"\n-- detctl verify --job run1 --lock {a.lock_in}: exit {vlock.returncode}\n"
               + "\n".join(ln for ln in vlock.stdout.splitlines() if ln.startswith(("ok:", "FAIL", "lock"))))
+    if a.lock_out:
+        checks[f"detctl lock export -o {a.lock_out} succeeded"] = exported is not None and exported.returncode == 0
     if a.same_as:
         ref = (json.load(open(a.same_as))["runs"].get("detd run 1") or [None])[0] or {}
-        same = bool(r1[0] and ref and all(r1[0].get(f) == ref.get(f) for f in ("params", "losses", "grads")))
-        checks[f"detd run 1 = {a.same_as}'s run 1 (params {ref.get('params', '?')[:16]})"] = same
+        checks[f"detd run 1 = {a.same_as}'s run 1 (params {ref.get('params', '?')[:16]})"] = same_bits(r1[0], ref)
     if a.no_rerun:  # what needs the rerun is not checked
         checks = {c: ok for c, ok in checks.items() if "rerun" not in c.split(":")[0] or "run 1, rerun" in c}
     for c, ok in checks.items():
