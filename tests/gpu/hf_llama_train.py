@@ -4,7 +4,7 @@ under ``torch.compile`` (``max-autotune`` on the GPU). Every process
 builds the same weights and draws the same batches (seeded), so identical
 processes must produce identical bits.
 
-    python3 hf_llama_train.py --mode default|detd --out FILE [--recommended] [--steps 10]
+    python3 hf_llama_train.py --mode default|detd --out FILE [--recommended] [--settings S,...] [--steps 10]
                               [--timed-steps 20] [--dims H,I,L,HEADS,VOCAB,SEQ,BATCH]
                               [--device cuda|cpu] [--compile-mode M]
 
@@ -12,7 +12,8 @@ processes must produce identical bits.
 ``detd.install()`` (coordinated; ``DETD_SOCKET`` names the daemon;
 ``DETD_AUDIT=1`` from the runner reports what no config fixes).
 --recommended applies docs/determinism.md's "Recommended settings for
-bit-identical training" before anything else.
+bit-identical training" before anything else; --settings applies named
+ones (apply_settings(); run_hf_settings.py measures what each costs).
 
 Before training, one eager forward and backward (grads dropped) names
 the SDPA backward the autograd graph holds (``sdpa_backward``): the
@@ -47,21 +48,56 @@ SDPA = {"ScaledDotProductCudnnAttentionBackward0": "cudnn",
         "ScaledDotProductFlashAttentionForCpuBackward0": "flash_cpu"}
 
 
-def recommended_settings(under_detd):
-    """docs/determinism.md, "Recommended settings for bit-identical
-    training", as written there."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first CUDA call
+RECOMMENDED = "cublas_ws,det,cudnn_det,no_tf32"  # docs/determinism.md's set, as written there
+
+
+def apply_settings(names, under_detd):
+    """Apply the named settings (comma-separated) before anything else:
+    ``--recommended`` is RECOMMENDED, docs/determinism.md's "Recommended
+    settings for bit-identical training"; run_hf_settings.py applies
+    them one by one to find what each costs and what each is for.
+
+    cublas_ws   CUBLAS_WORKSPACE_CONFIG=:4096:8 (before the first CUDA call)
+    det         torch.use_deterministic_algorithms(True) (under detd also
+                torch._inductor.config.deterministic = False: keep the
+                timed choices detd decides)
+    nofill      torch.utils.deterministic.fill_uninitialized_memory = False
+                (det fills every new tensor with NaN by default)
+    cudnn_det   torch.backends.cudnn.deterministic = True, benchmark = False
+    no_tf32     TF32 off for matmul and cuDNN
+    no_cudnn_sdp  torch.backends.cuda.enable_cudnn_sdp(False)
+    math_sdp    only the math SDPA backend (flash, efficient, cuDNN off)
+    """
+    names = [n for n in names.split(",") if n]
+    unknown = sorted(set(names) - set(SETTING_NAMES))
+    if unknown:
+        raise SystemExit(f"--settings: unknown {', '.join(unknown)} (known: {', '.join(SETTING_NAMES)})")
+    if "cublas_ws" in names:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     import torch
 
-    torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    if under_detd:
-        import torch._inductor.config
+    if "det" in names:
+        torch.use_deterministic_algorithms(True)
+        if under_detd:
+            import torch._inductor.config
 
-        torch._inductor.config.deterministic = False  # keep max-autotune's timed choices (detd decides them)
+            torch._inductor.config.deterministic = False
+    if "nofill" in names:
+        torch.utils.deterministic.fill_uninitialized_memory = False
+    if "cudnn_det" in names:
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    if "no_tf32" in names:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    if "no_cudnn_sdp" in names or "math_sdp" in names:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    if "math_sdp" in names:
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+
+
+SETTING_NAMES = ("cublas_ws", "det", "nofill", "cudnn_det", "no_tf32", "no_cudnn_sdp", "math_sdp")
 
 
 def sdpa_backward(loss):
@@ -93,7 +129,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=["default", "detd"], required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--recommended", action="store_true")
+    ap.add_argument("--recommended", action="store_true", help=f"--settings {RECOMMENDED}")
+    ap.add_argument("--settings", default="", help="settings to apply, comma-separated (apply_settings())")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--timed-steps", type=int, default=20)
     ap.add_argument("--dims", default="512,1536,4,8,32000,512,4",
@@ -102,8 +139,8 @@ def main():
     ap.add_argument("--compile-mode", default="max-autotune", help="torch.compile's mode; 'none': eager")
     a = ap.parse_args()
 
-    if a.recommended:
-        recommended_settings(a.mode == "detd")
+    settings = ",".join(x for x in (RECOMMENDED if a.recommended else "", a.settings) if x)
+    apply_settings(settings, a.mode == "detd")
     if a.mode == "detd":
         import detd
 
@@ -135,11 +172,14 @@ def main():
 
     run = model if a.compile_mode == "none" else torch.compile(model, mode=a.compile_mode)
     params = [p for _, p in model.named_parameters()]
-    res = dict(pid=os.getpid(), mode=a.mode, recommended=a.recommended, sdpa_backward=backend,
+    res = dict(pid=os.getpid(), mode=a.mode, recommended=a.recommended, settings=settings, sdpa_backward=backend,
                torch=torch.__version__, device=torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
                losses=[], grads=[], step_ms=[])
 
     def write():
+        from torch._dynamo.utils import counters
+
+        res["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"]
         if a.mode == "detd":
             import detd
 

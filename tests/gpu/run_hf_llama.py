@@ -75,26 +75,32 @@ def hf_path():
     return wheel_site("hf", "transformers", "/tmp/hf-site")
 
 
-def launch(a, work, tag, mode, recommended, extra, cap):
-    """a.procs hf_llama_train.py processes at once, killed at cap
-    seconds; (their results in rank order, None for a process that wrote
-    nothing, whether the cap was hit, the run's wall seconds)."""
+def launch(a, work, tag, mode, recommended, extra, cap, settings="", caches=None, procs=None):
+    """procs (default a.procs) hf_llama_train.py processes at once, with
+    --recommended and/or --settings settings, killed at cap seconds;
+    (their results in rank order, None for a process that wrote nothing,
+    whether the cap was hit, the run's wall seconds). Each process's
+    Inductor and Triton caches are fresh, or those of rank r of an
+    earlier run given the same caches name."""
     t0 = time.time()
     ps = []
+    procs = procs or a.procs
     sync = os.path.join(work, f"sync_{tag}")  # timed steps one process at a time
     os.makedirs(sync, exist_ok=True)
-    for r in range(a.procs):
+    caches = caches or tag
+    for r in range(procs):
         out = os.path.join(work, f"{tag}_r{r}.json")
-        e = env_for({"RANK": str(r), "LOCAL_RANK": "0", "WORLD_SIZE": str(a.procs), "DETD_HF_T0": repr(t0),
-                     "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, f"inductor_{tag}_r{r}"),
-                     "TRITON_CACHE_DIR": os.path.join(work, f"triton_{tag}_r{r}"), "DETD_HF_SYNC": sync,
+        e = env_for({"RANK": str(r), "LOCAL_RANK": "0", "WORLD_SIZE": str(procs), "DETD_HF_T0": repr(t0),
+                     "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, f"inductor_{caches}_r{r}"),
+                     "TRITON_CACHE_DIR": os.path.join(work, f"triton_{caches}_r{r}"), "DETD_HF_SYNC": sync,
                      **extra})
         if a.site:
             e["PYTHONPATH"] = os.pathsep.join([e["PYTHONPATH"], a.site])
         log = open(os.path.join(work, f"{tag}_r{r}.log"), "w")
         cmd = [sys.executable, os.path.join(HERE, "hf_llama_train.py"), "--mode", mode, "--out", out,
                "--steps", str(a.steps), "--timed-steps", str(a.timed_steps), "--dims", a.dims,
-               "--device", a.device, "--compile-mode", a.compile_mode, *(["--recommended"] if recommended else [])]
+               "--device", a.device, "--compile-mode", a.compile_mode, *(["--recommended"] if recommended else []),
+               *(["--settings", settings] if settings else [])]
         ps.append((subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
                    out, log))
     capped, res = False, []
@@ -111,10 +117,19 @@ def launch(a, work, tag, mode, recommended, extra, cap):
         res.append(json.load(open(out)) if os.path.exists(out) else None)
     wall = time.time() - t0
     prog = [json.load(open(out + ".progress")) if os.path.exists(out + ".progress") else None for _, out, _ in ps]
-    print(f"{tag}: {sum(r is not None for r in res)}/{a.procs} processes reported, {wall:.0f} s"
+    print(f"{tag}: {sum(r is not None for r in res)}/{procs} processes reported, {wall:.0f} s"
           f"{' (capped at %.0f s)' % cap if capped else ''}; hashed steps done per process: "
           + ", ".join(f"{q['step']} ({q['s']:.0f} s)" if q else "0" for q in prog), flush=True)
     return res, capped, wall
+
+
+def lock_import(d, path):
+    """`detctl lock import path` into daemon d; exits the script when it
+    fails."""
+    imp = d.detctl("lock", "import", path)
+    print(f"detctl lock import {path}: exit {imp.returncode}\n{(imp.stdout + imp.stderr)[-600:]}")
+    if imp.returncode != 0:
+        raise SystemExit("lock import failed")
 
 
 def same_as_rank0(res):
@@ -203,10 +218,7 @@ def main():
     jobs = {"detd run 1": "run1"} if a.no_rerun else {"detd run 1": "run1", "detd rerun": "rerun"}
     try:
         if a.lock_in:
-            imp = d.detctl("lock", "import", a.lock_in)
-            print(f"detctl lock import {a.lock_in}: exit {imp.returncode}\n{(imp.stdout + imp.stderr)[-600:]}")
-            if imp.returncode != 0:
-                raise SystemExit("lock import failed")
+            lock_import(d, a.lock_in)
         st0 = d.status()
         for i, (name, job) in enumerate(jobs.items(), 1):
             runs[name], capped[name], walls[name] = launch(a, work, job, "detd", True,
