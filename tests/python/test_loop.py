@@ -77,6 +77,38 @@ def test_early_timeout_asks_again(daemon):
     assert out.config == "BLOCK=32" and out.source == _native.SOURCE_TIMED and len(s.decides) == 2
 
 
+def test_an_away_answer_to_the_last_ask_ends_the_budget(daemon, monkeypatch):
+    """libdetd answers TIMEOUT with daemon_away once the Decide's own
+    deadline has passed, and that deadline, counted in whole ms, can come a
+    hair before the loop's: a Decide given all that was left ends the
+    budget, and its answer gives the reason (the wait for the other
+    process's pass when the daemon had answered the wait, else the absent
+    daemon), not "no decision within timeout_ms" after one more ask for the
+    last fraction of a ms. Here the away answers come at once, the extreme
+    of such a deadline."""
+    monkeypatch.setenv("DETD_WAIT_LOG_AFTER_S", "0")  # no slices: each Decide asks for all that is left
+    away = answer(_native.OUTCOME_TIMEOUT)._replace(daemon_away=True)
+
+    def script(first):
+        def decide(n):
+            assert n < 2, "asked again after an away answer to a Decide given the whole budget"
+            return first if n == 0 else away
+        return Scripted(decide)
+
+    # The daemon answered the wait (another process times the key), then
+    # not the Decide that ended the budget.
+    s = daemon(script(answer(_native.OUTCOME_TIMEOUT)), timeout_ms=60_000)
+    res = _loop.resolve(dkey(), "m:k@0", "[i:1]", "3.x", lambda a: rows())
+    assert len(s.decides) == 2 and all(0 < ms <= 60_000 for ms, _ in s.decides), s.decides
+    assert res.answer.outcome == _native.OUTCOME_TIMEOUT and not res.answer.daemon_away, res
+    assert _loop.no_decision(res.answer) == "timed out waiting for another rank's timing pass"
+    # Away from the first ask: the absent daemon.
+    s = daemon(script(away), timeout_ms=60_000)
+    res = _loop.resolve(dkey(), "m:k@0", "[i:1]", "3.x", lambda a: rows())
+    assert len(s.decides) == 1 and res.answer.daemon_away, res
+    assert _loop.no_decision(res.answer) == "the daemon was unreachable (or had just restarted) until the deadline"
+
+
 def test_lost_claims_are_asked_again_and_noted(daemon):
     """A report refused as stale asks again; the pass is measured once; the
     count comes back, and the Inductor adapter notes it on the key."""
