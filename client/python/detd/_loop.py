@@ -706,8 +706,9 @@ def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, sett
         if rounds >= MAX_ASKS:
             answer, reason = None, f"the claim was lost {lost} times: no decision (last {reason})"
             break
+        ask_ms = wait.ask_ms(left_ms)
         try:
-            answer = ask((dkey, pinned, wait.ask_ms(left_ms)), wait.share,
+            answer = ask((dkey, pinned, ask_ms), wait.share,
                          bench=share is not None and share.bench is not None)
         except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
             code = getattr(e, "code", None)
@@ -722,7 +723,11 @@ def _resolve(dkey, kernel, key_str, version, time_pass, share, pass_errors, sett
             answer = None
             break
         heard = heard or (answer.outcome == _native.OUTCOME_TIMEOUT and not answer.daemon_away)
-        if answer.outcome == _native.OUTCOME_TIMEOUT and time.monotonic() < deadline:
+        # libdetd answers daemon_away once the Decide's own deadline has
+        # passed: a Decide given all that was left ends the budget, though
+        # its deadline, counted in whole ms, can come a hair before ours.
+        ended = answer.daemon_away and ask_ms >= left_ms
+        if answer.outcome == _native.OUTCOME_TIMEOUT and not ended and time.monotonic() < deadline:
             if answer.daemon_away:
                 # The daemon went away (or just came back): libdetd waits
                 # for it within the reconnect window; ask again.
