@@ -113,6 +113,7 @@ static void on_cluster_event(void *ctx, const struct cluster_event *ev) {
     switch (ev->kind) {
     case CLUSTER_EV_COMMITTED:
     case CLUSTER_EV_DECISION:
+    case CLUSTER_EV_READ:
         commit_cluster_event(d, ev);
         break;
     case CLUSTER_EV_PEER:
