@@ -230,6 +230,7 @@ static const struct drain_step {
     {"etcd commits", commit_drain},
     {"cluster claims", drain_coord},
     {"verify gatherings", admin_verify_drain},
+    {"lock imports", lock_drain},
     {"waiters and sessions", decide_drain},
 };
 
