@@ -113,6 +113,7 @@ static void on_cluster_event(void *ctx, const struct cluster_event *ev) {
     switch (ev->kind) {
     case CLUSTER_EV_COMMITTED:
     case CLUSTER_EV_DECISION:
+    case CLUSTER_EV_READ:
         commit_cluster_event(d, ev);
         break;
     case CLUSTER_EV_PEER:
@@ -229,6 +230,7 @@ static const struct drain_step {
     {"etcd commits", commit_drain},
     {"cluster claims", drain_coord},
     {"verify gatherings", admin_verify_drain},
+    {"lock imports", lock_drain},
     {"waiters and sessions", decide_drain},
 };
 

@@ -34,9 +34,10 @@ struct commit_op {
     struct commit_op *next;
 };
 
-/* A batch of commits (commit_batch()) waiting for etcd's answers: row i
- * has cookie first_cookie + i. */
+/* A batch of commits (commit_batch()) or reads (commit_read()) waiting
+ * for etcd's answers: row i has cookie first_cookie + i. */
 struct commit_batch_op {
+    int read;
     uint64_t first_cookie;
     size_t n, left;
     int64_t deadline_ms;
@@ -251,10 +252,11 @@ static uint64_t batch_writer_id(void) {
     return v & (uint64_t)INT64_MAX;
 }
 
-/* See commit.h. */
-int commit_batch(struct daemon *d, const struct decision *rows, size_t n,
-                 int64_t deadline_ms, commit_batch_cb cb, void *ctx) {
-    assert(d->coord != NULL && d->commits != NULL && cb != NULL);
+/* A batch of n rows in the table (its results for cb), or NULL when out
+ * of memory. */
+static struct commit_batch_op *batch_new(struct daemon *d, size_t n,
+                                         int64_t deadline_ms,
+                                         commit_batch_cb cb, void *ctx) {
     struct commit_batch_op *b = calloc(1, sizeof(*b));
     if (b != NULL) {
         b->res = calloc(n + 1, sizeof(*b->res));
@@ -266,7 +268,7 @@ int commit_batch(struct daemon *d, const struct decision *rows, size_t n,
             free(b->answered);
         }
         free(b);
-        return DETD_ENOMEM;
+        return NULL;
     }
     b->first_cookie = d->commits->next_cookie + 1;
     d->commits->next_cookie += n;
@@ -276,21 +278,63 @@ int commit_batch(struct daemon *d, const struct decision *rows, size_t n,
     b->ctx = ctx;
     b->next = d->commits->batches;
     d->commits->batches = b;
+    return b;
+}
+
+/* See commit.h. */
+int commit_batch(struct daemon *d, const struct decision *rows, size_t n,
+                 int64_t deadline_ms, commit_batch_cb cb, void *ctx) {
+    assert(d->coord != NULL && d->commits != NULL && cb != NULL);
+    struct commit_batch_op *b = batch_new(d, n, deadline_ms, cb, ctx);
+    if (b == NULL)
+        return DETD_ENOMEM;
     if (n == 0) {
         batch_finish(d, b);
         return 0;
     }
     uint64_t writer = batch_writer_id();
     const struct coord_cluster *cc = coord_cluster_ops(d->coord);
-    /* Answers arrive through the loop, never during this call: b is whole
-     * until the last refusal below (which may finish it). */
-    for (size_t i = 0; i < n; i++) {
-        int rc = cc->commit(cc->ctx, &rows[i], writer, deadline_ms,
-                            b->first_cookie + i);
-        if (rc != 0)
-            batch_answer(d, b, i, rc, 0, NULL);
-    }
+    /* Queued together, so that they go out in as few Txns as the cluster
+     * allows. Answers arrive through the loop, never during this call: b
+     * is whole until the last refusal below (which finishes it). */
+    int *err = calloc(n, sizeof(*err));
+    int rc = err == NULL ? DETD_ENOMEM
+                         : cc->commit_many(cc->ctx, rows, n, writer,
+                                           deadline_ms, b->first_cookie, err);
+    for (size_t i = 0; i < n; i++)
+        if (rc != 0 || err[i] != 0)
+            batch_answer(d, b, i, rc != 0 ? rc : err[i], 0, NULL);
+    free(err);
     return 0;
+}
+
+/* See commit.h. */
+int commit_read(struct daemon *d, const char *const *ids, size_t n,
+                int64_t deadline_ms, commit_batch_cb cb, void *ctx) {
+    assert(d->coord != NULL && d->commits != NULL && cb != NULL);
+    struct commit_batch_op *b = batch_new(d, n, deadline_ms, cb, ctx);
+    if (b == NULL)
+        return DETD_ENOMEM;
+    b->read = 1;
+    if (n == 0) {
+        batch_finish(d, b);
+        return 0;
+    }
+    const struct coord_cluster *cc = coord_cluster_ops(d->coord);
+    int rc = cc->read(cc->ctx, ids, n, deadline_ms, b->first_cookie);
+    if (rc != 0) {
+        /* Nothing sent: the batch goes without an answer. */
+        for (struct commit_batch_op **pp = &d->commits->batches; *pp != NULL;
+             pp = &(*pp)->next)
+            if (*pp == b) {
+                *pp = b->next;
+                break;
+            }
+        free(b->res);
+        free(b->answered);
+        free(b);
+    }
+    return rc;
 }
 
 static struct commit_op *op_take(commit_state *s, uint64_t cookie) {
@@ -331,6 +375,18 @@ static void apply_from_etcd(struct daemon *d, const struct decision *row,
         decision_clear(&existing);
 }
 
+/* The decision in ev's value into *ret_row and *ret_writer (heap), or an
+ * error, logged once naming the key. */
+static int decode_from_etcd(const struct cluster_event *ev,
+                            struct decision *ret_row, char **ret_writer) {
+    int rc =
+        cluster_decision_decode(ev->value, ev->value_len, ret_row, ret_writer);
+    if (rc != 0)
+        log_error("decision %.12s in etcd is malformed: %s", ev->id,
+                  detd_strerror(rc));
+    return rc;
+}
+
 static void on_committed(struct daemon *d, const struct cluster_event *ev) {
     struct commit_op *op = op_take(d->commits, ev->cookie);
     size_t bi = 0;
@@ -356,10 +412,8 @@ static void on_committed(struct daemon *d, const struct cluster_event *ev) {
     }
     struct decision row;
     char *writer = NULL;
-    int rc = cluster_decision_decode(ev->value, ev->value_len, &row, &writer);
+    int rc = decode_from_etcd(ev, &row, &writer);
     if (rc != 0) {
-        log_error("decision %.12s in etcd is malformed: %s", ev->id,
-                  detd_strerror(rc));
         if (op != NULL && op->call != NULL)
             rpc_fail(op->call, RPC_INTERNAL,
                      "the decision stored in etcd for %.12s is malformed",
@@ -409,12 +463,40 @@ static void on_decision(struct daemon *d, const struct cluster_event *ev) {
     decision_clear(&row);
 }
 
+/* A key commit_read() asked for: what etcd holds is stored as any
+ * decision from etcd (the watch may not have brought it yet) and handed
+ * to the batch's owner. */
+static void on_read(struct daemon *d, const struct cluster_event *ev) {
+    size_t bi = 0;
+    struct commit_batch_op *b = batch_of(d->commits, ev->cookie, &bi);
+    if (b == NULL || !b->read)
+        return; /* past its deadline (answered then) */
+    if (ev->err != 0 || ev->value == NULL) {
+        b->res[bi].absent = ev->err == 0;
+        batch_answer(d, b, bi, ev->err, 0, NULL);
+        return;
+    }
+    struct decision row;
+    char *writer = NULL;
+    int rc = decode_from_etcd(ev, &row, &writer);
+    if (rc != 0) {
+        batch_answer(d, b, bi, rc, 0, NULL);
+        return;
+    }
+    apply_from_etcd(d, &row, writer, "read", 0);
+    free(writer);
+    batch_answer(d, b, bi, 0, 0, &row);
+    decision_clear(&row);
+}
+
 /* See commit.h. */
 void commit_cluster_event(struct daemon *d, const struct cluster_event *ev) {
     if (ev->kind == CLUSTER_EV_COMMITTED)
         on_committed(d, ev);
     else if (ev->kind == CLUSTER_EV_DECISION)
         on_decision(d, ev);
+    else if (ev->kind == CLUSTER_EV_READ)
+        on_read(d, ev);
 }
 
 /* See commit.h. */

@@ -62,6 +62,9 @@ struct commit_result {
      * writer's; the same config or not). Owned by commit.c: a callback
      * that keeps it moves it out (and zeroes it). */
     struct decision stands;
+    /* commit_read(): err 0 and etcd holds no decision for the key (else
+     * stands is etcd's). */
+    int absent;
 };
 
 /* A batch's results, res[i] for rows[i], once every row has one (loop
@@ -84,7 +87,20 @@ typedef void (*commit_batch_cb)(struct daemon *d, void *ctx,
 int commit_batch(struct daemon *d, const struct decision *rows, size_t n,
                  int64_t deadline_ms, commit_batch_cb cb, void *ctx);
 
-/* A cluster event of kind CLUSTER_EV_COMMITTED or CLUSTER_EV_DECISION:
+/*
+ * The etcd backend: read the decisions of ids[0..n) (borrowed for the
+ * call) from etcd (cluster_read(): reads only, no Raft proposal); cb gets
+ * each key's result: err 0 with stands etcd's decision (stored here and
+ * its waiters released, as the watch's would be) or absent set, or err
+ * (not read by deadline_ms: DETD_ETIMEDOUT; a drain: DETD_ECANCELLED).
+ * Returns 0 (cb will run, exactly once) or DETD_ENOMEM (nothing asked, cb
+ * never runs).
+ */
+int commit_read(struct daemon *d, const char *const *ids, size_t n,
+                int64_t deadline_ms, commit_batch_cb cb, void *ctx);
+
+/* A cluster event of kind CLUSTER_EV_COMMITTED, CLUSTER_EV_DECISION or
+ * CLUSTER_EV_READ:
  * store the decision, release its waiters, answer the committer. */
 void commit_cluster_event(struct daemon *d, const struct cluster_event *ev);
 

@@ -55,9 +55,27 @@ static int real_commit(void *ctx, const struct decision *row, uint64_t claim_id,
     return cluster_commit(ctx, row, claim_id, deadline_ms, cookie);
 }
 
+static int real_commit_many(void *ctx, const struct decision *rows, size_t n,
+                            uint64_t claim_id, int64_t deadline_ms,
+                            uint64_t first_cookie, int *ret_err) {
+    return cluster_commit_many(ctx, rows, n, claim_id, deadline_ms,
+                               first_cookie, ret_err);
+}
+
+static int real_read(void *ctx, const char *const *ids, size_t n,
+                     int64_t deadline_ms, uint64_t first_cookie) {
+    return cluster_read(ctx, ids, n, deadline_ms, first_cookie);
+}
+
+static int64_t real_defer(void *ctx, const char *id) {
+    return cluster_defer_of(ctx, id);
+}
+
 /* See coord.h. */
 struct coord_cluster coord_cluster_of(cluster *cl) {
-    return (struct coord_cluster){cl, real_claim, real_release, real_commit};
+    return (struct coord_cluster){cl,          real_claim,       real_release,
+                                  real_commit, real_commit_many, real_read,
+                                  real_defer};
 }
 
 /* See coord.h. */

@@ -43,6 +43,12 @@ struct coord_cluster {
     int (*release)(void *ctx, const char *id);
     int (*commit)(void *ctx, const struct decision *row, uint64_t claim_id,
                   int64_t deadline_ms, uint64_t cookie);
+    int (*commit_many)(void *ctx, const struct decision *rows, size_t n,
+                       uint64_t claim_id, int64_t deadline_ms,
+                       uint64_t first_cookie, int *ret_err);
+    int (*read)(void *ctx, const char *const *ids, size_t n,
+                int64_t deadline_ms, uint64_t first_cookie);
+    int64_t (*defer)(void *ctx, const char *id);
 };
 
 /* The table for a real backend c (borrowed for the table's use). */

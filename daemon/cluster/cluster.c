@@ -351,6 +351,9 @@ static void *worker_main(void *arg) {
         case JOB_FANOUT:
             cluster_do_fanout(c, j);
             break;
+        case JOB_READ:
+            cluster_do_read(c, j);
+            break;
         }
         for (size_t i = 0; i < n; i++)
             job_free(batch[i]);
@@ -623,4 +626,69 @@ int cluster_commit(cluster *c, const struct decision *r, uint64_t claim_id,
     if (rc == 0)
         cluster_gate_commit(c, r->id);
     return rc;
+}
+
+/* See cluster.h. */
+int cluster_commit_many(cluster *c, const struct decision *rows, size_t n,
+                        uint64_t claim_id, int64_t deadline_ms,
+                        uint64_t first_cookie, int *ret_err) {
+    char writer[512];
+    snprintf(writer, sizeof(writer), "%s/%" PRIu64, c->writer, claim_id);
+    struct job *first = NULL, *last = NULL;
+    for (size_t i = 0; i < n; i++) {
+        char *v = NULL;
+        size_t len = 0;
+        ret_err[i] = rows[i].id == NULL || rows[i].config == NULL
+                         ? DETD_EINVAL
+                         : cluster_decision_encode(&rows[i], writer, &v, &len);
+        if (ret_err[i] == DETD_ENOMEM)
+            goto oom;
+        if (ret_err[i] != 0)
+            continue;
+        struct job *j = cluster_job_new(JOB_COMMIT, rows[i].id, v, len,
+                                        deadline_ms, first_cookie + i);
+        if (j == NULL)
+            goto oom;
+        if (last != NULL)
+            last->next = j;
+        else
+            first = j;
+        last = j;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (ret_err[i] == 0)
+            cluster_gate_commit(c, rows[i].id);
+    if (first != NULL)
+        cluster_enqueue_list(c, first, last);
+    return 0;
+oom:
+    while (first != NULL) {
+        struct job *j = first;
+        first = j->next;
+        free(j->value);
+        free(j);
+    }
+    return DETD_ENOMEM;
+}
+
+/* See cluster.h. */
+int cluster_read(cluster *c, const char *const *ids, size_t n,
+                 int64_t deadline_ms, uint64_t first_cookie) {
+    char *v = malloc(n * KEYID_HEX_LEN + 1);
+    if (v == NULL)
+        return DETD_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        memcpy(v + i * KEYID_HEX_LEN, ids[i], KEYID_HEX_LEN);
+    return cluster_submit(c, JOB_READ, NULL, v, n * KEYID_HEX_LEN, deadline_ms,
+                          first_cookie);
+}
+
+/* See cluster.h. */
+int64_t cluster_defer_of(cluster *c, const char *id) {
+    pthread_mutex_lock(&c->mu);
+    size_t r =
+        cluster_rendezvous_rank(c->nodes, c->n_nodes, c->node_id, id, NULL);
+    pthread_mutex_unlock(&c->mu);
+    return cluster_defer_ms(r, c->defer_ms, c->defer_step_ms,
+                            (size_t)c->defer_slots);
 }

@@ -134,6 +134,10 @@ typedef enum cluster_event_kind {
      * its id; won 1 when revoked now (its claims went), 0 when it had
      * expired already. */
     CLUSTER_EV_PREVIOUS_LEASE,
+    /* Result of cluster_read(), one per key, with its cookie: err 0 and
+     * value the decision's JSON, or NULL when etcd holds none; or err
+     * (not read by the deadline). */
+    CLUSTER_EV_READ,
 } cluster_event_kind;
 
 /* Borrowed: valid only during the callback. */
@@ -201,6 +205,39 @@ int cluster_claim(cluster *c, const char *id, int recheck, int64_t deadline_ms);
  */
 int cluster_commit(cluster *c, const struct decision *row, uint64_t claim_id,
                    int64_t deadline_ms, uint64_t cookie);
+
+/*
+ * cluster_commit() of rows[0..n) (borrowed for the call) at once, row i
+ * with cookie first_cookie + i: every job is queued together, so that
+ * the workers send them in as few Txns as CLUSTER_BATCH_MAX allows (one
+ * at a time, a worker may start a Txn before the next is queued).
+ * ret_err[i] (room for n) is 0 when row i was queued, else why it was
+ * refused (DETD_EINVAL, DETD_ELIMIT: no event for it). Returns 0, or
+ * DETD_ENOMEM with nothing sent. Loop thread.
+ */
+int cluster_commit_many(cluster *c, const struct decision *rows, size_t n,
+                        uint64_t claim_id, int64_t deadline_ms,
+                        uint64_t first_cookie, int *ret_err);
+
+/*
+ * Read the decisions of ids[0..n) (borrowed for the call) from etcd,
+ * ETCD_GET_MANY_MAX keys per request (a Txn of reads only: no Raft
+ * proposal), retrying until deadline_ms. Answers one READ event per id,
+ * cookie first_cookie + i for ids[i]. Returns 0 or DETD_ENOMEM (no event
+ * then). Loop thread.
+ */
+int cluster_read(cluster *c, const char *const *ids, size_t n,
+                 int64_t deadline_ms, uint64_t first_cookie);
+
+/*
+ * How long this node waits before it writes what every node may write at
+ * the same moment, for the work named id (a lock import: daemon/ops/
+ * lock.c): 0 when it is id's rendezvous owner among the registered nodes
+ * (or the registry as last read does not list this node yet), else the
+ * deferral of its rank as a claim's (cluster_defer_ms() with this
+ * daemon's --claim-defer-* settings). Loop thread.
+ */
+int64_t cluster_defer_of(cluster *c, const char *id);
 
 /*
  * The next page of a paged fan-out: given the request sent (req) and its

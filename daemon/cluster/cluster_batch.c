@@ -357,3 +357,47 @@ void cluster_run_batch(cluster *c, struct job **jobs, size_t n) {
         free(b[i].dkey);
     }
 }
+
+/* See cluster_int.h. A chunk that fails transiently is read again after a
+ * backoff until the job's deadline; its keys are then answered with the
+ * error (a stop: DETD_ECANCELLED). */
+void cluster_do_read(cluster *c, struct job *j) {
+    size_t n = j->value_len / KEYID_HEX_LEN;
+    char id[KEYID_HEX_LEN + 1];
+    char *keys[ETCD_GET_MANY_MAX];
+    struct etcd_kv kv[ETCD_GET_MANY_MAX];
+    etcd_thread_deadline(j->deadline_ms);
+    for (size_t at = 0; at < n; at += ETCD_GET_MANY_MAX) {
+        size_t m = n - at < ETCD_GET_MANY_MAX ? n - at : ETCD_GET_MANY_MAX;
+        int err = 0;
+        for (size_t i = 0; i < m; i++) {
+            memcpy(id, j->value + (at + i) * KEYID_HEX_LEN, KEYID_HEX_LEN);
+            id[KEYID_HEX_LEN] = '\0';
+            keys[i] = cluster_key_of(c, "decisions", id);
+            if (keys[i] == NULL)
+                err = DETD_ENOMEM;
+        }
+        while (err == 0) {
+            err = etcd_get_many(c->etcd, (const char *const *)keys, m, kv);
+            cluster_note(c, err, "read decisions");
+            if (err == 0 || !cluster_transient(err) || cluster_stopping(c) ||
+                clock_mono_ms() >= j->deadline_ms)
+                break;
+            cluster_nap(c, CLUSTER_BACKOFF_MS);
+            err = 0;
+        }
+        if (err != 0 && cluster_stopping(c))
+            err = DETD_ECANCELLED;
+        for (size_t i = 0; i < m; i++) {
+            memcpy(id, j->value + (at + i) * KEYID_HEX_LEN, KEYID_HEX_LEN);
+            id[KEYID_HEX_LEN] = '\0';
+            cluster_post(c, CLUSTER_EV_READ, id, err, 0,
+                         err == 0 ? kv[i].value : NULL,
+                         err == 0 ? kv[i].value_len : 0, 0, j->cookie + at + i);
+            if (err == 0)
+                etcd_kv_clear(&kv[i]);
+            free(keys[i]);
+        }
+    }
+    etcd_thread_deadline(0);
+}

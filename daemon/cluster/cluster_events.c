@@ -72,12 +72,17 @@ void cluster_post(cluster *c, cluster_event_kind kind, const char *id, int err,
 
 /* See cluster_int.h. */
 void cluster_enqueue(cluster *c, struct job *j) {
+    cluster_enqueue_list(c, j, j);
+}
+
+/* See cluster_int.h. */
+void cluster_enqueue_list(cluster *c, struct job *first, struct job *last) {
     pthread_mutex_lock(&c->mu);
     if (c->jobs_tail != NULL)
-        c->jobs_tail->next = j;
+        c->jobs_tail->next = first;
     else
-        c->jobs = j;
-    c->jobs_tail = j;
+        c->jobs = first;
+    c->jobs_tail = last;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }

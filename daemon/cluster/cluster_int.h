@@ -61,13 +61,16 @@ enum job_kind {
     JOB_CLAIM,
     JOB_COMMIT,
     JOB_RELEASE,
-    JOB_FANOUT
+    JOB_FANOUT,
+    JOB_READ
 };
 
 struct job {
     enum job_kind kind;
     char id[KEYID_HEX_LEN + 1];
-    char *value;  /* JOB_COMMIT: the decision JSON; JOB_FANOUT: request */
+    /* JOB_COMMIT: the decision JSON; JOB_FANOUT: request; JOB_READ: the
+     * ids, KEYID_HEX_LEN bytes each, back to back */
+    char *value;
     char *method; /* JOB_FANOUT */
     cluster_pager pager;
     size_t value_len;
@@ -161,6 +164,9 @@ struct job *cluster_job_new(enum job_kind kind, const char *id, char *value,
                             uint64_t cookie);
 /* Hand a filled job to the workers (takes c->mu). */
 void cluster_enqueue(cluster *c, struct job *j);
+/* Hand the jobs first..last (linked by next) to the workers at once, so
+ * that a worker gathers them together (takes c->mu). */
+void cluster_enqueue_list(cluster *c, struct job *first, struct job *last);
 /* cluster_job_new() and cluster_enqueue(): 0 or DETD_ENOMEM. */
 int cluster_submit(cluster *c, enum job_kind kind, const char *id, char *value,
                    size_t value_len, int64_t deadline_ms, uint64_t cookie);
@@ -238,5 +244,9 @@ void cluster_gather(cluster *c, enum job_kind kind, struct job **batch,
  * worker: each is answered (CLAIMED, CLAIM_LOST, DECISION or
  * CLAIM_FAILED; COMMITTED) within its own deadline. */
 void cluster_run_batch(cluster *c, struct job **jobs, size_t n);
+
+/* Run a JOB_READ on a worker (cluster_batch.c): one READ event per id,
+ * each within the job's deadline. */
+void cluster_do_read(cluster *c, struct job *j);
 
 #endif

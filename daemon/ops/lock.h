@@ -16,11 +16,15 @@
  * With etcd, an entry becomes a cluster decision as a timed one does:
  * committed through etcd (commit_batch(): create-if-absent per key, in
  * Txns of up to ETCD_BATCH_MAX keys), then stored here and on every node
- * by the watch, so no node times it. A key this node holds already (its
- * store is its copy of etcd's) is settled without a write; one etcd holds
- * with another config is a conflict, never overwritten. Entries etcd does
- * not take by the call's deadline fail the call UNAVAILABLE, naming them
- * and what landed.
+ * by the watch, so no node times it. Every entry's key is read from etcd
+ * first (commit_read(): no Raft proposal): one etcd holds is settled from
+ * etcd's copy without a write (another config: a conflict, never
+ * overwritten). What etcd lacks is written by the lock's rendezvous
+ * owner; the other nodes wait for it (bounded by their claim deferral),
+ * then write what is still missing: N nodes importing one lock at once
+ * cost etcd one import's Txns (lock.c says how). Entries etcd does not
+ * take by the call's deadline fail the call UNAVAILABLE, naming them and
+ * what landed.
  */
 #ifndef DETD_LOCK_H
 #define DETD_LOCK_H
@@ -39,6 +43,13 @@
 /* With etcd, entries in flight at once (the next go when these landed):
  * 16 Txns of ETCD_BATCH_MAX keys. */
 #define LOCK_ETCD_CHUNK 1024
+/* With etcd, a node that is not a lock's owner waits for the owner's
+ * writes (lock.c), looking for them in its store this often. */
+#define LOCK_WAIT_POLL_MS 10
+
+/* Drain: every import waiting for its lock's owner (etcd) ends now, its
+ * rows not landed failing as not committed (DETD_ECANCELLED). */
+void lock_drain(struct daemon *d);
 
 /* Admin.ImportLock (consumes the event). */
 void lock_import(struct daemon *d, struct rpc_event *ev);

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -279,6 +280,9 @@ READY_S = LOCK_START_S + 5 * ETCD_CALL_S
 # Import with etcd down: detctl's deadline; the daemon answers 5% of it
 # before (daemon/app/decide.c, decide_answer_by()).
 DOWN_TIMEOUT_MS = 6000
+# A decision reaches every connected node by its watch (a broken watch
+# reconnects within 2 s, then one etcd call): twice that on a loaded machine.
+PROPAGATE_S = 2 * (2.0 + ETCD_CALL_S)
 
 
 def etcd_held(cluster, ns="default"):
@@ -386,6 +390,88 @@ def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
             nd.stop()
         etcd.stop()
     for nd in nodes:  # under -DDETD_SANITIZE=ON: any report fails the test
+        log = nd.read_log()
+        assert "Sanitizer" not in log and "runtime error" not in log, log[-6000:]
+
+
+# One lock imported by every node at once (issue 28). The daemon's bounds
+# (daemon/cluster/etcd.h, daemon/ops/lock.h): a commit Txn holds at most
+# ETCD_BATCH_MAX keys; a node that is not the lock's rendezvous owner
+# waits at most its --claim-defer-ms (plus a step per rank) for the
+# owner's decisions before it reads etcd again and writes what is still
+# missing.
+ETCD_BATCH_MAX = 64
+LOCK_DEFER_MS = 3000
+
+
+@requires(HAVE_ETCD, "etcd-server and etcd-client are not installed")
+def test_one_lock_imported_by_every_node_at_once_is_written_once(two, tmpdir_short):
+    """4 daemons on one etcd each import the same 128-entry lock at the
+    same moment (as every node's detd --lock does at job start): the
+    lock's rendezvous owner writes it (2 Txns of 64 keys), the other nodes
+    read etcd (no Raft proposal) and wait for the watch to bring it. Every
+    node ends with every decision, byte for byte the same."""
+    from test_cluster import etcd_delta, etcd_snapshot, key_proposals
+    a, _ = two
+    keys = 2 * ETCD_BATCH_MAX
+    first = job(a, "wide", ranks=1, keys=range(keys))[0]
+    lock = tmpdir_short / "wide.lock.json"
+    assert detctl(a, "lock", "export", "-o", lock).returncode == 0
+    etcd = EtcdCluster(tmpdir_short / "etcd", size=1)
+    nodes = []
+    try:
+        etcd.start()
+        for i in range(4):
+            nd = Daemon(tmpdir_short, name=f"w{i}", extra_args=[
+                "--etcd", etcd.endpoints, "--node-id", f"w{i}", "--claim-defer-ms", str(LOCK_DEFER_MS)])
+            nodes.append(nd.start(wait=False))
+        for nd in nodes:
+            nd.wait_ready(timeout=READY_S)
+        # Every node knows every other (the registry the owner is chosen
+        # from): its status lists 4 nodes, read by its monitor within a
+        # round and an etcd call of the last registration.
+        end = time.monotonic() + READY_S
+        while not all(len(nd.status()["etcd"]["nodes"]) == 4 for nd in nodes):
+            assert time.monotonic() < end, "the 4 nodes never all listed each other"
+            time.sleep(0.1)
+        snap0 = etcd_snapshot(etcd)
+        procs = [subprocess.Popen([str(DETCTL), "--socket", nd.socket, "--timeout", "30000", "lock", "import", lock],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for nd in nodes]
+        outs = [p.communicate(timeout=60) for p in procs]
+        snap1 = etcd_snapshot(etcd)
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, out + err
+        added = [int(out.split(" added")[0].split()[-1]) for out, _ in outs]
+        assert sum(added) == keys, outs
+        # The owner's commits, ETCD_BATCH_MAX keys per Txn, are the only
+        # writes: etcd was read before them and the others wait for them.
+        # One more for a Txn sent again after an attempt that timed out
+        # on a loaded machine (every node writing: 4 per 64 keys).
+        props = key_proposals(etcd, snap0, snap1)
+        bound = keys // ETCD_BATCH_MAX + 1
+        assert props <= bound, f"{props} Raft proposals for {keys} keys imported on 4 nodes at once (bound " \
+            f"{bound}): {etcd_delta(snap0, snap1)}"
+        # Every node holds every decision, the same bytes everywhere.
+        want = {f"[i:{i}]": first[i][1] for i in range(keys)}
+        assert {k: c for k, (c, _) in etcd_held(etcd).items()} == want
+        exports = []
+        for i, nd in enumerate(nodes):
+            out = tmpdir_short / f"w{i}.lock.json"
+            end = time.monotonic() + PROPAGATE_S
+            while True:
+                assert detctl(nd, "lock", "export", "--all", "-o", out).returncode == 0
+                entries = json.loads(out.read_text())["entries"]
+                if len(entries) == keys or time.monotonic() > end:
+                    break
+                time.sleep(0.1)
+            assert {e["key"]: e["config"] for e in entries} == want, f"w{i}"
+            exports.append(json.dumps(sorted(entries, key=lambda e: e["id"]), sort_keys=True))
+        assert len(set(exports)) == 1
+    finally:
+        for nd in nodes:
+            nd.stop()
+        etcd.stop()
+    for nd in nodes:
         log = nd.read_log()
         assert "Sanitizer" not in log and "runtime error" not in log, log[-6000:]
 

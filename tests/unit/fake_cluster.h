@@ -24,7 +24,7 @@ struct fake_commit {
 
 struct fake_cluster {
     int claim_rc, release_rc, commit_rc; /* what the calls return */
-    int n_claims, n_releases, n_commits;
+    int n_claims, n_releases, n_commits, n_reads;
     char claims[FAKE_CLUSTER_MAX][65];
     int64_t claim_deadlines[FAKE_CLUSTER_MAX];
     int claim_rechecks[FAKE_CLUSTER_MAX]; /* the recheck argument */
@@ -63,9 +63,39 @@ static int fake_commit(void *ctx, const struct decision *row, uint64_t claim_id,
     return f->commit_rc;
 }
 
+static int fake_commit_many(void *ctx, const struct decision *rows, size_t n,
+                            uint64_t claim_id, int64_t deadline_ms,
+                            uint64_t first_cookie, int *ret_err) {
+    for (size_t i = 0; i < n; i++)
+        ret_err[i] =
+            fake_commit(ctx, &rows[i], claim_id, deadline_ms, first_cookie + i);
+    return 0;
+}
+
+/* Reads answer nothing (a test feeds CLUSTER_EV_READ events itself);
+ * every node is each id's owner. */
+static int fake_read(void *ctx, const char *const *ids, size_t n,
+                     int64_t deadline_ms, uint64_t first_cookie) {
+    struct fake_cluster *f = ctx;
+    (void)ids;
+    (void)n;
+    (void)deadline_ms;
+    (void)first_cookie;
+    f->n_reads++;
+    return 0;
+}
+
+static int64_t fake_defer(void *ctx, const char *id) {
+    (void)ctx;
+    (void)id;
+    return 0;
+}
+
 /* The table for f (borrowed while the table is used). */
 static struct coord_cluster fake_cluster_ops(struct fake_cluster *f) {
-    return (struct coord_cluster){f, fake_claim, fake_release, fake_commit};
+    return (struct coord_cluster){f,           fake_claim,       fake_release,
+                                  fake_commit, fake_commit_many, fake_read,
+                                  fake_defer};
 }
 
 #endif /* DETD_TEST_FAKE_CLUSTER_H */
