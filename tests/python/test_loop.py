@@ -2,9 +2,11 @@
 scripted daemon: the cases on which the Triton and Inductor paths once
 differed (docs/client-layers.md, "Where the paths differed"), run through
 the loop itself and through the Inductor adapter's decide(); and, against
-a real daemon, a budget that ends on its late answer. The Triton adapter's
+a real daemon, a budget that ends on its late answer and a log time
+passed without an answer. The Triton adapter's
 path through the loop is covered by test_hook_unit.py."""
 
+import math
 import os
 import signal
 import time
@@ -192,10 +194,60 @@ def _stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
-# The waiter's budget in the test below: long enough for its first slice
+def _stop(pid: int) -> None:
+    """Stop the daemon (SIGSTOP) and wait until it is stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    end = time.monotonic() + LATE_BUDGET_MS / 1000
+    while not _stopped(pid):
+        assert time.monotonic() < end, "SIGSTOP did not stop the daemon"
+        time.sleep(0.005)
+
+
+# The waiter's budget in the tests below: long enough for its first slice
 # (LATE_FIRST_S) to be answered on a loaded machine, short for the test.
 LATE_BUDGET_MS = 2000
 LATE_FIRST_S = 0.2
+
+
+def _wait_on_a_stopped_daemon(daemon, monkeypatch, every_s: str):
+    """Resolve a key rank 1 of the real daemon holds, with a first slice
+    of LATE_FIRST_S, wait log lines every ``every_s`` after it and a
+    budget of LATE_BUDGET_MS; the daemon stopped (SIGSTOP) once its first
+    answer came. Returns (the Resolution, the TIMEOUT answers heard, the
+    slices asked in ms, its wall seconds, this process's libdetd stats)."""
+    monkeypatch.setenv("DETD_WAIT_LOG_AFTER_S", str(LATE_FIRST_S))
+    monkeypatch.setenv("DETD_WAIT_LOG_EVERY_S", every_s)
+    monkeypatch.setenv("DETD_SHARE_PASS", "0")
+    _process.configure(_policy.parse(environ={}, socket=daemon.socket, timeout_ms=LATE_BUDGET_MS))
+    pid = daemon.proc.pid
+    holder = _native.Client(daemon.socket, rank=1)
+    try:
+        assert holder.decide(dkey(), False, 5000).outcome == _native.OUTCOME_DESIGNATED
+        heard, asked = [], []
+        waiting, ask = _loop.Wait.waiting, _loop.ask
+
+        def stop_after_the_first_answer(self, a):
+            heard.append(a)
+            if len(heard) == 1:
+                _stop(pid)
+            waiting(self, a)
+
+        def counted(request, *a, **kw):
+            asked.append(request[2])
+            return ask(request, *a, **kw)
+
+        monkeypatch.setattr(_loop.Wait, "waiting", stop_after_the_first_answer)
+        monkeypatch.setattr(_loop, "ask", counted)
+        t0 = time.monotonic()
+        res = _loop.resolve(dkey(), "m:k@0", "[i:1]", "3.x", lambda a: pytest.fail("designated: nothing to time"))
+        took = time.monotonic() - t0
+        stats = _process.client_stats()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        holder.close()
+        _process.configure(_policy.parse(environ={}))  # closes this process's handle to the daemon
+        _process.stand_down()
+    return res, heard, asked, took, stats
 
 
 def test_budget_ending_on_a_late_answer_is_the_wait(daemon, monkeypatch):
@@ -207,37 +259,8 @@ def test_budget_ending_on_a_late_answer_is_the_wait(daemon, monkeypatch):
     whose answer comes late, deterministically, with its socket and this
     process's session left as they were (no outage); a loaded machine
     makes a running one late only by chance."""
-    monkeypatch.setenv("DETD_WAIT_LOG_AFTER_S", str(LATE_FIRST_S))  # a short first slice...
-    monkeypatch.setenv("DETD_WAIT_LOG_EVERY_S", "600")  # ... then one ask for the rest
-    monkeypatch.setenv("DETD_SHARE_PASS", "0")
-    _process.configure(_policy.parse(environ={}, socket=daemon.socket, timeout_ms=LATE_BUDGET_MS))
-    pid = daemon.proc.pid
-    holder = _native.Client(daemon.socket, rank=1)
-    try:
-        assert holder.decide(dkey(), False, 5000).outcome == _native.OUTCOME_DESIGNATED
-        heard = []
-        waiting = _loop.Wait.waiting
-
-        def stop_after_the_first_answer(self, a):
-            heard.append(a)
-            if len(heard) == 1:
-                os.kill(pid, signal.SIGSTOP)
-                end = time.monotonic() + LATE_BUDGET_MS / 1000
-                while not _stopped(pid):
-                    assert time.monotonic() < end, "SIGSTOP did not stop the daemon"
-                    time.sleep(0.005)
-            waiting(self, a)
-
-        monkeypatch.setattr(_loop.Wait, "waiting", stop_after_the_first_answer)
-        t0 = time.monotonic()
-        res = _loop.resolve(dkey(), "m:k@0", "[i:1]", "3.x", lambda a: pytest.fail("designated: nothing to time"))
-        took = time.monotonic() - t0
-        stats = _process.client_stats()
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        holder.close()
-        _process.configure(_policy.parse(environ={}))  # closes this process's handle to the daemon
-        _process.stand_down()
+    # A short first slice, then one ask for the rest.
+    res, heard, _, took, stats = _wait_on_a_stopped_daemon(daemon, monkeypatch, "600")
     # One answer (the first slice's TIMEOUT), then nothing until the budget ended.
     assert len(heard) == 1 and heard[0].outcome == _native.OUTCOME_TIMEOUT and not heard[0].daemon_away
     assert took >= (LATE_BUDGET_MS - 1) / 1000, took  # it ends with less than 1 ms left
@@ -249,3 +272,23 @@ def test_budget_ending_on_a_late_answer_is_the_wait(daemon, monkeypatch):
     assert res.rows is None and res.lost == 0
     # Who timed it, for detd.wait_final(): the holder, from the daemon's answer.
     assert res.wait.fell_back(None).startswith(f"rank 1 (pid {os.getpid()} on ")
+
+
+def test_a_missed_log_time_asks_in_slices_of_at_least_the_floor(daemon, monkeypatch):
+    """A log time that passes without an answer from the daemon (stopped,
+    or away: its Decide ends at its deadline, past the log time) no longer
+    makes the loop ask in Decides of 2 ms back to back until the daemon
+    answers or the budget ends (hundreds of calls in this budget): after
+    it, a slice is at least WAIT_MIN_SLICE_MS. The real daemon, stopped
+    (SIGSTOP) once its first answer came, with a log line due every
+    LATE_FIRST_S."""
+    res, heard, asked, took, _ = _wait_on_a_stopped_daemon(daemon, monkeypatch, str(LATE_FIRST_S))
+    # The first slice's answer (its log line), then nothing until the budget ended.
+    assert len(heard) == 1 and heard[0].outcome == _native.OUTCOME_TIMEOUT and not heard[0].daemon_away
+    assert res.wait.logged and res.answer is not None and res.answer.outcome == _native.OUTCOME_TIMEOUT, res
+    assert took >= (LATE_BUDGET_MS - 1) / 1000, took
+    # The first slice, the one to the next log time, then slices of at
+    # least the floor until the budget ends (and one for a last sliver of
+    # it, a Decide's deadline counted in whole ms).
+    most = 2 + math.ceil(LATE_BUDGET_MS / _loop.WAIT_MIN_SLICE_MS) + 1
+    assert len(asked) <= most, (len(asked), asked[:20])

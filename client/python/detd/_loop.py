@@ -462,6 +462,12 @@ def early_ms(wait_ms: int) -> int:
     return wait_ms + 250 if wait_ms >= 250 else 2 * wait_ms
 
 
+# The slice a waiting rank asks in once a log time has passed without
+# an answer from the daemon (see Wait.ask_ms): such a line comes at most
+# this much late, and an outage costs about one Decide per this long.
+WAIT_MIN_SLICE_MS = 1000
+
+
 class Wait:
     """A rank's wait for a key another rank times: the slices it asks in,
     the log lines (after ``wait_log_after_s``, then every
@@ -487,11 +493,15 @@ class Wait:
 
     def ask_ms(self, left_ms: int) -> int:
         """How long the next Decide may wait: until the next log line (and
-        libdetd's margin), at most left_ms."""
+        libdetd's margin), at most left_ms. A log time already past (no
+        answer from the daemon came by it: the daemon away or stopped)
+        gives a slice of :data:`WAIT_MIN_SLICE_MS`: the line comes with the
+        daemon's next answer, and an outage is not asked through in
+        Decides of a few ms back to back."""
         if self.share or self.next_log is None:
             return left_ms
-        slice_ms = max(1, int((self.next_log - time.monotonic()) * 1000))
-        return min(left_ms, early_ms(slice_ms))
+        slice_ms = int((self.next_log - time.monotonic()) * 1000)
+        return min(left_ms, early_ms(slice_ms if slice_ms > 0 else WAIT_MIN_SLICE_MS))
 
     def waited_ms(self, answer) -> Optional[int]:
         """How long this rank was held: the daemon's count for one wait,
