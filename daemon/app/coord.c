@@ -71,11 +71,16 @@ static int64_t real_defer(void *ctx, const char *id) {
     return cluster_defer_of(ctx, id);
 }
 
+static int real_settled(void *ctx, int64_t *ret_bound_ms) {
+    *ret_bound_ms = cluster_registry_settle_ms(ctx);
+    return cluster_registry_settled(ctx);
+}
+
 /* See coord.h. */
 struct coord_cluster coord_cluster_of(cluster *cl) {
     return (struct coord_cluster){cl,          real_claim,       real_release,
                                   real_commit, real_commit_many, real_read,
-                                  real_defer};
+                                  real_defer,  real_settled};
 }
 
 /* See coord.h. */

@@ -49,6 +49,10 @@ struct coord_cluster {
     int (*read)(void *ctx, const char *const *ids, size_t n,
                 int64_t deadline_ms, uint64_t first_cookie);
     int64_t (*defer)(void *ctx, const char *id);
+    /* Whether the registry lists this node, read late enough to choose
+     * among the registered nodes at start (cluster_registry_settled());
+     * *ret_bound_ms: how long waiting for it is worth it. NULL: always. */
+    int (*settled)(void *ctx, int64_t *ret_bound_ms);
 };
 
 /* The table for a real backend c (borrowed for the table's use). */

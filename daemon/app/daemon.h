@@ -66,6 +66,9 @@ struct daemon_counters {
                                        answered the commit */
     /* lock entries etcd did not take (their import failed, naming them) */
     uint64_t lock_not_committed;
+    /* detd --lock through etcd chose the lock's owner before the registry
+     * listed this node (it did not within its bound): maybe two writers */
+    uint64_t lock_registry_late;
     uint64_t observes;
     uint64_t lock_skipped; /* lock entries not stored: their provenance
                               did not match the importing run */

@@ -268,6 +268,7 @@ static void do_boot(cluster *c) {
                 pthread_mutex_lock(&c->mu);
                 c->lease_id = id;
                 c->booting = 0;
+                c->registered_ms = clock_mono_ms();
                 pthread_cond_broadcast(&c->cv);
                 int need_watch = c->watch == NULL;
                 int64_t from = c->start_revision;
@@ -681,6 +682,31 @@ int cluster_read(cluster *c, const char *const *ids, size_t n,
         memcpy(v + i * KEYID_HEX_LEN, ids[i], KEYID_HEX_LEN);
     return cluster_submit(c, JOB_READ, NULL, v, n * KEYID_HEX_LEN, deadline_ms,
                           first_cookie);
+}
+
+/* See cluster.h. */
+int cluster_registry_settled(cluster *c) {
+    pthread_mutex_lock(&c->mu);
+    int64_t due = c->registered_ms + c->defer_ms;
+    int listed = 0;
+    for (size_t i = 0; i < c->n_nodes && !listed; i++)
+        listed = strcmp(c->nodes[i].node_id, c->node_id) == 0;
+    int settled = c->registered_ms != 0 && c->nodes_read_ms >= due && listed;
+    if (!settled && c->registered_ms != 0 && clock_mono_ms() >= due &&
+        c->nodes_asked_ms < due) {
+        /* The read that settles it is due now, not at the monitor's next
+         * round: wake the monitor once. */
+        c->nodes_asked_ms = clock_mono_ms();
+        c->nodes_dirty = 1;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return settled;
+}
+
+/* See cluster.h. */
+int64_t cluster_registry_settle_ms(const cluster *c) {
+    return c->defer_ms + 2 * CLUSTER_MONITOR_MS;
 }
 
 /* See cluster.h. */

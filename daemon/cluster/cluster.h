@@ -240,6 +240,23 @@ int cluster_read(cluster *c, const char *const *ids, size_t n,
 int64_t cluster_defer_of(cluster *c, const char *id);
 
 /*
+ * Whether the registry is settled for choosing among the registered nodes
+ * at start (detd --lock, before anything else is asked of the cluster):
+ * the registry as last read lists this node and was read at least the
+ * claim deferral (--claim-defer-ms) after this node registered, so the
+ * nodes started with it (within the deferral of each other, as a claim's
+ * wait assumes of nodes meeting a key together) are in it. While not,
+ * once that read is due the monitor is woken for it (once per
+ * registration). Loop thread.
+ */
+int cluster_registry_settled(cluster *c);
+
+/* How long waiting for cluster_registry_settled() is worth it from the
+ * moment the node's boot was asked: the claim deferral and two monitor
+ * rounds (the registration, then the read). */
+int64_t cluster_registry_settle_ms(const cluster *c);
+
+/*
  * The next page of a paged fan-out: given the request sent (req) and its
  * answer (resp), return 1 with the next request in *ret_next (malloc'd,
  * *ret_len bytes) when the answer says more follow, 0 when it was the

@@ -135,6 +135,8 @@ struct cluster {
     struct cluster_node *nodes; /* sorted by id; malloc'd, NULL when none */
     int nodes_dirty;            /* the watch saw a nodes/ key change */
     int64_t nodes_read_ms;      /* when the monitor last read them */
+    int64_t registered_ms;      /* when this node's key was last put */
+    int64_t nodes_asked_ms;     /* cluster_registry_settled() woke it */
     char nodes_error[256];      /* why the last read failed, or "" */
 
     pthread_t workers[CLUSTER_WORKERS];

@@ -215,6 +215,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"observes", d->counters.observes},
         {"lock_skipped", d->counters.lock_skipped},
         {"lock_not_committed", d->counters.lock_not_committed},
+        {"lock_registry_late", d->counters.lock_registry_late},
         {"votes", votes},
         {"votes_max", d->cfg->max_votes},
         {"vote_calls", d->counters.vote_calls},

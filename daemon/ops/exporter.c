@@ -118,6 +118,11 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
             "Lock entries etcd did not take (unreachable by the import's "
             "deadline): that import failed, naming them.",
             c->lock_not_committed);
+    counter(&b, "detd_lock_registry_late_total",
+            "detd --lock imports through etcd that chose the lock's owner "
+            "before the registry listed this node (it did not within its "
+            "bound): more than one node may have written the lock.",
+            c->lock_registry_late);
     gauge(&b, "detd_table_files_skipped",
           "Table files of the set in use that failed to load (listed by "
           "detctl status and detctl reload).",

@@ -262,8 +262,9 @@ struct lock_job {
     struct decision *send;
     size_t *send_of, n_send, send_at, chunk;
     int64_t deadline_ms, chunk_deadline;
-    int first_err; /* why the first row not committed was not */
-    char *missing; /* the first rows not committed, named (heap) */
+    int64_t budget_from; /* at start: the first read's budget counts from */
+    int first_err;       /* why the first row not committed was not */
+    char *missing;       /* the first rows not committed, named (heap) */
     struct lock_result r;
     /* How the job ends: its call answered (Admin.ImportLock; msg, the
      * request, freed then), or at start: done set for the waiting loop. */
@@ -426,9 +427,14 @@ static void lock_on_read(struct daemon *d, void *ctx, struct commit_result *res,
                          size_t n);
 
 /* A read's or a chunk's deadline: the call's, or at start
- * LOCK_START_ETCD_MS from now. */
+ * LOCK_START_ETCD_MS from now (the first read's: from the start of the
+ * wait for the registry, lock_await_registry()). */
 static int64_t lock_deadline(struct lock_job *j) {
-    return j->at_start ? clock_mono_ms() + LOCK_START_ETCD_MS : j->deadline_ms;
+    if (!j->at_start)
+        return j->deadline_ms;
+    int64_t from = j->budget_from != 0 ? j->budget_from : clock_mono_ms();
+    j->budget_from = 0;
+    return from + LOCK_START_ETCD_MS;
 }
 
 /* Read rows read_of[0..n_read) from etcd (lock_on_read() follows).
@@ -885,21 +891,70 @@ static void lock_on_start_deadline(uv_timer_t *t) {
                        0);
 }
 
-/* --lock with etcd: the job's rows go to etcd, and start-up waits (the
- * loop running: the cluster's answers come through it) until etcd
- * answered each, or a chunk was not answered within LOCK_START_ETCD_MS.
- * Returns 0 or an error (nothing sent). */
+static void lock_on_poll(uv_timer_t *t) {
+    (void)t; /* it only wakes the loop */
+}
+
+/*
+ * At start the lock's owner is chosen before anything else was asked of
+ * the cluster: a registry read before this node's registration would make
+ * it the owner on every node. So the loop runs (the cluster's answers
+ * come through it) until the registry is settled (it lists this node,
+ * read the claim deferral after this node registered: the nodes started
+ * with it are in it), at most its bound and half the first read's budget.
+ * Past that the owner is chosen from the registry as it is (etcd down, a
+ * slow boot): logged and counted, and still only etcd decides.
+ */
+static void lock_await_registry(struct lock_job *j) {
+    struct daemon *d = j->d;
+    const struct coord_cluster *cc = coord_cluster_ops(d->coord);
+    int64_t bound = 0;
+    if (cc->settled == NULL || cc->settled(cc->ctx, &bound))
+        return;
+    int64_t until = j->budget_from + bound;
+    int settled = 0;
+    if (until > j->budget_from + LOCK_START_ETCD_MS / 2)
+        until = j->budget_from + LOCK_START_ETCD_MS / 2;
+    uv_timer_t t;
+    uv_timer_init(&d->loop, &t);
+    uv_timer_start(&t, lock_on_poll, LOCK_WAIT_POLL_MS, LOCK_WAIT_POLL_MS);
+    while (!d->draining && !(settled = cc->settled(cc->ctx, &bound)) &&
+           clock_mono_ms() < until)
+        uv_run(&d->loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&d->loop, UV_RUN_NOWAIT); /* the close completes */
+    if (settled || d->draining)
+        return;
+    d->counters.lock_registry_late++;
+    log_warn("lock '%s': the cluster's node registry did not list this node "
+             "within %" PRId64 " ms (%s): the lock's owner is chosen from the "
+             "nodes known now, so another node may write its entries too (a "
+             "Raft proposal more per Txn, never a second decision)",
+             j->file, until - j->budget_from, coord_etcd_error(d->coord));
+}
+
+/* --lock with etcd: the registry waited for, then the job's rows go to
+ * etcd, and start-up waits (the loop running) until etcd answered each,
+ * or a chunk was not answered within LOCK_START_ETCD_MS. Returns 0 or an
+ * error (nothing sent). */
 static int lock_settle_at_start(struct lock_job *j) {
     struct daemon *d = j->d;
     j->at_start = 1;
     uv_update_time(&d->loop);
+    j->budget_from = clock_mono_ms();
+    if (d->coord != NULL && j->n > 0)
+        lock_await_registry(j);
     int rc = lock_settle(j, 0);
     if (rc != 0)
         return rc > 0 ? 0 : rc;
+    int64_t now = clock_mono_ms();
     uv_timer_t t;
     uv_timer_init(&d->loop, &t);
     t.data = j;
-    uv_timer_start(&t, lock_on_start_deadline, LOCK_START_ETCD_MS, 0);
+    uv_timer_start(
+        &t, lock_on_start_deadline,
+        j->chunk_deadline > now + 10 ? (uint64_t)(j->chunk_deadline - now) : 10,
+        0);
     while (!j->done)
         uv_run(&d->loop, UV_RUN_ONCE);
     uv_close((uv_handle_t *)&t, NULL);

@@ -12,6 +12,7 @@ import base64
 import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -404,6 +405,50 @@ ETCD_BATCH_MAX = 64
 LOCK_DEFER_MS = 3000
 
 
+def wide_lock(a, tmpdir, keys):
+    """A job's keys decided on daemon a, and the lock of them: (the
+    job's decisions, the lock's path)."""
+    first = job(a, "wide", ranks=1, keys=range(keys))[0]
+    lock = tmpdir / "wide.lock.json"
+    assert detctl(a, "lock", "export", "-o", lock).returncode == 0
+    return first, lock
+
+
+def assert_written_once(etcd, snap0, snap1, nodes, first, tmpdir):
+    """A lock of the job's decisions `first` (2 * ETCD_BATCH_MAX keys)
+    cost etcd its owner's commits between the snapshots, ETCD_BATCH_MAX
+    keys per Txn (the registrations and lease grants are not counted), one
+    more for a Txn sent again after an attempt that timed out on a loaded
+    machine; etcd and every node hold the lock's decisions."""
+    from test_cluster import etcd_delta, key_proposals
+    keys = len(first)
+    props = key_proposals(etcd, snap0, snap1)
+    bound = keys // ETCD_BATCH_MAX + 1
+    assert props <= bound, f"{props} Raft proposals for {keys} keys on {len(nodes)} nodes (bound {bound}): " \
+        f"{etcd_delta(snap0, snap1)}"
+    want = {f"[i:{i}]": first[i][1] for i in range(keys)}
+    assert {k: c for k, (c, _) in etcd_held(etcd).items()} == want
+    assert_every_node_holds(nodes, want, tmpdir)
+
+
+def assert_every_node_holds(nodes, want, tmpdir):
+    """Every node's store holds exactly want ({key: config}) once its
+    watch delivered it (within PROPAGATE_S), the same bytes on each."""
+    exports = []
+    for i, nd in enumerate(nodes):
+        out = tmpdir / f"node{i}.lock.json"
+        end = time.monotonic() + PROPAGATE_S
+        while True:
+            assert detctl(nd, "lock", "export", "--all", "-o", out).returncode == 0
+            entries = json.loads(out.read_text())["entries"]
+            if len(entries) == len(want) or time.monotonic() > end:
+                break
+            time.sleep(0.1)
+        assert {e["key"]: e["config"] for e in entries} == want, f"node {i}"
+        exports.append(json.dumps(sorted(entries, key=lambda e: e["id"]), sort_keys=True))
+    assert len(set(exports)) == 1
+
+
 @requires(HAVE_ETCD, "etcd-server and etcd-client are not installed")
 def test_one_lock_imported_by_every_node_at_once_is_written_once(two, tmpdir_short):
     """4 daemons on one etcd each import the same 128-entry lock at the
@@ -411,12 +456,9 @@ def test_one_lock_imported_by_every_node_at_once_is_written_once(two, tmpdir_sho
     lock's rendezvous owner writes it (2 Txns of 64 keys), the other nodes
     read etcd (no Raft proposal) and wait for the watch to bring it. Every
     node ends with every decision, byte for byte the same."""
-    from test_cluster import etcd_delta, etcd_snapshot, key_proposals
-    a, _ = two
+    from test_cluster import etcd_snapshot
     keys = 2 * ETCD_BATCH_MAX
-    first = job(a, "wide", ranks=1, keys=range(keys))[0]
-    lock = tmpdir_short / "wide.lock.json"
-    assert detctl(a, "lock", "export", "-o", lock).returncode == 0
+    first, lock = wide_lock(two[0], tmpdir_short, keys)
     etcd = EtcdCluster(tmpdir_short / "etcd", size=1)
     nodes = []
     try:
@@ -443,30 +485,70 @@ def test_one_lock_imported_by_every_node_at_once_is_written_once(two, tmpdir_sho
             assert p.returncode == 0, out + err
         added = [int(out.split(" added")[0].split()[-1]) for out, _ in outs]
         assert sum(added) == keys, outs
-        # The owner's commits, ETCD_BATCH_MAX keys per Txn, are the only
-        # writes: etcd was read before them and the others wait for them.
-        # One more for a Txn sent again after an attempt that timed out
-        # on a loaded machine (every node writing: 4 per 64 keys).
-        props = key_proposals(etcd, snap0, snap1)
-        bound = keys // ETCD_BATCH_MAX + 1
-        assert props <= bound, f"{props} Raft proposals for {keys} keys imported on 4 nodes at once (bound " \
-            f"{bound}): {etcd_delta(snap0, snap1)}"
-        # Every node holds every decision, the same bytes everywhere.
-        want = {f"[i:{i}]": first[i][1] for i in range(keys)}
-        assert {k: c for k, (c, _) in etcd_held(etcd).items()} == want
-        exports = []
-        for i, nd in enumerate(nodes):
-            out = tmpdir_short / f"w{i}.lock.json"
-            end = time.monotonic() + PROPAGATE_S
-            while True:
-                assert detctl(nd, "lock", "export", "--all", "-o", out).returncode == 0
-                entries = json.loads(out.read_text())["entries"]
-                if len(entries) == keys or time.monotonic() > end:
-                    break
-                time.sleep(0.1)
-            assert {e["key"]: e["config"] for e in entries} == want, f"w{i}"
-            exports.append(json.dumps(sorted(entries, key=lambda e: e["id"]), sort_keys=True))
-        assert len(set(exports)) == 1
+        # The owner's commits: etcd was read before them and the others
+        # wait for them (every node writing: 4 per 64 keys).
+        assert_written_once(etcd, snap0, snap1, nodes, first, tmpdir_short)
+    finally:
+        for nd in nodes:
+            nd.stop()
+        etcd.stop()
+    for nd in nodes:
+        log = nd.read_log()
+        assert "Sanitizer" not in log and "runtime error" not in log, log[-6000:]
+
+
+# The start-up wait for the registry (daemon/cluster/cluster_int.h,
+# daemon/ops/lock.h): the registry is read by a monitor round
+# (CLUSTER_MONITOR_MS) the claim deferral after the node registered; the
+# lock's owner is chosen from it then (the bound: the deferral and two
+# rounds).
+CLUSTER_MONITOR_MS = 1000
+
+
+@requires(HAVE_ETCD, "etcd-server and etcd-client are not installed")
+def test_one_lock_given_to_every_node_at_start_is_written_once(two, tmpdir_short):
+    """4 daemons started at once, each with detd --lock of the same
+    128-entry lock (every node's daemon at job start): each waits until
+    the registry lists it, read the claim deferral after it registered (the
+    nodes started with it are in it), so all 4 name the same owner, which
+    writes the lock (2 Txns of 64 keys); the others read etcd and wait for
+    the watch. Every node ends with every decision, the lock's."""
+    from test_cluster import etcd_snapshot
+    keys = 2 * ETCD_BATCH_MAX
+    first, lock = wide_lock(two[0], tmpdir_short, keys)
+    etcd = EtcdCluster(tmpdir_short / "etcd", size=1)
+    nodes = []
+    try:
+        etcd.start()
+        snap0 = etcd_snapshot(etcd)
+        # Nodes of a job start at the same moment; here etcd is held
+        # stopped until every daemon has begun settling its lock, so all 4
+        # meet etcd (register, read the lock's keys) together.
+        pid = etcd.members[0]["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for i in range(4):
+                nd = Daemon(tmpdir_short, name=f"s{i}", extra_args=[
+                    "--etcd", etcd.endpoints, "--node-id", f"s{i}", "--claim-defer-ms", str(LOCK_DEFER_MS),
+                    "--lock", lock])
+                nodes.append(nd.start(wait=False))
+            for nd in nodes:
+                nd.wait_log("start: lockfile", timeout=READY_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # Ready only once the lock is settled: the registry wait, the
+        # reads, the owner's writes (the others' wait ends when they arrive).
+        for nd in nodes:
+            nd.wait_ready(timeout=READY_S + (LOCK_DEFER_MS + 2 * CLUSTER_MONITOR_MS) / 1000)
+        snap1 = etcd_snapshot(etcd)
+        logs = [nd.read_log() for nd in nodes]
+        for i, log in enumerate(logs):
+            assert "through etcd" in log and "registry did not list" not in log, f"s{i}: " + log[-3000:]
+            assert counter(nodes[i].status(), "lock_registry_late") == 0
+        added = [int(log.split(" decisions added")[0].split()[-1]) for log in logs]
+        assert sum(added) == keys, added
+        # Without the wait each node counting itself the owner wrote.
+        assert_written_once(etcd, snap0, snap1, nodes, first, tmpdir_short)
     finally:
         for nd in nodes:
             nd.stop()

@@ -93,9 +93,9 @@ static int64_t fake_defer(void *ctx, const char *id) {
 
 /* The table for f (borrowed while the table is used). */
 static struct coord_cluster fake_cluster_ops(struct fake_cluster *f) {
-    return (struct coord_cluster){f,           fake_claim,       fake_release,
-                                  fake_commit, fake_commit_many, fake_read,
-                                  fake_defer};
+    return (struct coord_cluster){
+        f,         fake_claim, fake_release, fake_commit, fake_commit_many,
+        fake_read, fake_defer, NULL};
 }
 
 #endif /* DETD_TEST_FAKE_CLUSTER_H */
