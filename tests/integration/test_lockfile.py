@@ -403,6 +403,12 @@ def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
 # missing.
 ETCD_BATCH_MAX = 64
 LOCK_DEFER_MS = 3000
+# An import's wait for the owner ends as soon as its writes arrive: a long
+# deferral costs nothing then, and keeps a loaded machine's slow owner
+# from making the others write too (at most half the call's time left:
+# detctl's --timeout below is twice this and more).
+IMPORT_DEFER_MS = 12000
+IMPORT_TIMEOUT_MS = 30000
 
 
 def wide_lock(a, tmpdir, keys):
@@ -465,7 +471,7 @@ def test_one_lock_imported_by_every_node_at_once_is_written_once(two, tmpdir_sho
         etcd.start()
         for i in range(4):
             nd = Daemon(tmpdir_short, name=f"w{i}", extra_args=[
-                "--etcd", etcd.endpoints, "--node-id", f"w{i}", "--claim-defer-ms", str(LOCK_DEFER_MS)])
+                "--etcd", etcd.endpoints, "--node-id", f"w{i}", "--claim-defer-ms", str(IMPORT_DEFER_MS)])
             nodes.append(nd.start(wait=False))
         for nd in nodes:
             nd.wait_ready(timeout=READY_S)
@@ -477,9 +483,10 @@ def test_one_lock_imported_by_every_node_at_once_is_written_once(two, tmpdir_sho
             assert time.monotonic() < end, "the 4 nodes never all listed each other"
             time.sleep(0.1)
         snap0 = etcd_snapshot(etcd)
-        procs = [subprocess.Popen([str(DETCTL), "--socket", nd.socket, "--timeout", "30000", "lock", "import", lock],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for nd in nodes]
-        outs = [p.communicate(timeout=60) for p in procs]
+        procs = [subprocess.Popen([str(DETCTL), "--socket", nd.socket, "--timeout", str(IMPORT_TIMEOUT_MS), "lock",
+                                   "import", lock], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for nd in nodes]
+        outs = [p.communicate(timeout=2 * IMPORT_TIMEOUT_MS / 1000) for p in procs]
         snap1 = etcd_snapshot(etcd)
         for p, (out, err) in zip(procs, outs):
             assert p.returncode == 0, out + err
