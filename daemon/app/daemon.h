@@ -197,7 +197,7 @@ struct daemon {
     struct coord *coord;
     struct commit_state *commits;
     struct admin_verifies *verifies; /* verify --cluster (ops/admin.c) */
-    /* lock imports waiting for their owner's writes (ops/lock.c) */
+    /* lock imports waiting for their owner's writes (ops/lock_etcd.c) */
     struct lock_job *lock_waits;
 
     /* Per-architecture tables (tableadmin.c): the set in use, swapped

@@ -232,7 +232,7 @@ int cluster_read(cluster *c, const char *const *ids, size_t n,
 /*
  * How long this node waits before it writes what every node may write at
  * the same moment, for the work named id (a lock import: daemon/ops/
- * lock.c): 0 when it is id's rendezvous owner among the registered nodes
+ * lock_etcd.c): 0 when it is id's rendezvous owner among the registered nodes
  * (or the registry as last read does not list this node yet), else the
  * deferral of its rank as a claim's (cluster_defer_ms() with this
  * daemon's --claim-defer-* settings). Loop thread.

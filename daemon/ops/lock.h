@@ -22,7 +22,7 @@
  * overwritten). What etcd lacks is written by the lock's rendezvous
  * owner; the other nodes wait for it (bounded by their claim deferral),
  * then write what is still missing: N nodes importing one lock at once
- * cost etcd one import's Txns (lock.c says how). Entries etcd does not
+ * cost etcd one import's Txns (lock_etcd.c says how). Entries etcd does not
  * take by the call's deadline fail the call UNAVAILABLE, naming them and
  * what landed.
  */
@@ -44,7 +44,7 @@
  * 16 Txns of ETCD_BATCH_MAX keys. */
 #define LOCK_ETCD_CHUNK 1024
 /* With etcd, a node that is not a lock's owner waits for the owner's
- * writes (lock.c), looking for them in its store this often. */
+ * writes (lock_etcd.c), looking for them in its store this often. */
 #define LOCK_WAIT_POLL_MS 10
 
 /* Drain: every import waiting for its lock's owner (etcd) ends now, its
