@@ -248,6 +248,9 @@ static void lock_job_free(struct lock_job *j) {
     free(j);
 }
 
+static void lock_held(struct lock_job *j, size_t i, struct decision *got);
+static void lock_end(struct lock_job *j);
+
 /*
  * A job for the entries ms[0..n) (checked; reordered in place) of lock
  * file (sha256 its hash) into namespace ns: those not matching req are
@@ -261,7 +264,12 @@ static int lock_job_new(struct daemon *d, const char *ns, const char *file,
     struct lock_job *j = calloc(1, sizeof(*j));
     if (j == NULL)
         return DETD_ENOMEM;
-    *j = (struct lock_job){.d = d, .ns = ns, .file = file, .sha256 = sha256};
+    *j = (struct lock_job){.d = d,
+                           .ns = ns,
+                           .file = file,
+                           .sha256 = sha256,
+                           .held = lock_held,
+                           .end = lock_end};
     j->n_all = n;
     j->rows = calloc(n + 1, sizeof(*j->rows));
     j->ids = calloc(n + 1, sizeof(*j->ids));
@@ -287,8 +295,10 @@ fail:
     return rc;
 }
 
-/* See lock_int.h. */
-void lock_held(struct lock_job *j, size_t i, struct decision *got) {
+/* Row i is decided already (got: the decision that stands, taken): the
+ * same config is unchanged; another is a conflict, kept and listed. The
+ * job's held (lock_int.h). */
+static void lock_held(struct lock_job *j, size_t i, struct decision *got) {
     struct lock_result *r = &j->r;
     const struct decision *w = &j->rows[i];
     if (strcmp(got->config, w->config) == 0) {
@@ -398,8 +408,9 @@ out:
     free(conflicts);
 }
 
-/* See lock_int.h. */
-void lock_end(struct lock_job *j) {
+/* The job is over: logged, then its call answered and the job freed, or
+ * at start marked done for the waiting loop. The job's end (lock_int.h). */
+static void lock_end(struct lock_job *j) {
     lock_log(j);
     if (j->at_start) {
         j->done = 1;

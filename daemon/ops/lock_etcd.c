@@ -162,7 +162,7 @@ static void lock_give_up(struct lock_job *j, int err) {
     for (; j->send_at < j->n_send; j->send_at++)
         lock_missing(j, j->send_of[j->send_at],
                      j->r.not_committed > 0 ? j->first_err : err);
-    lock_end(j);
+    j->end(j);
 }
 
 /* Write the rows etcd lacks (j->send); the job ends when etcd answered
@@ -170,7 +170,7 @@ static void lock_give_up(struct lock_job *j, int err) {
 static void lock_write(struct lock_job *j) {
     int rc;
     if (j->n_send == 0) {
-        lock_end(j);
+        j->end(j);
         return;
     }
     if ((rc = lock_send(j)) != 0)
@@ -280,12 +280,12 @@ static void lock_on_read(struct daemon *d, void *ctx, struct commit_result *res,
         size_t i = j->read_of[k];
         struct decision got;
         if (res[k].err == 0 && !res[k].absent) {
-            lock_held(j, i, &res[k].stands);
+            j->held(j, i, &res[k].stands);
         } else if (res[k].err == 0) {
             j->send[j->n_send] = j->rows[i];
             j->send_of[j->n_send++] = i;
         } else if (store_get_decision(d->store, j->ids[i], &got) == 0) {
-            lock_held(j, i, &got);
+            j->held(j, i, &got);
         } else {
             lock_missing(j, i, res[k].err);
         }
@@ -317,7 +317,7 @@ static void lock_on_batch(struct daemon *d, void *ctx,
         else if (res[k].won)
             j->r.added++;
         else
-            lock_held(j, i, &res[k].stands);
+            j->held(j, i, &res[k].stands);
     }
     j->send_at += n;
     if (j->send_at < j->n_send) {
@@ -329,7 +329,7 @@ static void lock_on_batch(struct daemon *d, void *ctx,
         lock_give_up(j, rc);
         return;
     }
-    lock_end(j);
+    j->end(j);
 }
 
 static void lock_on_poll(uv_timer_t *t) {

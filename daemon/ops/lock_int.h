@@ -66,21 +66,20 @@ struct lock_job {
     rpc_call *call;
     ProtobufCMessage *msg;
     int at_start, done;
+    /* What the backend tells the job (lock.c sets them as it makes it;
+     * the etcd backend calls them, so that it does not depend on lock.c):
+     * held, row i is decided already (got: the decision that stands,
+     * taken): the same config is unchanged, another a conflict, kept and
+     * listed; end, the job is over: logged, then its call answered and
+     * the job freed, or at start marked done for the waiting loop (j must
+     * not be used after it unless at start). */
+    void (*held)(struct lock_job *j, size_t i, struct decision *got);
+    void (*end)(struct lock_job *j);
 };
-
-/* Row i is decided already (got: the decision that stands, taken): the
- * same config is unchanged; another is a conflict, kept and listed
- * (lock.c). */
-void lock_held(struct lock_job *j, size_t i, struct decision *got);
-
-/* The job is over: logged, then its call answered and the job freed, or
- * at start marked done for the waiting loop (lock.c). j must not be used
- * after it unless at start. */
-void lock_end(struct lock_job *j);
 
 /* The etcd backend (lock_etcd.c). Settle j through etcd: its buffers,
  * this node's wait for the lock's owner, and every row read from etcd;
- * lock_end() ends the job once etcd answered (it is the backend's until
+ * j->end() ends the job once etcd answered (it is the backend's until
  * then). Returns 0, or DETD_ENOMEM (nothing asked; the caller still owns
  * j). */
 int lock_precheck(struct lock_job *j);
