@@ -13,6 +13,9 @@
 #include "app/coord.h"
 
 #define FAKE_CLUSTER_MAX 32
+/* Commits and reads recorded (a lock's import sends more than one chunk
+ * of LOCK_ETCD_CHUNK rows). */
+#define FAKE_CLUSTER_MAX_ROWS 2048
 
 struct fake_commit {
     char id[65];
@@ -24,12 +27,22 @@ struct fake_commit {
 
 struct fake_cluster {
     int claim_rc, release_rc, commit_rc; /* what the calls return */
+    int64_t defer_ms; /* what defer() returns (0: this node is the owner) */
     int n_claims, n_releases, n_commits, n_reads;
     char claims[FAKE_CLUSTER_MAX][65];
     int64_t claim_deadlines[FAKE_CLUSTER_MAX];
     int claim_rechecks[FAKE_CLUSTER_MAX]; /* the recheck argument */
     char releases[FAKE_CLUSTER_MAX][65];
-    struct fake_commit commits[FAKE_CLUSTER_MAX];
+    struct fake_commit commits[FAKE_CLUSTER_MAX_ROWS];
+    /* commit_many() calls, and the rows each one was given */
+    int n_commit_many;
+    size_t commit_many_sizes[FAKE_CLUSTER_MAX];
+    /* every id read (read() calls: n_reads), with its cookie */
+    int n_read_ids;
+    char read_ids[FAKE_CLUSTER_MAX_ROWS][65];
+    uint64_t read_cookies[FAKE_CLUSTER_MAX_ROWS];
+    int64_t read_deadlines[FAKE_CLUSTER_MAX];
+    char defer_of[65]; /* the name defer() was last asked about */
 };
 
 static int fake_claim(void *ctx, const char *id, int recheck,
@@ -53,7 +66,7 @@ static int fake_release(void *ctx, const char *id) {
 static int fake_commit(void *ctx, const struct decision *row, uint64_t claim_id,
                        int64_t deadline_ms, uint64_t cookie) {
     struct fake_cluster *f = ctx;
-    CHECK(f->n_commits < FAKE_CLUSTER_MAX);
+    CHECK(f->n_commits < FAKE_CLUSTER_MAX_ROWS);
     struct fake_commit *c = &f->commits[f->n_commits++];
     snprintf(c->id, sizeof(c->id), "%s", row->id);
     snprintf(c->config, sizeof(c->config), "%s", row->config);
@@ -66,29 +79,36 @@ static int fake_commit(void *ctx, const struct decision *row, uint64_t claim_id,
 static int fake_commit_many(void *ctx, const struct decision *rows, size_t n,
                             uint64_t claim_id, int64_t deadline_ms,
                             uint64_t first_cookie, int *ret_err) {
+    struct fake_cluster *f = ctx;
+    CHECK(f->n_commit_many < FAKE_CLUSTER_MAX);
+    f->commit_many_sizes[f->n_commit_many++] = n;
     for (size_t i = 0; i < n; i++)
         ret_err[i] =
             fake_commit(ctx, &rows[i], claim_id, deadline_ms, first_cookie + i);
     return 0;
 }
 
-/* Reads answer nothing (a test feeds CLUSTER_EV_READ events itself);
- * every node is each id's owner. */
+/* Reads answer nothing (a test feeds CLUSTER_EV_READ events itself, with
+ * the cookies recorded here). */
 static int fake_read(void *ctx, const char *const *ids, size_t n,
                      int64_t deadline_ms, uint64_t first_cookie) {
     struct fake_cluster *f = ctx;
-    (void)ids;
-    (void)n;
-    (void)deadline_ms;
-    (void)first_cookie;
-    f->n_reads++;
+    CHECK(f->n_reads < FAKE_CLUSTER_MAX);
+    CHECK(f->n_read_ids + n <= FAKE_CLUSTER_MAX_ROWS);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(f->read_ids[f->n_read_ids], 65, "%s", ids[i]);
+        f->read_cookies[f->n_read_ids++] = first_cookie + i;
+    }
+    f->read_deadlines[f->n_reads++] = deadline_ms;
     return 0;
 }
 
+/* This node's wait for the work named id: f->defer_ms (0 by default:
+ * every node is the owner). */
 static int64_t fake_defer(void *ctx, const char *id) {
-    (void)ctx;
-    (void)id;
-    return 0;
+    struct fake_cluster *f = ctx;
+    snprintf(f->defer_of, sizeof(f->defer_of), "%s", id);
+    return f->defer_ms;
 }
 
 /* The table for f (borrowed while the table is used). */

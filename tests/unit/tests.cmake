@@ -67,6 +67,10 @@ foreach(t test_waiters test_commit test_coord)
   detd_unit_test(${t} detd_app)
   target_sources(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rpc.c)
 endforeach()
+# ops/: a lock's import through etcd (lock.c, lock_etcd.c) over the same
+# fake rpc adapter and a fake cluster.
+detd_unit_test(test_lock_etcd detd_ops)
+target_sources(test_lock_etcd PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_rpc.c)
 # app/: the timings as stored (convert.c; no rpc call).
 detd_unit_test(test_convert detd_app)
 # common/: lockfiles and how a decision was timed (lockfmt.c, provfmt.c).
