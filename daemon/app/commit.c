@@ -211,20 +211,30 @@ static struct commit_batch_op *batch_of(commit_state *s, uint64_t cookie,
     return NULL;
 }
 
-/* Unlink b, hand its results to its owner, free it. */
-static void batch_finish(struct daemon *d, struct commit_batch_op *b) {
+/* Take b out of the table. */
+static void batch_unlink(struct daemon *d, struct commit_batch_op *b) {
     for (struct commit_batch_op **pp = &d->commits->batches; *pp != NULL;
          pp = &(*pp)->next)
         if (*pp == b) {
             *pp = b->next;
             break;
         }
-    b->cb(d, b->ctx, b->res, b->n);
+}
+
+/* Free b (unlinked) and what its results still hold. */
+static void batch_free(struct commit_batch_op *b) {
     for (size_t i = 0; i < b->n; i++)
         decision_clear(&b->res[i].stands);
     free(b->res);
     free(b->answered);
     free(b);
+}
+
+/* Unlink b, hand its results to its owner, free it. */
+static void batch_finish(struct daemon *d, struct commit_batch_op *b) {
+    batch_unlink(d, b);
+    b->cb(d, b->ctx, b->res, b->n);
+    batch_free(b);
 }
 
 /* Row i of b came to err (0: etcd answered), won, and stands (taken; NULL
@@ -322,17 +332,9 @@ int commit_read(struct daemon *d, const char *const *ids, size_t n,
     }
     const struct coord_cluster *cc = coord_cluster_ops(d->coord);
     int rc = cc->read(cc->ctx, ids, n, deadline_ms, b->first_cookie);
-    if (rc != 0) {
-        /* Nothing sent: the batch goes without an answer. */
-        for (struct commit_batch_op **pp = &d->commits->batches; *pp != NULL;
-             pp = &(*pp)->next)
-            if (*pp == b) {
-                *pp = b->next;
-                break;
-            }
-        free(b->res);
-        free(b->answered);
-        free(b);
+    if (rc != 0) { /* nothing sent: the batch goes without an answer */
+        batch_unlink(d, b);
+        batch_free(b);
     }
     return rc;
 }

@@ -614,19 +614,11 @@ void cluster_get_status(cluster *c, struct cluster_status *ret) {
 /* See cluster.h. */
 int cluster_commit(cluster *c, const struct decision *r, uint64_t claim_id,
                    int64_t deadline_ms, uint64_t cookie) {
-    if (c == NULL || r == NULL || r->id == NULL || r->config == NULL)
+    if (c == NULL || r == NULL)
         return DETD_EINVAL;
-    char writer[512];
-    snprintf(writer, sizeof(writer), "%s/%" PRIu64, c->writer, claim_id);
-    char *v = NULL;
-    size_t n = 0;
-    int rc = cluster_decision_encode(r, writer, &v, &n);
-    if (rc != 0)
-        return rc;
-    rc = cluster_submit(c, JOB_COMMIT, r->id, v, n, deadline_ms, cookie);
-    if (rc == 0)
-        cluster_gate_commit(c, r->id);
-    return rc;
+    int err = 0;
+    int rc = cluster_commit_many(c, r, 1, claim_id, deadline_ms, cookie, &err);
+    return rc != 0 ? rc : err;
 }
 
 /* See cluster.h. */
@@ -707,14 +699,4 @@ int cluster_registry_settled(cluster *c) {
 /* See cluster.h. */
 int64_t cluster_registry_settle_ms(const cluster *c) {
     return c->defer_ms + 2 * CLUSTER_MONITOR_MS;
-}
-
-/* See cluster.h. */
-int64_t cluster_defer_of(cluster *c, const char *id) {
-    pthread_mutex_lock(&c->mu);
-    size_t r =
-        cluster_rendezvous_rank(c->nodes, c->n_nodes, c->node_id, id, NULL);
-    pthread_mutex_unlock(&c->mu);
-    return cluster_defer_ms(r, c->defer_ms, c->defer_step_ms,
-                            (size_t)c->defer_slots);
 }

@@ -363,7 +363,7 @@ void cluster_run_batch(cluster *c, struct job **jobs, size_t n) {
  * error (a stop: DETD_ECANCELLED). */
 void cluster_do_read(cluster *c, struct job *j) {
     size_t n = j->value_len / KEYID_HEX_LEN;
-    char id[KEYID_HEX_LEN + 1];
+    char ids[ETCD_GET_MANY_MAX][KEYID_HEX_LEN + 1];
     char *keys[ETCD_GET_MANY_MAX];
     struct etcd_kv kv[ETCD_GET_MANY_MAX];
     etcd_thread_deadline(j->deadline_ms);
@@ -371,9 +371,9 @@ void cluster_do_read(cluster *c, struct job *j) {
         size_t m = n - at < ETCD_GET_MANY_MAX ? n - at : ETCD_GET_MANY_MAX;
         int err = 0;
         for (size_t i = 0; i < m; i++) {
-            memcpy(id, j->value + (at + i) * KEYID_HEX_LEN, KEYID_HEX_LEN);
-            id[KEYID_HEX_LEN] = '\0';
-            keys[i] = cluster_key_of(c, "decisions", id);
+            memcpy(ids[i], j->value + (at + i) * KEYID_HEX_LEN, KEYID_HEX_LEN);
+            ids[i][KEYID_HEX_LEN] = '\0';
+            keys[i] = cluster_key_of(c, "decisions", ids[i]);
             if (keys[i] == NULL)
                 err = DETD_ENOMEM;
         }
@@ -389,9 +389,7 @@ void cluster_do_read(cluster *c, struct job *j) {
         if (err != 0 && cluster_stopping(c))
             err = DETD_ECANCELLED;
         for (size_t i = 0; i < m; i++) {
-            memcpy(id, j->value + (at + i) * KEYID_HEX_LEN, KEYID_HEX_LEN);
-            id[KEYID_HEX_LEN] = '\0';
-            cluster_post(c, CLUSTER_EV_READ, id, err, 0,
+            cluster_post(c, CLUSTER_EV_READ, ids[i], err, 0,
                          err == 0 ? kv[i].value : NULL,
                          err == 0 ? kv[i].value_len : 0, 0, j->cookie + at + i);
             if (err == 0)

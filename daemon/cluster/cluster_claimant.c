@@ -116,6 +116,12 @@ static size_t rank_of(cluster *c, const char *id) {
     return r;
 }
 
+/* See cluster.h. */
+int64_t cluster_defer_of(cluster *c, const char *id) {
+    return cluster_defer_ms(rank_of(c, id), c->defer_ms, c->defer_step_ms,
+                            (size_t)c->defer_slots);
+}
+
 static void on_timer(uv_timer_t *t);
 
 /* Have the timer fire by due_ms (an active timer is moved earlier). */
