@@ -9,6 +9,7 @@ provenance of its timing pass (benchmarker, settings, timing lock, torch
 and driver) recorded, exported, imported, and a mismatch a miss that
 explain names; detd-run --lock starting a job warm."""
 import base64
+import contextlib
 import ctypes
 import json
 import os
@@ -296,13 +297,30 @@ def etcd_held(cluster, ns="default"):
     return out
 
 
-@requires(HAVE_ETCD, "etcd-server and etcd-client are not installed")
-def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
-    a, b = two
-    etcd = EtcdCluster(tmpdir_short / "etcd", size=1)
+@contextlib.contextmanager
+def one_etcd(tmpdir):
+    """A one-member etcd, started, and the list the test puts its daemons
+    in; on the way out every daemon and etcd are stopped and, when the
+    body passed, no daemon's log holds a sanitizer report (under
+    -DDETD_SANITIZE=ON any report fails the test)."""
+    etcd = EtcdCluster(tmpdir / "etcd", size=1)
     nodes = []
     try:
         etcd.start()
+        yield etcd, nodes
+    finally:
+        for nd in nodes:
+            nd.stop()
+        etcd.stop()
+    for nd in nodes:
+        log = nd.read_log()
+        assert "Sanitizer" not in log and "runtime error" not in log, log[-6000:]
+
+
+@requires(HAVE_ETCD, "etcd-server and etcd-client are not installed")
+def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
+    a, b = two
+    with one_etcd(tmpdir_short) as (etcd, nodes):
         first = job(a, "run-1")
         lock = tmpdir_short / "run-1.lock.json"
         assert detctl(a, "lock", "export", "-o", lock).returncode == 0
@@ -386,13 +404,6 @@ def test_a_lock_given_to_an_etcd_cluster_decides_every_node(two, tmpdir_short):
         assert f"--lock '{later}': etcd did not take 3 of its 3 entries (etcd unreachable: no answer by the " \
             "deadline): the daemon does not start on a lock half given (0 landed" in n3.read_log(), n3.read_log()[-3000:]
         assert "serving on" not in n3.read_log() and not Path(n3.socket).exists()
-    finally:
-        for nd in nodes:
-            nd.stop()
-        etcd.stop()
-    for nd in nodes:  # under -DDETD_SANITIZE=ON: any report fails the test
-        log = nd.read_log()
-        assert "Sanitizer" not in log and "runtime error" not in log, log[-6000:]
 
 
 # One lock imported by every node at once (issue 28). The daemon's bounds
@@ -465,10 +476,7 @@ def test_one_lock_imported_by_every_node_at_once_is_written_once(two, tmpdir_sho
     from test_cluster import etcd_snapshot
     keys = 2 * ETCD_BATCH_MAX
     first, lock = wide_lock(two[0], tmpdir_short, keys)
-    etcd = EtcdCluster(tmpdir_short / "etcd", size=1)
-    nodes = []
-    try:
-        etcd.start()
+    with one_etcd(tmpdir_short) as (etcd, nodes):
         for i in range(4):
             nd = Daemon(tmpdir_short, name=f"w{i}", extra_args=[
                 "--etcd", etcd.endpoints, "--node-id", f"w{i}", "--claim-defer-ms", str(IMPORT_DEFER_MS)])
@@ -495,13 +503,6 @@ def test_one_lock_imported_by_every_node_at_once_is_written_once(two, tmpdir_sho
         # The owner's commits: etcd was read before them and the others
         # wait for them (every node writing: 4 per 64 keys).
         assert_written_once(etcd, snap0, snap1, nodes, first, tmpdir_short)
-    finally:
-        for nd in nodes:
-            nd.stop()
-        etcd.stop()
-    for nd in nodes:
-        log = nd.read_log()
-        assert "Sanitizer" not in log and "runtime error" not in log, log[-6000:]
 
 
 # The start-up wait for the registry (daemon/cluster/cluster_int.h,
@@ -523,10 +524,7 @@ def test_one_lock_given_to_every_node_at_start_is_written_once(two, tmpdir_short
     from test_cluster import etcd_snapshot
     keys = 2 * ETCD_BATCH_MAX
     first, lock = wide_lock(two[0], tmpdir_short, keys)
-    etcd = EtcdCluster(tmpdir_short / "etcd", size=1)
-    nodes = []
-    try:
-        etcd.start()
+    with one_etcd(tmpdir_short) as (etcd, nodes):
         snap0 = etcd_snapshot(etcd)
         # Nodes of a job start at the same moment; here etcd is held
         # stopped until every daemon has begun settling its lock, so all 4
@@ -556,13 +554,6 @@ def test_one_lock_given_to_every_node_at_start_is_written_once(two, tmpdir_short
         assert sum(added) == keys, added
         # Without the wait each node counting itself the owner wrote.
         assert_written_once(etcd, snap0, snap1, nodes, first, tmpdir_short)
-    finally:
-        for nd in nodes:
-            nd.stop()
-        etcd.stop()
-    for nd in nodes:
-        log = nd.read_log()
-        assert "Sanitizer" not in log and "runtime error" not in log, log[-6000:]
 
 
 # ---- provenance of a real timing pass, and detd-run --lock ----
