@@ -73,6 +73,21 @@ def parse_variants(text):
     return out
 
 
+def reached(res):
+    """Processes that reached the last hashed step."""
+    return sum(r is not None and "params" in r for r in res)
+
+
+def cells(res, capped, base_r0, base_ms, passes="-"):
+    """A run's cells of the table, from "reached step" to "vs first"."""
+    n, ms = len(res), step_ms(res)
+    return [f"{reached(res)}/{n}{' capped' if capped else ''}", f"{same_as_rank0(res)[1]}/{n}",
+            "yes" if same_bits(res[0], base_r0) else "no",
+            "/".join(sorted({b for r in res if r for b in r["sdpa_backward"]})) or "-",
+            "/".join(map(str, sorted({(r or {}).get("cudagraph_skips", "?") for r in res if r}))) or "-",
+            str(passes), fmt(wall_to_step(res)), fmt(ms, ".2f"), fmt(ms / base_ms if ms and base_ms else None, ".3f")]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lock-in", default=None, help="lockfile imported into the fresh store first")
@@ -151,30 +166,17 @@ def main():
     base_r0 = rows[0][2][0] if rows else None
     summary = []
     for label, names, res, capped, passes, v in rows:
-        n = len(res)
-        done = sum(r is not None and "params" in r for r in res)
-        ms = step_ms(res)
         nondet = [ln[len("NONDET "):] for ln in v.stdout.splitlines() if ln.startswith("NONDET")]
-        skips = sorted({(r or {}).get("cudagraph_skips", "?") for r in res if r})
-        print(f"| {label} | {names or '-'} | {done}/{n}{' capped' if capped else ''} | {same_as_rank0(res)[1]}/{n} "
-              f"| {'yes' if same_bits(res[0], base_r0) else 'no'} "
-              f"| {'/'.join(sorted({b for r in res if r for b in r['sdpa_backward']})) or '-'} "
-              f"| {'/'.join(map(str, skips)) or '-'} | {passes} | {fmt(wall_to_step(res))} | {fmt(ms, '.2f')} "
-              f"| {fmt(ms / base_ms if ms and base_ms else None, '.3f')} | {v.returncode} "
-              f"| {'; '.join(x[:90] for x in nondet) or 'none'} |")
-        summary.append(dict(label=label, settings=names, reached=done, identical=same_as_rank0(res)[1], procs=n,
-                            step_ms=ms, passes=passes, verify_strict=v.returncode, nondet=nondet, capped=capped))
+        print("| " + " | ".join([label, names or "-", *cells(res, capped, base_r0, base_ms, passes), str(v.returncode),
+                                 "; ".join(x[:90] for x in nondet) or "none"]) + " |")
+        summary.append(dict(label=label, settings=names, reached=reached(res), identical=same_as_rank0(res)[1],
+                            procs=len(res), step_ms=step_ms(res), passes=passes, verify_strict=v.returncode,
+                            nondet=nondet, capped=capped))
     if default is not None:
         res, capped = default
-        ms = step_ms(res)
-        print(f"| default torch.compile (detd not imported) | - | "
-              f"{sum(r is not None and 'params' in r for r in res)}/{len(res)}{' capped' if capped else ''} "
-              f"| {same_as_rank0(res)[1]}/{len(res)} | {'yes' if same_bits(res[0], base_r0) else 'no'} "
-              f"| {'/'.join(sorted({b for r in res if r for b in r['sdpa_backward']})) or '-'} "
-              f"| {'/'.join(map(str, sorted({(r or {}).get('cudagraph_skips', '?') for r in res if r}))) or '-'} "
-              f"| - | {fmt(wall_to_step(res))} | {fmt(ms, '.2f')} "
-              f"| {fmt(ms / base_ms if ms and base_ms else None, '.3f')} | - | - |")
-        summary.append(dict(label="default torch.compile", step_ms=ms, procs=len(res), capped=capped))
+        print("| " + " | ".join(["default torch.compile (detd not imported)", "-",
+                                 *cells(res, capped, base_r0, base_ms), "-", "-"]) + " |")
+        summary.append(dict(label="default torch.compile", step_ms=step_ms(res), procs=len(res), capped=capped))
     json.dump(dict(rows=summary, results={row[0]: row[2] for row in rows},
                    default=default[0] if default else None),
               open(os.path.join(a.out, "hf_settings.json"), "w"))
