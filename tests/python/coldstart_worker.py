@@ -27,8 +27,12 @@ another comma-separated list) whose
   compiles nothing)
   creates ``$CS_HELPING`` (when set), then sleeps S seconds or kills the
   process (exit 9).
+- ``CS_COMPILE_AFTER``: ``A:B``: with ``CS_COMPILE``, BLOCK A's compile
+  first waits (at most 30 s) until BLOCK B has been measured (a compile
+  slower than the others').
 
 Writes OUT.json: the config launched, the measurements made per BLOCK
+and the BLOCKs in the order they were measured,
 (and the ``rep`` each was asked for: ``do_bench=`` takes ``warmup`` and
 ``rep``, as Triton's benchmarker does),
 the hook's record of the key, the ``detd`` log lines, the wall time of the
@@ -39,6 +43,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -52,6 +57,8 @@ from detd import _triton  # noqa: E402
 
 BLOCKS = tuple(int(b) for b in os.environ.get("CS_BLOCKS", "16,32,64,128").split(","))
 MEASURED = {}  # BLOCK -> measurements made
+ORDER = []  # the BLOCKs in the order they were measured
+MEASURED_EVENT = threading.Condition()
 REPS = {}  # BLOCK -> the rep (ms) each measurement was asked for
 _current = [None]
 TIMINGS = {int(k): v for k, v in json.loads(os.environ.get("CS_TIMINGS", "{}")).items()}
@@ -83,7 +90,10 @@ def cs_do_bench(kernel_call, quantiles=None, warmup=25, rep=100, **kw):
             f.write(f"{os.getpid()} {t_start:.6f} {time.monotonic():.6f}\n")
     b = _current[0]
     n = MEASURED.get(b, 0)
-    MEASURED[b] = n + 1
+    with MEASURED_EVENT:
+        MEASURED[b] = n + 1
+        ORDER.append(b)
+        MEASURED_EVENT.notify_all()
     REPS.setdefault(b, []).append(rep)
     lists = TIMINGS.get(b)
     scale = float(os.environ.get("CS_SCALE", "1"))
@@ -129,6 +139,10 @@ def main():
                 open(os.environ["CS_HELPING"], "w").close()
             if comp == "die":
                 os._exit(9)
+            after = os.environ.get("CS_COMPILE_AFTER", "")
+            if after and config.kwargs.get("BLOCK") == int(after.split(":")[0]):
+                with MEASURED_EVENT:
+                    MEASURED_EVENT.wait_for(lambda: int(after.split(":")[1]) in MEASURED, timeout=30)
             time.sleep(float(comp.split(":", 1)[1]))
             return True
 
@@ -152,7 +166,7 @@ def main():
     keys = [k for r in detd.autotuners() if r["name"].endswith("cs_add_kernel") for k in r["keys"]]
     with open(out_path, "w") as f:
         json.dump({"pid": os.getpid(), "config": _triton.config_string(cfg) if cfg is not None else None,
-                   "measured": {str(k): v for k, v in MEASURED.items()},
+                   "measured": {str(k): v for k, v in MEASURED.items()}, "order": ORDER,
                    "reps": {str(k): v for k, v in REPS.items()}, "keys": keys, "lines": lines.lines,
                    "levels": lines.levels,
                    "wall_s": wall, "error": error, "ok": bool(torch.equal(out, x + 1.0)),

@@ -440,18 +440,23 @@ def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
     same timings with DETD_RECHECK_CLEAR=off re-measure the two near-best
     (the rule as before); and compiling ahead in 2 threads
     (DETD_COMPILE_AHEAD=2, each compile 0.05 s) benchmarks every candidate
-    once, after its compile."""
+    once, after its compile, in the order the compiles finish: BLOCK 16's
+    compile lasts until BLOCK 128 has been measured, so in list order the
+    pass would wait for it (at most 30 s) and measure it first."""
     t = json.dumps({16: [[1.5, 1.4, 1.6]], 32: [[1.05, 1.04, 1.06]], 64: [[1.0, 0.99, 1.01]],
                     128: [[2.0, 1.9, 2.1]]})
     procs = [start(daemon, tmp_path, "clear", 0, CS_TIMINGS=t, CS_N="256"),
              start(daemon, tmp_path, "off", 1, CS_TIMINGS=t, CS_N="512", DETD_RECHECK_CLEAR="off"),
-             start(daemon, tmp_path, "ahead", 2, CS_N="1024", DETD_COMPILE_AHEAD="2", CS_COMPILE="sleep:0.05")]
+             start(daemon, tmp_path, "ahead", 2, CS_N="1024", DETD_COMPILE_AHEAD="2", CS_COMPILE="sleep:0.05",
+                   CS_COMPILE_AFTER="16:128")]
     clear, off, ahead = [ok(daemon, p) for p in procs]
     assert clear["config"] == cfg(64) and clear["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, clear
     assert "remeasured" not in clear["keys"][0] and clear["phases"]["remeasure"] == 0, clear
     assert off["config"] == cfg(64) and off["measured"] == {"16": 1, "32": 3, "64": 3, "128": 1}, off
     assert sorted(off["keys"][0]["remeasured"]) == sorted([cfg(32), cfg(64)]) and off["phases"]["remeasure"] > 0
     assert ahead["config"] == cfg(16) and ahead["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, ahead
+    assert ahead["order"] == [32, 64, 128, 16], ahead
+    assert list(ahead["keys"][0]["timings"]) == [cfg(b) for b in (16, 32, 64, 128)], ahead
     assert ahead["phases"]["compiles"] == 4 and ahead["phases"]["compile_work"] >= 4 * 0.05 - 0.01, ahead
     for r in (clear, off, ahead):
         summed(r["phases"])

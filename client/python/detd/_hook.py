@@ -511,7 +511,7 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
         comp = _loop.Compiler(cands.objs, lambda c: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, c, dev), ahead)
         try:
             return _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs, stop=_loop.environment_hint,
-                                           each=comp)
+                                           each=comp, order=comp.order())
         finally:
             comp.close()
 

@@ -24,7 +24,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _canon, _native, _phases, _process, _samples, _split
 
@@ -310,15 +310,20 @@ class Compiler:
     ``compile``; what it raises, the benchmark meets again and reports).
     With ``workers`` > 0 (``DETD_COMPILE_AHEAD``) a pool of that many
     threads compiles every candidate from the start, in list order, and
-    the pass benchmarks each as soon as its compile is done, while the
-    later ones still compile (phase ``compile``: only the wait for the
-    one needed next). ``compile_one`` returns whether it compiled
-    anything (False: nothing to compile, e.g. the CPU interpreter).
-    ``close()`` cancels what is still queued."""
+    the pass benchmarks candidates in the order their compiles finish
+    (:meth:`order`; among those done, list order), while the others
+    still compile (phase ``compile``: only the waits for a compile to
+    finish). A slow compile so delays only its own candidate, and a
+    candidate a waiting rank already compiled (a share: Triton's cache
+    loads it) is benchmarked while the slower ones compile. The order
+    does not enter the decision: the timings are returned in list
+    order. ``compile_one`` returns whether it compiled anything (False:
+    nothing to compile, e.g. the CPU interpreter). ``close()`` cancels
+    what is still queued."""
 
     def __init__(self, objs: Sequence[Any], compile_one: Callable[[Any], bool], workers: int = 0):
         self.objs, self.compile_one, self.progress = objs, compile_one, progress()
-        self.pool, self.futures = None, None
+        self.pool, self.futures, self.count = None, None, 0
         if workers > 0 and len(objs) > 1:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -334,8 +339,29 @@ class Compiler:
             did = True
         return time.perf_counter() - t0 if did else None
 
+    def order(self) -> Iterator[int]:
+        """The indices of ``objs`` in the order to benchmark them: list
+        order without a pool; with one, each candidate as soon as its
+        compile is done (the lowest index among those done), waiting
+        (phase ``compile``) only when none is."""
+        if self.futures is None:
+            yield from range(len(self.objs))
+            return
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        left = list(range(len(self.objs)))
+        while left:
+            ready = next((i for i in left if self.futures[i].done()), None)
+            if ready is None:
+                with _phases.phase("compile"):
+                    wait([self.futures[i] for i in left], return_when=FIRST_COMPLETED)
+                continue
+            left.remove(ready)
+            yield ready
+
     def __call__(self, i: int) -> None:
-        self.progress(i)
+        self.progress(self.count)
+        self.count += 1
         with _phases.phase("compile"):
             took = self.futures[i].result() if self.futures is not None else self._timed(self.objs[i])
         if took is not None:

@@ -328,7 +328,7 @@ def prune(tuner, args, kwargs) -> List[Any]:
     return list(_original_prune(tuner, kwargs))
 
 
-def time_candidates(tuner, args, kwargs, pruned, record: bool = True, stop=None, each=None) -> tuple:
+def time_candidates(tuner, args, kwargs, pruned, record: bool = True, stop=None, each=None, order=None) -> tuple:
     """Time each config of ``pruned`` (the list :func:`prune` returned) with
     the tuner's own ``_bench`` (Triton's benchmarker or the kernel's
     ``do_bench=``), as Triton's ``benchmark()`` does, and set
@@ -343,14 +343,17 @@ def time_candidates(tuner, args, kwargs, pruned, record: bool = True, stop=None,
     ``record`` False leaves ``configs_timings`` and ``bench_time`` as they
     were (a rank benchmarking a share of another rank's pass). ``stop(e)``
     true raises ``e`` at once (an error of the process, not of the
-    candidate); ``each(i)`` is called before candidate ``i``.
-    Returns ``(timings, errors)``: ``Config -> timing`` (a float or a list
-    of them) and ``Config -> exception``."""
+    candidate); ``each(i)`` is called before candidate ``i``; ``order``:
+    the indices of ``pruned`` in the order to measure them (default: list
+    order). Returns ``(timings, errors)``: ``Config -> timing`` (a float
+    or a list of them), in the order of ``pruned`` whatever the order of
+    measuring, and ``Config -> exception``."""
     tuner.nargs = dict(zip(tuner.arg_names, args))
     _tls.skip = None
     start = time.time()
     timings, errors = {}, {}
-    for i, config in enumerate(pruned):
+    for i in order if order is not None else range(len(pruned)):
+        config = pruned[i]
         if each is not None:
             each(i)
         try:
@@ -361,6 +364,7 @@ def time_candidates(tuner, args, kwargs, pruned, record: bool = True, stop=None,
             errors[config] = e
             timings[config] = [float("inf"), float("inf"), float("inf")]
         tuner.nargs = dict(zip(tuner.arg_names, args))  # a hook may have cleared it
+    timings = {c: timings[c] for c in pruned if c in timings}
     if record:
         tuner.bench_time = time.time() - start
         tuner.configs_timings = timings
