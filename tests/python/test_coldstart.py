@@ -322,9 +322,10 @@ def summed(ph):
 
 
 def test_phases_of_a_timing_rank_and_a_waiting_rank(daemon, tmp_path):
-    """Rank 0 times the key: each candidate is compiled (0.05 s, the
-    compile step's stand-in: the interpreter compiles nothing) before its
-    measurement (0.05 s, the first held until rank 1 waits); rank 1
+    """Rank 0 times the key, compiling nothing ahead (DETD_COMPILE_AHEAD=0;
+    compiling ahead: test_cuts_keep_one_timing_pass_per_key): each
+    candidate is compiled (0.05 s, the compile step's stand-in: the
+    interpreter compiles nothing) before its measurement (0.05 s, the first held until rank 1 waits); rank 1
     compiles the 3 shares it is given (0.05 s each), then waits, logging
     after 0.2 s. Each process's phases sum to its resolve's wall time and
     name where it went: rank 0 compile (4 steps) and benchmark, rank 1
@@ -333,7 +334,7 @@ def test_phases_of_a_timing_rank_and_a_waiting_rank(daemon, tmp_path):
     marker, gate = str(tmp_path / "in-pass"), str(tmp_path / "go")
     out = str(tmp_path / "phases-{rank}.json")
     timer = start(daemon, tmp_path, "r0", 0, CS_BENCH_SLEEP="0.05", CS_COMPILE="sleep:0.05", CS_IN_PASS=marker,
-                  CS_GATE=gate, DETD_PHASES=out)
+                  CS_GATE=gate, DETD_PHASES=out, DETD_COMPILE_AHEAD="0")
     wait_file(marker)
     lines = tmp_path / "r1.lines"
     waiter = start(daemon, tmp_path, "r1", 1, CS_COMPILE="sleep:0.05", DETD_WAIT_LOG_AFTER_S="0.2",
@@ -389,7 +390,8 @@ def test_remeasure_rule_is_deterministic_given_the_timings():
     assert rule(dict(clear, b=[1.05])) == ["b", "c"]  # one sample: its noise unknown
     assert rule(dict(clear, b=[1.0, 0.99, 1.01])) == ["b", "c"]  # a tie is never clear
     assert rule(dict(clear, b=[float("inf")] * 3)) == []  # failed: not a candidate
-    assert _process.pass_options({}) == (0.02, 0)
+    assert _process.pass_options({}) == (0.02, None)  # compile_ahead()'s default, below
+    assert _process.pass_options({"DETD_COMPILE_AHEAD": "0"}) == (0.02, 0)
     assert _process.pass_options({"DETD_RECHECK_CLEAR": "off", "DETD_COMPILE_AHEAD": "4"}) == (None, 4)
     with pytest.raises(ValueError, match="DETD_RECHECK_CLEAR='soon'"):
         _process.pass_options({"DETD_RECHECK_CLEAR": "soon"})
@@ -462,3 +464,26 @@ def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
         summed(r["phases"])
         assert r["keys"][0]["timed_here"] and r["keys"][0]["source"] == "timed", r
     assert counter(status(daemon), "timing_passes") == 3
+
+
+@pytest.mark.triton_release
+def test_compile_ahead_is_on_by_default_where_triton_compiles_in_threads(monkeypatch):
+    """Unset, DETD_COMPILE_AHEAD is the process's cores, at most 8, where
+    the installed Triton compiles in threads itself (AsyncCompileMode:
+    3.6 and 3.9), and 0 where it does not (3.3); a setting wins."""
+    import triton
+
+    from detd import _process, _triton
+
+    v = tuple(int(x) for x in triton.__version__.split(".")[:2])
+    threads = _triton.compiles_in_threads()
+    assert threads == (v >= (3, 6)) or v not in ((3, 3), (3, 6), (3, 9)), (v, threads)
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(_process._state, "compile_ahead", None)
+    assert _process.compile_ahead() == (min(8, cores) if threads else 0)
+    monkeypatch.setattr(_process, "_cores", lambda: 64)
+    assert _process.compile_ahead() == (8 if threads else 0)
+    monkeypatch.setattr(_triton, "compiles_in_threads", lambda: False)
+    assert _process.compile_ahead() == 0
+    monkeypatch.setattr(_process._state, "compile_ahead", 3)
+    assert _process.compile_ahead() == 3

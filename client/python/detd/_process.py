@@ -34,9 +34,11 @@ WAIT_LOG_AFTER_S = 5.0
 WAIT_LOG_EVERY_S = 30.0
 # The timing pass's options (environment; see pass_options()): the lead
 # over the runner-up past which the best is not re-measured, and the
-# threads compiling ahead of the benchmarks.
+# threads compiling ahead of the benchmarks (None: the default of
+# compile_ahead(), at most COMPILE_AHEAD_MAX).
 RECHECK_CLEAR = 0.02
-COMPILE_AHEAD = 0
+COMPILE_AHEAD = None
+COMPILE_AHEAD_MAX = 8
 # DETD_SCREEN (see screen_option()): off by default.
 SCREEN = False
 
@@ -297,12 +299,13 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
     return after, every, sp not in ("0", "false", "off", "no")
 
 
-def pass_options(environ=None) -> Tuple[Optional[float], int]:
+def pass_options(environ=None) -> Tuple[Optional[float], Optional[int]]:
     """(re-measure lead, compile-ahead threads) from
     ``DETD_RECHECK_CLEAR`` (a fraction >= 0, default 0.02; ``off``: always
-    re-measure the near-best, None) and ``DETD_COMPILE_AHEAD`` (threads,
-    default 0: each candidate compiled just before its benchmark). Raises
-    ValueError naming a bad variable."""
+    re-measure the near-best, None) and ``DETD_COMPILE_AHEAD`` (threads;
+    0: each candidate compiled just before its benchmark; unset: None,
+    the default of :func:`compile_ahead`). Raises ValueError naming a bad
+    variable."""
     env = os.environ if environ is None else environ
     v = str(env.get("DETD_RECHECK_CLEAR", "")).strip().lower()
     clear: Optional[float] = RECHECK_CLEAR
@@ -320,7 +323,7 @@ def pass_options(environ=None) -> Tuple[Optional[float], int]:
         ahead = int(n) if n else COMPILE_AHEAD
     except ValueError:
         ahead = -1
-    if not 0 <= ahead <= 64:
+    if ahead is not None and not 0 <= ahead <= 64:
         raise ValueError(f"detd: invalid DETD_COMPILE_AHEAD={n!r}: expected a thread count from 0 to 64")
     return clear, ahead
 
@@ -350,8 +353,21 @@ def recheck_clear() -> Optional[float]:
 
 def compile_ahead() -> int:
     """Threads compiling candidates ahead of the benchmarks
-    (DETD_COMPILE_AHEAD; 0: off)."""
-    return _state.compile_ahead
+    (DETD_COMPILE_AHEAD; 0: off). Unset: this process's cores, at most
+    :data:`COMPILE_AHEAD_MAX`, where the installed Triton compiles kernels
+    in threads itself (:func:`detd._triton.compiles_in_threads`), else 0."""
+    n = _state.compile_ahead
+    if n is None:
+        n = min(COMPILE_AHEAD_MAX, _cores()) if _triton.compiles_in_threads() else 0
+    return n
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def wait_log() -> Tuple[float, float]:

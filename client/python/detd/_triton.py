@@ -499,6 +499,20 @@ def compile_only(tuner, args, kwargs, config, device=None) -> bool:
     return True
 
 
+def compiles_in_threads() -> bool:
+    """Whether the installed Triton compiles kernels in threads itself
+    (``triton.AsyncCompileMode``: ``warmup`` in a thread pool, module
+    ``triton.runtime._async_compile``; 3.6 and 3.9 have it, 3.3 not):
+    there, detd's threads compiling ahead (``compile_only`` in a pool) do
+    what Triton supports, and are on by default."""
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("triton.runtime._async_compile") is not None
+    except Exception:  # noqa: BLE001 - no Triton, or a broken one: no threads
+        return False
+
+
 def current_device():
     """The active Triton driver's current device of this thread, or None
     (the CPU interpreter, or no driver)."""
