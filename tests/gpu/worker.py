@@ -216,6 +216,9 @@ def main():
         # Where this process's time in detd went: per phase, and per key
         # (detd._phases), with whether it timed the key.
         res["phases"] = detd.stats()["phases"]
+        from detd import _process
+
+        res["compile_ahead"], res["screen"] = _process.compile_ahead(), _process.screen()  # as in effect
         res["key_phases"] = {f"{t['kernel']}|{k['key']}": dict(k["phases"], timed_here=bool(k.get("timed_here")),
                                                               candidates=len(k.get("candidates") or ()))
                              for t in detd.autotuners() for k in t["keys"] if k.get("phases")}

@@ -31,8 +31,9 @@ another comma-separated list) whose
   first waits (at most 30 s) until BLOCK B has been measured (a compile
   slower than the others').
 
-Writes OUT.json: the config launched, the measurements made per BLOCK
-and the BLOCKs in the order they were measured,
+Writes OUT.json: the config launched, the measurements made per BLOCK,
+the BLOCKs in the order they were measured, when each compile ended and
+each measurement began,
 (and the ``rep`` each was asked for: ``do_bench=`` takes ``warmup`` and
 ``rep``, as Triton's benchmarker does),
 the hook's record of the key, the ``detd`` log lines, the wall time of the
@@ -58,6 +59,7 @@ from detd import _triton  # noqa: E402
 BLOCKS = tuple(int(b) for b in os.environ.get("CS_BLOCKS", "16,32,64,128").split(","))
 MEASURED = {}  # BLOCK -> measurements made
 ORDER = []  # the BLOCKs in the order they were measured
+TIMES = {"compiled": [], "measured": []}  # time.monotonic() of each compile's end, each measurement's start
 MEASURED_EVENT = threading.Condition()
 REPS = {}  # BLOCK -> the rep (ms) each measurement was asked for
 _current = [None]
@@ -78,6 +80,7 @@ def cs_do_bench(kernel_call, quantiles=None, warmup=25, rep=100, **kw):
         while not os.path.exists(gate) and time.monotonic() < deadline:
             time.sleep(0.01)
     t_start = time.monotonic()
+    TIMES["measured"].append(t_start)
     if os.environ.get("CS_BENCH_SLEEP"):
         time.sleep(float(os.environ["CS_BENCH_SLEEP"]))
     kernel_call()  # its pre_hook names the BLOCK measured
@@ -144,6 +147,7 @@ def main():
                 with MEASURED_EVENT:
                     MEASURED_EVENT.wait_for(lambda: int(after.split(":")[1]) in MEASURED, timeout=30)
             time.sleep(float(comp.split(":", 1)[1]))
+            TIMES["compiled"].append(time.monotonic())
             return True
 
         _triton.compile_only = compile_only
@@ -166,7 +170,7 @@ def main():
     keys = [k for r in detd.autotuners() if r["name"].endswith("cs_add_kernel") for k in r["keys"]]
     with open(out_path, "w") as f:
         json.dump({"pid": os.getpid(), "config": _triton.config_string(cfg) if cfg is not None else None,
-                   "measured": {str(k): v for k, v in MEASURED.items()}, "order": ORDER,
+                   "measured": {str(k): v for k, v in MEASURED.items()}, "order": ORDER, "times": TIMES,
                    "reps": {str(k): v for k, v in REPS.items()}, "keys": keys, "lines": lines.lines,
                    "levels": lines.levels,
                    "wall_s": wall, "error": error, "ok": bool(torch.equal(out, x + 1.0)),

@@ -390,8 +390,11 @@ def test_remeasure_rule_is_deterministic_given_the_timings():
     assert rule(dict(clear, b=[1.05])) == ["b", "c"]  # one sample: its noise unknown
     assert rule(dict(clear, b=[1.0, 0.99, 1.01])) == ["b", "c"]  # a tie is never clear
     assert rule(dict(clear, b=[float("inf")] * 3)) == []  # failed: not a candidate
-    assert _process.pass_options({}) == (0.02, None)  # compile_ahead()'s default, below
-    assert _process.pass_options({"DETD_COMPILE_AHEAD": "0"}) == (0.02, 0)
+    assert _process.pass_options({}) == (0.02, 0)
+    assert _process.pass_options({"DETD_COMPILE_AHEAD": "auto"}) == (0.02, None)  # compile_ahead(), below
+    assert _process.overlap_option({}) is False and _process.overlap_option({"DETD_COMPILE_OVERLAP": "on"}) is True
+    with pytest.raises(ValueError, match="DETD_COMPILE_OVERLAP='sometimes'"):
+        _process.overlap_option({"DETD_COMPILE_OVERLAP": "sometimes"})
     assert _process.pass_options({"DETD_RECHECK_CLEAR": "off", "DETD_COMPILE_AHEAD": "4"}) == (None, 4)
     with pytest.raises(ValueError, match="DETD_RECHECK_CLEAR='soon'"):
         _process.pass_options({"DETD_RECHECK_CLEAR": "soon"})
@@ -407,11 +410,16 @@ def test_screening_measures_in_full_only_the_near_best(daemon, tmp_path):
     screening median measured in full (rep 100 ms, its default); the others
     report their screening samples. The winner is the full measurements'
     (deterministic given the timings), the pass says so in its provenance
-    and record, and a tuner whose benchmarker takes no rep is not screened."""
+    and record, and a tuner whose benchmarker takes no rep is not screened.
+    DETD_SCREEN=0.1 keeps only those within 10% (another key, N 448); a
+    band under the re-measure's (10%) is refused."""
     from detd import _loop, _process, _triton
 
     t = json.dumps({16: [[1.5, 1.4, 1.6]], 32: [[1.1, 1.0, 1.2], [1.05, 1.04, 1.06]],
                     64: [[1.0, 0.9, 1.1], [1.0, 0.99, 1.01]], 128: [[2.0, 1.9, 2.1]]})
+    t2 = json.dumps({16: [[1.5, 1.4, 1.6]], 32: [[1.12, 1.1, 1.2], [1.05, 1.04, 1.06]],
+                     64: [[1.0, 0.9, 1.1], [1.0, 0.99, 1.01]], 128: [[2.0, 1.9, 2.1]]})
+    narrow = start(daemon, tmp_path, "narrow", 1, CS_TIMINGS=t2, CS_N="448", DETD_SCREEN="0.1")
     r = ok(daemon, start(daemon, tmp_path, "screen", 0, CS_TIMINGS=t, CS_N="384", DETD_SCREEN="on"))
     assert r["config"] == cfg(64), r
     assert r["measured"] == {"16": 1, "32": 2, "64": 2, "128": 1}, r
@@ -422,18 +430,31 @@ def test_screening_measures_in_full_only_the_near_best(daemon, tmp_path):
     assert key["timings"][cfg(16)] == [1.5, 1.4, 1.6] and key["timings"][cfg(64)] == [1.0, 0.99, 1.01], key
     dec = json.loads(daemon.detctl("decisions", "--json").stdout)["decisions"]
     [row] = [d for d in dec if "384" in d["key"]]
-    assert "screened with warmup 2 ms, rep 10 ms" in row["timing"]["benchmarker"]["return_mode"], row["timing"]
+    assert "screened with warmup 2 ms, rep 10 ms, those within 25% of the best measured in full" in \
+        row["timing"]["benchmarker"]["return_mode"], row["timing"]
+    # 32's screening median is 12% above the best's: out of a 10% band.
+    n = ok(daemon, narrow)
+    assert n["config"] == cfg(64) and n["measured"] == {"16": 1, "32": 1, "64": 2, "128": 1}, n
+    assert n["keys"][0]["pass_s"]["screened_out"] == 3 and n["keys"][0]["timings"][cfg(32)] == [1.12, 1.1, 1.2], n
+    [row] = [d for d in json.loads(daemon.detctl("decisions", "--json").stdout)["decisions"] if "448" in d["key"]]
+    assert "those within 10% of the best" in row["timing"]["benchmarker"]["return_mode"], row["timing"]
 
     # The rule alone, and where it does not apply.
-    assert _loop.screen_keep(["a", "b", "c", "d"], {"a": 1.3, "b": 1.0, "c": 1.25, "d": 1.2501}) == ["b", "c"]
-    assert _loop.screen_keep(["a"], {}) == []
+    assert _loop.screen_keep(["a", "b", "c", "d"], {"a": 1.3, "b": 1.0, "c": 1.25, "d": 1.2501}, 0.25) == ["b", "c"]
+    assert _loop.screen_keep(["a", "b", "c", "d"], {"a": 1.3, "b": 1.0, "c": 1.1, "d": 1.1001}, 0.1) == ["b", "c"]
+    assert _loop.screen_keep(["a"], {}, 0.25) == []
 
     class Graphs:  # use_cuda_graph / the deprecated warmup and rep: a lambda of (kernel_call, quantiles)
         do_bench = staticmethod(lambda kernel_call, quantiles: 1.0)
     assert _triton.screening(Graphs()) is None
-    assert _process.screen_option({}) is False and _process.screen_option({"DETD_SCREEN": "on"}) is True
-    with pytest.raises(ValueError, match="DETD_SCREEN='maybe'"):
-        _process.screen_option({"DETD_SCREEN": "maybe"})
+    assert _process.screen_option({}) is None and _process.screen_option({"DETD_SCREEN": "off"}) is None
+    assert _process.screen_option({"DETD_SCREEN": "on"}) == 0.25 and _process.screen_option({"DETD_SCREEN": "1"}) == 0.25
+    assert _process.screen_option({"DETD_SCREEN": "0.1"}) == 0.1
+    assert _process.screen_option({"DETD_SCREEN": "10"}) == 10.0
+    assert _process.SCREEN_BAND_MIN == _loop.RECHECK_BAND
+    for bad in ("maybe", "-0.1", "0.0", "0.05", "11", "nan"):
+        with pytest.raises(ValueError, match=f"DETD_SCREEN='{bad}'"):
+            _process.screen_option({"DETD_SCREEN": bad})
 
 
 def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
@@ -442,16 +463,21 @@ def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
     same timings with DETD_RECHECK_CLEAR=off re-measure the two near-best
     (the rule as before); and compiling ahead in 2 threads
     (DETD_COMPILE_AHEAD=2, each compile 0.05 s) benchmarks every candidate
-    once, after its compile, in the order the compiles finish: BLOCK 16's
-    compile lasts until BLOCK 128 has been measured, so in list order the
-    pass would wait for it (at most 30 s) and measure it first."""
+    once, after every compile has ended (N 768); with DETD_COMPILE_OVERLAP=on
+    in the order the compiles finish while others still compile (N 1024):
+    BLOCK 16's compile lasts until BLOCK 128 has been measured, so in list
+    order the pass would wait for it (at most 30 s) and measure it first."""
     t = json.dumps({16: [[1.5, 1.4, 1.6]], 32: [[1.05, 1.04, 1.06]], 64: [[1.0, 0.99, 1.01]],
                     128: [[2.0, 1.9, 2.1]]})
     procs = [start(daemon, tmp_path, "clear", 0, CS_TIMINGS=t, CS_N="256"),
              start(daemon, tmp_path, "off", 1, CS_TIMINGS=t, CS_N="512", DETD_RECHECK_CLEAR="off"),
+             start(daemon, tmp_path, "first", 3, CS_N="768", DETD_COMPILE_AHEAD="2", CS_COMPILE="sleep:0.05"),
              start(daemon, tmp_path, "ahead", 2, CS_N="1024", DETD_COMPILE_AHEAD="2", CS_COMPILE="sleep:0.05",
-                   CS_COMPILE_AFTER="16:128")]
-    clear, off, ahead = [ok(daemon, p) for p in procs]
+                   DETD_COMPILE_OVERLAP="on", CS_COMPILE_AFTER="16:128")]
+    clear, off, first, ahead = [ok(daemon, p) for p in procs]
+    assert first["order"] == [16, 32, 64, 128] and len(first["times"]["compiled"]) == 4, first
+    assert max(first["times"]["compiled"]) <= min(first["times"]["measured"]), first["times"]
+    assert first["phases"]["compile"] >= 2 * 0.05 - 0.01, first  # 4 compiles of 0.05 s in 2 threads
     assert clear["config"] == cfg(64) and clear["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, clear
     assert "remeasured" not in clear["keys"][0] and clear["phases"]["remeasure"] == 0, clear
     assert off["config"] == cfg(64) and off["measured"] == {"16": 1, "32": 3, "64": 3, "128": 1}, off
@@ -460,17 +486,17 @@ def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
     assert ahead["order"] == [32, 64, 128, 16], ahead
     assert list(ahead["keys"][0]["timings"]) == [cfg(b) for b in (16, 32, 64, 128)], ahead
     assert ahead["phases"]["compiles"] == 4 and ahead["phases"]["compile_work"] >= 4 * 0.05 - 0.01, ahead
-    for r in (clear, off, ahead):
+    for r in (clear, off, first, ahead):
         summed(r["phases"])
         assert r["keys"][0]["timed_here"] and r["keys"][0]["source"] == "timed", r
-    assert counter(status(daemon), "timing_passes") == 3
+    assert counter(status(daemon), "timing_passes") == 4
 
 
 @pytest.mark.triton_release
-def test_compile_ahead_is_on_by_default_where_triton_compiles_in_threads(monkeypatch):
-    """Unset, DETD_COMPILE_AHEAD is the process's cores, at most 8, where
+def test_compile_ahead_auto_follows_whether_triton_compiles_in_threads(monkeypatch):
+    """DETD_COMPILE_AHEAD=auto is the process's cores, at most 8, where
     the installed Triton compiles in threads itself (AsyncCompileMode:
-    3.6 and 3.9), and 0 where it does not (3.3); a setting wins."""
+    3.6 and 3.9), and 0 where it does not (3.3); a count wins; unset: 0."""
     import triton
 
     from detd import _process, _triton
@@ -487,3 +513,5 @@ def test_compile_ahead_is_on_by_default_where_triton_compiles_in_threads(monkeyp
     assert _process.compile_ahead() == 0
     monkeypatch.setattr(_process._state, "compile_ahead", 3)
     assert _process.compile_ahead() == 3
+    monkeypatch.setattr(_process._state, "compile_ahead", _process.pass_options({})[1])
+    assert _process.compile_ahead() == 0

@@ -508,7 +508,8 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
             return got[0], got[1]
         ahead = _process.compile_ahead()
         dev = _triton.current_device() if ahead else None
-        comp = _loop.Compiler(cands.objs, lambda c: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, c, dev), ahead)
+        comp = _loop.Compiler(cands.objs, lambda c: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, c, dev), ahead,
+                              _process.compile_overlap())
         try:
             return _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs, stop=_loop.environment_hint,
                                            each=comp, order=comp.order())
@@ -518,7 +519,7 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
     def again(order):
         return _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order, stop=_loop.environment_hint)
 
-    screen = _triton.screening(ctx.tuner) if _process.screen() and split is None else None
+    screen = _triton.screening(ctx.tuner) if _process.screen() is not None and split is None else None
     timings, rows, errors, remeasured, pass_s = _loop.measure(cands.objs, _triton.config_string, first, again,
                                                               screen and (lambda: screen(first)))
     if remeasured or screen:
@@ -600,7 +601,8 @@ def _resolve_key(cache: DetdCache, ctx: _Call, key, spent: Dict[str, float]) -> 
             rows, timed["errors"], timed["remeasured"], timed["lock"], timed["pass_s"], timed["split"] = \
                 _timing_pass(ctx, cands, split)
             timed["rows"] = rows
-            timed["timing"] = _provenance.describe(_triton.benchmarker(ctx.tuner, "screened_out" in timed["pass_s"]),
+            band = _process.screen() if "screened_out" in timed["pass_s"] else None
+            timed["timing"] = _provenance.describe(_triton.benchmarker(ctx.tuner, band),
                                                    timed["lock"][1], info.kernel)
             return rows
 

@@ -215,18 +215,15 @@ def spread(t) -> Optional[Tuple[float, float]]:
 # Screening (DETD_SCREEN, docs/python.md): a candidate whose short
 # measurement's median is within this fraction of the best one's is
 # measured in full.
-SCREEN_KEEP = 0.25
-
-
-def screen_keep(order, medians: dict) -> list:
+def screen_keep(order, medians: dict, band: float) -> list:
     """The candidates of ``order`` still in the running after a screening
     round: those whose screening median (``medians``; the ones without
-    failed) is at most :data:`SCREEN_KEEP` above the best, in list order.
-    Deterministic given the timings."""
+    failed) is at most ``band`` (a fraction) above the best, in list
+    order. Deterministic given the timings."""
     if not medians:
         return []
     best = min(medians.values())
-    return [c for c in order if c in medians and medians[c] <= best + best * SCREEN_KEEP]
+    return [c for c in order if c in medians and medians[c] <= best + best * band]
 
 
 def _medians(timings: dict, errors: dict) -> Tuple[dict, dict]:
@@ -259,15 +256,15 @@ def measure(objs: Sequence[Any], name: Callable[[Any], str], first: Callable[[],
     measured once with a short measurement (``(timings, errors)`` as
     ``first``), then those :func:`screen_keep` leaves in the running are
     measured in full with ``again(keep)``; the others report their
-    screening samples (over :data:`SCREEN_KEEP` slower than the best's,
-    so they do not win)."""
+    screening samples (over the band of :func:`detd._process.screen`
+    slower than the best's, so they do not win)."""
     t0 = time.monotonic()
     keep: list = []
     if screen is None:
         timings, errors = first()
     else:
         timings, errors = screen()
-        keep = screen_keep(objs, _medians(timings, errors)[0])
+        keep = screen_keep(objs, _medians(timings, errors)[0], _process.screen() or _process.SCREEN_BAND)
         if keep:
             full, errors2 = again(keep)
             for c in keep:
@@ -310,20 +307,24 @@ class Compiler:
     ``compile``; what it raises, the benchmark meets again and reports).
     With ``workers`` > 0 (``DETD_COMPILE_AHEAD``) a pool of that many
     threads compiles every candidate from the start, in list order, and
-    the pass benchmarks candidates in the order their compiles finish
-    (:meth:`order`; among those done, list order), while the others
-    still compile (phase ``compile``: only the waits for a compile to
-    finish). A slow compile so delays only its own candidate, and a
-    candidate a waiting rank already compiled (a share: Triton's cache
-    loads it) is benchmarked while the slower ones compile. The order
-    does not enter the decision: the timings are returned in list
-    order. ``compile_one`` returns whether it compiled anything (False:
-    nothing to compile, e.g. the CPU interpreter). ``close()`` cancels
-    what is still queued."""
+    the pass benchmarks them once every compile is done (phase
+    ``compile``: that wait), in list order: compiling threads of the
+    timing process would compete with its benchmark loop for the
+    interpreter lock (a launch held back inside a measurement makes it
+    slower and noisier). With ``overlap`` (``DETD_COMPILE_OVERLAP``) it
+    benchmarks candidates while the others still compile, in the order
+    their compiles finish (:meth:`order`; among those done, list order):
+    a slow compile delays only its own candidate, and one a waiting rank
+    already compiled (a share: Triton's cache loads it) is benchmarked
+    at once. The order does not enter the decision: the timings are
+    returned in list order. ``compile_one`` returns whether it compiled
+    anything (False: nothing to compile, e.g. the CPU interpreter).
+    ``close()`` cancels what is still queued."""
 
-    def __init__(self, objs: Sequence[Any], compile_one: Callable[[Any], bool], workers: int = 0):
+    def __init__(self, objs: Sequence[Any], compile_one: Callable[[Any], bool], workers: int = 0,
+                 overlap: bool = False):
         self.objs, self.compile_one, self.progress = objs, compile_one, progress()
-        self.pool, self.futures, self.count = None, None, 0
+        self.pool, self.futures, self.count, self.overlap = None, None, 0, overlap
         if workers > 0 and len(objs) > 1:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -341,14 +342,18 @@ class Compiler:
 
     def order(self) -> Iterator[int]:
         """The indices of ``objs`` in the order to benchmark them: list
-        order without a pool; with one, each candidate as soon as its
-        compile is done (the lowest index among those done), waiting
-        (phase ``compile``) only when none is."""
-        if self.futures is None:
-            yield from range(len(self.objs))
-            return
+        order without a pool, and with one once every compile is done
+        (phase ``compile``: the wait); with ``overlap``, each candidate as
+        soon as its compile is done (the lowest index among those done),
+        waiting (phase ``compile``) only when none is."""
         from concurrent.futures import FIRST_COMPLETED, wait
 
+        if self.futures is None or not self.overlap:
+            if self.futures is not None:
+                with _phases.phase("compile"):
+                    wait(self.futures)
+            yield from range(len(self.objs))
+            return
         left = list(range(len(self.objs)))
         while left:
             ready = next((i for i in left if self.futures[i].done()), None)

@@ -34,13 +34,21 @@ WAIT_LOG_AFTER_S = 5.0
 WAIT_LOG_EVERY_S = 30.0
 # The timing pass's options (environment; see pass_options()): the lead
 # over the runner-up past which the best is not re-measured, and the
-# threads compiling ahead of the benchmarks (None: the default of
+# threads compiling ahead of the benchmarks (0: none; None: "auto", see
 # compile_ahead(), at most COMPILE_AHEAD_MAX).
 RECHECK_CLEAR = 0.02
-COMPILE_AHEAD = None
+COMPILE_AHEAD: Optional[int] = 0
 COMPILE_AHEAD_MAX = 8
-# DETD_SCREEN (see screen_option()): off by default.
-SCREEN = False
+# DETD_COMPILE_OVERLAP (see overlap_option()): off by default.
+COMPILE_OVERLAP = False
+# DETD_SCREEN (see screen_option()): off by default; "on" keeps the
+# candidates within SCREEN_BAND of the best screening median.
+SCREEN: Optional[float] = None
+SCREEN_BAND = 0.25
+# The narrowest band: the re-measure's (detd._loop.RECHECK_BAND, which
+# this module cannot import), so that what screening drops is never
+# re-measured as near-best.
+SCREEN_BAND_MIN = 0.10
 
 
 class _State:
@@ -57,6 +65,7 @@ class _State:
         self.share_pass = True
         self.recheck_clear: Optional[float] = RECHECK_CLEAR
         self.compile_ahead = COMPILE_AHEAD
+        self.compile_overlap = COMPILE_OVERLAP
         self.screen = SCREEN
         self.split_bench = False  # DETD_SPLIT_BENCH (see detd._split)
         self.bench_device: Optional[Tuple[int, Optional[str]]] = None  # (pid, device) for the split
@@ -302,10 +311,10 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
 def pass_options(environ=None) -> Tuple[Optional[float], Optional[int]]:
     """(re-measure lead, compile-ahead threads) from
     ``DETD_RECHECK_CLEAR`` (a fraction >= 0, default 0.02; ``off``: always
-    re-measure the near-best, None) and ``DETD_COMPILE_AHEAD`` (threads;
-    0: each candidate compiled just before its benchmark; unset: None,
-    the default of :func:`compile_ahead`). Raises ValueError naming a bad
-    variable."""
+    re-measure the near-best, None) and ``DETD_COMPILE_AHEAD`` (threads,
+    default 0: each candidate compiled just before its benchmark;
+    ``auto``: None, see :func:`compile_ahead`). Raises ValueError naming
+    a bad variable."""
     env = os.environ if environ is None else environ
     v = str(env.get("DETD_RECHECK_CLEAR", "")).strip().lower()
     clear: Optional[float] = RECHECK_CLEAR
@@ -320,28 +329,62 @@ def pass_options(environ=None) -> Tuple[Optional[float], Optional[int]]:
             raise ValueError(f"detd: invalid DETD_RECHECK_CLEAR={v!r}: expected a fraction >= 0 (0.02: 2%) or off")
     n = str(env.get("DETD_COMPILE_AHEAD", "")).strip()
     try:
-        ahead = int(n) if n else COMPILE_AHEAD
+        ahead = None if n.lower() == "auto" else int(n) if n else COMPILE_AHEAD
     except ValueError:
         ahead = -1
     if ahead is not None and not 0 <= ahead <= 64:
-        raise ValueError(f"detd: invalid DETD_COMPILE_AHEAD={n!r}: expected a thread count from 0 to 64")
+        raise ValueError(f"detd: invalid DETD_COMPILE_AHEAD={n!r}: expected a thread count from 0 to 64 or auto")
     return clear, ahead
 
 
-def screen_option(environ=None) -> bool:
-    """``DETD_SCREEN`` (``on``/``1``, ``off``/``0``; default off): whether
-    a timing pass screens every candidate with a short measurement and
-    measures in full only those still in the running
-    (:func:`detd._loop.measure`). Raises ValueError naming a bad value."""
+def overlap_option(environ=None) -> bool:
+    """``DETD_COMPILE_OVERLAP`` (``on``/``1``, ``off``/``0``; default off):
+    whether the timing rank benchmarks candidates while its threads still
+    compile others (:class:`detd._loop.Compiler`), or only once every
+    compile is done. Raises ValueError naming a bad value."""
+    env = os.environ if environ is None else environ
+    v = str(env.get("DETD_COMPILE_OVERLAP", "")).strip().lower()
+    if v not in ("", "0", "1", "on", "off", "true", "false", "yes", "no"):
+        raise ValueError(f"detd: invalid DETD_COMPILE_OVERLAP={v!r}: expected on or off")
+    return COMPILE_OVERLAP if not v else v in ("1", "on", "true", "yes")
+
+
+def compile_overlap() -> bool:
+    """Whether the timing rank benchmarks while compiles run
+    (DETD_COMPILE_OVERLAP)."""
+    return _state.compile_overlap
+
+
+def screen_option(environ=None) -> Optional[float]:
+    """``DETD_SCREEN``: whether a timing pass screens every candidate with
+    a short measurement and measures in full only those still in the
+    running (:func:`detd._loop.measure`), and the band that keeps them in
+    it: ``on``/``1`` (:data:`SCREEN_BAND`, 25% above the best screening
+    median), a fraction (``0.15``: 15%; from the re-measure's band,
+    :data:`detd._loop.RECHECK_BAND` (0.1), to 10: a candidate screened out
+    is then never among the near-best re-measured), or ``off``/``0``
+    (None, the default). Raises ValueError naming a bad value."""
     env = os.environ if environ is None else environ
     v = str(env.get("DETD_SCREEN", "")).strip().lower()
-    if v not in ("", "0", "1", "on", "off", "true", "false", "yes", "no"):
-        raise ValueError(f"detd: invalid DETD_SCREEN={v!r}: expected on or off")
-    return SCREEN if not v else v in ("1", "on", "true", "yes")
+    if not v:
+        return SCREEN
+    if v in ("0", "off", "false", "no"):
+        return None
+    if v in ("1", "on", "true", "yes"):
+        return SCREEN_BAND
+    try:
+        band = float(v)
+    except ValueError:
+        band = -1.0
+    if not SCREEN_BAND_MIN <= band <= 10:
+        raise ValueError(f"detd: invalid DETD_SCREEN={v!r}: expected on, off or a band above the best "
+                         f"from {SCREEN_BAND_MIN} (the re-measure's) to 10")
+    return band
 
 
-def screen() -> bool:
-    """Whether timing passes screen (DETD_SCREEN)."""
+def screen() -> Optional[float]:
+    """The screening band of timing passes (DETD_SCREEN), or None: timing
+    passes do not screen."""
     return _state.screen
 
 
@@ -353,9 +396,10 @@ def recheck_clear() -> Optional[float]:
 
 def compile_ahead() -> int:
     """Threads compiling candidates ahead of the benchmarks
-    (DETD_COMPILE_AHEAD; 0: off). Unset: this process's cores, at most
-    :data:`COMPILE_AHEAD_MAX`, where the installed Triton compiles kernels
-    in threads itself (:func:`detd._triton.compiles_in_threads`), else 0."""
+    (DETD_COMPILE_AHEAD; 0: off, the default). ``auto``: this process's
+    cores, at most :data:`COMPILE_AHEAD_MAX`, where the installed Triton
+    compiles kernels in threads itself
+    (:func:`detd._triton.compiles_in_threads`), else 0."""
     n = _state.compile_ahead
     if n is None:
         n = min(COMPILE_AHEAD_MAX, _cores()) if _triton.compiles_in_threads() else 0
@@ -390,6 +434,7 @@ def configure(settings: Settings) -> None:
     :func:`at_configure`, then detd is active."""
     _state.wait_log_after_s, _state.wait_log_every_s, _state.share_pass = wait_options()
     _state.recheck_clear, _state.compile_ahead = pass_options()
+    _state.compile_overlap = overlap_option()
     _state.screen = screen_option()
     _phases.write_at_exit(os.environ.get("DETD_PHASES"))
     _state.split_bench = _split.parse()

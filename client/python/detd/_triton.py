@@ -422,18 +422,18 @@ def screening(tuner):
     return run
 
 
-def benchmarker(tuner, screened: bool = False) -> dict:
+def benchmarker(tuner, screened: Optional[float] = None) -> dict:
     """The benchmarker this tuner's ``_bench`` uses and its settings, for
     the decision's provenance: ``do_bench_cudagraph`` (``use_cuda_graph``)
     or ``do_bench`` with the tuner's ``warmup``/``rep`` (the deprecated
     arguments), else its ``do_bench`` (the kernel's ``do_bench=``, or the
     driver's benchmarker) with the warmup and rep its signature or partial
-    gives (0: unknown). ``screened``: the pass screened (DETD_SCREEN),
-    said in ``return_mode``."""
+    gives (0: unknown). ``screened``: the band of a pass that screened
+    (DETD_SCREEN), said in ``return_mode``."""
     got = _benchmarker(tuner)
-    if screened:
+    if screened is not None:
         got["return_mode"] += (f"; screened with warmup {SCREEN_WARMUP_MS} ms, rep {SCREEN_REP_MS} ms, "
-                               "the near-best measured in full")
+                               f"those within {screened:.0%} of the best measured in full")
     return got
 
 
@@ -504,7 +504,7 @@ def compiles_in_threads() -> bool:
     (``triton.AsyncCompileMode``: ``warmup`` in a thread pool, module
     ``triton.runtime._async_compile``; 3.6 and 3.9 have it, 3.3 not):
     there, detd's threads compiling ahead (``compile_only`` in a pool) do
-    what Triton supports, and are on by default."""
+    what Triton supports (``DETD_COMPILE_AHEAD=auto`` uses them)."""
     try:
         import importlib.util
 
