@@ -375,6 +375,8 @@ static void apply_from_etcd(struct daemon *d, const struct decision *row,
     }
     if (won != row)
         decision_clear(&existing);
+    if (d->on_etcd_applied != NULL)
+        d->on_etcd_applied(d);
 }
 
 /* The decision in ev's value into *ret_row and *ret_writer (heap), or an

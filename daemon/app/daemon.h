@@ -199,6 +199,10 @@ struct daemon {
     struct admin_verifies *verifies; /* verify --cluster (ops/admin.c) */
     /* lock imports waiting for their owner's writes (ops/lock_etcd.c) */
     struct lock_job *lock_waits;
+    /* Called (by commit.c) after a decision from etcd is stored, while
+     * set: ops/lock_etcd.c sets it while imports wait, to look for the
+     * rows they wait for then instead of polling; NULL otherwise. */
+    void (*on_etcd_applied)(struct daemon *d);
 
     /* Per-architecture tables (tableadmin.c): the set in use, swapped
      * whole by a reload; the reload being loaded off the loop, if any. */

@@ -43,8 +43,8 @@
 /* With etcd, entries in flight at once (the next go when these landed):
  * 16 Txns of ETCD_BATCH_MAX keys. */
 #define LOCK_ETCD_CHUNK 1024
-/* With etcd, a node that is not a lock's owner waits for the owner's
- * writes (lock_etcd.c), looking for them in its store this often. */
+/* --lock with etcd: start-up looks at the cluster's node registry this
+ * often while it waits for it to list this node (lock_await_registry()). */
 #define LOCK_WAIT_POLL_MS 10
 
 /* Drain: every import waiting for its lock's owner (etcd) ends now, its

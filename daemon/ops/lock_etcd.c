@@ -206,6 +206,8 @@ void lock_wait_end(struct lock_job *j) {
     uv_timer_stop(j->wait);
     uv_close((uv_handle_t *)j->wait, lock_wait_closed);
     j->wait = NULL;
+    if (j->d->lock_waits == NULL)
+        j->d->on_etcd_applied = NULL;
 }
 
 /* See lock.h. */
@@ -217,13 +219,18 @@ void lock_drain(struct daemon *d) {
     }
 }
 
-/* The wait for the owner's writes: polled every LOCK_WAIT_POLL_MS; when
- * every pending row arrived, or the wait is over, the pending rows are
- * read from etcd again (round 1: what etcd still lacks is written). */
+/* The wait for the owner's writes: its timer fires at the wait's end and
+ * on the next loop turn after a decision from etcd was stored
+ * (lock_on_applied()); when every pending row arrived, or the wait is
+ * over, the pending rows are read from etcd again (round 1: what etcd
+ * still lacks is written). */
 static void lock_on_wait(uv_timer_t *t) {
     struct lock_job *j = t->data;
-    if (!lock_all_arrived(j) && clock_mono_ms() < j->wait_until)
+    int64_t now = clock_mono_ms();
+    if (!lock_all_arrived(j) && now < j->wait_until) {
+        uv_timer_start(t, lock_on_wait, (uint64_t)(j->wait_until - now), 0);
         return;
+    }
     lock_wait_end(j);
     j->round = 1;
     j->n_read = 0;
@@ -237,6 +244,14 @@ static void lock_on_wait(uv_timer_t *t) {
         j->send_at = 0;
         lock_give_up(j, rc);
     }
+}
+
+/* A decision from etcd was stored (commit.c): every waiting import looks
+ * for its rows on the next loop turn, once however many decisions this
+ * turn brings (the store is not read inside commit.c's call). */
+static void lock_on_applied(struct daemon *d) {
+    for (struct lock_job *j = d->lock_waits; j != NULL; j = j->next_wait)
+        uv_timer_start(j->wait, lock_on_wait, 0, 0);
 }
 
 /* Wait (a node that is not the lock's owner) for the watch to bring the
@@ -263,9 +278,12 @@ static int lock_wait(struct lock_job *j) {
         return DETD_ENOMEM;
     uv_timer_init(&j->d->loop, j->wait);
     j->wait->data = j;
-    uv_timer_start(j->wait, lock_on_wait, LOCK_WAIT_POLL_MS, LOCK_WAIT_POLL_MS);
+    uv_timer_start(j->wait, lock_on_wait,
+                   j->wait_until > now ? (uint64_t)(j->wait_until - now) : 0,
+                   0);
     j->next_wait = j->d->lock_waits;
     j->d->lock_waits = j;
+    j->d->on_etcd_applied = lock_on_applied;
     return 0;
 }
 

@@ -346,13 +346,18 @@ TEST(non_owner_writes_nothing_when_the_owners_writes_arrive) {
     fake_etcd_put(&ENT[1].d, "owner/3/n/1");
     fake_etcd_put(&ENT[2].d, "owner/3/n/1");
     watch_delivers(ENT[1].id, 10);
-    uv_run(&D.loop, UV_RUN_ONCE); /* one poll: one row is still missing */
+    /* Each delivery wakes the wait on the next loop turn (no polling):
+     * one row is still missing. */
+    uv_run(&D.loop, UV_RUN_NOWAIT);
     CHECK_EQ_INT(FC.n_reads, 1);
+    CHECK(D.lock_waits != NULL && D.on_etcd_applied != NULL);
     watch_delivers(ENT[2].id, 11);
-    /* Both arrived: the wait ends long before the deferral, the two are
-     * read again, and found. */
-    run_until_reads(2, LONG_DEFER_MS - 1);
+    /* Both arrived: the wait ends on that turn, long before the
+     * deferral; the two are read again, and found. */
+    uv_run(&D.loop, UV_RUN_NOWAIT);
+    CHECK_EQ_INT(FC.n_reads, 2);
     CHECK(clock_mono_ms() - t0 < LONG_DEFER_MS);
+    CHECK(D.on_etcd_applied == NULL);
     CHECK(D.lock_waits == NULL);
     CHECK_EQ_INT(FC.n_read_ids, 3 + 2);
     CHECK_STR(FC.read_ids[3], ENT[1].id);
