@@ -213,8 +213,8 @@ def spread(t) -> Optional[Tuple[float, float]]:
 
 
 # Screening (DETD_SCREEN, docs/python.md): a candidate whose short
-# measurement's median is within this fraction of the best one's is
-# measured in full.
+# measurement's median is within the band of the best one's is measured
+# in full.
 def screen_keep(order, medians: dict, band: float) -> list:
     """The candidates of ``order`` still in the running after a screening
     round: those whose screening median (``medians``; the ones without
