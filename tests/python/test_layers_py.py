@@ -49,7 +49,7 @@ LAYERS = [
     ("_audit",        2,    ("_triton",)),
     ("_megatron",     2,    ("_triton",)),
     ("_devlock",      3,    ("_policy",)),
-    ("_split",        4,    ("_devlock", "_native", "_samples")),
+    ("_split",        4,    ("_devlock", "_native", "_policy", "_samples")),
     ("_process",      5,    ("_devlock", "_native", "_phases", "_policy", "_split", "_triton")),
     ("_loop",         6,    ("_canon", "_native", "_phases", "_process", "_samples", "_split")),
     ("_nondet",       6,    ("_native", "_process")),

@@ -165,6 +165,23 @@ def env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return x
 
 
+# The words of a switch (env_switch()), compared lower-cased.
+SWITCH_ON = ("1", "on", "true", "yes")
+SWITCH_OFF = ("0", "off", "false", "no")
+
+
+def env_switch(env: Mapping[str, str], name: str, default: bool, expected: str = "on or off") -> bool:
+    """A switch from env[name]: on (:data:`SWITCH_ON`) or off
+    (:data:`SWITCH_OFF`), default when unset or empty; ValueError naming
+    the variable and ``expected`` otherwise."""
+    v = str(env.get(name, "")).strip().lower()
+    if v == "":
+        return default
+    if v not in SWITCH_ON + SWITCH_OFF:
+        raise ValueError(f"detd: invalid {name}={v!r}: expected {expected}")
+    return v in SWITCH_ON
+
+
 def _bad(arg: str, env: str, value, why: str) -> ValueError:
     return ValueError(f"detd: invalid setting {arg} ({env}={value!r}): {why}")
 

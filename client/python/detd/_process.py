@@ -302,10 +302,7 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
     env = os.environ if environ is None else environ
     after = _policy.env_seconds(env, "DETD_WAIT_LOG_AFTER_S", WAIT_LOG_AFTER_S)
     every = _policy.env_seconds(env, "DETD_WAIT_LOG_EVERY_S", WAIT_LOG_EVERY_S)
-    sp = str(env.get("DETD_SHARE_PASS", "")).strip().lower()
-    if sp not in ("", "0", "1", "true", "false", "on", "off", "yes", "no"):
-        raise ValueError(f"detd: invalid DETD_SHARE_PASS={sp!r}: expected 0 or 1")
-    return after, every, sp not in ("0", "false", "off", "no")
+    return after, every, _policy.env_switch(env, "DETD_SHARE_PASS", True, "0 or 1")
 
 
 def pass_options(environ=None) -> Tuple[Optional[float], Optional[int]]:
@@ -342,11 +339,7 @@ def overlap_option(environ=None) -> bool:
     whether the timing rank benchmarks candidates while its threads still
     compile others (:class:`detd._loop.Compiler`), or only once every
     compile is done. Raises ValueError naming a bad value."""
-    env = os.environ if environ is None else environ
-    v = str(env.get("DETD_COMPILE_OVERLAP", "")).strip().lower()
-    if v not in ("", "0", "1", "on", "off", "true", "false", "yes", "no"):
-        raise ValueError(f"detd: invalid DETD_COMPILE_OVERLAP={v!r}: expected on or off")
-    return COMPILE_OVERLAP if not v else v in ("1", "on", "true", "yes")
+    return _policy.env_switch(os.environ if environ is None else environ, "DETD_COMPILE_OVERLAP", COMPILE_OVERLAP)
 
 
 def compile_overlap() -> bool:
@@ -368,9 +361,9 @@ def screen_option(environ=None) -> Optional[float]:
     v = str(env.get("DETD_SCREEN", "")).strip().lower()
     if not v:
         return SCREEN
-    if v in ("0", "off", "false", "no"):
+    if v in _policy.SWITCH_OFF:
         return None
-    if v in ("1", "on", "true", "yes"):
+    if v in _policy.SWITCH_ON:
         return SCREEN_BAND
     try:
         band = float(v)

@@ -51,7 +51,7 @@ import os
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import _devlock, _native, _samples
+from . import _devlock, _native, _policy, _samples
 
 log = logging.getLogger("detd")
 
@@ -62,11 +62,7 @@ POLL_S = 0.005  # between collects while waiting for helpers
 
 def parse(environ=None) -> bool:
     """``DETD_SPLIT_BENCH`` (0 or 1, default 0); ValueError naming it."""
-    env = os.environ if environ is None else environ
-    v = str(env.get("DETD_SPLIT_BENCH", "")).strip().lower()
-    if v not in ("", "0", "1", "true", "false", "on", "off", "yes", "no"):
-        raise ValueError(f"detd: invalid DETD_SPLIT_BENCH={v!r}: expected 0 or 1")
-    return v in ("1", "true", "on", "yes")
+    return _policy.env_switch(os.environ if environ is None else environ, "DETD_SPLIT_BENCH", False, "0 or 1")
 
 
 def device(environ=None) -> Optional[str]:
