@@ -5,7 +5,12 @@
  * Status) and grpc.health.v1 to check what travels over the wire.
  *
  * Stand-in behaviour (keys are test vocabulary, not the daemon's):
- *   Decide "designate*"  -> DESIGNATED, claim_id = session_id * 1000 + 1
+ *   Decide "designate*"  -> DESIGNATED, claim_id = session_id * 1000 + 1;
+ *                           sessions count from 100 in the first stand-in
+ *                           of a test, from 200 in the one started again,
+ *                           and so on: like the daemon's random claim ids,
+ *                           a restarted stand-in never repeats a claim id
+ *                           its predecessor gave
  *   Decide "hang"        -> never answered (deadline tests); the time
  *                           left to the call's deadline when it arrived
  *                           is the counter hang_deadline_ms
@@ -309,10 +314,10 @@ static void fake_free_(struct fake *f, struct fake_call *c) {
     free(c);
 }
 
-static void fake_serve_(const char *path, uint32_t lease_ms) {
+static void fake_serve_(const char *path, uint32_t lease_ms, unsigned boot) {
     struct fake f;
     memset(&f, 0, sizeof(f));
-    f.next_session = 99;
+    f.next_session = 99 + 100 * (uint64_t)boot;
     f.lease_ms = lease_ms;
     grpc_init();
     f.cq = grpc_completion_queue_create_for_next(NULL);
@@ -385,6 +390,7 @@ static void fake_serve_(const char *path, uint32_t lease_ms) {
 
 struct fake_proc {
     pid_t pid;
+    unsigned boot; /* stand-ins started at path before this one */
     char dir[64];
     char path[128];
 };
@@ -412,10 +418,11 @@ static void fake_start_at_(struct fake_proc *p, uint32_t lease_ms) {
     if (p->pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         /* A fresh image: the caller may have gRPC running already. */
-        char lease[16];
+        char lease[16], boot[16];
         snprintf(lease, sizeof(lease), "%u", (unsigned)lease_ms);
+        snprintf(boot, sizeof(boot), "%u", p->boot);
         execl("/proc/self/exe", "test_wire", "--fake-serve", p->path, lease,
-              (char *)NULL);
+              boot, (char *)NULL);
         _exit(127);
     }
     /* Ready when the socket accepts a connection: the file appears at
@@ -425,12 +432,14 @@ static void fake_start_at_(struct fake_proc *p, uint32_t lease_ms) {
     for (int i = 0; i < 500 && !(ready = accepts_(p->path)); i++)
         usleep(10000);
     CHECK(ready);
+    p->boot++;
 }
 
 static void fake_start_(struct fake_proc *p, uint32_t lease_ms) {
     snprintf(p->dir, sizeof(p->dir), "/tmp/detd-wire-XXXXXX");
     CHECK(mkdtemp(p->dir) != NULL);
     snprintf(p->path, sizeof(p->path), "%s/detd.sock", p->dir);
+    p->boot = 0;
     fake_start_at_(p, lease_ms);
 }
 
@@ -933,13 +942,15 @@ TEST(decide_waits_across_restart) {
                 da.err);
     CHECK_EQ_INT(rc, 0);
     /* Answered by the new daemon (it was down for 700 ms), under its
-     * first session; the keeper took the open claim again first. */
+     * first session. */
     CHECK(took >= 600);
     CHECK_EQ_INT(a->outcome, DETD_OUTCOME_DESIGNATED);
-    CHECK_EQ_INT(a->claim_id, 100 * 1000 + 1);
+    CHECK_EQ_INT(a->claim_id, 200 * 1000 + 1);
     detd_answer_free(a);
     CHECK_EQ_INT(fake_counter_(&p, "attaches"), 1);
-    CHECK_EQ_INT(fake_counter_(&p, "sessions_sent"), 2);
+    /* The keeper took the open claim again too: its Decide runs beside
+     * this one and may still be on its way when this one is answered. */
+    CHECK_EQ_INT(await_counter_(&p, "sessions_sent", 2), 2);
     detd_client_close(c);
     fake_stop_(&p);
 }
@@ -983,6 +994,8 @@ TEST(report_of_a_claim_from_before_a_restart_goes_under_the_new_claim) {
     a = NULL;
     CHECK_EQ_INT(detd_report(c, claim, &k, tm, 2, "3.6.0", 5000, &a), 0);
     CHECK_STR(a->config, cands_[1]);
+    /* sent under the new daemon's claim, not the one of before */
+    CHECK_EQ_INT(a->claim_id, 200 * 1000 + 1);
     detd_answer_free(a);
     CHECK_EQ_INT(fake_counter_(&p, "reports"), 1);
     /* the keeper's Decide under the new session took it again */
@@ -1028,7 +1041,7 @@ TEST(a_forgotten_claim_is_not_taken_again) {
 TEST(reconnect_window_bounds_the_wait) {
     struct fake_proc p;
     fake_start_(&p, 300);
-    setenv("DETD_RECONNECT_MS", "400", 1);
+    setenv("DETD_RECONNECT_MS", "2000", 1);
     detd_client *c = open_(&p, 0);
     unsetenv("DETD_RECONNECT_MS");
     struct detd_key k = key_("K");
@@ -1043,16 +1056,20 @@ TEST(reconnect_window_bounds_the_wait) {
     int64_t took = clock_mono_ms() - t0;
     CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
     CHECK(a == NULL);
-    /* waited for the window (400 ms), not for the 20 s deadline */
-    CHECK(took >= 300 && took < 15000);
-    CHECK(strstr(detd_client_last_error(), "reconnect window of 400 ms") !=
+    /* waited for the window (2 s from the outage's start), not for the
+     * 20 s deadline */
+    CHECK(took < 15000);
+    CHECK(strstr(detd_client_last_error(), "reconnect window of 2000 ms") !=
           NULL);
     CHECK(strstr(detd_client_last_error(), p.path) != NULL);
+    struct detd_stats st = {.size = sizeof st};
+    CHECK_EQ_INT(detd_client_stats(c, &st), 0);
+    CHECK(st.down_ms >= 2000);
     /* the window has passed: the next call does not wait for it again */
     t0 = clock_mono_ms();
     rc = detd_observe(c, &k, cands_[0], DETD_SOURCE_TABLE, 0, 20000);
     CHECK(rc == DETD_ECONNECT || rc == DETD_EUNAVAILABLE);
-    CHECK(clock_mono_ms() - t0 < 300);
+    CHECK(clock_mono_ms() - t0 < 2000);
     fake_start_at_(&p, 300);
     rc = -1;
     for (int i = 0; i < 300 && rc != 0; i++) {
@@ -1175,8 +1192,8 @@ TEST(fork_child_decides_parent_keeps_working) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 4 && strcmp(argv[1], "--fake-serve") == 0) {
-        fake_serve_(argv[2], (uint32_t)atoi(argv[3]));
+    if (argc == 5 && strcmp(argv[1], "--fake-serve") == 0) {
+        fake_serve_(argv[2], (uint32_t)atoi(argv[3]), (unsigned)atoi(argv[4]));
         return 0;
     }
     return runner_main(argc, argv);
