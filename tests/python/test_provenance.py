@@ -44,7 +44,10 @@ def test_the_package_of_a_kernel_and_bounds():
     assert _provenance.package_of("__main__") == ("", "")
     long = "x" * 300 + "\nforged"
     d = _provenance.describe(dict(benchmarker=long, warmup=float("nan"), rep=1e12), True, "pytest.k:f@1")
-    assert d["benchmarker"] == "x" * _provenance.MAX_CHARS and d["warmup"] == 0.0 and d["rep"] == 1e9
+    assert d["benchmarker"] == "x" * 256 and d["warmup"] == 0.0 and d["rep"] == 1e9
+    # cut to the daemon's 256 bytes, never inside a character
+    d = _provenance.describe(dict(benchmarker="x" + "\u00e9" * 200), True, "pytest.k:f@1")
+    assert d["benchmarker"] == "x" + "\u00e9" * 127 and len(d["benchmarker"].encode()) == 255
     assert d["package"] == "pytest" and d["package_version"] == pytest.__version__ and d["timing_lock"] == 1
     assert set(d) == {f for f, _ in _native_fields()}
 

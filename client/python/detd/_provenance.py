@@ -8,7 +8,8 @@ Nothing here imports torch: its versions are read only when the process
 has loaded it (a CPU process without torch records ""); torch's is its
 distribution's (``importlib.metadata``), the version ``detd-run --lock``
 requires. Every string is
-cut to :data:`MAX_CHARS` (the daemon refuses more than 256 bytes).
+cut to :data:`MAX_BYTES` of UTF-8, a whole character at most (the
+daemon refuses more).
 """
 
 import ctypes
@@ -19,7 +20,7 @@ import re
 import sys
 from typing import Dict, Tuple
 
-MAX_CHARS = 128
+MAX_BYTES = 256  # the daemon's limit (common/provfmt.h PROVFMT_MAX_STRING)
 
 # The members of libdetd's struct detd_timing_info that are strings.
 _STRINGS = ("benchmarker", "return_mode", "torch_version", "cuda_version", "driver", "package",
@@ -27,7 +28,10 @@ _STRINGS = ("benchmarker", "return_mode", "torch_version", "cuda_version", "driv
 
 
 def _cut(s) -> str:
-    return str(s).replace("\n", " ")[:MAX_CHARS] if s else ""
+    if not s:
+        return ""
+    b = str(s).replace("\n", " ").encode("utf-8", "replace")[:MAX_BYTES]
+    return b.decode("utf-8", "ignore")  # a character cut in two is dropped
 
 
 def _torch_versions() -> Tuple[str, str, str]:
