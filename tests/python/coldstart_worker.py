@@ -17,7 +17,7 @@ another comma-separated list) whose
 - ``CS_IN_PASS``: a file created when the first measurement starts.
 - ``CS_GATE``: the first measurement waits until this file exists.
 - ``CS_N``: the kernel's N (default 256): another N is another key.
-- ``CS_RECHECK_MAX``: the re-measure's cap (``detd._loop.RECHECK_MAX``).
+- ``CS_RECHECK_MAX``: the re-measure's cap (``detd._measure.RECHECK_MAX``).
 - ``CS_BENCH_LOG``: a file each measurement appends ``pid start end``
   (``time.monotonic()``) to.
 - ``CS_LINES``: a file each ``detd`` log line is appended to as it is
@@ -153,9 +153,9 @@ def main():
         _triton.compile_only = compile_only
     detd.install()
     if os.environ.get("CS_RECHECK_MAX"):
-        from detd import _loop
+        from detd import _measure
 
-        _loop.RECHECK_MAX = int(os.environ["CS_RECHECK_MAX"])
+        _measure.RECHECK_MAX = int(os.environ["CS_RECHECK_MAX"])
     n = int(os.environ.get("CS_N", "256"))
     x = torch.arange(n, dtype=torch.float32)
     out = torch.empty_like(x)

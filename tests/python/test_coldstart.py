@@ -374,12 +374,12 @@ def test_remeasure_rule_is_deterministic_given_the_timings():
     median at least DETD_RECHECK_CLEAR (2%) below each other's and its
     first measurement's spread (Triton's 20th to 80th percentile) below
     theirs; a spread unknown (one sample) or the rule off re-measures."""
-    from detd import _loop, _process
+    from detd import _measure, _process
 
     def rule(t, clear=0.02):
         med = {c: sorted(v)[len(v) // 2] for c, v in t.items()}
-        spr = {c: _loop.spread(v) for c, v in t.items() if _loop.spread(v) is not None}
-        return _loop.recheck_set(list(t), med, spr, clear)
+        spr = {c: _measure.spread(v) for c, v in t.items() if _measure.spread(v) is not None}
+        return _measure.recheck_set(list(t), med, spr, clear)
 
     clear = {"a": [1.5, 1.4, 1.6], "b": [1.05, 1.04, 1.06], "c": [1.0, 0.99, 1.01], "d": [2.0, 1.9, 2.1]}
     assert rule(clear) == [] and rule(clear) == []  # clearly ahead: measured once, every time
@@ -413,7 +413,7 @@ def test_screening_measures_in_full_only_the_near_best(daemon, tmp_path):
     and record, and a tuner whose benchmarker takes no rep is not screened.
     DETD_SCREEN=0.1 keeps only those within 10% (another key, N 448); a
     band under the re-measure's (10%) is refused."""
-    from detd import _loop, _process, _triton
+    from detd import _measure, _process, _triton
 
     t = json.dumps({16: [[1.5, 1.4, 1.6]], 32: [[1.1, 1.0, 1.2], [1.05, 1.04, 1.06]],
                     64: [[1.0, 0.9, 1.1], [1.0, 0.99, 1.01]], 128: [[2.0, 1.9, 2.1]]})
@@ -440,9 +440,9 @@ def test_screening_measures_in_full_only_the_near_best(daemon, tmp_path):
     assert "those within 10% of the best" in row["timing"]["benchmarker"]["return_mode"], row["timing"]
 
     # The rule alone, and where it does not apply.
-    assert _loop.screen_keep(["a", "b", "c", "d"], {"a": 1.3, "b": 1.0, "c": 1.25, "d": 1.2501}, 0.25) == ["b", "c"]
-    assert _loop.screen_keep(["a", "b", "c", "d"], {"a": 1.3, "b": 1.0, "c": 1.1, "d": 1.1001}, 0.1) == ["b", "c"]
-    assert _loop.screen_keep(["a"], {}, 0.25) == []
+    assert _measure.screen_keep(["a", "b", "c", "d"], {"a": 1.3, "b": 1.0, "c": 1.25, "d": 1.2501}, 0.25) == ["b", "c"]
+    assert _measure.screen_keep(["a", "b", "c", "d"], {"a": 1.3, "b": 1.0, "c": 1.1, "d": 1.1001}, 0.1) == ["b", "c"]
+    assert _measure.screen_keep(["a"], {}, 0.25) == []
 
     class Graphs:  # use_cuda_graph / the deprecated warmup and rep: a lambda of (kernel_call, quantiles)
         do_bench = staticmethod(lambda kernel_call, quantiles: 1.0)
@@ -451,7 +451,7 @@ def test_screening_measures_in_full_only_the_near_best(daemon, tmp_path):
     assert _process.screen_option({"DETD_SCREEN": "on"}) == 0.25 and _process.screen_option({"DETD_SCREEN": "1"}) == 0.25
     assert _process.screen_option({"DETD_SCREEN": "0.1"}) == 0.1
     assert _process.screen_option({"DETD_SCREEN": "10"}) == 10.0
-    assert _process.SCREEN_BAND_MIN == _loop.RECHECK_BAND
+    assert _process.SCREEN_BAND_MIN == _measure.RECHECK_BAND
     for bad in ("maybe", "-0.1", "0.0", "0.05", "11", "nan"):
         with pytest.raises(ValueError, match=f"DETD_SCREEN='{bad}'"):
             _process.screen_option({"DETD_SCREEN": bad})
@@ -466,7 +466,8 @@ def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
     once, after every compile has ended (N 768); with DETD_COMPILE_OVERLAP=on
     in the order the compiles finish while others still compile (N 1024):
     BLOCK 16's compile lasts until BLOCK 128 has been measured, so in list
-    order the pass would wait for it (at most 30 s) and measure it first."""
+    order the pass would wait for it (at most 30 s) and measure it first;
+    the three measured while it compiled are measured again after it."""
     t = json.dumps({16: [[1.5, 1.4, 1.6]], 32: [[1.05, 1.04, 1.06]], 64: [[1.0, 0.99, 1.01]],
                     128: [[2.0, 1.9, 2.1]]})
     procs = [start(daemon, tmp_path, "clear", 0, CS_TIMINGS=t, CS_N="256"),
@@ -482,14 +483,57 @@ def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
     assert "remeasured" not in clear["keys"][0] and clear["phases"]["remeasure"] == 0, clear
     assert off["config"] == cfg(64) and off["measured"] == {"16": 1, "32": 3, "64": 3, "128": 1}, off
     assert sorted(off["keys"][0]["remeasured"]) == sorted([cfg(32), cfg(64)]) and off["phases"]["remeasure"] > 0
-    assert ahead["config"] == cfg(16) and ahead["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, ahead
-    assert ahead["order"] == [32, 64, 128, 16], ahead
+    assert ahead["config"] == cfg(16) and ahead["measured"] == {"16": 1, "32": 2, "64": 2, "128": 2}, ahead
+    assert ahead["order"] == [32, 64, 128, 16, 32, 64, 128], ahead
+    assert ahead["keys"][0]["pass_s"]["contended"] == 3, ahead
     assert list(ahead["keys"][0]["timings"]) == [cfg(b) for b in (16, 32, 64, 128)], ahead
     assert ahead["phases"]["compiles"] == 4 and ahead["phases"]["compile_work"] >= 4 * 0.05 - 0.01, ahead
     for r in (clear, off, first, ahead):
         summed(r["phases"])
         assert r["keys"][0]["timed_here"] and r["keys"][0]["source"] == "timed", r
     assert counter(status(daemon), "timing_passes") == 4
+
+
+def test_no_decision_rests_on_a_measurement_taken_while_compiling(daemon, tmp_path):
+    """With DETD_COMPILE_OVERLAP=on, BLOCK 16's compile lasts until 128 has
+    been measured, so 32, 64 and 128 are measured while it compiles. 32's
+    measurement then is distorted (2.0 where it runs 1.0: compile threads
+    hold the cores and the interpreter lock); without another measurement
+    64 (1.2) would win. Each of the three is measured again once every
+    compile is done, the new measurement replaces the old, and 32 wins
+    (N 1280). With DETD_SCREEN=on the screening round is the one made
+    while compiling: the three are screened again (rep 10 ms), then those
+    within 25% measured in full (N 1536). Provenance says how many were
+    measured again."""
+    from detd import _triton
+
+    inflated, true = [2.0, 1.9, 2.1], [1.0, 0.99, 1.01]
+    t = json.dumps({16: [[1.5, 1.4, 1.6]], 32: [inflated, true], 64: [[1.2, 1.19, 1.21]], 128: [[3.0, 2.9, 3.1]]})
+    common = dict(CS_TIMINGS=t, DETD_COMPILE_AHEAD="2", CS_COMPILE="sleep:0.05", DETD_COMPILE_OVERLAP="on",
+                  CS_COMPILE_AFTER="16:128")
+    procs = [start(daemon, tmp_path, "full", 0, CS_N="1280", **common),
+             start(daemon, tmp_path, "screen", 1, CS_N="1536", DETD_SCREEN="on", **common)]
+    full, screen = [ok(daemon, p) for p in procs]
+    assert full["config"] == cfg(32), full
+    assert full["order"] == [32, 64, 128, 16, 32, 64, 128], full
+    [key] = full["keys"]
+    assert key["pass_s"]["contended"] == 3 and key["timings"][cfg(32)] == true, key
+    assert key["timings"][cfg(16)] == [1.5, 1.4, 1.6] and "remeasured" not in key, key
+    assert full["phases"]["remeasure"] > 0, full
+    short, whole = _triton.SCREEN_REP_MS, 100
+    assert screen["config"] == cfg(32), screen
+    assert screen["reps"] == {"16": [short], "32": [short, short, whole], "64": [short, short, whole],
+                              "128": [short, short]}, screen
+    [key] = screen["keys"]
+    assert key["pass_s"]["contended"] == 3 and key["pass_s"]["screened_out"] == 2, key
+    assert key["timings"][cfg(32)] == true and key["timings"][cfg(128)] == [3.0, 2.9, 3.1], key
+    rows = json.loads(daemon.detctl("decisions", "--json").stdout)["decisions"]
+    [f] = [d for d in rows if "1280" in d["key"]]
+    [s] = [d for d in rows if "1536" in d["key"]]
+    assert f["timing"]["benchmarker"]["return_mode"].endswith("; 3 measured while compiling, measured again after"), f
+    assert "those within 25% of the best measured in full; 3 measured while compiling" in \
+        s["timing"]["benchmarker"]["return_mode"], s
+    assert counter(status(daemon), "timing_passes") == 2
 
 
 @pytest.mark.triton_release

@@ -179,16 +179,16 @@ def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
     assert timed[(kernel, key)] == 1
     # One process benchmarked: once, then RECHECK_ROUNDS more times when
     # two or more choices were within the re-measure band of the best.
-    from detd import _loop
+    from detd import _measure
 
     timers = [r for r in first if _keys(r)[(kernel, key)]["timed_here"]]
     assert len(timers) == 1 and sum(r["select_passes"] for r in first) == timers[0]["select_passes"]
     tm = _keys(timers[0])[(kernel, key)]["timings"]
     again_n = sum(1 for v in tm.values() if isinstance(v, list))
     assert again_n != 1, tm  # never a lone candidate re-measured
-    assert timers[0]["select_passes"] == 1 + (_loop.RECHECK_ROUNDS if again_n >= 2 else 0), tm
+    assert timers[0]["select_passes"] == 1 + (_measure.RECHECK_ROUNDS if again_n >= 2 else 0), tm
     for v in tm.values():
-        assert not isinstance(v, list) or len(v) == 1 + _loop.RECHECK_ROUNDS, tm
+        assert not isinstance(v, list) or len(v) == 1 + _measure.RECHECK_ROUNDS, tm
     for r in first:  # each process's selection reached lookup() with a benchmark
         (st,) = [a for a in r["autotuners"] if a["kernel"] == "inductor::*"]
         assert st["selections"]["seen"] >= 1 and st["selections"]["timed"] >= 1, st

@@ -126,7 +126,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional
 
-from . import _audit, _canon, _loop, _native, _phases, _process, _provenance, _samples, _split, _triton
+from . import _audit, _canon, _loop, _measure, _native, _phases, _process, _provenance, _samples, _split, _triton
 from ._policy import Settings
 
 
@@ -475,9 +475,9 @@ def _timing_pass(ctx: _Call, cands: _Cands, split=None):
     """Time every candidate of the key (the pruned live configs) with the
     tuner's own ``_bench`` (Triton's benchmarker or the kernel's
     ``do_bench=``), as Triton's ``benchmark()`` does, each compiled first
-    (:class:`detd._loop.Compiler`, ahead in threads with
+    (:class:`detd._measure.Compiler`, ahead in threads with
     ``DETD_COMPILE_AHEAD``); a candidate that raises counts as failed.
-    Then the near-best are re-measured (:func:`detd._loop.measure`: the
+    Then the near-best are re-measured (:func:`detd._measure.measure`: the
     rule, its rounds and ``DETD_RECHECK_CLEAR``). ``split``: (claim id,
     decision key) to split the first round's benchmarks with helpers on
     the node's other GPUs (:mod:`detd._split`). Returns (report rows,
@@ -496,7 +496,7 @@ def _bench(ctx: _Call, record: bool = True):
 
 
 def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
-    t0, done = time.time(), []
+    t0, done, comps = time.time(), [], []
 
     def first():
         got = None
@@ -508,8 +508,9 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
             return got[0], got[1]
         ahead = _process.compile_ahead()
         dev = _triton.current_device() if ahead else None
-        comp = _loop.Compiler(cands.objs, lambda c: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, c, dev), ahead,
-                              _process.compile_overlap())
+        comp = _measure.Compiler(cands.objs, lambda c: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, c, dev),
+                                 ahead, _process.compile_overlap(), _loop.progress())
+        comps.append(comp)
         try:
             return _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs, stop=_loop.environment_hint,
                                            each=comp, order=comp.order())
@@ -520,9 +521,10 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
         return _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, order, stop=_loop.environment_hint)
 
     screen = _triton.screening(ctx.tuner) if _process.screen() is not None and split is None else None
-    timings, rows, errors, remeasured, pass_s = _loop.measure(cands.objs, _triton.config_string, first, again,
-                                                              screen and (lambda: screen(first)))
-    if remeasured or screen:
+    timings, rows, errors, remeasured, pass_s = _measure.measure(
+        cands.objs, _triton.config_string, first, again, screen and (lambda: screen(first)),
+        lambda: comps[0].contended() if comps else [], screen and (lambda order: screen(lambda: again(order))))
+    if remeasured or screen or "contended" in pass_s:
         _triton.set_timings(ctx.tuner, timings, time.time() - t0)
     return rows, errors, remeasured, pass_s, done[0] if done else None
 
@@ -602,8 +604,9 @@ def _resolve_key(cache: DetdCache, ctx: _Call, key, spent: Dict[str, float]) -> 
                 _timing_pass(ctx, cands, split)
             timed["rows"] = rows
             band = _process.screen() if "screened_out" in timed["pass_s"] else None
-            timed["timing"] = _provenance.describe(_triton.benchmarker(ctx.tuner, band),
-                                                   timed["lock"][1], info.kernel)
+            timed["timing"] = _provenance.describe(
+                _triton.benchmarker(ctx.tuner, band, timed["pass_s"].get("contended", 0)), timed["lock"][1],
+                info.kernel)
             return rows
 
         # While another rank times the key: ask in slices, so that a long

@@ -76,7 +76,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _canon, _imports, _loop, _native, _process, _provenance, _triton
+from . import _canon, _imports, _loop, _measure, _native, _process, _provenance, _triton
 
 # Releases whose patched methods were tested (major, minor), inclusive.
 SUPPORTED = ((2, 11), (2, 13))
@@ -613,7 +613,7 @@ def _patched_a2o(self, *args, **kwargs):
         timings = self.benchmark_all_configs(*args, **kwargs)  # Inductor's own benchmarking
         if timings:
             local_best.append(min(timings, key=timings.get))
-        return _loop.timing_rows((_triton.config_string(l.config), t) for l, t in timings.items())
+        return _measure.timing_rows((_triton.config_string(l.config), t) for l, t in timings.items())
 
     with _key_lock(kernel, key):
         out = decide(kernel, name, key, cands, time_pass,
@@ -770,7 +770,7 @@ def _patched_coordesc(self, launcher, *args, **kwargs):
         ms = self.coordesc_tuner.cached_benchmark_results.get(triton_config_to_hashable(winner.config), 0.0)
         if config_of(won) is None:
             won, ms = start_s, 0.0  # outside what detd can name: the start, as the descent began
-        return _loop.timing_rows([(won, ms if _ms(ms) < float("inf") else 0.0)])
+        return _measure.timing_rows([(won, ms if _ms(ms) < float("inf") else 0.0)])
 
     with _key_lock(kernel, key):
         out = decide(kernel, name, key, cands, time_pass, lambda cands: start_s,
@@ -965,7 +965,7 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     def time_pass():
         # A choice that failed to compile here is reported as failed.
         timings = benchmark(list(live.values()))  # Inductor's own (self.autotune)
-        return _loop.recheck_rows(_loop.timing_rows((s, timings.get(live[s], float("inf")) if s in live else float("inf"))
+        return _measure.recheck_rows(_measure.timing_rows((s, timings.get(live[s], float("inf")) if s in live else float("inf"))
                               for s in cands),
                         lambda strings: benchmark([live[x] for x in strings]),
                         lambda t, x: t.get(live[x], float("inf")))

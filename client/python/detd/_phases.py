@@ -11,7 +11,8 @@ Phases (:data:`PHASES`), each the wall time of the resolving thread:
 * ``benchmark``: the first measurement of every candidate (the tuner's
   own benchmarker; a candidate the adapter did not compile first includes
   its compile);
-* ``remeasure``: the re-measure of the near-best candidates;
+* ``remeasure``: the re-measure of the near-best candidates, and of the
+  candidates measured while compiles ran (``DETD_COMPILE_OVERLAP``);
 * ``waiting``: held by the daemon while another rank times the key, and
   waiting for the device's timing lock;
 * ``daemon``: the daemon's calls (Decide answered without waiting,

@@ -45,7 +45,7 @@ COMPILE_OVERLAP = False
 # candidates within SCREEN_BAND of the best screening median.
 SCREEN: Optional[float] = None
 SCREEN_BAND = 0.25
-# The narrowest band: the re-measure's (detd._loop.RECHECK_BAND, which
+# The narrowest band: the re-measure's (detd._measure.RECHECK_BAND, which
 # this module cannot import), so that what screening drops is never
 # re-measured as near-best.
 SCREEN_BAND_MIN = 0.10
@@ -337,7 +337,7 @@ def pass_options(environ=None) -> Tuple[Optional[float], Optional[int]]:
 def overlap_option(environ=None) -> bool:
     """``DETD_COMPILE_OVERLAP`` (``on``/``1``, ``off``/``0``; default off):
     whether the timing rank benchmarks candidates while its threads still
-    compile others (:class:`detd._loop.Compiler`), or only once every
+    compile others (:class:`detd._measure.Compiler`), or only once every
     compile is done. Raises ValueError naming a bad value."""
     return _policy.env_switch(os.environ if environ is None else environ, "DETD_COMPILE_OVERLAP", COMPILE_OVERLAP)
 
@@ -351,10 +351,10 @@ def compile_overlap() -> bool:
 def screen_option(environ=None) -> Optional[float]:
     """``DETD_SCREEN``: whether a timing pass screens every candidate with
     a short measurement and measures in full only those still in the
-    running (:func:`detd._loop.measure`), and the band that keeps them in
+    running (:func:`detd._measure.measure`), and the band that keeps them in
     it: ``on``/``1`` (:data:`SCREEN_BAND`, 25% above the best screening
     median), a fraction (``0.15``: 15%; from the re-measure's band,
-    :data:`detd._loop.RECHECK_BAND` (0.1), to 10: a candidate screened out
+    :data:`detd._measure.RECHECK_BAND` (0.1), to 10: a candidate screened out
     is then never among the near-best re-measured), or ``off``/``0``
     (None, the default). Raises ValueError naming a bad value."""
     env = os.environ if environ is None else environ

@@ -24,6 +24,7 @@ this package runs on a known key.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
@@ -382,7 +383,7 @@ def _callable_name(fn) -> str:
     return f"{mod}.{name}" if mod in ("triton.testing",) else f"{mod}:{name}" if mod else name
 
 
-# The short measurement of screening (DETD_SCREEN, detd._loop.measure):
+# The short measurement of screening (DETD_SCREEN, detd._measure.measure):
 # the tuner's own benchmarker with this warmup and rep (ms).
 SCREEN_WARMUP_MS = 2
 SCREEN_REP_MS = 10
@@ -402,8 +403,6 @@ def screening(tuner):
         return None
     if "warmup" not in params or "rep" not in params:
         return None
-    import functools
-
     short = functools.partial(fn, warmup=SCREEN_WARMUP_MS, rep=SCREEN_REP_MS)
 
     def run(fn_):
@@ -422,18 +421,22 @@ def screening(tuner):
     return run
 
 
-def benchmarker(tuner, screened: Optional[float] = None) -> dict:
+def benchmarker(tuner, screened: Optional[float] = None, contended: int = 0) -> dict:
     """The benchmarker this tuner's ``_bench`` uses and its settings, for
     the decision's provenance: ``do_bench_cudagraph`` (``use_cuda_graph``)
     or ``do_bench`` with the tuner's ``warmup``/``rep`` (the deprecated
     arguments), else its ``do_bench`` (the kernel's ``do_bench=``, or the
     driver's benchmarker) with the warmup and rep its signature or partial
     gives (0: unknown). ``screened``: the band of a pass that screened
-    (DETD_SCREEN), said in ``return_mode``."""
+    (DETD_SCREEN), said in ``return_mode``; ``contended``: how many
+    candidates were measured again once compiling ended
+    (DETD_COMPILE_OVERLAP), said there too."""
     got = _benchmarker(tuner)
     if screened is not None:
         got["return_mode"] += (f"; screened with warmup {SCREEN_WARMUP_MS} ms, rep {SCREEN_REP_MS} ms, "
                                f"those within {screened:.0%} of the best measured in full")
+    if contended:
+        got["return_mode"] += f"; {contended} measured while compiling, measured again after"
     return got
 
 
@@ -499,12 +502,14 @@ def compile_only(tuner, args, kwargs, config, device=None) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1)
 def compiles_in_threads() -> bool:
     """Whether the installed Triton compiles kernels in threads itself
     (``triton.AsyncCompileMode``: ``warmup`` in a thread pool, module
     ``triton.runtime._async_compile``; 3.6 and 3.9 have it, 3.3 not):
     there, detd's threads compiling ahead (``compile_only`` in a pool) do
-    what Triton supports (``DETD_COMPILE_AHEAD=auto`` uses them)."""
+    what Triton supports (``DETD_COMPILE_AHEAD=auto`` uses them). Looked
+    up once per process (a process has one Triton)."""
     try:
         import importlib.util
 

@@ -1,0 +1,339 @@
+"""The measurements of a timing pass, for the adapters: the first round
+(every candidate once, compiled first by :class:`Compiler`, ahead in
+threads with ``DETD_COMPILE_AHEAD`` and overlapped with
+``DETD_COMPILE_OVERLAP``), screening (``DETD_SCREEN``), and the rule
+that re-measures the near-best (:func:`recheck_set`, deterministic given
+the timings) before the daemon's winner rule picks among them. The
+Triton adapter runs :func:`measure`; the Inductor adapter, whose
+benchmarker reports one number per choice, :func:`recheck_rows`. This
+module knows no autotuner: what is compiled or benchmarked comes in as
+functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+
+from . import _phases, _process, _samples
+
+log = logging.getLogger("detd")
+
+# The re-measure after a pass: the candidates whose first median is
+# within this fraction of the best are timed RECHECK_ROUNDS more times,
+# back to back once every candidate is compiled (reverse order, then
+# forward), and report all their samples. A first measurement that met
+# contention (another process's kernels, a GPU coming out of idle between
+# compiles) is then outvoted by the two that did not.
+RECHECK_BAND = 0.10
+RECHECK_ROUNDS = 2
+# At most this many candidates are re-measured (the best first medians):
+# a pass costs at most RECHECK_ROUNDS * RECHECK_MAX measurements more,
+# also where many configs of a tiny kernel fall inside the band.
+RECHECK_MAX = 4
+
+
+def recheck_set(order, medians: dict, spreads: Optional[dict] = None, clear: Optional[float] = None) -> list:
+    """The candidates of ``order`` to re-measure after a pass: those whose
+    first median (``medians``; the ones without did not time) is within
+    :data:`RECHECK_BAND` of the best, at most :data:`RECHECK_MAX` of them
+    (the best medians, list order on ties), in list order; empty when
+    fewer than two, or when the best is clearly ahead (:func:`clear_lead`
+    with ``spreads`` and ``clear``)."""
+    if not medians:
+        return []
+    best = min(medians.values())
+    near = [c for c in order if c in medians and medians[c] <= best + best * RECHECK_BAND]
+    if len(near) > RECHECK_MAX:
+        keep = set(sorted(near, key=lambda c: medians[c])[:RECHECK_MAX])  # stable: list order on ties
+        near = [c for c in near if c in keep]
+    if len(near) < 2 or clear_lead(near, medians, spreads, clear):
+        return []
+    return near
+
+
+def clear_lead(near, medians: dict, spreads: Optional[dict], clear: Optional[float]) -> bool:
+    """Whether the best of ``near`` (the smallest median, the first in
+    list order on ties) is clearly ahead of every other: its median at
+    least ``clear`` (a fraction) below each other's, and its measurement's
+    spread (``spreads``: candidate -> (lowest, highest) sample of its
+    first measurement, e.g. Triton's 20th and 80th percentiles) entirely
+    below each other's. Deterministic given the timings. False when
+    ``clear`` is None (always re-measure) or a spread is unknown (a single
+    sample tells nothing of its noise)."""
+    if clear is None or not spreads:
+        return False
+    best = min(near, key=lambda c: medians[c])
+    if best not in spreads:
+        return False
+    top = spreads[best][1]
+    for c in near:
+        if c is best:
+            continue
+        if c not in spreads or spreads[c][0] <= top or medians[c] < medians[best] * (1 + clear):
+            return False
+    return True
+
+
+def spread(t) -> Optional[Tuple[float, float]]:
+    """(lowest, highest) of a measurement's samples (a benchmarker's
+    quantiles), or None with fewer than two or a failed one."""
+    ms, bad = _samples.normalize(t)
+    return (min(ms), max(ms)) if len(ms) >= 2 and not bad else None
+
+
+# Screening (DETD_SCREEN, docs/python.md): a candidate whose short
+# measurement's median is within the band of the best one's is measured
+# in full.
+def screen_keep(order, medians: dict, band: float) -> list:
+    """The candidates of ``order`` still in the running after a screening
+    round: those whose screening median (``medians``; the ones without
+    failed) is at most ``band`` (a fraction) above the best, in list
+    order. Deterministic given the timings."""
+    if not medians:
+        return []
+    best = min(medians.values())
+    return [c for c in order if c in medians and medians[c] <= best + best * band]
+
+
+def _medians(timings: dict, errors: dict) -> Tuple[dict, dict]:
+    medians, spreads = {}, {}
+    for config, t in timings.items():
+        ms, bad = _samples.normalize(t)
+        if not bad and config not in errors:
+            medians[config] = _samples.median(ms)
+            sp = spread(t)
+            if sp is not None:
+                spreads[config] = sp
+    return medians, spreads
+
+
+def _measure_again(timings: dict, errors: dict, order: Sequence[Any], again: Callable[[Sequence[Any]], tuple]):
+    """Measure ``order`` again with ``again``; their new measurements
+    replace the old ones (and their errors)."""
+    more, errors2 = again(order)
+    for c in order:
+        errors.pop(c, None)
+        if c in errors2:
+            errors[c] = errors2[c]
+        timings[c] = more[c]
+
+
+def measure(objs: Sequence[Any], name: Callable[[Any], str], first: Callable[[], tuple],
+            again: Callable[[Sequence[Any]], tuple], screen: Optional[Callable[[], tuple]] = None,
+            contended: Optional[Callable[[], list]] = None,
+            screen_again: Optional[Callable[[Sequence[Any]], tuple]] = None):
+    """A timing pass's measurements, for an adapter: ``first()`` measures
+    every live candidate of ``objs`` once (``(timings, errors)``: config ->
+    a timing or the benchmarker's quantiles, config -> exception); then
+    the near-best (:func:`recheck_set`, with the first measurements'
+    spreads and ``DETD_RECHECK_CLEAR``) are measured
+    :data:`RECHECK_ROUNDS` times more with ``again(order)`` (phase
+    ``remeasure``) and report all their samples. ``name(config)``: the
+    canonical string. Returns (timings with the re-measures merged,
+    report rows ``(string, samples, failed)``, errors by string, the
+    strings re-measured, pass_s: wall seconds of the ``first`` round and
+    the ``recheck``).
+
+    ``screen()``, when given, replaces ``first()``: every candidate
+    measured once with a short measurement (``(timings, errors)`` as
+    ``first``), then those :func:`screen_keep` leaves in the running are
+    measured in full with ``again(keep)``; the others report their
+    screening samples (over the band of :func:`detd._process.screen`
+    slower than the best's, so they do not win).
+
+    ``contended()``, when given, names the candidates of the first (or
+    screening) round measured while compiles of this process still ran
+    (:class:`Compiler` with overlap): no decision rests on those. Once the
+    round is over (every compile done), each is measured again the same
+    way (``again``, or ``screen_again`` for a screening round) and the new
+    measurement replaces the old, before anything is compared (phase
+    ``remeasure``; ``pass_s["contended"]`` counts them)."""
+    t0 = time.monotonic()
+    keep: list = []
+    band = _process.screen()
+    if screen is not None and band is None:
+        raise TypeError("measure(): a screening round while DETD_SCREEN is off")
+    timings, errors = first() if screen is None else screen()
+    dirty = [c for c in contended() if c in timings] if contended is not None else []
+    if dirty and screen is not None and screen_again is None:
+        raise TypeError("measure(): a screening round's contended candidates need screen_again")
+    if dirty:
+        with _phases.phase("remeasure"):
+            _measure_again(timings, errors, dirty, again if screen is None else screen_again)
+    if screen is not None:
+        keep = screen_keep(objs, _medians(timings, errors)[0], band)
+        if keep:
+            _measure_again(timings, errors, keep, again)
+    t1 = time.monotonic()
+    medians, spreads = _medians(timings, errors)
+    near = recheck_set(objs, medians, spreads, _process.recheck_clear())
+    if near:
+        with _phases.phase("remeasure"):
+            samples = {c: _samples.as_list(timings[c]) for c in near}
+            for order in recheck_orders(near):
+                more, errors2 = again(order)
+                for c in order:
+                    if c in errors2:
+                        errors[c] = errors2[c]
+                    samples[c] += _samples.as_list(more[c])
+            timings.update(samples)
+    rows, seen = [], set()
+    for config, t in timings.items():
+        s = name(config)
+        if s in seen:
+            continue
+        seen.add(s)
+        ms, failed = _samples.normalize(t)
+        rows.append((s, ms, failed or config in errors))
+    pass_s = dict(first=round(t1 - t0, 3), recheck=round(time.monotonic() - t1, 3))
+    if screen is not None:
+        pass_s["screened_out"] = sum(1 for c in objs if c not in keep)
+    if dirty:
+        pass_s["contended"] = len(dirty)
+    return timings, rows, {name(c): e for c, e in errors.items()}, [name(c) for c in near], pass_s
+
+
+class Compiler:
+    """The compile step of a timing pass's first round, called as
+    ``compiler(i)`` before candidate ``i`` is benchmarked (``progress(i)``
+    is told too: the resolve loop's line for a long pass,
+    :func:`detd._loop.progress`): ``compile_one(config)`` compiles it into the kernel's
+    caches, so that the benchmark times only running it (phase
+    ``compile``; what it raises, the benchmark meets again and reports).
+    With ``workers`` > 0 (``DETD_COMPILE_AHEAD``) a pool of that many
+    threads compiles every candidate from the start, in list order, and
+    the pass benchmarks them once every compile is done (phase
+    ``compile``: that wait), in list order: compiling threads of the
+    timing process would compete with its benchmark loop for the
+    interpreter lock (a launch held back inside a measurement makes it
+    slower and noisier). With ``overlap`` (``DETD_COMPILE_OVERLAP``) it
+    benchmarks candidates while the others still compile, in the order
+    their compiles finish (:meth:`order`; among those done, list order):
+    a slow compile delays only its own candidate, and one a waiting rank
+    already compiled (a share: Triton's cache loads it) is benchmarked
+    at once. The order does not enter the decision: the timings are
+    returned in list order, and a candidate benchmarked while a compile
+    still ran (:meth:`contended`: the compile threads share the cores and
+    the interpreter lock with the benchmark loop, which can make a
+    measurement slower by more than any band) is measured again once
+    every compile is done (:func:`measure`). ``compile_one`` returns
+    whether it compiled anything (False: nothing to compile, e.g. the
+    CPU interpreter). ``close()`` cancels what is still queued."""
+
+    def __init__(self, objs: Sequence[Any], compile_one: Callable[[Any], bool], workers: int = 0,
+                 overlap: bool = False, progress: Optional[Callable[[int], None]] = None):
+        self.objs, self.compile_one, self.progress = objs, compile_one, progress or (lambda i: None)
+        self.pool, self.futures, self.count, self.overlap = None, None, 0, overlap
+        self.busy: List[int] = []  # indices benchmarked while a compile still ran
+        if workers > 0 and len(objs) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(workers, thread_name_prefix="detd-compile")
+            self.futures = [self.pool.submit(self._timed, c) for c in objs]
+
+    def _timed(self, config) -> Optional[float]:
+        t0 = time.perf_counter()
+        try:
+            did = self.compile_one(config)
+        except Exception as e:  # noqa: BLE001 - the benchmark meets it again
+            log.debug("detd: compiling %s ahead failed: %s: %s", config, type(e).__name__, e)
+            did = True
+        return time.perf_counter() - t0 if did else None
+
+    def order(self) -> Iterator[int]:
+        """The indices of ``objs`` in the order to benchmark them: list
+        order without a pool, and with one once every compile is done
+        (phase ``compile``: the wait); with ``overlap``, each candidate as
+        soon as its compile is done (the lowest index among those done),
+        waiting (phase ``compile``) only when none is."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        if self.futures is None or not self.overlap:
+            if self.futures is not None:
+                with _phases.phase("compile"):
+                    wait(self.futures)
+            yield from range(len(self.objs))
+            return
+        left = list(range(len(self.objs)))
+        while left:
+            ready = next((i for i in left if self.futures[i].done()), None)
+            if ready is None:
+                with _phases.phase("compile"):
+                    wait([self.futures[i] for i in left], return_when=FIRST_COMPLETED)
+                continue
+            left.remove(ready)
+            yield ready
+
+    def __call__(self, i: int) -> None:
+        self.progress(self.count)
+        self.count += 1
+        with _phases.phase("compile"):
+            took = self.futures[i].result() if self.futures is not None else self._timed(self.objs[i])
+        if took is not None:
+            _phases.compiled(took)
+        if self.futures is not None and not all(f.done() for f in self.futures):
+            self.busy.append(i)
+
+    def contended(self) -> list:
+        """The candidates benchmarked while a compile of the pool still
+        ran (overlap only; the check is made as each benchmark starts, so
+        a compile ending during it counts), in list order."""
+        return [self.objs[i] for i in sorted(self.busy)]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def recheck_orders(near: list):
+    """The re-measure's rounds: :data:`RECHECK_ROUNDS` orders of ``near``,
+    reverse first, then as listed, alternating."""
+    for r in range(RECHECK_ROUNDS):
+        yield near[::-1] if r % 2 == 0 else near
+
+
+def timing_rows(pairs) -> List[Tuple[str, List[float], bool]]:
+    """Report rows ``(string, [ms], failed)`` from ``(string, timing)``
+    pairs, the first of each string kept; a timing that is not a finite
+    number is a failed row."""
+    rows, seen = [], set()
+    for s, t in pairs:
+        if s in seen:
+            continue
+        seen.add(s)
+        try:
+            ms = float(t)
+        except (TypeError, ValueError):
+            ms = float("inf")
+        rows.append((s, [ms], not math.isfinite(ms)))
+    return rows
+
+
+def recheck_rows(rows, bench, pick):
+    """The re-measure the Triton hook makes (:func:`recheck_set`,
+    :func:`recheck_orders`) for report rows (an Inductor selection's): the choices within the band of
+    the best are benchmarked again back to back, in reverse order and then
+    in order (``bench(strings)`` returns Inductor's timings, ``pick(timings,
+    string)`` one choice's), and report all their measurements."""
+    ok = {s: ms[0] for s, ms, failed in rows if not failed}
+    near = recheck_set(list(ok), ok)
+    if not near:
+        return rows
+    extra = {s: [] for s in near}
+    for order in recheck_orders(near):
+        t = bench(order)
+        for x in order:
+            try:
+                extra[x].append(float(pick(t, x)))
+            except (TypeError, ValueError):
+                extra[x].append(float("inf"))
+    out = []
+    for s, ms, failed in rows:
+        if s in extra:
+            ms = list(ms) + extra[s]
+            failed = failed or not all(math.isfinite(v) for v in ms)
+        out.append((s, ms, failed))
+    return out
