@@ -540,3 +540,36 @@ def test_a_selection_share_that_fails_is_counted_and_logged_once(caplog):
                                        logging.DEBUG], lines
     assert ("choice triton_mm:BLOCK_M=64,num_warps=4 of inductor::mm@1 for the timing process failed: "
             "RuntimeError: out of resources: shared memory, required: 262144") in lines[0][1], lines
+
+
+def test_a_selection_names_each_choice_once(monkeypatch):
+    """A selection's choices are named (``choice_string``) when
+    ``make_precompile_fn`` notes the whole list; ``lookup`` then finds
+    each live choice's string there by identity and names only a choice
+    the precompile never saw. A choice Inductor dropped after a failed
+    compile keeps the selection keyed by the whole list."""
+    from detd import _inductor
+
+    class Template:
+        failed = False
+
+        def __init__(self, block):
+            self.description = f"BLOCK_M={block}, num_warps=4"
+
+        def hash_key(self):
+            return "triton_mm-0123"
+
+    named = []
+    real = _inductor.choice_string
+    monkeypatch.setattr(_inductor, "choice_string", lambda c: named.append(c) or real(c))
+    a, b, c = Template(32), Template(64), Template(128)
+    assert _inductor._note_choices([a, b, c], "mm-once", "k") is False  # detd not active: noted only
+    assert named == [a, b, c]
+    named.clear()
+    c.failed = True  # Inductor dropped it: failed to compile here
+    cands, live, lost = _inductor._full_list("mm-once", "k", [b, a])
+    assert named == [] and cands == tuple(real(x) for x in (a, b, c)), (named, cands)
+    assert live == {real(b): b, real(a): a} and lost == {real(c): c}
+    d = Template(256)  # never noted (another subset): named here, and keyed by what is live
+    cands, live, lost = _inductor._full_list("mm-once", "k", [a, d])
+    assert named == [d] and cands == (real(a), real(d)) and lost == {}, (named, cands)

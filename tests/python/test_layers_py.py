@@ -6,8 +6,9 @@
   neither imports the other), and only their public names (no ``_name``
   of another module); a module the table does not list is a violation;
 * no file of the package has more than :data:`MAX_LINES` lines;
-* ``_triton.py`` (and ``_inductor.py``) is the only module that imports
-  ``triton`` or touches attributes of Triton's objects;
+* the adapters (:data:`ADAPTERS`: ``_triton.py``, ``_inductor.py`` with
+  its ``_coordesc.py``, ``_helion.py``) are the only modules that import
+  ``triton`` or touch attributes of Triton's objects;
 * ``_canon.py`` is pure string work: it imports only the standard library
   (no package module either) and reads no attribute of its arguments but
   those of plain values.
@@ -26,7 +27,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python", "detd")
 
-ADAPTERS = ("_triton.py", "_inductor.py", "_helion.py")
+ADAPTERS = ("_triton.py", "_inductor.py", "_coordesc.py", "_helion.py")
 
 # --------------------------------------------------------------------------
 # The layer table. Each row: module, floor, the package modules it may
@@ -48,6 +49,7 @@ LAYERS = [
     ("_policy",       2,    ("_canon", "_triton")),
     ("_audit",        2,    ("_triton",)),
     ("_megatron",     2,    ("_triton",)),
+    ("_coordesc",     2,    ("_canon", "_triton")),
     ("_devlock",      3,    ("_policy",)),
     ("_split",        4,    ("_devlock", "_native", "_policy", "_samples")),
     ("_process",      5,    ("_devlock", "_native", "_phases", "_policy", "_split", "_triton")),
@@ -56,8 +58,8 @@ LAYERS = [
     ("_measure",      6,    ("_phases", "_process", "_samples")),
     ("_hook",         7,    ("_audit", "_canon", "_loop", "_measure", "_native", "_phases", "_policy", "_process",
                              "_provenance", "_samples", "_split", "_triton")),
-    ("_inductor",     7,    ("_canon", "_imports", "_loop", "_measure", "_native", "_process", "_provenance",
-                             "_triton")),
+    ("_inductor",     7,    ("_canon", "_coordesc", "_imports", "_loop", "_measure", "_native", "_process",
+                             "_provenance", "_triton")),
     ("_helion",       7,    ("_canon", "_imports", "_loop", "_native", "_process", "_triton")),
     ("_capture",      7,    ("_imports", "_loop", "_policy", "_process")),
     ("detd",          8,    ("_audit", "_capture", "_daemon", "_helion", "_hook", "_inductor", "_loop",

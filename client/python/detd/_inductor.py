@@ -15,9 +15,9 @@ decision per key, made by one timing pass in the whole job:
     ``CachingAutotuner.coordinate_descent_tuning`` (with
     ``coordinate_descent_tuning`` on): the candidates are every config the
     descent can reach from its start (the committed ``configs`` choice),
-    filtered by ``is_valid_config`` (:func:`coordesc_space`); over
+    filtered by ``is_valid_config`` (:func:`detd._coordesc.space`); over
     ``DETD_MAX_CANDIDATES`` (1024) the key names the search instead
-    (:class:`_Search`, docs/inductor.md "Large searches"). The designated
+    (:class:`detd._coordesc.Search`, docs/inductor.md "Large searches"). The designated
     process runs Inductor's own descent and reports the config it returned
     (the daemon's tie band is not applied to a descent's single-sample
     timings); every process checks the committed config against its own
@@ -56,8 +56,9 @@ Releases
 
 The patches are made when ``torch._inductor`` is imported (at once, when
 it already was at ``install()``): ``python -m detd.run`` installs before
-the script imports torch. This module and :mod:`detd._triton` are the only
-ones reading attributes of Triton's or Inductor's objects. This adapter
+the script imports torch. This module, its descent's space
+(:mod:`detd._coordesc`) and :mod:`detd._triton` are the only ones reading
+attributes of Triton's or Inductor's objects. This adapter
 sits beside the Triton one (:mod:`detd._hook`), never on it: the daemon
 handle, settings, identity and warnings are :mod:`detd._process`'s, the
 resolve loop (ask, wait, report, retry) and its errors :mod:`detd._loop`'s.
@@ -66,9 +67,7 @@ resolve loop (ask, wait, report, retry) and its errors :mod:`detd._loop`'s.
 from __future__ import annotations
 
 import collections
-import copy
 import hashlib
-import itertools
 import logging
 import math
 import sys
@@ -76,13 +75,11 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _canon, _imports, _loop, _measure, _native, _process, _provenance, _triton
+from . import _canon, _coordesc, _imports, _loop, _measure, _native, _process, _provenance, _triton
 
 # Releases whose patched methods were tested (major, minor), inclusive.
 SUPPORTED = ((2, 11), (2, 13))
 PREFIX = "inductor::"
-# detd/client.h: DETD_MAX_CANDIDATES.
-MAX_CANDIDATES = 1024
 # The value every process reads for the committed choice of a selection.
 _CHOSEN_MS = 1.0
 
@@ -627,127 +624,21 @@ def _patched_a2o(self, *args, **kwargs):
     return None
 
 
-def _coordesc_eligible(tuner) -> bool:
-    flag = getattr(type(tuner), "_should_coordesc_tune", None)
-    if flag is not None:
-        return bool(tuner._should_coordesc_tune)
-    names = {"TEMPLATE", "USER_AUTOTUNE", "FIXED"}
-    return getattr(tuner.heuristic_type, "name", "") not in names
-
-
-def coordesc_space(tuner, start) -> Optional[Dict[str, Any]]:
-    """Every config the coordinate descent can reach from ``start``, by
-    canonical string (module docstring), or None when there are more
-    than :data:`MAX_CANDIDATES` (the key then names the search:
-    :class:`_Search`)."""
-    from torch._inductor.runtime import coordinate_descent_tuner as cdt
-
-    ct = tuner.coordesc_tuner
-    axes, values = [], []
-    for field in ct.tunable_fields:
-        v = cdt.get_field(start, field)
-        if v is None:
-            continue
-        # Block sizes and warps double or halve until out of bounds; stage
-        # counts step by one with no upper bound: six steps either way
-        # (a config the descent reaches beyond is not reported).
-        radius = 6 if field.lower() == "num_stages" else 64
-        reach = ct.get_neighbour_values(field, v, radius=radius, include_self=True)
-        axes.append(field)
-        values.append(sorted(set(reach)))
-    total = 1
-    for v in values:
-        total *= len(v)
-    if total > 4 * MAX_CANDIDATES:
-        return None
-    out: Dict[str, Any] = {}
-    valid = getattr(ct, "is_valid_config", None)
-    for combo in itertools.product(*values):
-        cfg = copy.deepcopy(start)
-        for field, v in zip(axes, combo):
-            cdt.set_field(cfg, field, v)
-        if valid is not None and not valid(cfg):
-            continue
-        out.setdefault(_triton.config_string(cfg), cfg)
-        if len(out) > MAX_CANDIDATES:
-            return None
-    return out
-
-
-# Inductor's descent changes a field by doubling or halving (one step for
-# stage counts); the range a search key names is where this many steps
-# from the start along each field can reach.
-SEARCH_STEPS = 64
-
-
-class _Search:
-    """Inductor's coordinate descent from ``start`` named as a search (a
-    space over :data:`MAX_CANDIDATES`): ``descriptor`` (the candidate that
-    names it: the fields the descent tunes with their ranges, its radius
-    and whether it checks all directions) and ``config(string)``: the live
-    config of a string of the search that this tuner's own rules accept
-    (each field a value its descent can reach, ``is_valid_config``), else
-    None."""
-
-    def __init__(self, tuner, start):
-        from torch._inductor.runtime import coordinate_descent_tuner as cdt
-
-        self.cdt, self.ct, self.start = cdt, tuner.coordesc_tuner, start
-        self.start_s = _triton.config_string(start)
-        present = set(start.kwargs) | {"num_warps", "num_stages"}
-        self.reach: Dict[str, set] = {}
-        for field in self.ct.tunable_fields:
-            v = cdt.get_field(start, field)
-            if v is None or field not in present or isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                continue
-            self.reach[field] = set(self.ct.get_neighbour_values(field, v, radius=SEARCH_STEPS, include_self=True))
-        meta = tuner.inductor_meta or {}
-        self.descriptor = _canon.search_descriptor(
-            "inductor.coordesc", [(f, min(r), max(r)) for f, r in self.reach.items()],
-            radius=int(meta.get("coordinate_descent_search_radius", 1)),
-            all_directions=bool(meta.get("coordinate_descent_check_all_directions", False)))
-        self._memo: Dict[str, Any] = {self.start_s: start}
-
-    def config(self, string: str):
-        if string in self._memo:
-            return self._memo[string]
-        values = _canon.search_values(self.descriptor, self.start_s, string)
-        cfg = None
-        if values is not None and all(v in self.reach[f] for f, v in values.items()):
-            cfg = copy.deepcopy(self.start)
-            for f, v in values.items():
-                self.cdt.set_field(cfg, f, v)
-            valid = getattr(self.ct, "is_valid_config", None)
-            if _triton.config_string(cfg) != string or (valid is not None and not valid(cfg)):
-                cfg = None
-        self._memo[string] = cfg
-        return cfg
-
-    def from_hashable(self, h):
-        """The string of a config Inductor's descent timed (its cache key:
-        the kwargs, num_warps, num_stages), or None outside the search."""
-        cfg = copy.deepcopy(self.start)
-        for name, v in h:
-            self.cdt.set_field(cfg, name, v)
-        string = _triton.config_string(cfg)
-        return string if self.config(string) is not None else None
-
-
 def _patched_coordesc(self, launcher, *args, **kwargs):
     name, kernel = tuner_identity(self)
-    if not _coordesc_eligible(self):
+    if not _coordesc.eligible(self):
         return _orig["coordesc"](self, launcher, *args, **kwargs)
     start = launcher.config
     start_s = _triton.config_string(start)
     key = tuner_key(self, "coordesc", start_s)
-    space = coordesc_space(self, start)
+    space = _coordesc.space(self, start)
     if not governed(name):
         winner = _orig["coordesc"](self, launcher, *args, **kwargs)  # Inductor times on its own
         won = _triton.config_string(winner.config)
         cands = tuple(space) if space is not None and won in space else tuple(dict.fromkeys((start_s, won)))
         _observe_local(kernel, name, key, cands, won, timed=True)
         return winner
-    search = _Search(self, start) if space is None else None
+    search = _coordesc.Search(self, start) if space is None else None
     if search is not None:
         # Too many configs to list: the key names the search, the daemon
         # checks a reported config's shape, this process its reach.
@@ -903,27 +794,36 @@ def _note_choices(choices, name, inputs_key) -> bool:
     return True
 
 
-def _full_list(op, inputs, live: Dict[str, Any]) -> Tuple[Tuple[str, ...], Dict[str, Any]]:
+def _full_list(op, inputs, choices) -> Tuple[Tuple[str, ...], Dict[str, Any], Dict[str, Any]]:
     """The selection's whole list of choices as ``make_precompile_fn``
-    saw it, and the choices Inductor dropped from it because they failed
-    to compile here (string -> choice); when the live ones are not that
-    list less choices marked failed (another subset, such as a
-    prescreening pass's), the live ones and none."""
+    saw it, the live ``choices`` by string (a choice noted there keeps the
+    string computed then), and the choices Inductor dropped from the list
+    because they failed to compile here (string -> choice); when the live
+    ones are not that list less choices marked failed (another subset,
+    such as a prescreening pass's), the live ones and none."""
     with _st.lock:
         noted = _st.full.get((str(op), str(inputs)))
+    named = {}  # id -> string of the noted choices alive now (held by choices: an equal id is the same)
+    for string, ref in noted or ():
+        c = ref() if ref is not None else None
+        if c is not None:
+            named[id(c)] = string
+    live: Dict[str, Any] = {}
+    for c in choices:
+        live.setdefault(named.get(id(c)) or choice_string(c), c)
     if noted is None:
-        return tuple(live), {}
+        return tuple(live), live, {}
     lost: Dict[str, Any] = {}
     for string, ref in noted:
         if string in live:
             continue
         c = ref() if ref is not None else None
         if c is None or getattr(c, "failed", False) is not True:
-            return tuple(live), {}
+            return tuple(live), live, {}
         lost[string] = c
     if not set(live) <= {string for string, _ in noted}:
-        return tuple(live), {}
-    return tuple(string for string, _ in noted), lost
+        return tuple(live), live, {}
+    return tuple(string for string, _ in noted), live, lost
 
 
 def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
@@ -932,13 +832,10 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     _st.lookups_timed += benchmark is not None and len(choices) > 0
     if benchmark is None or len(choices) == 0 or not _process.active():
         return _orig["lookup"](self, choices, op, inputs, benchmark, hint_override)
-    live: Dict[str, Any] = {}
-    for c in choices:
-        live.setdefault(choice_string(c), c)
     # Keyed by the whole list: a choice that failed to compile in this
     # process only (an error, the precompile timeout) must not give it a
     # selection of its own, timed alone and compared with no one.
-    cands, lost = _full_list(op, inputs, live)
+    cands, live, lost = _full_list(op, inputs, choices)
     kernel, key = _select_ids(op, inputs, hint_override, cands)
     if lost and governed(name):
         with _st.lock:
@@ -965,10 +862,10 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     def time_pass():
         # A choice that failed to compile here is reported as failed.
         timings = benchmark(list(live.values()))  # Inductor's own (self.autotune)
-        return _measure.recheck_rows(_measure.timing_rows((s, timings.get(live[s], float("inf")) if s in live else float("inf"))
-                              for s in cands),
-                        lambda strings: benchmark([live[x] for x in strings]),
-                        lambda t, x: t.get(live[x], float("inf")))
+        rows = _measure.timing_rows((s, timings.get(live[s], float("inf")) if s in live else float("inf"))
+                                    for s in cands)
+        return _measure.recheck_rows(rows, lambda strings: benchmark([live[x] for x in strings]),
+                                     lambda t, x: t.get(live[x], float("inf")))
 
     def cheapest(strings):
         ext = [s for s in strings if s.startswith("extern:")]
