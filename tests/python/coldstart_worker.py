@@ -37,7 +37,8 @@ each measurement began,
 (and the ``rep`` each was asked for: ``do_bench=`` takes ``warmup`` and
 ``rep``, as Triton's benchmarker does),
 the hook's record of the key, the ``detd`` log lines, the wall time of the
-launch, the pid and ``detd.stats()["phases"]``.
+launch and when it ended (``time.monotonic()``, comparable across
+processes), the pid and ``detd.stats()["phases"]``.
 """
 
 import json
@@ -165,7 +166,8 @@ def main():
         cs_add_kernel[(1,)](x, out, n)
     except Exception as e:  # reported, the test decides
         error = f"{type(e).__name__}: {e}"
-    wall = time.monotonic() - t0
+    t_end = time.monotonic()
+    wall = t_end - t0
     cfg = dict.get(cs_add_kernel.cache, (n, "torch.float32", "torch.float32"))
     keys = [k for r in detd.autotuners() if r["name"].endswith("cs_add_kernel") for k in r["keys"]]
     with open(out_path, "w") as f:
@@ -173,7 +175,7 @@ def main():
                    "measured": {str(k): v for k, v in MEASURED.items()}, "order": ORDER, "times": TIMES,
                    "reps": {str(k): v for k, v in REPS.items()}, "keys": keys, "lines": lines.lines,
                    "levels": lines.levels,
-                   "wall_s": wall, "error": error, "ok": bool(torch.equal(out, x + 1.0)),
+                   "wall_s": wall, "t_end": t_end, "error": error, "ok": bool(torch.equal(out, x + 1.0)),
                    "phases": detd.stats()["phases"]}, f)
 
 

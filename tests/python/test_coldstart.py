@@ -281,13 +281,11 @@ def test_slow_helper_does_not_delay_the_pass(daemon, tmp_path):
     wait_file(marker)
     helper = start(daemon, tmp_path, "r1", 1, DETD_SHARE_PASS="1", CS_COMPILE="sleep:8", CS_HELPING=helping)
     wait_file(helping)
-    t_gate = time.monotonic()
     r0 = ok(daemon, timer)
-    t_timer_done = time.monotonic()
     r1 = ok(daemon, helper)
-    t_helper_done = time.monotonic()
-    assert t_timer_done - t_gate < 5, "the timing rank waited for the slow helper"
-    assert t_helper_done - t_gate >= 7, "the helper did not compile for 8 s"
+    # time.monotonic() is the system's clock: the processes' times compare.
+    [helper_compiled] = r1["times"]["compiled"]
+    assert r0["t_end"] < helper_compiled, "the timing rank waited for the slow helper"
     assert r1["config"] == r0["config"] and r1["keys"][0]["shared"] == [cfg(128)], r1
     assert r0["measured"] == {"16": 1, "32": 1, "64": 1, "128": 1}, r0
     assert r1["measured"] == {}, r1

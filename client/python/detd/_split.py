@@ -90,20 +90,23 @@ class Outcome:
     """What a split pass did, for the key's record: ``given`` (canonical
     string -> the device it was measured on), ``reclaimed`` (taken back
     from a late helper), ``scale`` (helper index -> the factor applied:
-    the helpers that gave), ``waited_s``."""
+    the helpers that gave), ``waited_s`` for the helpers, of a budget
+    of ``budget_s`` (:data:`WAIT_FACTOR` times the holder's own mean time
+    per candidate)."""
 
-    __slots__ = ("given", "reclaimed", "scale", "waited_s")
+    __slots__ = ("given", "reclaimed", "scale", "waited_s", "budget_s")
 
     def __init__(self):
         self.given: Dict[str, str] = {}
         self.reclaimed: List[str] = []
         self.scale: Dict[int, float] = {}
         self.waited_s = 0.0
+        self.budget_s = 0.0
 
     def record(self) -> dict:
         return dict(helpers=sorted(self.scale), given=dict(self.given), reclaimed=list(self.reclaimed),
                     scale={str(k): round(v, 6) for k, v in sorted(self.scale.items())},
-                    waited_s=round(self.waited_s, 3))
+                    waited_s=round(self.waited_s, 3), budget_s=round(self.budget_s, 3))
 
 
 def holder_round(client, dkey, claim_id: int, objs: list, strs: List[str], bench: Bench):
@@ -142,7 +145,8 @@ def holder_round(client, dkey, claim_id: int, objs: list, strs: List[str], bench
         run(i)
     given = {}
     if stop < len(objs):
-        deadline = time.monotonic() + max(WAIT_MIN_S, WAIT_FACTOR * sum(spent) / len(spent))
+        out.budget_s = max(WAIT_MIN_S, WAIT_FACTOR * sum(spent) / len(spent))
+        deadline = time.monotonic() + out.budget_s
         t_wait = time.monotonic()
         while True:
             try:
