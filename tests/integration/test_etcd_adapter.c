@@ -342,9 +342,12 @@ TEST(lease_keepalive) {
     CHECK_ERR(etcd_get(c, "/t/claim", &kv, NULL));
     CHECK_EQ_INT(kv.lease, id);
     etcd_kv_clear(&kv);
+    /* Whole seconds, truncated: a refresh a few hundred ms late (a loaded
+     * machine) reads 0. The key still held above and no loss reported
+     * are what show the refreshes; this shows the lease is the 2 s one. */
     int64_t left = 0;
     CHECK_ERR(etcd_lease_ttl(c, id, &left));
-    CHECK(left >= 1 && left <= 2);
+    CHECK(left >= 0 && left <= 2);
     CHECK_EQ_INT(lost_count(&l), 0);
 
     /* No longer refreshed: the key expires; a removal is not a loss. */
@@ -391,14 +394,17 @@ TEST(lease_lost_on_outage) {
     CHECK_ERR(etcd_keepalive_add(ka, id, ttl));
     sleep_ms(1500);
     CHECK_EQ_INT(lost_count(&l), 0);
-    /* No quorum: refreshes cannot succeed, the TTL runs out locally. */
-    int64_t t0 = now_ms();
+    /* No quorum: refreshes cannot succeed, the TTL runs out locally. The
+     * clock starts once both members are gone (each kill spawns a control
+     * process, slow on a loaded machine). */
     ctl("kill 1");
     ctl("kill 2");
+    int64_t t0 = now_ms();
     while (lost_count(&l) == 0) {
-        /* TTL, plus up to an election timeout (1 s here) during which a
-         * leader that lost quorum still renews, plus slack. */
-        CHECK(now_ms() - t0 < 3000 + 1000 + 2000);
+        /* TTL (3 s), plus up to two election timeouts (1 s each here)
+         * during which a leader that lost quorum still renews, plus slack
+         * for a loaded machine; a lease never reported lost fails here. */
+        CHECK(now_ms() - t0 < 3000 + 2 * 1000 + 5000);
         sleep_ms(20);
     }
     CHECK_EQ_INT(l.id[0], id);
@@ -731,7 +737,9 @@ TEST(quorum_loss) {
     fprintf(stderr, "put_if_absent without quorum: %s after %lld ms\n",
             detd_err_name(err), (long long)took);
     CHECK(err == DETD_ETIMEDOUT || err == DETD_EUNAVAILABLE);
-    CHECK(took >= 3500 && took <= 4000 + 1000);
+    /* It keeps trying for its 4 s budget; the upper bound only says it
+     * stops (slack for a loaded machine). */
+    CHECK(took >= 3500 && took <= 4000 + 2000);
     struct etcd_kv kv = {0};
     t0 = now_ms();
     err = etcd_get(c, "/t/q/before", &kv, NULL);
@@ -739,7 +747,7 @@ TEST(quorum_loss) {
     fprintf(stderr, "get without quorum: %s after %lld ms\n",
             detd_err_name(err), (long long)took);
     CHECK(err == DETD_ETIMEDOUT || err == DETD_EUNAVAILABLE);
-    CHECK(took <= 4000 + 1000);
+    CHECK(took <= 4000 + 2000);
     /* Status still answers, per member, within one attempt. */
     struct etcd_member_status st[3];
     size_t n = 0;
@@ -748,7 +756,7 @@ TEST(quorum_loss) {
     CHECK_EQ_INT(n, 3);
     CHECK_EQ_INT(st[0].err, 0);
     CHECK(st[1].err != 0 && st[2].err != 0);
-    CHECK(now_ms() - t0 <= 3 * 1000 + 1000);
+    CHECK(now_ms() - t0 <= 3 * 1000 + 2000);
 
     ctl("restart 1");
     ctl("restart 2");
@@ -798,9 +806,28 @@ TEST(status) {
 
 /* ---- auth ---------------------------------------------------------- */
 
-static void auth_watch_cb(const struct etcd_event *ev, void *arg) {
+/* Counts a watch's PUT events and (re)creations. */
+struct puts_seen {
+    int puts;
+    int connects;
+};
+
+static void puts_seen_cb(const struct etcd_event *ev, void *arg) {
+    struct puts_seen *p = arg;
     if (ev->type == ETCD_EVENT_PUT)
-        __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&p->puts, 1, __ATOMIC_SEQ_CST);
+    else if (ev->type == ETCD_EVENT_CONNECTED)
+        __atomic_add_fetch(&p->connects, 1, __ATOMIC_SEQ_CST);
+}
+
+/* A watch from "now" sees only writes after its creation on a member:
+ * wait for that (its CONNECTED event) before writing. */
+static void wait_watch_created(struct puts_seen *p) {
+    int64_t t0 = now_ms();
+    while (__atomic_load_n(&p->connects, __ATOMIC_SEQ_CST) < 1) {
+        CHECK(now_ms() - t0 < 5000);
+        sleep_ms(10);
+    }
 }
 
 TEST(auth) {
@@ -825,13 +852,13 @@ TEST(auth) {
     CHECK_EQ_INT(etcd_get(good, "/t/b", &kv, NULL), DETD_ENOTFOUND);
 
     /* A watch with credentials. */
-    int puts = 0;
+    struct puts_seen ps = {0, 0};
     etcd_watch *w = NULL;
-    CHECK_ERR(etcd_watch_start(good, "/t/", 0, auth_watch_cb, &puts, &w));
-    sleep_ms(300);
+    CHECK_ERR(etcd_watch_start(good, "/t/", 0, puts_seen_cb, &ps, &w));
+    wait_watch_created(&ps);
     CHECK_ERR(etcd_put(good, "/t/c", "1", 1, 0, NULL));
     t0 = now_ms();
-    while (__atomic_load_n(&puts, __ATOMIC_SEQ_CST) < 1) {
+    while (__atomic_load_n(&ps.puts, __ATOMIC_SEQ_CST) < 1) {
         CHECK(now_ms() - t0 < 5000);
         sleep_ms(10);
     }
@@ -849,11 +876,6 @@ TEST(auth) {
 }
 
 /* ---- TLS ----------------------------------------------------------- */
-
-static void tls_watch_cb(const struct etcd_event *ev, void *arg) {
-    if (ev->type == ETCD_EVENT_PUT)
-        __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
-}
 
 static int open_tls(const char *ca, const char *cert, const char *key,
                     etcd_client **ret) {
@@ -884,13 +906,13 @@ TEST(tls) {
     CHECK_ERR(etcd_get(c, "/t/tls", &kv, NULL));
     CHECK_STR((char *)kv.value, "v");
     etcd_kv_clear(&kv);
-    int puts = 0;
+    struct puts_seen ps = {0, 0};
     etcd_watch *w = NULL;
-    CHECK_ERR(etcd_watch_start(c, "/t/", 0, tls_watch_cb, &puts, &w));
-    sleep_ms(300);
+    CHECK_ERR(etcd_watch_start(c, "/t/", 0, puts_seen_cb, &ps, &w));
+    wait_watch_created(&ps);
     CHECK_ERR(etcd_put(c, "/t/tls2", "v", 1, 0, NULL));
     int64_t t0 = now_ms();
-    while (__atomic_load_n(&puts, __ATOMIC_SEQ_CST) < 1) {
+    while (__atomic_load_n(&ps.puts, __ATOMIC_SEQ_CST) < 1) {
         CHECK(now_ms() - t0 < 5000);
         sleep_ms(10);
     }
@@ -908,7 +930,7 @@ TEST(tls) {
     t0 = now_ms();
     int err = etcd_get(c, "/t/tls", &kv, NULL);
     CHECK(err == DETD_EUNAVAILABLE || err == DETD_ETIMEDOUT);
-    CHECK(now_ms() - t0 < 2000 + 1000);
+    CHECK(now_ms() - t0 < 2000 + 2000); /* its 2 s budget, then it stops */
     etcd_close(c);
     /* The server's certificate is not trusted by the system roots. */
     CHECK_ERR(open_tls(NULL, cert, key, &c));
@@ -934,8 +956,9 @@ static void report(const char *what, int64_t *us, int n) {
     qsort(us, (size_t)n, sizeof(us[0]), cmp64);
     fprintf(stderr, "latency %-14s n=%d p50=%.3f ms p99=%.3f ms\n", what, n,
             us[n / 2] / 1000.0, us[n * 99 / 100] / 1000.0);
-    /* A slow path (a timeout, a retry) would show here. */
-    CHECK(us[n / 2] < 50000);
+    /* A slow path (a timeout, a retry: 2 s attempts here) would show here;
+     * a loaded machine's fsyncs stay well under it. */
+    CHECK(us[n / 2] < 500000);
 }
 
 static int64_t now_us(void) {

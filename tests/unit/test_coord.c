@@ -236,6 +236,7 @@ TEST(deadline_held_elsewhere_is_timeout) {
     int64_t call_b = now + 30000;
     rpc_call *a = ask(R1.id, 1, 1, dl_a, INT64_MAX, NULL);
     rpc_call *b = ask(R1.id, 2, 2, now + 600000, call_b, NULL);
+    int64_t after_b = clock_mono_ms(); /* b arrived in [now, after_b] */
     event(CLUSTER_EV_CLAIM_LOST, R1.id, 0, NULL);
     int64_t next = coord_tick(D.coord, now);
     CHECK(next <= clock_mono_ms() + RECLAIM_MS); /* the retry comes first */
@@ -255,9 +256,10 @@ TEST(deadline_held_elsewhere_is_timeout) {
     CHECK_EQ_INT(waiters_count(D.waiters), 1);
     CHECK_EQ_INT(FC.n_claims, 2);
     /* Its call's deadline less the answer margin (decide_answer_by(), as
-     * of its arrival, a few ms after now). */
+     * of its arrival, between now and after_b; later in that range is a
+     * smaller margin, so a later answer-by). */
     CHECK(FC.claim_deadlines[1] >= decide_answer_by(call_b, 0, now));
-    CHECK(FC.claim_deadlines[1] <= decide_answer_by(call_b, 0, now + 50));
+    CHECK(FC.claim_deadlines[1] <= decide_answer_by(call_b, 0, after_b));
     CHECK(FC.claim_deadlines[1] < call_b - 50);
     event(CLUSTER_EV_CLAIMED, R1.id, 0, NULL);
     check_designated(b, 2, 0);
@@ -439,6 +441,7 @@ TEST(held_cancelled_after_lost_claim_next_is_claimed_in_turn) {
     rpc_call *a = ask(R1.id, 1, 1, now + 600000, INT64_MAX, NULL);
     int64_t call_b = now + 40000;
     rpc_call *b = ask(R1.id, 2, 2, now + 600000, call_b, NULL);
+    int64_t after_b = clock_mono_ms(); /* b arrived in [now, after_b] */
     event(CLUSTER_EV_CLAIM_LOST, R1.id, 0, NULL);
     client_closed(a);
     check_fail(a, RPC_CANCELLED, "cancelled");
@@ -448,9 +451,10 @@ TEST(held_cancelled_after_lost_claim_next_is_claimed_in_turn) {
     coord_tick(D.coord, clock_mono_ms() + RECLAIM_MS);
     CHECK_EQ_INT(FC.n_claims, 2);
     /* Its call's deadline less the answer margin (decide_answer_by(), as
-     * of its arrival, a few ms after now). */
+     * of its arrival, between now and after_b; later in that range is a
+     * smaller margin, so a later answer-by). */
     CHECK(FC.claim_deadlines[1] >= decide_answer_by(call_b, 0, now));
-    CHECK(FC.claim_deadlines[1] <= decide_answer_by(call_b, 0, now + 50));
+    CHECK(FC.claim_deadlines[1] <= decide_answer_by(call_b, 0, after_b));
     CHECK(FC.claim_deadlines[1] < call_b - 50);
     event(CLUSTER_EV_CLAIMED, R1.id, 0, NULL);
     check_designated(b, 2, 0);
