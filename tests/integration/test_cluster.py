@@ -859,12 +859,33 @@ def test_waiting_nodes_recheck_a_held_claim_by_reading_it(tmpdir_short, etcd, no
     commit's, however long it runs and however many nodes wait."""
     ns = nodes(3)
     wait_settled(etcd, ns)
+    kid = key_id("recheck:0")
+    owner = owner_of(kid, [nd.name for nd in ns])
     snap0 = etcd_snapshot(etcd)
-    res = storm(tmpdir_short, ns, 1, 1, "recheck:", sleep_ms=4000)
+    # The owner's client asks first, the others once the owner holds the
+    # claim. (Asked together, an owner that a loaded machine makes ask
+    # after the others' deferral, --claim-defer-ms, lets one of them claim
+    # too: a claim transaction more, a case the next test allows for.)
+    # Here any claim transaction but the owner's is a waiting node writing.
+    first, then = Path(tmpdir_short) / "start-recheck-owner", Path(tmpdir_short) / "start-recheck"
+    procs = [spawn_client(tmpdir_short, nd, i, 1, "recheck:", 4000, start=first if nd.name == owner else then,
+                          tag="recheck") for i, nd in enumerate(ns)]
+    by_owner = [p for p, nd in zip(procs, ns) if nd.name == owner]
+    others = [p for p in procs if p not in by_owner]
+    for p in others:  # up before the owner asks: they ask within its 4 s pass
+        wait_for(lambda: Path(f"{then}.ready.{p.pid}").exists() or p.poll() is not None, CLIENT_RUN_S,
+                 f"client {p.pid} up")
+    release_clients(first, by_owner, CLIENT_RUN_S)
+    # Its claim: a read of the claim key, then the transaction.
+    next(nd for nd in ns if nd.name == owner).wait_log(f"cluster claim on {kid[:12]} won",
+                                                       timeout=2 * ETCD_CALL_S)
+    release_clients(then, others, CLIENT_RUN_S)
+    res = finish(procs)
     snap1 = etcd_snapshot(etcd)
     props, delta = key_proposals(etcd, snap0, snap1), etcd_delta(snap0, snap1)
     passes = check_agreement(res, ns, etcd, 1, "recheck:")
     assert list(passes.values()) == [1], passes
+    assert [r["keys"]["recheck:0"]["timed"] for r in res] == [nd.name == owner for nd in ns], res
     # The owner's claim and the commit, which deletes the claim in the
     # same Txn (3 when the claim's delete was a request of its own, 3 + 2
     # before one claimant per key).

@@ -9,6 +9,7 @@ designated) and its peer is the probe process.
 """
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -16,6 +17,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -139,6 +142,37 @@ def result(path):
     return json.loads(path.read_text())
 
 
+def log_ms(d, pattern):
+    """When the daemon logged the first line matching the regex pattern, by
+    its own clock: ms since the epoch, from the line's timestamp."""
+    for line in d.read_log().splitlines():
+        if re.search(pattern, line):
+            t = datetime.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+            return round(t.timestamp() * 1000)
+    raise AssertionError(f"no line matching {pattern!r} in the log:\n{d.read_log()[-4000:]}")
+
+
+def held_for_ms(d, holder_pid):
+    """How long the claim of the attached rank holder_pid lasted before it
+    passed to a waiter (takeover), by the daemon's log: from the rank's
+    attach, which comes before its Decide, so never shorter than the claim
+    really lasted."""
+    d.wait_log("passes to a waiter (takeover)")
+    return (log_ms(d, r"passes to a waiter \(takeover\)")
+            - log_ms(d, rf"attach session \d+: .* pid {holder_pid} "))
+
+
+def ready_waiter(d, tmp, name, *args):
+    """A detd_client.py up and attached that asks once go() is called: its
+    interpreter's start stays out of any deadline it then races. Returns
+    (process, go)."""
+    start = tmp / f"{name}.go"
+    p = d.client(*args, "--wait-start", start, out=tmp / f"{name}.json")
+    poll(f"client {name} up", lambda: p.poll() is not None or Path(f"{start}.ready.{p.pid}").exists())
+    assert p.poll() is None, f"client {name} exited {p.returncode} before asking"
+    return p, start.touch
+
+
 # ---- --pass-timeout-ms: a timing rank that went silent loses its claim --------
 
 def test_silent_timing_rank_loses_its_claim_to_the_next_waiter_and_its_late_report_is_superseded(
@@ -149,29 +183,30 @@ def test_silent_timing_rank_loses_its_claim_to_the_next_waiter_and_its_late_repo
     report, arriving late, is superseded by the committed config."""
     pass_ms = 1500
     d = Daemon(tmpdir_short, ["--pass-timeout-ms", str(pass_ms)]).start()
-    holder = None
+    holder = w = None
     try:
+        # The other rank is up before the claim exists: within pass_ms it
+        # only has to ask.
+        w, go = ready_waiter(d, tmpdir_short, "w", "--keys", 1, "--rank", 1, "--observe")
         claim_file = tmpdir_short / "claim"
         holder = d.client("--keys", 1, "--hold", stdout=subprocess.PIPE, text=True,
                           env=dict(os.environ, DETD_CLIENT_CLAIM_FILE=str(claim_file)))
         assert holder.stdout.readline().strip() == "HOLD"
-        t_claim = time.monotonic()
         claim = int(claim_file.read_text())
         assert claim > 0
         os.kill(holder.pid, signal.SIGSTOP)
-        # Another rank asks while the claim is held: it waits ...
-        w = d.client("--keys", 1, "--rank", 1, "--observe", out=tmpdir_short / "w.json")
-        poll("the rank to wait on the silent rank's claim",
-             lambda: (lambda st: st["waiters"] == 1 and st["open_claims"] == 1)(d.status()))
-        # ... until the pass deadline, then it is designated (takeover),
-        # times, and commits its own winner.
+        # Another rank asks while the claim is held: it waits until the
+        # pass deadline, then it is designated (takeover), times, and
+        # commits its own winner.
+        go()
         assert w.wait(DEADLINE) == 0
-        waited = time.monotonic() - t_claim
-        assert waited >= pass_ms / 1000 * 0.9, waited  # not before the pass deadline
+        held = held_for_ms(d, holder.pid)
+        assert held >= pass_ms * 0.9, held  # not before the pass deadline
         e = result(tmpdir_short / "w.json")["keys"]["i:0"]
         assert e["timed"] is True and e["takeover"] is True and e["superseded"] is False, e
         winner = e["config"]
         st = d.status()
+        assert counter(st, "waits") == 1, st  # it waited on the held claim
         assert counter(st, "takeovers") == 1 and counter(st, "pass_timeouts") == 1, st
         assert st["decisions"] == 1 and st["open_claims"] == 0, st
         # The silent rank's report arrives late, favouring another config:
@@ -190,6 +225,9 @@ def test_silent_timing_rank_loses_its_claim_to_the_next_waiter_and_its_late_repo
             os.kill(holder.pid, signal.SIGCONT)
             holder.kill()
             holder.wait()
+        if w is not None:
+            w.kill()
+            w.wait()
         d.stop()
 
 
