@@ -736,8 +736,10 @@ TEST(decide_deadline) {
      * or never sent fails here; the local bound only says the call did
      * not hang (generous: the machine may be loaded). */
     CHECK(took >= 1950 && took < 30000);
+    /* gRPC sends a timeout to three significant figures, rounded up: up
+     * to 1% more (2000 ms can arrive as 2010). */
     uint64_t seen = fake_counter_(&p, "hang_deadline_ms");
-    CHECK(seen > 0 && seen <= 2000);
+    CHECK(seen > 0 && seen <= 2000 + 2000 / 100);
     detd_client_close(c);
     fake_stop_(&p);
 }
