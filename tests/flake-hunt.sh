@@ -8,7 +8,9 @@
 #
 # The suites (ctest names): the fault campaign on its CI seeds, cluster,
 # integration_restart, leader_kill, integration_tables, integration_share,
-# scale_bench. The release build is made (or brought up to date) in
+# scale_bench, and the suites whose deadlines and waits are their subject:
+# integration_promises, integration_trust_claims, trust_wire,
+# etcd_adapter, test_wire, test_coord. The release build is made (or brought up to date) in
 # $DETD_BUILD_DIR (default <repo>/build) first; integration_restart needs
 # the primary Triton venv of tests/python/run_matrix.sh (made if missing).
 # Each failing run's output is kept under $DETD_FLAKE_DIR (default
@@ -17,7 +19,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${DETD_BUILD_DIR:-$REPO/build}
 ROUNDS=${1:-5}
-SUITES=${2:-'^(campaign|cluster|integration_restart|leader_kill|integration_tables|integration_share|scale_bench)$'}
+SUITES=${2:-'^(campaign|cluster|integration_restart|leader_kill|integration_tables|integration_share|scale_bench|integration_promises|integration_trust_claims|trust_wire|etcd_adapter|test_wire|test_coord)$'}
 OUT=${DETD_FLAKE_DIR:-/tmp/detd-flake-hunt}
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "flake-hunt: ROUNDS must be a positive number, not '$ROUNDS'" >&2; exit 2; }
 
