@@ -219,10 +219,17 @@ def counter(status, name):
 
 def release_clients(start, procs, timeout):
     """Touch the start line `start` once every detd_client.py --wait-start
-    process of procs is up (it created START.ready.PID: library loaded,
-    handle open), so that they race from one moment however slowly each
-    interpreter started. timeout: the bound the caller gives each client's
-    whole run; a client that exits first fails the test."""
+    process of procs is up (clients_up()), so that they race from one
+    moment however slowly each interpreter started."""
+    clients_up(start, procs, timeout)
+    Path(start).touch()
+
+
+def clients_up(start, procs, timeout):
+    """Wait until every detd_client.py --wait-start process of procs is up
+    (it created START.ready.PID: library loaded, handle open). timeout: the
+    bound the caller gives each client's whole run; a client that exits
+    first fails the test."""
     end = time.monotonic() + timeout
     for p in procs:
         ready = Path(f"{start}.ready.{p.pid}")
@@ -232,4 +239,3 @@ def release_clients(start, procs, timeout):
             if time.monotonic() > end:
                 raise AssertionError(f"client {p.pid} not up after {timeout}s")
             time.sleep(0.01)
-    Path(start).touch()

@@ -25,7 +25,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from conftest import DETD, HAVE_ETCD, Daemon, release_clients, requires  # noqa: E402
+from conftest import DETD, HAVE_ETCD, Daemon, clients_up, release_clients, requires  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 import detd_client as dc  # noqa: E402
 
@@ -872,9 +872,7 @@ def test_waiting_nodes_recheck_a_held_claim_by_reading_it(tmpdir_short, etcd, no
                           tag="recheck") for i, nd in enumerate(ns)]
     by_owner = [p for p, nd in zip(procs, ns) if nd.name == owner]
     others = [p for p in procs if p not in by_owner]
-    for p in others:  # up before the owner asks: they ask within its 4 s pass
-        wait_for(lambda: Path(f"{then}.ready.{p.pid}").exists() or p.poll() is not None, CLIENT_RUN_S,
-                 f"client {p.pid} up")
+    clients_up(then, others, CLIENT_RUN_S)  # up before the owner asks: they ask within its 4 s pass
     release_clients(first, by_owner, CLIENT_RUN_S)
     # Its claim: a read of the claim key, then the transaction.
     next(nd for nd in ns if nd.name == owner).wait_log(f"cluster claim on {kid[:12]} won",

@@ -18,11 +18,10 @@ import time
 import urllib.error
 import urllib.request
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
-from conftest import PROBE, Daemon, ServeClient, counter
+from conftest import PROBE, Daemon, ServeClient, clients_up, counter
 
 KERNEL = "tests.integration:row_sum@0123456789abcdef"  # detd_client.py's default
 CANDS = [f"BLOCK={16 << i},num_warps=4" for i in range(4)]  # its 4 candidates
@@ -168,8 +167,7 @@ def ready_waiter(d, tmp, name, *args):
     (process, go)."""
     start = tmp / f"{name}.go"
     p = d.client(*args, "--wait-start", start, out=tmp / f"{name}.json")
-    poll(f"client {name} up", lambda: p.poll() is not None or Path(f"{start}.ready.{p.pid}").exists())
-    assert p.poll() is None, f"client {name} exited {p.returncode} before asking"
+    clients_up(start, [p], DEADLINE)
     return p, start.touch
 
 
