@@ -146,8 +146,8 @@ def holder_round(client, dkey, claim_id: int, objs: list, strs: List[str], bench
     given = {}
     if stop < len(objs):
         out.budget_s = max(WAIT_MIN_S, WAIT_FACTOR * sum(spent) / len(spent))
-        deadline = time.monotonic() + out.budget_s
         t_wait = time.monotonic()
+        deadline = t_wait + out.budget_s
         while True:
             try:
                 c = client.share(dkey, claim_id=claim_id, collect=True)
