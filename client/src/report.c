@@ -1,6 +1,6 @@
-/* report: detd_report(), detd_report_ex() and detd_claim_release(): the
- * end of a designated timing pass, over the calls of client.c. See
- * detd/client.h. */
+/* report: detd_report(), detd_report_ex(), detd_claim_release() and
+ * detd_claim_pass_on(): the end of a designated timing pass, over the
+ * calls of client.c. See detd/client.h. */
 #include "detd/client.h"
 #include "clock.h"
 
@@ -68,6 +68,7 @@ struct report_what {
     const char *const *errors;             /* per timing, or NULL */
     const char *env_error;                 /* a claim given back, or NULL */
     const struct detd_timing_info *timing; /* how it was timed, or NULL */
+    int pass_on;                           /* a claim passed on untimed */
 };
 
 static char *nz_(const char *s) {
@@ -181,6 +182,7 @@ static int report_send_(detd_client *client, uint64_t claim_id,
                 req.triton_version = (char *)triton_version;
             if (env != NULL)
                 req.env_error = env;
+            req.pass_on = what->pass_on != 0;
             Detd__V1__TimingProvenance tp;
             if (what->timing != NULL) {
                 report_timing_(what->timing, &tp);
@@ -247,8 +249,8 @@ DETD_EXPORT int detd_report_ex(detd_client *client, uint64_t claim_id,
                        extra->size, sizeof(*extra));
         return DETD_EINVAL;
     }
-    struct report_what what = {extra != NULL ? extra->errors : NULL, NULL,
-                               NULL};
+    struct report_what what = {extra != NULL ? extra->errors : NULL, NULL, NULL,
+                               0};
     if (extra != NULL &&
         extra->size >=
             offsetof(struct detd_report_extra, timing) + sizeof(extra->timing))
@@ -284,6 +286,32 @@ DETD_EXPORT int detd_report(detd_client *client, uint64_t claim_id,
                           triton_version, timeout_ms, ret_answer);
 }
 
+/*
+ * A claim given up without timings (what: given back, or passed on):
+ * 0, or DETD_ESTALE when the key was decided meanwhile (what_done: the
+ * words for what did not happen), or report_send_()'s error.
+ */
+static int report_give_up_(detd_client *client, uint64_t claim_id,
+                           const struct detd_key *key,
+                           const struct report_what *what, int64_t timeout_ms,
+                           const char *what_done) {
+    Detd__V1__ReportResponse *resp = NULL;
+    int rc = report_send_(client, claim_id, key, NULL, 0, what, NULL,
+                          timeout_ms, &resp);
+    if (rc < 0)
+        return rc;
+    if (resp->decision != NULL) {
+        /* A claim no longer held for a key decided meanwhile. */
+        wire_set_error("claim %llu was no longer held: key decided "
+                       "meanwhile ('%.200s'); nothing to %s",
+                       (unsigned long long)claim_id, resp->decision->config,
+                       what_done);
+        rc = DETD_ESTALE;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return rc;
+}
+
 DETD_EXPORT int detd_claim_release(detd_client *client, uint64_t claim_id,
                                    const struct detd_key *key, const char *why,
                                    int64_t timeout_ms) {
@@ -298,19 +326,32 @@ DETD_EXPORT int detd_claim_release(detd_client *client, uint64_t claim_id,
         wire_set_error("claim_id is 0");
         return DETD_EINVAL;
     }
-    struct report_what what = {NULL, why, NULL};
-    Detd__V1__ReportResponse *resp = NULL;
-    int rc = report_send_(client, claim_id, key, NULL, 0, &what, NULL,
-                          timeout_ms, &resp);
-    if (rc < 0)
-        return rc;
-    if (resp->decision != NULL) {
-        /* A claim no longer held for a key decided meanwhile. */
-        wire_set_error("claim %llu was no longer held: key decided "
-                       "meanwhile ('%.200s'); nothing to give back",
-                       (unsigned long long)claim_id, resp->decision->config);
-        rc = DETD_ESTALE;
+    struct report_what what = {NULL, why, NULL, 0};
+    return report_give_up_(client, claim_id, key, &what, timeout_ms,
+                           "give back");
+}
+
+DETD_EXPORT int detd_claim_pass_on(detd_client *client, uint64_t claim_id,
+                                   const struct detd_key *key,
+                                   int64_t timeout_ms) {
+    wire_set_error(NULL);
+    if (client == NULL || claim_id == 0) {
+        wire_set_error("%s",
+                       client == NULL ? "client is NULL" : "claim_id is 0");
+        return DETD_EINVAL;
     }
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
-    return rc;
+    if (!detd_client_can_pass_on(client)) {
+        wire_set_error("claim %llu is still held: the daemon this process is "
+                       "attached to does not pass claims on (it named no "
+                       "'pass_on' feature: older than 0.9, or not attached)",
+                       (unsigned long long)claim_id);
+        return DETD_EUNIMPL;
+    }
+    struct report_what what = {NULL, NULL, NULL, 1};
+    return report_give_up_(client, claim_id, key, &what, timeout_ms, "pass on");
+}
+
+DETD_EXPORT int detd_client_can_pass_on(detd_client *client) {
+    return client != NULL &&
+           (session_features(&client->session) & SESSION_FEATURE_PASS_ON) != 0;
 }

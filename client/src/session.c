@@ -202,7 +202,8 @@ static void session_wait_until_(struct session *s, int64_t abs_ms) {
 
 static int session_attach_(struct session *s, struct wire_channel *ch,
                            int64_t deadline_ms, struct wire_stream **ret_st,
-                           uint64_t *ret_session_id, uint32_t *ret_lease_ms);
+                           uint64_t *ret_session_id, uint32_t *ret_lease_ms,
+                           uint32_t *ret_features);
 
 /* Keep one stream: a receive always pending, heartbeats every lease / 3.
  * Returns when the stream closed (lost, ended by the daemon, or cancelled
@@ -264,10 +265,11 @@ static void session_run_stream_(struct session *s, struct wire_stream *st,
 
 /* Install a new stream as the attached session (mu held). */
 static void session_install_(struct session *s, struct wire_stream *st,
-                             uint64_t sid, uint32_t lease) {
+                             uint64_t sid, uint32_t lease, uint32_t features) {
     s->stream = st;
     s->session_id = sid;
     s->lease_ms = lease;
+    s->features = features;
     s->generation++;
     s->attaches++;
     s->state = SESSION_ATTACHED;
@@ -381,10 +383,10 @@ static void *session_thread_(void *arg) {
             struct wire_channel *ch = s->attach_channel;
             pthread_mutex_unlock(&s->mu);
             uint64_t sid = 0;
-            uint32_t lease = 0;
+            uint32_t lease = 0, features = 0;
             int rc = session_attach_(
                 s, ch, clock_mono_ms() + 2 * SESSION_BACKOFF_MAX_MS, &st, &sid,
-                &lease);
+                &lease, &features);
             pthread_mutex_lock(&s->mu);
             if (rc == 0 && s->stopping) {
                 s->state = SESSION_IDLE;
@@ -396,7 +398,7 @@ static void *session_thread_(void *arg) {
             if (rc == 0) {
                 /* A daemon serves again: calls get a fresh channel too. */
                 session_renew_(s, &s->channel, 1);
-                session_install_(s, st, sid, lease);
+                session_install_(s, st, sid, lease, features);
                 session_renew_claims_(s, sid);
                 break; /* run the new stream (mu held) */
             }
@@ -425,7 +427,8 @@ out:
  * session_destroy() can cancel it. */
 static int session_attach_(struct session *s, struct wire_channel *ch,
                            int64_t deadline_ms, struct wire_stream **ret_st,
-                           uint64_t *ret_session_id, uint32_t *ret_lease_ms) {
+                           uint64_t *ret_session_id, uint32_t *ret_lease_ms,
+                           uint32_t *ret_features) {
     struct wire_stream *st = NULL;
     Detd__V1__AttachEvent *ae = NULL;
     int rc = wire_stream_open(ch, WIRE_METHOD_ATTACH,
@@ -478,6 +481,10 @@ static int session_attach_(struct session *s, struct wire_channel *ch,
     }
     *ret_session_id = ae->session_id;
     *ret_lease_ms = ae->lease_ms;
+    *ret_features = 0;
+    for (size_t i = 0; i < ae->n_features; i++)
+        if (strcmp(ae->features[i], "pass_on") == 0)
+            *ret_features |= SESSION_FEATURE_PASS_ON;
     *ret_st = st;
     st = NULL;
     rc = 0;
@@ -570,8 +577,8 @@ int session_acquire(struct session *s, int attach, int64_t deadline_ms,
             pthread_join(s->thread, NULL);
         struct wire_stream *st = NULL;
         uint64_t sid = 0;
-        uint32_t lease = 0;
-        rc = session_attach_(s, ch, deadline_ms, &st, &sid, &lease);
+        uint32_t lease = 0, features = 0;
+        rc = session_attach_(s, ch, deadline_ms, &st, &sid, &lease, &features);
         pthread_mutex_lock(&s->mu);
         if (rc < 0) {
             /* The next attempt gets a fresh channel: this one keeps gRPC's
@@ -582,7 +589,7 @@ int session_acquire(struct session *s, int attach, int64_t deadline_ms,
             pthread_cond_broadcast(&s->cond);
             goto out;
         }
-        session_install_(s, st, sid, lease);
+        session_install_(s, st, sid, lease, features);
         s->keeper_running = 1;
         rc = session_start_thread_(s);
         if (rc < 0) {
@@ -615,6 +622,14 @@ void session_peek(struct session *s, uint64_t *ret_session_id,
     *ret_session_id = mine ? s->session_id : 0;
     *ret_generation = mine ? s->generation : 0;
     pthread_mutex_unlock(&s->mu);
+}
+
+uint32_t session_features(struct session *s) {
+    pthread_mutex_lock(&s->mu);
+    int mine = s->pid == getpid() && s->state == SESSION_ATTACHED;
+    uint32_t f = mine ? s->features : 0;
+    pthread_mutex_unlock(&s->mu);
+    return f;
 }
 
 void session_note(struct session *s, int ok) {

@@ -99,6 +99,8 @@ struct session {
     enum session_state state;
     uint64_t session_id;
     uint32_t lease_ms;
+    uint32_t features;   /* SESSION_FEATURE_*: what the attached daemon
+                            named in its AttachEvent */
     uint64_t generation; /* bumped on every attach */
     uint64_t attaches;   /* successful attaches in this process */
     uint64_t heartbeats; /* heartbeats acknowledged as sent */
@@ -127,6 +129,9 @@ struct session {
     unsigned claims_next;
     struct session *reg_prev, *reg_next; /* fork registry */
 };
+
+/* AttachEvent.features this client uses. */
+#define SESSION_FEATURE_PASS_ON 0x1u
 
 /* Backoff between reconnect attempts (see above). */
 #define SESSION_BACKOFF_FIRST_MS 50
@@ -175,6 +180,12 @@ int session_acquire(struct session *s, int attach, int64_t deadline_ms,
  */
 void session_peek(struct session *s, uint64_t *ret_session_id,
                   uint64_t *ret_generation);
+
+/*
+ * SESSION_FEATURE_* of the daemon this process is attached to now; 0
+ * when none is attached. Never blocks on the network.
+ */
+uint32_t session_features(struct session *s);
 
 /*
  * Record the outcome of a call: ok nonzero when the daemon answered

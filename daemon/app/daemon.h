@@ -85,6 +85,8 @@ struct daemon_counters {
     uint64_t failed_pass_answers;   /* Decides answered with such a failure */
     uint64_t passes_env_released;   /* claims given back: the holder's pass
                                        could not run in its environment */
+    uint64_t passes_passed_on;      /* claims passed on untimed by their
+                                       holder (ReportRequest.pass_on) */
     uint64_t import_hits;           /* Decide answered from an imported entry */
     uint64_t import_misses;         /* the import step found no usable entry */
     uint64_t import_stale;       /* ... and met an imported entry that named no

@@ -152,6 +152,10 @@ void decide_attach(struct daemon *d, struct rpc_event *ev) {
     ae.daemon_version = (char *)DETD_VERSION;
     ae.namespace_ = (char *)d->cfg->ns;
     ae.lease_ms = d->cfg->lease_ms;
+    static char feature_pass_on[] = "pass_on";
+    char *features[] = {feature_pass_on};
+    ae.n_features = sizeof features / sizeof features[0];
+    ae.features = features;
     rpc_stream_send(ev->call, &ae.base);
     return;
 oom:
@@ -631,6 +635,24 @@ void decide_report(struct daemon *d, struct rpc_event *ev) {
         goto free_msg;
     }
 
+    /* The holder passes its claim on untimed: nothing else may come
+     * with that. */
+    if (req->pass_on) {
+        const char *bad = req->n_timings > 0 ? "timings"
+                          : req->env_error != NULL && req->env_error[0] != '\0'
+                              ? "env_error"
+                              : NULL;
+        if (bad != NULL) {
+            d->counters.rejected++;
+            rpc_fail(ev->call, RPC_INVALID_ARGUMENT,
+                     "pass_on: a claim passed on carries no %s (it was not "
+                     "timed); the claim is still held",
+                     bad);
+            goto free_msg;
+        }
+        passend_pass_on(d, ev->call, &vk, req->claim_id, req->client, ppid);
+        goto free_msg;
+    }
     /* The holder's pass could not run in its environment: its claim is
      * given back, nothing stored. */
     if (req->env_error != NULL && req->env_error[0] != '\0') {

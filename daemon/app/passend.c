@@ -148,6 +148,30 @@ void passend_release_env(struct daemon *d, rpc_call *call,
     rpc_reply(call, &resp.base);
 }
 
+/* See passend.h. */
+void passend_pass_on(struct daemon *d, rpc_call *call, const struct vkey *vk,
+                     uint64_t claim, const Detd__V1__ClientIdentity *c,
+                     int32_t ppid) {
+    int rc = engine_release(d->engine, vk->id, claim, clock_mono_ms());
+    if (rc < 0) {
+        /* Checked as the live claim just before, on the same thread. */
+        rpc_fail(call, RPC_INTERNAL, "pass on: %s", detd_strerror(rc));
+        return;
+    }
+    if (d->coord != NULL)
+        coord_sweep(d->coord); /* dropped: the cluster claim goes too */
+    d->counters.passes_passed_on++;
+    log_info("claim %" PRIu64 " on %s key %.12s passed on before timing by "
+             "pid %d (rank %d) on %s: %s",
+             claim, vk->k->kernel, vk->id, (int)ppid,
+             c != NULL ? (int)c->rank : -1, d->node,
+             rc == 1 ? "the oldest waiter holds it now"
+                     : "no waiter: dropped, the next asker is designated");
+    Detd__V1__ReportResponse resp = DETD__V1__REPORT_RESPONSE__INIT;
+    resp.api_version = DETD_API_VERSION;
+    rpc_reply(call, &resp.base);
+}
+
 /* The reason a pass in which every candidate failed is kept with: the
  * daemon's verdict (the words clients match), then the first failed
  * candidate's own error when the report carried one. */

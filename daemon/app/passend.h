@@ -39,6 +39,17 @@ void passend_release_env(struct daemon *d, rpc_call *call,
                          const Detd__V1__ClientIdentity *c, int32_t ppid,
                          const char *err);
 
+/*
+ * The holder of claim on vk (identity c, peer pid ppid) passes it on
+ * before timing anything, with nothing wrong (ReportRequest.pass_on):
+ * the claim goes to the key's oldest live waiter on this daemon, or is
+ * dropped with the cluster claim; nothing stored, no waiter failed.
+ * Counts and logs it, answers call with an empty ReportResponse.
+ */
+void passend_pass_on(struct daemon *d, rpc_call *call, const struct vkey *vk,
+                     uint64_t claim, const Detd__V1__ClientIdentity *c,
+                     int32_t ppid);
+
 /* The reason a pass of req in which every candidate failed is kept with,
  * into buf (size bytes): the daemon's verdict, then the first candidate's
  * error when the report carried one. */

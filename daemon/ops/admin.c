@@ -206,6 +206,7 @@ void admin_status(struct daemon *d, struct rpc_event *ev) {
         {"reports_stale", d->counters.reports_stale},
         {"reports_repeated", d->counters.reports_repeated},
         {"passes_env_released", d->counters.passes_env_released},
+        {"passes_passed_on", d->counters.passes_passed_on},
         {"reports_refused", d->counters.reports_refused},
         {"reports_rejected", d->counters.reports_rejected},
         {"calls_refused_session", d->counters.calls_refused_session},

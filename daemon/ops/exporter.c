@@ -159,6 +159,11 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
             "timing process's environment (an import, no driver): nothing "
             "stored, the key is timed again.",
             c->passes_env_released);
+    counter(&b, "detd_passes_passed_on_total",
+            "Claims their holder passed on before timing anything (it asked "
+            "early and did not need the pass): to the oldest waiter, or "
+            "dropped.",
+            c->passes_passed_on);
     counter(&b, "detd_failed_pass_answers_total",
             "Decide calls answered with a recorded failed pass.",
             c->failed_pass_answers);

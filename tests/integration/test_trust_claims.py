@@ -317,6 +317,104 @@ def test_rejected_report_ends_the_claim_and_every_waiter_gets_the_reason_at_once
         d.stop()
 
 
+PASSING_RANK = r"""
+import ctypes, os, sys, time
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import detd_client as dc
+sock, go, done, kernel, keystr = sys.argv[2:7]
+lib = dc.load()
+lib.detd_claim_pass_on.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(dc.Key), ctypes.c_int64]
+lib.detd_client_can_pass_on.argtypes = [ctypes.c_void_p]
+ident = dc.Identity(b"node-a", 0, 0, 16, b"Test GPU", b"sm90", 132, b"it")
+cl = ctypes.c_void_p()
+assert lib.detd_client_open(sock.encode(), ctypes.byref(ident), ctypes.byref(cl)) == 0
+cands = [f"BLOCK={16 << i},num_warps=4".encode() for i in range(4)]
+arr = (ctypes.c_char_p * 4)(*cands)
+key = dc.Key(None, b"sm90", kernel.encode(), keystr.encode(), arr, 4, None)
+ans = ctypes.POINTER(dc.Answer)()
+assert lib.detd_decide(cl, ctypes.byref(key), 0, 60000, ctypes.byref(ans)) == 0
+assert ans.contents.outcome == dc.DESIGNATED
+print("DESIGNATED", lib.detd_client_can_pass_on(cl), ans.contents.claim_id, flush=True)
+while not os.path.exists(go):
+    time.sleep(0.005)
+claim = ans.contents.claim_id
+rc = lib.detd_claim_pass_on(cl, claim, ctypes.byref(key), 60000)
+again = lib.detd_claim_pass_on(cl, claim, ctypes.byref(key), 60000)  # no longer held
+print("PASSED", rc, again, flush=True)
+while not os.path.exists(done):  # stays attached: no session end explains a designation
+    time.sleep(0.005)
+lib.detd_client_close(cl)
+"""
+
+
+def test_a_claim_passed_on_designates_the_oldest_waiter_and_tells_nobody_else(tmpdir_short):
+    """``detd_claim_pass_on``: the holder, still attached, gives its claim
+    up untimed. The oldest waiter is designated (not a takeover) and times
+    the key; the others get its decision; nobody is failed. Passed on
+    with no waiter, the claim is dropped and the next asker times. Another
+    process cannot pass a claim on that is not its own."""
+    d = Daemon(tmpdir_short).start()
+    n = 3
+    procs = []
+    try:
+        go, done = tmpdir_short / "go", tmpdir_short / "done"
+        h = subprocess.Popen([sys.executable, "-c", PASSING_RANK, str(CLIENT), d.socket, str(go), str(done),
+                              KERNEL, "i:0"], stdout=subprocess.PIPE, text=True)
+        procs.append(h)
+        line = h.stdout.readline().split()
+        assert line[:2] == ["DESIGNATED", "1"], line  # the daemon names the feature
+        # Another process naming the holder's claim: refused, the claim stays.
+        body = _f(1, 1) + _f(2, identity(5)) + _f(4, int(line[2])) + _f(5, dkey("i:0")) + _f(10, 1)
+        code, msg, _ = raw_call(d, "/detd.v1.Decider/Report", body)
+        assert code == PERMISSION_DENIED and "belongs to another session" in msg, (code, msg)
+        assert d.status()["open_claims"] == 1
+        ws = []
+        for r in range(1, n + 1):
+            ws.append(d.client("--keys", 1, "--rank", r, "--sleep-ms", 1, out=tmpdir_short / f"w{r}.json"))
+            poll(f"waiter {r}", lambda r=r: d.status()["waiters"] == r)  # in this order: rank 1 is the oldest
+        procs += ws
+        go.write_text("")
+        line = h.stdout.readline().split()
+        assert line[:2] == ["PASSED", "0"] and int(line[2]) == -1007, line  # then DETD_ESTALE
+        for w in ws:
+            assert w.wait(DEADLINE) == 0
+        res = [result(tmpdir_short / f"w{r}.json")["keys"]["i:0"] for r in range(1, n + 1)]
+        assert [e["timed"] for e in res] == [True, False, False], res
+        assert not res[0]["takeover"] and len({e["config"] for e in res}) == 1, res
+        assert h.poll() is None  # the holder is still attached
+        st = d.status()
+        assert counter(st, "passes_passed_on") == 1 and counter(st, "takeovers") == 0, st
+        assert counter(st, "reports_rejected") == 0 and st["decisions"] == 1, st
+        assert "passed on before timing by pid %d (rank 0)" % h.pid in d.read_log()
+        assert "the oldest waiter holds it now" in d.read_log()
+        done.write_text("")
+        assert h.wait(DEADLINE) == 0
+
+        # No waiter: dropped; the next asker is designated and times.
+        go2, done2 = tmpdir_short / "go2", tmpdir_short / "done2"
+        h2 = subprocess.Popen([sys.executable, "-c", PASSING_RANK, str(CLIENT), d.socket, str(go2), str(done2),
+                               KERNEL, "i:1"], stdout=subprocess.PIPE, text=True)
+        procs.append(h2)
+        assert h2.stdout.readline().split()[:2] == ["DESIGNATED", "1"]
+        assert d.status()["open_claims"] == 1
+        go2.write_text("")
+        assert h2.stdout.readline().split()[:2] == ["PASSED", "0"]
+        assert d.status()["open_claims"] == 0
+        assert "no waiter: dropped" in d.read_log()
+        w = d.client("--keys", 2, "--rank", 4, "--sleep-ms", 1, out=tmpdir_short / "late.json")
+        procs.append(w)
+        assert w.wait(DEADLINE) == 0
+        e = result(tmpdir_short / "late.json")["keys"]["i:1"]
+        assert e["timed"] and not e["takeover"], e
+        assert counter(d.status(), "passes_passed_on") == 2
+        done2.write_text("")
+        assert h2.wait(DEADLINE) == 0
+    finally:
+        for p in procs:
+            stop(p)
+        d.stop()
+
+
 def test_a_failed_pass_records_who_the_daemon_saw_report_it(tmpdir_short):
     d = Daemon(tmpdir_short, ["--node-id", "fail-node-3"]).start()
     try:

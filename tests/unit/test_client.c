@@ -238,6 +238,15 @@ TEST(report_ex_and_claim_release_validate) {
     CHECK_EQ_INT(detd_claim_release(c, 7, &k, "no driver", 1000),
                  DETD_ECONNECT);
     CHECK(a == NULL);
+    /* Passing a claim on: checked arguments; with no daemon attached it
+     * cannot be known to pass claims on, so nothing is sent. */
+    CHECK_EQ_INT(detd_claim_pass_on(c, 0, &k, 1000), DETD_EINVAL);
+    CHECK_STR(detd_client_last_error(), "claim_id is 0");
+    CHECK_EQ_INT(detd_claim_pass_on(NULL, 7, &k, 1000), DETD_EINVAL);
+    CHECK_EQ_INT(detd_client_can_pass_on(c), 0);
+    CHECK_EQ_INT(detd_client_can_pass_on(NULL), 0);
+    CHECK_EQ_INT(detd_claim_pass_on(c, 7, &k, 1000), DETD_EUNIMPL);
+    CHECK(strstr(detd_client_last_error(), "claim 7 is still held") != NULL);
     CHECK_STR(detd_err_name(DETD_EENV), "DETD_EENV");
     detd_client_close(c);
 }

@@ -375,6 +375,31 @@ int detd_claim_release(detd_client *client, uint64_t claim_id,
                        const struct detd_key *key, const char *why,
                        int64_t timeout_ms);
 
+/*
+ * Pass claim_id on before timing anything, with nothing wrong (added in
+ * 0.9): this process asked for the claim early, ahead of the pass, and
+ * the pass did not come (its caller went another way). The daemon hands
+ * the claim to the key's oldest waiting process, which is designated as
+ * if it had asked first (not a takeover), or drops it when none waits;
+ * nothing is stored and the waiters are told nothing else, unlike
+ * detd_claim_release(). Returns 0 (passed on), DETD_ESTALE (the claim
+ * was no longer held, or the key was decided meanwhile: nothing to pass
+ * on), DETD_EUNIMPL without sending anything when the daemon does not
+ * pass claims on (detd_client_can_pass_on() says 0: the claim is still
+ * held; give it up with detd_claim_release() or time it), DETD_EINVAL,
+ * or a connection error (the daemon then ends the claim at its pass
+ * deadline or with the session). Waits at most timeout_ms (<= 0: 30 s).
+ */
+int detd_claim_pass_on(detd_client *client, uint64_t claim_id,
+                       const struct detd_key *key, int64_t timeout_ms);
+
+/*
+ * 1 when the daemon this process is attached to now passes claims on
+ * (detd_claim_pass_on()), else 0 (an older daemon, or none attached yet:
+ * any detd_decide() attaches). Never blocks. Added in 0.9.
+ */
+int detd_client_can_pass_on(detd_client *client);
+
 /* Flags for detd_observe(). */
 #define DETD_OBSERVE_GOVERNED 0x1
 #define DETD_OBSERVE_CHAOS 0x2

@@ -352,6 +352,11 @@ def _bind(lib):
         lib.detd_report_ex.restype = c_int
         lib.detd_claim_release.argtypes = [ctypes.c_void_p, c_uint64, P(_Key), c_char_p, c_int64]
         lib.detd_claim_release.restype = c_int
+    if hasattr(lib, "detd_claim_pass_on"):  # libdetd 0.9
+        lib.detd_claim_pass_on.argtypes = [ctypes.c_void_p, c_uint64, P(_Key), c_int64]
+        lib.detd_claim_pass_on.restype = c_int
+        lib.detd_client_can_pass_on.argtypes = [ctypes.c_void_p]
+        lib.detd_client_can_pass_on.restype = c_int
     if hasattr(lib, "detd_client_stats"):  # libdetd 0.6
         lib.detd_client_stats.argtypes = [ctypes.c_void_p, P(_Stats)]
         lib.detd_client_stats.restype = c_int
@@ -542,6 +547,21 @@ class Client:
                                        timeout_ms, ctypes.byref(p))
         _check(self._lib, "detd_report", rc)
         return _answer(self._lib, p)
+
+    def can_pass_on(self) -> bool:
+        """``detd_client_can_pass_on``: whether the daemon this process is
+        attached to passes claims on (False with a libdetd older than
+        0.9, an older daemon, or none attached yet)."""
+        return hasattr(self._lib, "detd_client_can_pass_on") and self._lib.detd_client_can_pass_on(self._h) == 1
+
+    def pass_on(self, claim_id: int, key: Key, timeout_ms: int) -> None:
+        """``detd_claim_pass_on``: give ``claim_id`` up untimed, with
+        nothing wrong: the key's oldest waiting process is designated, or
+        the claim is dropped. Raises DetdError (DETD_ESTALE: no longer
+        held; DETD_EUNIMPL: the daemon cannot, see :meth:`can_pass_on`)."""
+        ck = _CKey(key)
+        _check(self._lib, "detd_claim_pass_on",
+               self._lib.detd_claim_pass_on(self._h, claim_id, ctypes.byref(ck.s), timeout_ms))
 
     def release(self, claim_id: int, key: Key, why: str, timeout_ms: int) -> bool:
         """``detd_claim_release``: give ``claim_id`` back because this
