@@ -189,7 +189,8 @@ def main():
             res["inductor"] = [t.get("status") for t in detd.autotuners() if t["kernel"] == "inductor::*"]
             st = detd.stats()
             res["stats"] = {k: st.get(k) for k in ("inductor_failed_here", "inductor_lost_used", "inductor_precompiles_skipped",
-                                                   "inductor_shares")}
+                                                   "inductor_shares", "inductor_precompiles_deferred",
+                                                   "inductor_deferred_compiled", "early_claims", "early_passed_on")}
         with open(a.out + ".tmp", "w") as f:
             json.dump(res, f)
         os.replace(a.out + ".tmp", a.out)

@@ -271,10 +271,12 @@ def main():
     row("step ms (median)", lambda k, v: fmt(step_ms(v), ".2f"))
     row("keys governed / listed (rank 0)", lambda k, v: f"{v[0].get('governed')}/{v[0].get('keys')}"
         if v and v[0] and "keys" in v[0] else "-")
-    row("choices failed to compile in one process / committed among them / precompiles skipped (sum)",
+    row("choices failed to compile in one process / committed among them / precompiles skipped / deferred "
+        "/ deferred compiled / early claims / passed on (sum)",
         lambda k, v: "/".join(str(sum((r or {}).get("stats", {}).get(f) or 0 for r in v))
                               for f in ("inductor_failed_here", "inductor_lost_used",
-                                        "inductor_precompiles_skipped"))
+                                        "inductor_precompiles_skipped", "inductor_precompiles_deferred",
+                                        "inductor_deferred_compiled", "early_claims", "early_passed_on"))
         if any(r and "stats" in r for r in v) else "-")
     row("detctl verify exit / --strict-determinism exit",
         lambda k, v: f"{verify[k][0].returncode} / {verify[k][1].returncode}" if k in verify else "-")

@@ -247,7 +247,8 @@ def main():
         print(f"{name}: keys by stage {rs[0]['stages']}; selections {(rs[0]['status'] or {}).get('selections')}")
         if any(r.get("stats") for r in rs):  # the selections' precompiles, summed over processes
             print(f"{name}: " + ", ".join(f"{f} {sum((r.get('stats') or {}).get(f, 0) for r in rs)}" for f in (
-                "inductor_precompiles_skipped", "inductor_failed_here", "inductor_lost_used")))
+                "inductor_precompiles_skipped", "inductor_failed_here", "inductor_lost_used",
+                "inductor_precompiles_deferred", "inductor_deferred_compiled", "early_claims", "early_passed_on")))
     solo_ratio = None
     if solo:
         print(f"alone on the GPU, {a.solo_steps} steps per process, dims {a.solo_dims or 'as above'}, median "

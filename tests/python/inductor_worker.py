@@ -43,7 +43,9 @@ What cannot run here, and its stand-in (this machine has no GPU):
   clearly ahead of every template (a known winner).
 * ``DETD_TEST_FAIL_CHOICE=extern|template``: the last choice of that kind
   fails to compile in this process (``mark_failed()`` after the
-  precompile, as Inductor marks a compile that raised or timed out).
+  precompile, as Inductor marks a compile that raised or timed out);
+  ``all``: every choice, once the gate ``DETD_TEST_FAIL_GATE`` opens
+  (``gates.wait_for``), so the selection never reaches ``lookup``.
 
 Writes JSON: ``autotuners`` (detd.autotuners()), ``bench_calls`` (runtime
 benchmarks run here), ``select_passes`` (algorithm-selection benchmarks
@@ -195,6 +197,13 @@ if FAIL:
 
         def run():
             out = fn()
+            if FAIL == "all":
+                from gates import wait_for
+
+                wait_for(os.environ["DETD_TEST_FAIL_GATE"])
+                for c in choices:
+                    c.mark_failed()
+                return out
             kind = [c for c in choices if (type(c).__name__ == "ExternKernelCaller") == (FAIL == "extern")]
             kind[-1].mark_failed()
             return out

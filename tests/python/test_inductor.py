@@ -15,26 +15,37 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from conftest import HERE, require_module
+from gates import GATE_BOUND_S
 from detd import _canon
 
 N = 3
 
 
+def _start(daemon, tmp_path, model, n, tag, i, env=None, cache=None):
+    """Worker i of n, started: (process, its JSON path)."""
+    out = tmp_path / f"{tag}{i}.json"
+    e = daemon.env(RANK=i, LOCAL_RANK=i, WORLD_SIZE=n, **(env or {}))
+    e["TORCHINDUCTOR_CACHE_DIR"] = str(cache or tmp_path / f"inductor-{tag}{i}")
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, "inductor_worker.py"), str(out), model], env=e,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return p, out
+
+
 def _workers(daemon, tmp_path, model, n, tag, env=None, cache=None, per=None):
     """n worker processes at once; each has its own Inductor cache folder
     unless ``cache`` names one for all; ``per``: rank -> more environment."""
-    procs = []
-    for i in range(n):
-        out = tmp_path / f"{tag}{i}.json"
-        e = daemon.env(RANK=i, LOCAL_RANK=i, WORLD_SIZE=n, **(env or {}), **((per or {}).get(i, {})))
-        e["TORCHINDUCTOR_CACHE_DIR"] = str(cache or tmp_path / f"inductor-{tag}{i}")
-        p = subprocess.Popen([sys.executable, os.path.join(HERE, "inductor_worker.py"), str(out), model], env=e,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        procs.append((p, out))
+    procs = [_start(daemon, tmp_path, model, n, tag, i, dict(env or {}, **((per or {}).get(i, {}))), cache)
+             for i in range(n)]
+    return _results(daemon, procs)
+
+
+def _results(daemon, procs):
+    """Each worker's JSON result (with its output), once it exited 0."""
     results = []
     for p, out in procs:
         try:
@@ -203,6 +214,15 @@ def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
     flat = [c for sh in shares for c in sh]
     templates = [c for c in entry["candidates"][1:] if not c.startswith("extern:")]
     assert templates and sorted(flat) == sorted(templates), (shares, entry["candidates"])
+    # The timing process claimed the selection when Inductor was about to
+    # precompile it (and precompiled); the others learnt then that it is
+    # being timed and precompiled nothing of their own (or it was decided).
+    assert timers[0]["precompile_fns"] == 1 and timers[0]["stats"]["early_claims"] == 1, timers[0]["stats"]
+    for r in waiters:
+        st = r["stats"]
+        assert r["precompile_fns"] == 0 and st["early_claims"] == 0 and st["early_passed_on"] == 0, st
+        assert len(entry["candidates"]) in (st["inductor_precompiles_deferred"], st["inductor_precompiles_skipped"])
+        assert st["inductor_deferred_compiled"] == 0, st
     for r, sh in zip(waiters, shares):
         assert r["precompiles"] == r["stats"]["inductor_shares"] == len(sh), (r["precompiles"], r["stats"], sh)
         assert r["stats"]["inductor_share_errors"] == 0
@@ -241,9 +261,11 @@ def test_a_choice_failed_in_one_process_keeps_the_selection_shared(daemon, tmp_p
     (timer,) = [r for r in first if _keys(r)[(kernel, key)]["timed_here"]]
     tm = _keys(timer)[(kernel, key)]["timings"]
     assert set(tm) == set(cands) and (tm[templates[-1]] == float("inf")) == (timer is first[1]), tm
-    for r in first:  # Inductor's own precompile, unless the other process had decided it already
-        skipped = r["stats"]["inductor_precompiles_skipped"]
-        assert (r["precompile_fns"], skipped) in ((1, 0), (0, len(cands))), r["stats"]
+    for r in first:  # Inductor's own precompile, unless the other process timed it or had decided it
+        st = r["stats"]
+        skipped, deferred = st["inductor_precompiles_skipped"], st["inductor_precompiles_deferred"]
+        assert (r["precompile_fns"], skipped, deferred) in ((1, 0, 0), (0, len(cands), 0), (0, 0, len(cands))), st
+        assert r["precompile_fns"] == (r is timer), st
     v = daemon.detctl("verify", "--job", "first")
     assert v.returncode == 0 and "0 divergences" in v.stdout, v.stdout + v.stderr
 
@@ -263,6 +285,52 @@ def test_a_choice_failed_in_one_process_keeps_the_selection_shared(daemon, tmp_p
     assert f"the committed choice {entry['config']} of {kernel} failed its precompile" in lost["output"]
     v = daemon.detctl("verify", "--job", "again")
     assert v.returncode == 0 and "0 divergences" in v.stdout, v.stdout + v.stderr
+
+
+def _status(daemon):
+    r = daemon.detctl("status", "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_a_selection_claimed_early_whose_pass_never_comes_is_passed_on(daemon, tmp_path, torch_ok):
+    """The process that claimed a selection when Inductor was about to
+    precompile it, and then never reached ``lookup`` (every choice failed
+    to compile there), passes the claim on when Inductor's selection call
+    ends: the waiting process is designated at once (not a takeover: the
+    first process is still attached), precompiles then what it had
+    skipped, and times it."""
+    gate = str(tmp_path / "fail")
+    cands_env = {"DETD_TEST_EXTERN_WINS": "1"}
+    first = _start(daemon, tmp_path, "gemm", 2, "p", 0, dict(cands_env, DETD_TEST_FAIL_CHOICE="all",
+                                                             DETD_TEST_FAIL_GATE=gate))
+    procs = [first]
+    try:
+        end = time.monotonic() + GATE_BOUND_S
+        while not os.path.exists(gate + ".waiting"):  # it precompiled: it holds the claim
+            assert first[0].poll() is None and time.monotonic() < end, first[0].communicate()[0][-3000:]
+            time.sleep(0.01)
+        assert _status(daemon)["counters"]["timing_passes"] == 1
+        procs.append(_start(daemon, tmp_path, "gemm", 2, "p", 1, cands_env))
+        while _status(daemon)["waiters"] < 1:  # the second waits for the first's pass
+            assert procs[1][0].poll() is None and time.monotonic() < end, procs[1][0].communicate()[0][-3000:]
+            time.sleep(0.01)
+        open(gate, "w").close()
+        holder, other = _results(daemon, procs)
+    finally:
+        for p, _ in procs:
+            if p.poll() is None:
+                p.kill()
+    c = _status(daemon)["counters"]
+    assert c["passes_passed_on"] == 1 and c["takeovers"] == 0, c
+    assert holder["stats"]["early_claims"] == 1 and holder["stats"]["early_passed_on"] == 1, holder["stats"]
+    assert holder["select_passes"] == 0, holder
+    ((kernel, key), entry), = [(k, e) for k, e in _keys(other).items() if k[0].startswith("inductor::mm@")]
+    assert entry["timed_here"] and entry["config"].startswith("extern:mm@"), entry
+    st = other["stats"]
+    n = len(entry["candidates"])
+    assert st["inductor_precompiles_deferred"] == n and st["inductor_deferred_compiled"] == n, st
+    assert other["precompile_fns"] == 1 and other["select_passes"] >= 1 and other["ran"], other
 
 
 def test_auto_mode_lists_inductor_ungoverned(daemon, tmp_path, torch_ok):
@@ -563,7 +631,7 @@ def test_a_selection_names_each_choice_once(monkeypatch):
     real = _inductor.choice_string
     monkeypatch.setattr(_inductor, "choice_string", lambda c: named.append(c) or real(c))
     a, b, c = Template(32), Template(64), Template(128)
-    assert _inductor._note_choices([a, b, c], "mm-once", "k") is False  # detd not active: noted only
+    assert _inductor._before_precompile(None, [a, b, c], "mm-once", "k", (), {}) is False  # detd not active: noted only
     assert named == [a, b, c]
     named.clear()
     c.failed = True  # Inductor dropped it: failed to compile here

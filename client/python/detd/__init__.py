@@ -269,8 +269,13 @@ def stats() -> dict:
     timed it), ``inductor_share_errors``, ``inductor_failed_here``
     (choices of a governed selection that failed to compile in this
     process), ``inductor_lost_used`` (committed ones among them, used all
-    the same) and ``inductor_precompiles_skipped`` (choices not precompiled
-    because their selection was decided); the CUDA graph captures checked:
+    the same), ``inductor_precompiles_skipped`` (choices not precompiled
+    because their selection was decided), ``inductor_precompiles_deferred``
+    (... because another process times it), ``inductor_deferred_compiled``
+    (precompiled after all: its pass came here), and the claims asked for
+    ahead of their pass (:mod:`detd._early`): ``early_claims``,
+    ``early_waits``, ``early_passed_on``, ``early_pass_on_errors``; the CUDA
+    graph captures checked:
     ``capture_checks``, ``capture_warnings``, ``capture_refused``; and
     ``phases``: where this process's resolves of new keys spent their wall
     time (compile, benchmark, remeasure, waiting, daemon, other; see

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import inspect
 import logging
 import math
 import sys
@@ -75,7 +76,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _canon, _coordesc, _imports, _loop, _measure, _native, _process, _provenance, _triton
+from . import _canon, _coordesc, _early, _imports, _loop, _measure, _native, _process, _provenance, _triton
 
 # Releases whose patched methods were tested (major, minor), inclusive.
 SUPPORTED = ((2, 11), (2, 13))
@@ -121,6 +122,11 @@ class _Status:
         self.failed_here = 0
         self.lost_used = 0
         self.precompiles_skipped = 0
+        # Choices not precompiled because another process times their
+        # selection, and those precompiled after all when its pass came
+        # here (passed on, or taken over).
+        self.precompiles_deferred = 0
+        self.deferred_compiled = 0
 
 
 _st = _Status()
@@ -185,12 +191,18 @@ def counts() -> dict:
     raised; logged once, never raised), ``inductor_failed_here`` (choices
     of governed selections that failed to compile in this process; logged
     once), ``inductor_lost_used`` (committed choices among those, used all
-    the same; logged once) and ``inductor_precompiles_skipped`` (choices
-    not precompiled because their selection was already decided)."""
+    the same; logged once), ``inductor_precompiles_skipped`` (choices
+    not precompiled because their selection was already decided),
+    ``inductor_precompiles_deferred`` (choices not precompiled because
+    another process times their selection) and
+    ``inductor_deferred_compiled`` (those precompiled after all: the
+    pass came here), and :func:`detd._early.counts`."""
     with _st.lock:
         return dict(inductor_shares=_st.shares, inductor_share_errors=_st.share_errors,
                     inductor_failed_here=_st.failed_here, inductor_lost_used=_st.lost_used,
-                    inductor_precompiles_skipped=_st.precompiles_skipped)
+                    inductor_precompiles_skipped=_st.precompiles_skipped,
+                    inductor_precompiles_deferred=_st.precompiles_deferred,
+                    inductor_deferred_compiled=_st.deferred_compiled, **_early.counts())
 
 
 # ---------------------------------------------------------------- install
@@ -275,6 +287,10 @@ def _patch_select():
             if callable(getattr(cls, "make_precompile_fn", None)):
                 _orig["precompile_fn"] = cls.make_precompile_fn
                 cls.make_precompile_fn = _patched_precompile_fn
+            pos = _multi_position(cls.__call__)
+            if pos is not None:
+                _orig["call"], _orig["multi_pos"] = cls.__call__, pos
+                cls.__call__ = _patched_call
 
 
 def _unpatch():
@@ -742,17 +758,42 @@ def _select_ids(op, inputs, hint_override, cands) -> Tuple[str, str]:
     return kernel, key
 
 
+def _multi_position(call) -> Optional[int]:
+    """Where ``AlgorithmSelectorCache.__call__`` takes
+    ``return_multi_template`` among its positional arguments (self not
+    counted), or None when it has none (an unknown release: nothing is
+    claimed early)."""
+    try:
+        names = list(inspect.signature(call).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names.index("return_multi_template") - 1 if "return_multi_template" in names else None
+
+
+def _patched_call(self, *args, **kwargs):
+    """``AlgorithmSelectorCache.__call__``: the scope of a selection's
+    early claim (:mod:`detd._early`). Its precompile and its ``lookup``
+    come within it, unless it returns a multi-template buffer, whose
+    timings come later: then nothing is claimed early. A claim whose pass
+    did not come by its end is passed on."""
+    pos = _orig["multi_pos"]
+    multi = args[pos] if len(args) > pos else kwargs.get("return_multi_template", False)
+    with _early.scope(allowed=not multi):
+        return _orig["call"](self, *args, **kwargs)
+
+
 def _patched_precompile_fn(self, choices, name, inputs_key, *args, **kwargs):
     """Inductor's ``make_precompile_fn``, which gets a selection's whole
-    list of choices before they are compiled (``do_autotuning`` then drops
-    those that failed): the list is noted for :func:`_patched_lookup`. A
-    governed selection already decided (a rerun, or another process timed
-    it) compiles nothing here: a precompile only serves benchmarking, and
+    list of choices and starts compiling them: the list is noted for
+    :func:`_patched_lookup`, and the selection asked for early
+    (:func:`_before_precompile`). Nothing is compiled here when it is
+    decided already (a rerun, or another process timed it), or when
+    another process times it: a precompile only serves benchmarking, and
     the chosen choice is generated into the compiled graph as without it.
     Whatever goes wrong here leaves Inductor's precompile as it is (logged
     once)."""
     try:
-        if _note_choices(choices, name, inputs_key):
+        if _before_precompile(self, choices, name, inputs_key, args, kwargs):
             return lambda: {}
     except Exception as e:  # noqa: BLE001 - never fails Inductor's compile
         _process.warn_once(f"precompile-note:{name}", f"detd: noting the choices of selection {name} before "
@@ -761,36 +802,55 @@ def _patched_precompile_fn(self, choices, name, inputs_key, *args, **kwargs):
     return _orig["precompile_fn"](self, choices, name, inputs_key, *args, **kwargs)
 
 
-def _note_choices(choices, name, inputs_key) -> bool:
-    """Note a selection's whole list (:func:`_patched_precompile_fn`);
-    True when it is decided already, so nothing needs precompiling."""
+def _before_precompile(owner, choices, name, inputs_key, args, kwargs) -> bool:
+    """Note a selection's whole list (:func:`_patched_precompile_fn`) and
+    ask for it early; True when nothing needs precompiling here. Asked
+    for early, this process may be designated: it holds the claim and
+    precompiles for its pass. When another process times the selection,
+    this one compiles only the share of it the daemon gave, and keeps
+    Inductor's precompile for its own ``lookup``, should the pass come
+    here after all (passed on, or taken over)."""
     noted: Dict[str, Any] = {}
+    objs: List[Any] = []
     for c in choices:
         s = choice_string(c)
+        if s not in noted:
+            objs.append(c)
         try:
             noted.setdefault(s, weakref.ref(c))
         except TypeError:  # a choice without weak references: never taken for a lost one
             noted.setdefault(s, None)
     full = tuple(noted)
+    where = (str(name), str(inputs_key))
     with _st.lock:
-        _st.full[(str(name), str(inputs_key))] = tuple(noted.items())
-        _st.full.move_to_end((str(name), str(inputs_key)))
+        _st.full[where] = tuple(noted.items())
+        _st.full.move_to_end(where)
         while len(_st.full) > FULL_LISTS_MAX:
             _st.full.popitem(last=False)
     if len(full) < 2 or not _process.active() or not governed(PREFIX + str(name)):
         return False
     kernel, key = _select_ids(name, inputs_key, None, full)
     settings = _process.settings()
+    sc = _early.current()
     try:
         dkey = _native.Key(settings.namespace, _process.identity()["arch"], kernel, key, full)
-        ans = _process.client().decide(dkey, True, _loop.NO_WAIT_ASK_MS)
+        how, ans = _early.ask(sc, where, kernel, key, dkey)
     except (_native.DetdError, _native.LibraryNotFound, OSError) as e:
-        log.debug("detd: cannot ask whether %s is decided before precompiling: %s", kernel, e)
+        log.debug("detd: cannot ask for %s before precompiling: %s", kernel, e)
         return False
-    if ans.outcome != _native.OUTCOME_DECIDED or ans.config not in full:
+    if how == "decided" and ans.config in full:
+        with _st.lock:
+            _st.precompiles_skipped += len(full)
+        return True
+    if how != "waiting" or sc is None:
         return False
+    share = _SelectShare(kernel)
+    sc.keep(where, (share, lambda: _orig["precompile_fn"](owner, choices, name, inputs_key, *args, **kwargs)()))
     with _st.lock:
-        _st.precompiles_skipped += len(full)
+        _st.precompiles_deferred += len(full)
+    pos = len(objs) - ans.share_index
+    if ans.share_index > 0 and pos >= 1 and _process.share_pass():
+        _loop.compile_share(share, objs[pos], full[pos], kernel)
     return True
 
 
@@ -859,7 +919,20 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
             _observe_local(kernel, name, key, cands, choice_string(best), timed=True if ran else None)
         return timings
 
+    # Asked for early: a claim taken then is this pass's now; a precompile
+    # skipped then (another process timed it) runs if the pass comes here.
+    sc = _early.current()
+    if sc is not None:
+        sc.take((str(op), str(inputs)), kernel, key)
+    early_share, deferred = (sc.kept((str(op), str(inputs))) if sc is not None else None) or (None, None)
+
     def time_pass():
+        nonlocal live
+        if deferred is not None:
+            deferred()
+            with _st.lock:
+                _st.deferred_compiled += len(live)
+            live = {s: c for s, c in live.items() if getattr(c, "failed", False) is not True}
         # A choice that failed to compile here is reported as failed.
         timings = benchmark(list(live.values()))  # Inductor's own (self.autotune)
         rows = _measure.timing_rows((s, timings.get(live[s], float("inf")) if s in live else float("inf"))
@@ -873,7 +946,7 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
 
     # Waiting for another process's pass: precompile a share of the choices
     # (one that failed here has no object: nothing to compile).
-    share = _loop.Share([live.get(s) for s in cands], cands, _SelectShare(kernel), None)
+    share = _loop.Share([live.get(s) for s in cands], cands, early_share or _SelectShare(kernel), None)
     with _key_lock(kernel, key):
         out = decide(kernel, name, key, cands, time_pass, cheapest, share=share)
     chosen = live.get(out.config)

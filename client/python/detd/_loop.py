@@ -323,16 +323,7 @@ class Wait:
         if pos < 1:
             self.share = False
             return
-        config = objs[pos]
-        t0 = time.perf_counter()
-        try:
-            with _phases.phase("compile"):
-                did = compile_one(config)
-            if did:
-                _phases.compiled(time.perf_counter() - t0)
-        except Exception as e:  # noqa: BLE001 - the timing rank meets it again
-            log.debug("detd: compiling %s of %s for the timing rank failed: %s", candidates[pos],
-                      self.kernel, error_line(e))
+        compile_share(compile_one, objs[pos], candidates[pos], self.kernel)
         self.shared.append(candidates[pos])
 
     def done(self, answer):
@@ -347,6 +338,21 @@ class Wait:
         else:
             log.info("detd: stopped waiting for kernel %s key %s after %.1f s", self.kernel, self.key_str,
                      waited)
+
+
+def compile_share(compile_one: Callable[[Any], Any], obj, candidate: str, kernel: str) -> None:
+    """Compile one share of another process's pass: ``compile_one(obj)``
+    (true when it compiled something), in the ``compile`` phase. A
+    candidate that fails to compile is the timing rank's to report:
+    logged at debug level only."""
+    t0 = time.perf_counter()
+    try:
+        with _phases.phase("compile"):
+            did = compile_one(obj)
+        if did:
+            _phases.compiled(time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 - the timing rank meets it again
+        log.debug("detd: compiling %s of %s for the timing rank failed: %s", candidate, kernel, error_line(e))
 
 
 def ask(request: tuple, share: bool, bench: bool = True):
