@@ -538,6 +538,40 @@ def test_designated_client_killed_waiter_on_other_node_takes_over(
     assert raw == 2
 
 
+def test_a_claim_passed_on_reaches_a_waiter_on_another_node(tmpdir_short, etcd, nodes):
+    """The holder, still attached, passes its claim on untimed with no
+    waiter on its own node: its node drops the local claim and the
+    cluster claim with it, and the waiter on the other node is designated
+    and times the key, while the holder is still alive (without the
+    pass-on it would wait its whole bound: no decision)."""
+    from test_promises import KERNEL
+    from test_trust_claims import PASSING_RANK
+
+    ns = nodes(2)
+    go, done = Path(tmpdir_short) / "go", Path(tmpdir_short) / "done"
+    holder = subprocess.Popen([sys.executable, "-c", PASSING_RANK, str(CLIENT), ns[0].socket, str(go), str(done),
+                               KERNEL, "p:0"], stdout=subprocess.PIPE, text=True, env=client_env())
+    try:
+        assert holder.stdout.readline().split()[:2] == ["DESIGNATED", "1"]
+        mark = ns[1].log_size()
+        waiter = spawn_client(tmpdir_short, ns[1], 1, 1, "p:", sleep_ms=10, timeout_ms=30000, tag="-pass")
+        ns[1].wait_log("held elsewhere", timeout=30, after=mark)
+        go.write_text("")
+        assert holder.stdout.readline().split()[:2] == ["PASSED", "0"]
+        e = finish([waiter])[0]["keys"]["p:0"]
+        assert e["timed"] and e["outcome"] == dc.DESIGNATED, e
+        assert holder.poll() is None  # designated while the holder is still attached
+        assert "no waiter: dropped" in ns[0].read_log()
+        done.write_text("")
+        assert holder.wait(30) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    in_etcd, raw = etcd_decisions(etcd)
+    assert raw == 1
+
+
 def test_restarted_daemon_revokes_its_killed_runs_lease_at_once(
         tmpdir_short, etcd, nodes):
     # A node with a long lease (30 s) is killed -9 while its client times a
