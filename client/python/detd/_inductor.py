@@ -452,7 +452,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
            time_pass: Callable[[], List[Tuple[str, List[float], bool]]],
            cheapest: Callable[[Sequence[str]], str],
            searched: Optional[Callable[[str], bool]] = None,
-           share: Optional[_loop.Share] = None) -> Outcome:
+           share: Optional[_loop.Share] = None, prepare: Optional[Callable[[], None]] = None) -> Outcome:
     """Resolve one governed key: override, a single candidate, or the
     daemon through the package's one resolve loop (:func:`detd._loop.resolve`;
     designated, ``time_pass()`` gives the report rows, each a candidate
@@ -463,7 +463,8 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
     outside the candidates is one the search can reach in this process
     (the report's rows, the answer and an override must be). ``share``:
     how a waiting process helps the pass (:class:`_SelectShare`); what it
-    compiled is recorded (``shared``)."""
+    compiled is recorded (``shared``). ``prepare()``: run when designated,
+    before the device's timing lock is taken (compiles)."""
     settings = _process.settings()
     cands = tuple(candidates)
     configs = tuple(c for c in cands if not _canon.is_search(c))
@@ -485,6 +486,8 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
 
         def timed_pass(_answer):
             nonlocal timings, how
+            if prepare is not None:
+                prepare()
             with _process.timing_lock() as held:  # one pass at a time per GPU, as Triton's
                 rows = [r for r in time_pass() if usable(r[0])]
             # Inductor's own benchmarker, with its own settings.
@@ -926,13 +929,18 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
         sc.take((str(op), str(inputs)), kernel, key)
     early_share, deferred = (sc.kept((str(op), str(inputs))) if sc is not None else None) or (None, None)
 
+    def compile_deferred():
+        # The precompile skipped when another process held the pass; not
+        # under the device's timing lock. What fails to compile now is
+        # lost here, as if Inductor had dropped it before lookup.
+        deferred()
+        with _st.lock:
+            _st.deferred_compiled += len(live)
+        for s, c in list(live.items()):
+            if getattr(c, "failed", False) is True:
+                lost[s] = live.pop(s)
+
     def time_pass():
-        nonlocal live
-        if deferred is not None:
-            deferred()
-            with _st.lock:
-                _st.deferred_compiled += len(live)
-            live = {s: c for s, c in live.items() if getattr(c, "failed", False) is not True}
         # A choice that failed to compile here is reported as failed.
         timings = benchmark(list(live.values()))  # Inductor's own (self.autotune)
         rows = _measure.timing_rows((s, timings.get(live[s], float("inf")) if s in live else float("inf"))
@@ -948,7 +956,8 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     # (one that failed here has no object: nothing to compile).
     share = _loop.Share([live.get(s) for s in cands], cands, early_share or _SelectShare(kernel), None)
     with _key_lock(kernel, key):
-        out = decide(kernel, name, key, cands, time_pass, cheapest, share=share)
+        out = decide(kernel, name, key, cands, time_pass, cheapest, share=share,
+                     prepare=compile_deferred if deferred is not None else None)
     chosen = live.get(out.config)
     if chosen is None:
         # The committed choice is one this process lost: used all the same.
