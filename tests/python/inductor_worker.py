@@ -39,6 +39,8 @@ What cannot run here, and its stand-in (this machine has no GPU):
   of the timing process holds its first pass until every template choice
   but the first has a mark (at most ``DETD_TEST_SHARE_WAIT_S``), as a
   real pass lasts longer than the shares.
+* ``DETD_TEST_NO_PASS_ON=1``: the daemon is taken for one that cannot
+  pass claims on (older than 0.9): nothing is claimed early.
 * ``DETD_TEST_EXTERN_WINS=1``: the stand-in benchmark times ATen's choice
   clearly ahead of every template (a known winner).
 * ``DETD_TEST_FAIL_CHOICE=extern|template``: the last choice of that kind
@@ -66,6 +68,11 @@ import time
 
 OUT, MODEL = sys.argv[1], sys.argv[2]
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+if os.environ.get("DETD_TEST_NO_PASS_ON") == "1":  # as against a daemon older than 0.9
+    from detd import _native
+
+    _native.Client.can_pass_on = lambda self: False
 
 if os.environ.get("DETD_TEST_IMPORT_FIRST") == "1":  # Inductor imported before install()
     import torch._inductor.select_algorithm  # noqa: E402,F401

@@ -333,6 +333,24 @@ def test_a_selection_claimed_early_whose_pass_never_comes_is_passed_on(daemon, t
     assert other["precompile_fns"] == 1 and other["select_passes"] >= 1 and other["ran"], other
 
 
+def test_against_a_daemon_that_cannot_pass_claims_on_nothing_is_claimed_early(daemon, tmp_path, torch_ok):
+    """A daemon older than 0.9 cannot pass a claim on, so a claim taken
+    ahead of its pass could stay with a process that no longer needs it:
+    the ask before the precompile is then a look only. Each process
+    precompiles as Inductor does (unless the selection is decided), and
+    the selection is still timed once, at lookup."""
+    res = _workers(daemon, tmp_path, "gemm", 2, "o", env={"DETD_TEST_NO_PASS_ON": "1", "DETD_TEST_EXTERN_WINS": "1"})
+    keys, timed = _agree(res)
+    ((kernel, key), entry), = [(k, e) for k, e in keys.items() if k[0].startswith("inductor::mm@")]
+    assert timed[(kernel, key)] == 1, timed
+    n = len(entry["candidates"])
+    for r in res:
+        st = r["stats"]
+        assert st["early_claims"] == st["early_waits"] == st["inductor_precompiles_deferred"] == 0, st
+        assert (r["precompile_fns"], st["inductor_precompiles_skipped"]) in ((1, 0), (0, n)), st
+    assert sum(r["precompile_fns"] for r in res) >= 1
+
+
 def test_auto_mode_lists_inductor_ungoverned(daemon, tmp_path, torch_ok):
     # Inductor imported before detd.install(): patched at install.
     (r,) = _workers(daemon, tmp_path, "fused", 1, "u", env={"DETD_MODE": "auto", "DETD_TEST_IMPORT_FIRST": "1"})
