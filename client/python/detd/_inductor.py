@@ -851,9 +851,8 @@ def _before_precompile(owner, choices, name, inputs_key, args, kwargs) -> bool:
     sc.keep(where, (share, lambda: _orig["precompile_fn"](owner, choices, name, inputs_key, *args, **kwargs)()))
     with _st.lock:
         _st.precompiles_deferred += len(full)
-    pos = len(objs) - ans.share_index
-    if ans.share_index > 0 and pos >= 1 and _process.share_pass():
-        _loop.compile_share(share, objs[pos], full[pos], kernel)
+    if _process.share_pass():
+        _loop.compile_share(share, objs, full, ans.share_index, kernel)
     return True
 
 
@@ -924,10 +923,10 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
 
     # Asked for early: a claim taken then is this pass's now; a precompile
     # skipped then (another process timed it) runs if the pass comes here.
-    sc = _early.current()
+    sc, where = _early.current(), (str(op), str(inputs))
     if sc is not None:
-        sc.take((str(op), str(inputs)), kernel, key)
-    early_share, deferred = (sc.kept((str(op), str(inputs))) if sc is not None else None) or (None, None)
+        sc.take(where, kernel, key)
+    early_share, deferred = (sc.kept(where) if sc is not None else None) or (None, None)
 
     def compile_deferred():
         # The precompile skipped when another process held the pass; not

@@ -301,11 +301,9 @@ class Wait:
 
     def help(self, answer, objs: Sequence[Any], candidates: Sequence[str], dkey,
              compile_one: Callable[[Any], Any], bench: Callable[[Sequence[Any]], Any]):
-        """Compile the share the daemon gave (share_index i: candidate n-i,
-        never the first, which the timing rank compiles at once) with
-        ``compile_one(config)``; a share past the list ends the help. A
-        candidate that fails to compile is the timing rank's to report:
-        logged at debug level only. A benchmark share (``answer.bench``)
+        """Compile the share the daemon gave (:func:`compile_share`, with
+        ``compile_one(config)``); a share past the list ends the help. A
+        benchmark share (``answer.bench``)
         instead benchmarks candidates on this GPU for the timing rank
         (:func:`detd._split.helper`, with ``bench(configs)``), once.
         ``objs``: the live candidates, ``candidates`` their canonical
@@ -319,12 +317,11 @@ class Wait:
                 self.benched = _split.helper(_process.client(), dkey, objs, candidates, bench)
             self.benched["helper"] = answer.share_index
             return
-        pos = len(objs) - answer.share_index
-        if pos < 1:
+        done = compile_share(compile_one, objs, candidates, answer.share_index, self.kernel)
+        if done is None:
             self.share = False
             return
-        compile_share(compile_one, objs[pos], candidates[pos], self.kernel)
-        self.shared.append(candidates[pos])
+        self.shared.append(done)
 
     def done(self, answer):
         """After a logged wait, say how it ended."""
@@ -340,11 +337,19 @@ class Wait:
                      waited)
 
 
-def compile_share(compile_one: Callable[[Any], Any], obj, candidate: str, kernel: str) -> None:
-    """Compile one share of another process's pass: ``compile_one(obj)``
-    (true when it compiled something), in the ``compile`` phase. A
-    candidate that fails to compile is the timing rank's to report:
+def compile_share(compile_one: Callable[[Any], Any], objs: Sequence[Any], candidates: Sequence[str],
+                  share_index: int, kernel: str) -> Optional[str]:
+    """Compile share ``share_index`` of another process's pass: candidate
+    n-i of ``objs`` (``candidates``: their strings), never the first,
+    which the timing rank compiles at once; with ``compile_one(obj)``
+    (true when it compiled something), in the ``compile`` phase. Returns
+    the candidate's string, or None for a share past the list (or none).
+    A candidate that fails to compile is the timing rank's to report:
     logged at debug level only."""
+    pos = len(objs) - share_index
+    if share_index < 1 or pos < 1:
+        return None
+    obj, candidate = objs[pos], candidates[pos]
     t0 = time.perf_counter()
     try:
         with _phases.phase("compile"):
@@ -353,6 +358,7 @@ def compile_share(compile_one: Callable[[Any], Any], obj, candidate: str, kernel
             _phases.compiled(time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 - the timing rank meets it again
         log.debug("detd: compiling %s of %s for the timing rank failed: %s", candidate, kernel, error_line(e))
+    return candidate
 
 
 def ask(request: tuple, share: bool, bench: bool = True):
