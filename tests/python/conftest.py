@@ -189,6 +189,13 @@ class Daemon:
         return e
 
 
+def status(daemon):
+    """The daemon's ``detctl status --json``."""
+    st = daemon.detctl("status", "--json")
+    assert st.returncode == 0, st.stderr
+    return json.loads(st.stdout)
+
+
 @pytest.fixture
 def daemon():
     _require_build()

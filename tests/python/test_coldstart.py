@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import HERE
+from conftest import HERE, status  # noqa: F401 - test_split imports it from here
 
 WORKER = os.path.join(HERE, "coldstart_worker.py")
 
@@ -62,12 +62,6 @@ def wait_until(cond, timeout=120):
     while not cond():
         assert time.monotonic() < deadline, "condition never held"
         time.sleep(0.05)
-
-
-def status(daemon):
-    st = daemon.detctl("status", "--json")
-    assert st.returncode == 0, st.stderr
-    return json.loads(st.stdout)
 
 
 def counter(st, name):

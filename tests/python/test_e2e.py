@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import HERE, run_workers
+from conftest import HERE, run_workers, status
 
 # The tests marked triton_release run on every Triton release
 # (run_matrix.sh): their outcome depends on Triton's own Autotuner, do_bench
@@ -281,12 +281,6 @@ def test_detd_run_unmodified_script(daemon, tmp_path):
     p = subprocess.run([sys.executable, "-m", "detd.run", str(script)], env=daemon.env(DETD_ON_MISS="sometimes"),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert p.returncode == 2 and "on_miss" in p.stdout and "DETD_ON_MISS" in p.stdout, p.stdout
-
-
-def status(daemon):
-    st = daemon.detctl("status", "--json")
-    assert st.returncode == 0, st.stderr
-    return json.loads(st.stdout)
 
 
 def test_designated_rank_dies_next_waiter_times(daemon, tmp_path):

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import HERE, require_module
+from conftest import HERE, require_module, status
 from gates import GATE_BOUND_S
 from detd import _canon
 
@@ -287,12 +287,6 @@ def test_a_choice_failed_in_one_process_keeps_the_selection_shared(daemon, tmp_p
     assert v.returncode == 0 and "0 divergences" in v.stdout, v.stdout + v.stderr
 
 
-def _status(daemon):
-    r = daemon.detctl("status", "--json")
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
 def test_a_selection_claimed_early_whose_pass_never_comes_is_passed_on(daemon, tmp_path, torch_ok):
     """The process that claimed a selection when Inductor was about to
     precompile it, and then never reached ``lookup`` (every choice failed
@@ -310,9 +304,9 @@ def test_a_selection_claimed_early_whose_pass_never_comes_is_passed_on(daemon, t
         while not os.path.exists(gate + ".waiting"):  # it precompiled: it holds the claim
             assert first[0].poll() is None and time.monotonic() < end, first[0].communicate()[0][-3000:]
             time.sleep(0.01)
-        assert _status(daemon)["counters"]["timing_passes"] == 1
+        assert status(daemon)["counters"]["timing_passes"] == 1
         procs.append(_start(daemon, tmp_path, "gemm", 2, "p", 1, cands_env))
-        while _status(daemon)["waiters"] < 1:  # the second waits for the first's pass
+        while status(daemon)["waiters"] < 1:  # the second waits for the first's pass
             assert procs[1][0].poll() is None and time.monotonic() < end, procs[1][0].communicate()[0][-3000:]
             time.sleep(0.01)
         open(gate, "w").close()
@@ -321,7 +315,7 @@ def test_a_selection_claimed_early_whose_pass_never_comes_is_passed_on(daemon, t
         for p, _ in procs:
             if p.poll() is None:
                 p.kill()
-    c = _status(daemon)["counters"]
+    c = status(daemon)["counters"]
     assert c["passes_passed_on"] == 1 and c["takeovers"] == 0, c
     assert holder["stats"]["early_claims"] == 1 and holder["stats"]["early_passed_on"] == 1, holder["stats"]
     assert holder["select_passes"] == 0, holder
