@@ -549,8 +549,8 @@ def test_a_claim_passed_on_reaches_a_waiter_on_another_node(tmpdir_short, etcd, 
 
     ns = nodes(2)
     go, done = Path(tmpdir_short) / "go", Path(tmpdir_short) / "done"
-    holder = subprocess.Popen([sys.executable, "-c", PASSING_RANK, str(CLIENT), ns[0].socket, str(go), str(done),
-                               KERNEL, "p:0"], stdout=subprocess.PIPE, text=True, env=client_env())
+    holder = subprocess.Popen([sys.executable, "-c", PASSING_RANK, str(CLIENT), ns[0].socket, KERNEL, "p:0", str(go),
+                               str(done)], stdout=subprocess.PIPE, text=True, env=client_env())
     try:
         assert holder.stdout.readline().split()[:2] == ["DESIGNATED", "1"]
         mark = ns[1].log_size()

@@ -251,25 +251,33 @@ def test_observation_cannot_be_overwritten_and_verify_shows_who_the_daemon_saw(t
 
 # ---- nothing waits without a bound ----------------------------------------------
 
-REJECTING_RANK = r"""
+# An attached process designated for KEY of KERNEL: says so with whether
+# its daemon passes claims on and the claim id, then waits for GO.
+#   python -c DESIGNATED_RANK+tail CLIENT SOCKET KERNEL KEY GO [more]
+DESIGNATED_RANK = r"""
 import ctypes, os, sys, time
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
 import detd_client as dc
-sock, go, kernel = sys.argv[2], sys.argv[3], sys.argv[4]
+sock, kernel, keystr, go = sys.argv[2:6]
 lib = dc.load()
+lib.detd_claim_pass_on.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(dc.Key), ctypes.c_int64]
+lib.detd_client_can_pass_on.argtypes = [ctypes.c_void_p]
 ident = dc.Identity(b"node-a", 0, 0, 16, b"Test GPU", b"sm90", 132, b"it")
 cl = ctypes.c_void_p()
 assert lib.detd_client_open(sock.encode(), ctypes.byref(ident), ctypes.byref(cl)) == 0
 cands = [f"BLOCK={16 << i},num_warps=4".encode() for i in range(4)]
 arr = (ctypes.c_char_p * 4)(*cands)
-key = dc.Key(None, b"sm90", kernel.encode(), b"i:0", arr, 4, None)
+key = dc.Key(None, b"sm90", kernel.encode(), keystr.encode(), arr, 4, None)
 ans = ctypes.POINTER(dc.Answer)()
 assert lib.detd_decide(cl, ctypes.byref(key), 0, 60000, ctypes.byref(ans)) == 0
 assert ans.contents.outcome == dc.DESIGNATED
-print("DESIGNATED", flush=True)
+print("DESIGNATED", lib.detd_client_can_pass_on(cl), ans.contents.claim_id, flush=True)
 while not os.path.exists(go):
     time.sleep(0.005)
-# Every candidate failed: the daemon cannot pick a winner.
+"""
+
+# ... then reports every candidate failed: the daemon cannot pick a winner.
+REJECTING_RANK = DESIGNATED_RANK + r"""
 tms = [dc.Timing(c, None, 0, 1) for c in cands]
 tarr = (dc.Timing * 4)(*tms)
 rep = ctypes.POINTER(dc.Answer)()
@@ -286,9 +294,9 @@ def test_rejected_report_ends_the_claim_and_every_waiter_gets_the_reason_at_once
     timeout_ms = 30000  # each waiter's bound
     try:
         go = tmpdir_short / "go"
-        h = subprocess.Popen([sys.executable, "-c", REJECTING_RANK, str(CLIENT), d.socket, str(go), KERNEL],
+        h = subprocess.Popen([sys.executable, "-c", REJECTING_RANK, str(CLIENT), d.socket, KERNEL, "i:0", str(go)],
                              stdout=subprocess.PIPE, text=True)
-        assert h.stdout.readline().strip() == "DESIGNATED"
+        assert h.stdout.readline().split()[0] == "DESIGNATED"
         ws = [d.client("--keys", 1, "--rank", r, "--timeout-ms", timeout_ms, out=tmpdir_short / f"w{r}.json")
               for r in range(1, n + 1)]
         poll(f"{n} waiters", lambda: d.status()["waiters"] == n)
@@ -317,26 +325,10 @@ def test_rejected_report_ends_the_claim_and_every_waiter_gets_the_reason_at_once
         d.stop()
 
 
-PASSING_RANK = r"""
-import ctypes, os, sys, time
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import detd_client as dc
-sock, go, done, kernel, keystr = sys.argv[2:7]
-lib = dc.load()
-lib.detd_claim_pass_on.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(dc.Key), ctypes.c_int64]
-lib.detd_client_can_pass_on.argtypes = [ctypes.c_void_p]
-ident = dc.Identity(b"node-a", 0, 0, 16, b"Test GPU", b"sm90", 132, b"it")
-cl = ctypes.c_void_p()
-assert lib.detd_client_open(sock.encode(), ctypes.byref(ident), ctypes.byref(cl)) == 0
-cands = [f"BLOCK={16 << i},num_warps=4".encode() for i in range(4)]
-arr = (ctypes.c_char_p * 4)(*cands)
-key = dc.Key(None, b"sm90", kernel.encode(), keystr.encode(), arr, 4, None)
-ans = ctypes.POINTER(dc.Answer)()
-assert lib.detd_decide(cl, ctypes.byref(key), 0, 60000, ctypes.byref(ans)) == 0
-assert ans.contents.outcome == dc.DESIGNATED
-print("DESIGNATED", lib.detd_client_can_pass_on(cl), ans.contents.claim_id, flush=True)
-while not os.path.exists(go):
-    time.sleep(0.005)
+# ... then passes its claim on, twice, and stays attached until DONE (the
+# argument after GO) exists.
+PASSING_RANK = DESIGNATED_RANK + r"""
+done = sys.argv[6]
 claim = ans.contents.claim_id
 rc = lib.detd_claim_pass_on(cl, claim, ctypes.byref(key), 60000)
 again = lib.detd_claim_pass_on(cl, claim, ctypes.byref(key), 60000)  # no longer held
@@ -358,8 +350,8 @@ def test_a_claim_passed_on_designates_the_oldest_waiter_and_tells_nobody_else(tm
     procs = []
     try:
         go, done = tmpdir_short / "go", tmpdir_short / "done"
-        h = subprocess.Popen([sys.executable, "-c", PASSING_RANK, str(CLIENT), d.socket, str(go), str(done),
-                              KERNEL, "i:0"], stdout=subprocess.PIPE, text=True)
+        h = subprocess.Popen([sys.executable, "-c", PASSING_RANK, str(CLIENT), d.socket, KERNEL, "i:0", str(go),
+                              str(done)], stdout=subprocess.PIPE, text=True)
         procs.append(h)
         line = h.stdout.readline().split()
         assert line[:2] == ["DESIGNATED", "1"], line  # the daemon names the feature
@@ -392,8 +384,8 @@ def test_a_claim_passed_on_designates_the_oldest_waiter_and_tells_nobody_else(tm
 
         # No waiter: dropped; the next asker is designated and times.
         go2, done2 = tmpdir_short / "go2", tmpdir_short / "done2"
-        h2 = subprocess.Popen([sys.executable, "-c", PASSING_RANK, str(CLIENT), d.socket, str(go2), str(done2),
-                               KERNEL, "i:1"], stdout=subprocess.PIPE, text=True)
+        h2 = subprocess.Popen([sys.executable, "-c", PASSING_RANK, str(CLIENT), d.socket, KERNEL, "i:1", str(go2),
+                               str(done2)], stdout=subprocess.PIPE, text=True)
         procs.append(h2)
         assert h2.stdout.readline().split()[:2] == ["DESIGNATED", "1"]
         assert d.status()["open_claims"] == 1
@@ -420,9 +412,9 @@ def test_a_failed_pass_records_who_the_daemon_saw_report_it(tmpdir_short):
     try:
         go = tmpdir_short / "go"
         go.write_text("")
-        h = subprocess.Popen([sys.executable, "-c", REJECTING_RANK, str(CLIENT), d.socket, str(go), KERNEL],
+        h = subprocess.Popen([sys.executable, "-c", REJECTING_RANK, str(CLIENT), d.socket, KERNEL, "i:0", str(go)],
                              stdout=subprocess.PIPE, text=True)
-        assert h.stdout.readline().strip() == "DESIGNATED"
+        assert h.stdout.readline().split()[0] == "DESIGNATED"
         line = h.stdout.readline().split()
         assert line[0] == "REPORTED" and int(line[1]) != 0, line
         assert h.wait(DEADLINE) == 0
