@@ -22,7 +22,7 @@ from test_promises import (CANDS, DEADLINE, KERNEL, _decode, _f, dkey, held_for_
                            raw_call, raw_decide, ready_waiter, result)
 
 NOBODY = 65534
-PERMISSION_DENIED, FAILED_PRECONDITION = 7, 9
+INVALID_ARGUMENT, PERMISSION_DENIED, FAILED_PRECONDITION = 3, 7, 9
 TIMEOUT = 4  # Outcome OUTCOME_TIMEOUT
 
 
@@ -401,6 +401,79 @@ def test_a_claim_passed_on_designates_the_oldest_waiter_and_tells_nobody_else(tm
         assert counter(d.status(), "passes_passed_on") == 2
         done2.write_text("")
         assert h2.wait(DEADLINE) == 0
+    finally:
+        for p in procs:
+            stop(p)
+        d.stop()
+
+
+# ... then sends the raw Reports of BODIES (hex, a line each) from its own
+# process (libdetd_probe: the daemon sees this session's pid), prints each
+# status, and once THEN exists passes its claim on as libdetd does.
+#   python -c RAW_PASSING_RANK CLIENT SOCKET KERNEL KEY GO BODIES THEN
+RAW_PASSING_RANK = DESIGNATED_RANK + r"""
+bodies, then = sys.argv[6:8]
+probe = ctypes.CDLL(str(dc.BUILD / "tests" / "libdetd_probe.so"))
+probe.detd_probe_call.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
+                                  ctypes.c_long, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t,
+                                  ctypes.c_void_p, ctypes.c_void_p]
+for hx in open(bodies).read().split():
+    body = bytes.fromhex(hx)
+    code, msg = ctypes.c_int(-1), ctypes.create_string_buffer(4096)
+    assert probe.detd_probe_call(sock.encode(), b"/detd.v1.Decider/Report", body, len(body), 10000,
+                                 ctypes.byref(code), msg, len(msg), None, None) == 0
+    print("RAW", code.value, msg.value.decode(), flush=True)
+while not os.path.exists(then):
+    time.sleep(0.005)
+print("PASSED", lib.detd_claim_pass_on(cl, ans.contents.claim_id, ctypes.byref(key), 60000), flush=True)
+lib.detd_client_close(cl)
+"""
+
+
+def test_a_pass_on_carrying_timings_or_an_env_error_is_refused_and_the_claim_stays(tmpdir_short):
+    """A pass-on says the key was not timed: the claim's own session
+    sending one with timings, or with an environment error, gets
+    INVALID_ARGUMENT naming what came with it, and nothing happens to the
+    claim: nothing is stored, the waiter still waits, and the plain
+    pass-on that follows designates it."""
+    d = Daemon(tmpdir_short).start()
+    procs = []
+    try:
+        go, bodies, then = tmpdir_short / "go", tmpdir_short / "bodies", tmpdir_short / "then"
+        h = subprocess.Popen([sys.executable, "-c", RAW_PASSING_RANK, str(CLIENT), d.socket, KERNEL, "i:0", str(go),
+                              str(bodies), str(then)], stdout=subprocess.PIPE, text=True)
+        procs.append(h)
+        line = h.stdout.readline().split()
+        assert line[:2] == ["DESIGNATED", "1"], line
+        claim, session = int(line[2]), session_of(d, h.pid)
+        head = _f(1, 1) + _f(2, identity(0)) + _f(3, session) + _f(4, claim) + _f(5, dkey("i:0"))
+        with_timings = report_body(claim, CANDS[0], session=session) + _f(10, 1)
+        with_env_error = head + _f(8, "no device") + _f(10, 1)
+        bodies.write_text(with_timings.hex() + "\n" + with_env_error.hex() + "\n")
+        w = d.client("--keys", 1, "--rank", 1, "--sleep-ms", 1, out=tmpdir_short / "w.json")
+        procs.append(w)
+        poll("the waiter", lambda: d.status()["waiters"] == 1)
+        go.write_text("")
+        for what in ("timings", "env_error"):
+            tag, code, msg = h.stdout.readline().rstrip("\n").split(" ", 2)
+            assert tag == "RAW" and int(code) == INVALID_ARGUMENT, (what, code, msg)
+            assert msg.startswith("pass_on: a claim passed on carries no %s " % what), msg
+            assert "the claim is still held" in msg, msg
+        st = d.status()
+        assert st["open_claims"] == 1 and st["waiters"] == 1 and st["decisions"] == 0, st
+        assert counter(st, "rejected") == 2 and counter(st, "reports_refused") == 0, st
+        assert counter(st, "passes_passed_on") == 0 and counter(st, "reports_rejected") == 0, st
+        assert counter(st, "passes_env_released") == 0 and counter(st, "timing_passes") == 1, st
+        assert w.poll() is None
+        # The claim is whole: the holder's plain pass-on designates the waiter.
+        then.write_text("")
+        assert h.stdout.readline().split() == ["PASSED", "0"]
+        assert w.wait(DEADLINE) == 0
+        e = result(tmpdir_short / "w.json")["keys"]["i:0"]
+        assert e["timed"] and not e["takeover"], e
+        st = d.status()
+        assert counter(st, "passes_passed_on") == 1 and st["decisions"] == 1, st
+        assert h.wait(DEADLINE) == 0
     finally:
         for p in procs:
             stop(p)
