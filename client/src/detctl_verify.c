@@ -172,6 +172,10 @@ static const char *tuner_kind(const char *kernel) {
         return "inductor";
     if (strncmp(kernel, "native::", 8) == 0)
         return "native";
+    if (strncmp(kernel, "helion::", 8) == 0)
+        return "helion";
+    if (strncmp(kernel, "timing::", 8) == 0)
+        return "timing"; /* a call site timing outside detd (detd._timing) */
     return "triton";
 }
 
@@ -560,10 +564,11 @@ static void print_text(const json_t *doc) {
                json_string_value(json_object_get(f, "arch")),
                json_string_value(json_object_get(f, "message")));
     detctl_nondet_print(doc);
-    static const char *const kinds[] = {"triton", "inductor", "native"};
+    static const char *const kinds[] = {"triton", "inductor", "native",
+                                        "helion", "timing"};
     char line[256] = "";
     size_t len = 0;
-    for (size_t m = 0; m < 3; m++) {
+    for (size_t m = 0; m < sizeof kinds / sizeof *kinds; m++) {
         size_t nk = 0, ng = 0;
         json_array_foreach(json_object_get(doc, "autotuners"), i, f) {
             if (strcmp(json_string_value(json_object_get(f, "kind")),

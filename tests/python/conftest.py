@@ -51,7 +51,7 @@ MODULE_SECONDS = {"test_inductor.py": 123, "test_e2e.py": 102, "test_coldstart.p
                   "test_conformance.py": 59, "test_helion.py": 42, "test_split.py": 30,
                   "test_patterns.py": 28, "test_e2e_committed.py": 26, "test_cache_tuner.py": 19,
                   "test_verify_hook.py": 17, "test_record.py": 13, "test_timing_lock.py": 12,
-                  "test_final.py": 11, "test_megatron_coexist.py": 9, "test_hook_unit.py": 5,
+                  "test_final.py": 11, "test_timing.py": 11, "test_megatron_coexist.py": 9, "test_hook_unit.py": 5,
                   "test_nondet.py": 3}
 
 
@@ -194,6 +194,18 @@ def status(daemon):
     st = daemon.detctl("status", "--json")
     assert st.returncode == 0, st.stderr
     return json.loads(st.stdout)
+
+
+def run_worker(daemon, worker, *args, **env):
+    """Run ``worker`` (a script here) against ``daemon`` with ``env`` on
+    top of its environment and this directory on the path; it must exit
+    0. Returns (its last stdout line as JSON, its stderr)."""
+    e = daemon.env(**env)
+    e["PYTHONPATH"] = HERE + os.pathsep + e.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, os.path.join(HERE, worker), *args], env=e, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr + daemon.log()
+    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
 
 
 @pytest.fixture

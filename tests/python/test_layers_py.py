@@ -57,6 +57,7 @@ LAYERS = [
     ("_nondet",       6,    ("_native", "_process")),
     ("_measure",      6,    ("_phases", "_process", "_samples")),
     ("_early",        6,    ("_native", "_process")),
+    ("_timing",       6,    ("_imports", "_native", "_process", "_triton")),
     ("_hook",         7,    ("_audit", "_canon", "_loop", "_measure", "_native", "_phases", "_policy", "_process",
                              "_provenance", "_samples", "_split", "_triton")),
     ("_inductor",     7,    ("_canon", "_coordesc", "_early", "_imports", "_loop", "_measure", "_native",
@@ -64,7 +65,7 @@ LAYERS = [
     ("_helion",       7,    ("_canon", "_imports", "_loop", "_native", "_process", "_triton")),
     ("_capture",      7,    ("_imports", "_loop", "_policy", "_process")),
     ("detd",          8,    ("_audit", "_capture", "_daemon", "_helion", "_hook", "_inductor", "_loop",
-                             "_megatron", "_native", "_nondet", "_phases", "_policy", "_process")),
+                             "_megatron", "_native", "_nondet", "_phases", "_policy", "_process", "_timing")),
     ("run",           9,    ("detd",)),
     ("__main__",     10,    ("run",)),
 ]

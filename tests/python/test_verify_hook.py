@@ -3,25 +3,17 @@
 TORCHELASTIC_RUN_ID, a launch that raised, the determinism audit's
 findings, and an ungoverned Autotuner subclass with why."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import HERE
+from conftest import run_worker
 
 # Runs on every Triton release (run_matrix.sh): it drives the hook through Triton's own API.
 pytestmark = pytest.mark.triton_release
 
 
 def run(daemon, what, **env):
-    e = daemon.env(**env)
-    e["PYTHONPATH"] = HERE + os.pathsep + e.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, os.path.join(HERE, "verify_worker.py"), what], env=e, capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr + daemon.log()
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return run_worker(daemon, "verify_worker.py", what, **env)[0]
 
 
 def verify(daemon, *args):

@@ -115,6 +115,9 @@ def install(mode: Optional[str] = None, scope=None, on_miss: Optional[str] = Non
 
         _inductor.install()  # torch.compile's autotuners: now, or when Inductor is imported
         _capture.install()  # CUDA graph captures wait for final decisions (detd._capture)
+        from . import _timing
+
+        _timing.install()  # benchmarker calls outside every governed tuner, named (detd._timing)
         from . import _audit
 
         if _audit.enabled():
@@ -234,8 +237,12 @@ def autotuners() -> List[dict]:
     ``selections`` (max-autotune selections seen, and timed). Helion's
     (``kind`` ``helion``, kernel ``helion::module:qualname@guard``; each
     key's ``config`` is Helion's config JSON, ``string`` the committed
-    string; see :mod:`detd._helion`) once a Helion kernel autotuned."""
-    from . import _helion, _hook, _inductor, _loop
+    string; see :mod:`detd._helion`) once a Helion kernel autotuned. Call
+    sites that time candidates with ``triton.testing``'s benchmarkers
+    outside every tuner detd governs or lists (``kind`` ``timing``, kernel
+    ``timing::module:qualname``, ``governed`` False, ``calls``,
+    ``benchmarkers``; see :mod:`detd._timing`): their choice is not seen."""
+    from . import _helion, _hook, _inductor, _loop, _timing
 
     out = _hook.records()
     replaced = _loop.replaced()
@@ -246,6 +253,7 @@ def autotuners() -> List[dict]:
                 k["replaced_by"] = replaced[(r["kernel"], k["key"])]
     out.extend(_inductor.records())
     out.extend(_helion.records())
+    out.extend(_timing.records())
     st = _inductor.status()
     if st["status"] != "not loaded":
         out.append(dict(kind="inductor", kernel="inductor::*", name="inductor::*",
@@ -276,17 +284,20 @@ def stats() -> dict:
     ahead of their pass (:mod:`detd._early`): ``early_claims``,
     ``early_waits``, ``early_passed_on``, ``early_pass_on_errors``; the CUDA
     graph captures checked:
-    ``capture_checks``, ``capture_warnings``, ``capture_refused``; and
+    ``capture_checks``, ``capture_warnings``, ``capture_refused``; timing
+    outside detd (:mod:`detd._timing`): ``timing_outside`` (benchmarker
+    calls), ``timing_sites``, ``timing_send_errors``; and
     ``phases``: where this process's resolves of new keys spent their wall
     time (compile, benchmark, remeasure, waiting, daemon, other; see
     :mod:`detd._phases`; ``DETD_PHASES=<path>`` also writes it at exit)."""
-    from . import _capture, _hook, _inductor, _loop, _phases, _process
+    from . import _capture, _hook, _inductor, _loop, _phases, _process, _timing
 
     out = dict(_process.client_stats())
     out.update(_hook.counts())
     out.update(_inductor.counts())
     out.update(_loop.final_counts())
     out.update(_capture.counts())
+    out.update(_timing.counts())
     out["phases"] = _phases.snapshot()
     return out
 

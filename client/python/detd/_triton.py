@@ -74,6 +74,9 @@ __all__ = [
     "replay",
     "ungoverned_classes",
     "class_names",
+    "TESTING",
+    "wrap_benchmarkers",
+    "call_site",
 ]
 
 SUPPORTED = ((3, 3), (3, 9))  # oldest and newest minor release checked
@@ -802,3 +805,59 @@ def patch(active, full_run, resolve_direct, bypassed=None, cache_governed=None) 
     if "__init_subclass__" not in at.Autotuner.__dict__:
         at.Autotuner.__init_subclass__ = classmethod(_on_subclass)
     return True
+
+
+# ---------------------------------------------------------------- benchmarkers
+
+TESTING = "triton.testing"  # the module of Triton's benchmarkers
+_BENCHMARKERS = ("do_bench", "do_bench_cudagraph")
+
+
+def wrap_benchmarkers(on_call) -> List[str]:
+    """Wrap ``triton.testing``'s ``do_bench`` and ``do_bench_cudagraph``
+    (once per process; the module must be imported): each call first runs
+    ``on_call(name, frame)`` with the benchmarker's name and its caller's
+    frame (for :func:`call_site`), then Triton's function. Returns the
+    names wrapped now."""
+    mod = sys.modules.get(TESTING)
+    done = []
+    for name in _BENCHMARKERS:
+        fn = getattr(mod, name, None)
+        if not callable(fn) or getattr(fn, "__detd_original__", None) is not None:
+            continue
+
+        setattr(mod, name, _watched(name, fn, on_call))
+        done.append(name)
+    return done
+
+
+def _watched(name: str, fn, on_call):
+    def wrapper(*args, **kwargs):
+        on_call(name, sys._getframe(1))
+        return fn(*args, **kwargs)
+
+    functools.update_wrapper(wrapper, fn)
+    wrapper.__detd_original__ = fn
+    return wrapper
+
+
+def _under(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def call_site(frame, listed, library, max_frames: int) -> Optional[str]:
+    """The call site (``module:qualname``) of a call made from ``frame``:
+    the first frame, walking out, whose module is not under ``library``;
+    None when a frame of a module under ``listed`` is among the first
+    ``max_frames``, or no call site was found there."""
+    site = None
+    n = 0
+    while frame is not None and n < max_frames:
+        module = str(frame.f_globals.get("__name__", "?"))
+        if _under(module, listed):
+            return None
+        if site is None and not _under(module, library):
+            code = frame.f_code
+            site = f"{module}:{getattr(code, 'co_qualname', code.co_name)}"
+        frame, n = frame.f_back, n + 1
+    return site
