@@ -4,6 +4,8 @@ interpreter, two processes against a real daemon. The search itself is
 the worker's CPU-timed one (helion_worker.py says why); Helion's default
 search runs on the GPU in tests/gpu/run_helion.py."""
 
+import json
+
 import pytest
 
 from conftest import require_module, run_workers
@@ -29,6 +31,13 @@ def test_one_search_for_the_job_same_config_same_bytes_and_rerun_searches_nothin
         assert k["candidates"][1].startswith("search:helion.cpu_search;tune="), k
     assert sorted(e[0]["keys"][0]["timed_here"] for e in entries) == [False, True]
     assert entries[0][0]["keys"][0]["string"] == entries[1][0]["keys"][0]["string"]
+    # How it was timed: the search that ran (the worker's), its effort
+    # (the timing lock is off on a CPU: DETD_TIMING_LOCK=auto).
+    (d,) = [d for d in json.loads(daemon.detctl("decisions", "--json").stdout)["decisions"]
+            if d["kernel"].startswith("helion::")]
+    b = d["timing"]["benchmarker"]
+    assert b["name"] == "__main__:CpuSearch" and b["timing_lock"] is False, d
+    assert b["return_mode"].startswith("the best config of Helion's search (autotune_effort="), d
     # Run 2 (a rerun, one process: each costs Helion's import, ~10 s of
     # CPU): the decision store answers; nothing is searched.
     run2 = run_workers(daemon, 1, tmp_path, script=WORKER, tag="b")

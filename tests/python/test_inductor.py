@@ -165,6 +165,12 @@ def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
     by = {(d["kernel"], d["key"]): d for d in rows}
     for key, entry in keys.items():
         assert by[key]["config"] == entry["config"]
+    # How each was timed: Inductor's benchmarker by its class (the timing
+    # lock is off on a CPU: DETD_TIMING_LOCK=auto).
+    for d in (by[key] for key in keys if by[key]["source"] == "timed"):
+        b = d["timing"]["benchmarker"]
+        assert b["name"] == "torch._inductor.runtime.benchmarking:InductorBenchmarker", d
+        assert b["timing_lock"] is False and "Inductor's own settings" in b["return_mode"], d
     v = daemon.detctl("verify")
     assert v.returncode == 0, v.stdout + v.stderr
 

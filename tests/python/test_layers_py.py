@@ -62,7 +62,7 @@ LAYERS = [
                              "_provenance", "_samples", "_split", "_triton")),
     ("_inductor",     7,    ("_canon", "_coordesc", "_early", "_imports", "_loop", "_measure", "_native",
                              "_process", "_provenance", "_triton")),
-    ("_helion",       7,    ("_canon", "_imports", "_loop", "_native", "_process", "_triton")),
+    ("_helion",       7,    ("_canon", "_imports", "_loop", "_native", "_process", "_provenance", "_triton")),
     ("_capture",      7,    ("_imports", "_loop", "_policy", "_process")),
     ("detd",          8,    ("_audit", "_capture", "_daemon", "_helion", "_hook", "_inductor", "_loop",
                              "_megatron", "_native", "_nondet", "_phases", "_policy", "_process", "_timing")),

@@ -50,7 +50,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import _canon, _imports, _loop, _native, _process, _triton
+from . import _canon, _imports, _loop, _native, _process, _provenance, _triton
 
 __all__ = ["install", "governed", "records", "searches"]
 
@@ -231,6 +231,17 @@ def searches() -> int:
     return _st.searches
 
 
+def _search_bench(inner, effort) -> Dict[str, Any]:
+    """How a Helion search timed, for the decision's provenance: the
+    search's class (``module:qualname``; the one a cache wrapper holds in
+    ``autotuner``) and its effort. Helion's own benchmarker times each
+    config; its warmup and rep are not known here (0)."""
+    search = getattr(inner, "autotuner", None) or inner
+    t = type(search)
+    return {"benchmarker": f"{t.__module__}:{t.__qualname__}",
+            "return_mode": f"the best config of Helion's search (autotune_effort={effort})"}
+
+
 class _Governed:
     """What the wrapped ``autotuner_fn`` returns: ``autotune()`` resolves
     the key through the daemon; the inner search runs only where the
@@ -277,9 +288,11 @@ class _Governed:
         found: Dict[str, Any] = {}
 
         def time_pass(_answer):
-            with _process.timing_lock():
+            with _process.timing_lock() as held:
                 inner, cfg = self._search(skip_cache)
             found["config"] = cfg
+            found["how"] = _provenance.describe(
+                _search_bench(inner, self.bk.settings.autotune_effort), held.locked, name)
             s = space.string(cfg)
             if s is None:
                 raise _loop.PassFailedError(kernel, key, f"the config Helion found ({cfg}) is outside its "
@@ -289,7 +302,7 @@ class _Governed:
                 perf = getattr(getattr(inner, "autotuner", None), "best_perf_so_far", math.inf)
             return [(s, [float(perf) if math.isfinite(perf) else 1.0], False)]
 
-        res = _loop.resolve(dkey, kernel, key, triton_v, time_pass)
+        res = _loop.resolve(dkey, kernel, key, triton_v, time_pass, timing=lambda: found.get("how"))
         ans, reason = res.answer, res.reason
         if res.report_error is not None:
             raise _loop.PassFailedError(kernel, key, str(res.report_error)) from res.report_error

@@ -448,6 +448,14 @@ def governed(name: str) -> bool:
     return _governing() and _process.settings().is_governed(name)
 
 
+def _bench() -> Dict[str, Any]:
+    """Inductor's benchmarker, for provenance: the class of torch's
+    ``benchmarker`` (``module:qualname``), with Inductor's own settings."""
+    b = getattr(sys.modules.get("torch._inductor.runtime.benchmarking"), "benchmarker", None)
+    name = "inductor" if b is None else f"{type(b).__module__}:{type(b).__qualname__}"
+    return {"benchmarker": name, "return_mode": "torch.compile's autotuning, with Inductor's own settings"}
+
+
 def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
            time_pass: Callable[[], List[Tuple[str, List[float], bool]]],
            cheapest: Callable[[Sequence[str]], str],
@@ -490,8 +498,7 @@ def decide(kernel: str, name: str, key: str, candidates: Sequence[str],
                 prepare()
             with _process.timing_lock() as held:  # one pass at a time per GPU, as Triton's
                 rows = [r for r in time_pass() if usable(r[0])]
-            # Inductor's own benchmarker, with its own settings.
-            how = _provenance.describe({"benchmarker": "inductor"}, held.locked, kernel)
+            how = _provenance.describe(_bench(), held.locked, kernel)
             timings = {s: ms[0] if len(ms) == 1 else ms for s, ms, _ in rows}
             if not rows or all(f for _, _, f in rows):
                 rows = rows or [(configs[0], [float("inf")], True)]
