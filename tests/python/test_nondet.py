@@ -17,7 +17,7 @@ from conftest import HERE
 def test_nondeterministic_op_sdpa_backend_and_settings_reach_verify(daemon):
     env = []
     for rank in (0, 1):
-        e = daemon.env(RANK=rank, WORLD_SIZE=2, DETD_AUDIT=1, DETD_JOB="nondet")
+        e = daemon.env(RANK=rank, WORLD_SIZE=2, DETD_AUDIT=1, DETD_JOB="nondet", PYTORCH_TUNABLEOP_ENABLED=1)
         e["PYTHONPATH"] = HERE + os.pathsep + e.get("PYTHONPATH", "")
         env.append(e)
     # Both ranks at once (one worker's start-up costs most of the time).
@@ -55,6 +55,11 @@ def test_nondeterministic_op_sdpa_backend_and_settings_reach_verify(daemon):
     det = rt[("setting", "torch.use_deterministic_algorithms")]
     assert det["values"][0]["value"] == "False (the audit set warn_only)" and det["ranks"] == [0, 1], det
     assert rt[("setting", "CUBLAS_WORKSPACE_CONFIG")]["values"][0]["value"] == "unset", rt
+    # PyTorch's GEMM tuner, read from its variables on a CPU build (it
+    # tunes only CUDA and ROCm GEMMs: named, not nondeterministic here).
+    tun = rt[("setting", "TunableOp")]
+    assert tun["values"][0]["value"] == "on, tuning (PYTORCH_TUNABLEOP_ENABLED)" and tun["ranks"] == [0, 1], tun
+    assert not tun["nondeterministic"], tun
     assert not [a for a in doc["autotuners"] if a["kernel"].startswith("runtime::")], doc["autotuners"]
 
     r = daemon.detctl("verify", "--strict-determinism")

@@ -152,6 +152,21 @@ def _strict(torch) -> bool:
     return bool(on and not warn_only)
 
 
+def _tunableop(torch) -> str:
+    """PyTorch's own GEMM autotuner (``torch.cuda.tunable``): ``off``,
+    ``on, tuning`` or ``on, not tuning``, from torch where its build has
+    TunableOp, else from the variables it reads at start."""
+    try:
+        t = torch.cuda.tunable
+        on, tuning = bool(t.is_enabled()), bool(t.tuning_is_enabled())
+        where = "torch.cuda.tunable"
+    except Exception:  # noqa: BLE001 - a build without TunableOp (CPU): its variables
+        on = os.environ.get("PYTORCH_TUNABLEOP_ENABLED", "0").strip() == "1"
+        tuning = os.environ.get("PYTORCH_TUNABLEOP_TUNING", "1").strip() != "0"
+        where = "PYTORCH_TUNABLEOP_ENABLED"
+    return "off" if not on else f"on, {'tuning' if tuning else 'not tuning'} ({where})"
+
+
 def _settings(torch) -> None:
     cuda, strict = _cuda(torch), _strict(torch)
     b = torch.backends
@@ -174,6 +189,10 @@ def _settings(torch) -> None:
         ("torch.backends.cudnn.benchmark", lambda: b.cudnn.benchmark,
          lambda v: "cuDNN benchmarks convolution algorithms in each process, so ranks may run different ones: "
                    "set torch.backends.cudnn.benchmark = False" if (v and cuda) else ""),
+        ("TunableOp", lambda: _tunableop(torch),
+         lambda v: "TunableOp times GEMM solutions in each process, so ranks may run different ones: tune once "
+                   "and give every rank the same results file with tuning off (PYTORCH_TUNABLEOP_TUNING=0)"
+                   if (v.startswith("on, tuning") and cuda) else ""),
         ("torch.backends.cuda.matmul.allow_tf32", lambda: b.cuda.matmul.allow_tf32, None),
         ("torch.backends.cudnn.allow_tf32", lambda: b.cudnn.allow_tf32, None),
         ("torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
