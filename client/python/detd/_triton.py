@@ -825,7 +825,6 @@ def wrap_benchmarkers(on_call) -> List[str]:
         fn = getattr(mod, name, None)
         if not callable(fn) or getattr(fn, "__detd_original__", None) is not None:
             continue
-
         setattr(mod, name, _watched(name, fn, on_call))
         done.append(name)
     return done
