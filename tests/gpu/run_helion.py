@@ -129,6 +129,9 @@ def main():
         rerun = procs(a.procs, "detd", work, "detd2", {**extra, "DETD_JOB": "rerun"})
         st2 = d.status()
         verify = d.detctl("verify", "--job", "run1")
+        decs = json.loads(d.detctl("decisions", "--json").stdout)["decisions"]
+        bench = sorted({json.dumps((x.get("timing") or {}).get("benchmarker")) for x in decs
+                        if x["kernel"].startswith("helion::")})
     finally:
         d.stop()
 
@@ -151,6 +154,7 @@ def main():
         ("first call s incl. search, median (alone / run 1 / rerun)",
          " / ".join(f"{med(x, 'first_s'):.1f}" for x in (alone, run1, rerun))),
         ("detctl verify run 1", "ok" if verify.returncode == 0 else f"FAIL ({verify.returncode})"),
+        ("provenance: benchmarker of the decision", "; ".join(bench)),
     ]
     print(f"\nHelion matmul 2048^3 bf16, effort quick, {search}, {a.procs} processes")
     print("| measure | value |\n|---|---|")
