@@ -51,7 +51,7 @@ MODULE_SECONDS = {"test_inductor.py": 123, "test_e2e.py": 102, "test_coldstart.p
                   "test_conformance.py": 59, "test_helion.py": 42, "test_split.py": 30,
                   "test_patterns.py": 28, "test_e2e_committed.py": 26, "test_cache_tuner.py": 19,
                   "test_verify_hook.py": 17, "test_record.py": 13, "test_timing_lock.py": 12,
-                  "test_final.py": 11, "test_timing.py": 11, "test_megatron_coexist.py": 9, "test_hook_unit.py": 5,
+                  "test_final.py": 11, "test_timing.py": 15, "test_megatron_coexist.py": 9, "test_hook_unit.py": 5,
                   "test_nondet.py": 3}
 
 

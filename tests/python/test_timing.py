@@ -77,3 +77,14 @@ def test_nothing_is_named_when_detd_does_not_govern(daemon):
     out, err = run(daemon, "outside", RANK=0, WORLD_SIZE=1, DETD_MODE="auto")
     assert out["outside"]["timed"] == 3 and out["bench_runs"] == 3, out
     assert out["timing"] == [] and out["stats"]["timing_outside"] == 0, out
+
+
+def test_past_the_most_call_sites_calls_are_counted_not_listed(daemon):
+    out, err = run(daemon, "many", RANK=0, WORLD_SIZE=1)
+    assert out["many"] == "ok" and out["bench_runs"] == 70, out  # every call still ran
+    assert out["stats"] == {"timing_outside": 70, "timing_sites": 64, "timing_send_errors": 0}, out
+    assert len(out["timing"]) == 64 and {t["calls"] for t in out["timing"]} == {1}, out["timing"]
+    assert [t["name"] for t in out["timing"]] == [f"timing_sites:site_{i:02d}" for i in range(64)], out["timing"]
+    assert err.count("more than 64 call sites time with triton.testing outside detd") == 1, err
+    doc = json.loads(daemon.detctl("verify", "--json").stdout)
+    assert len([t for t in doc["autotuners"] if t["kind"] == "timing"]) == 64, doc["autotuners"]

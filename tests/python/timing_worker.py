@@ -8,7 +8,8 @@ timed once, then its own cache answers). ``governed``: its
 ``@triton.autotune`` kernel with Triton's default benchmarker
 (``triton.testing.do_bench`` through the driver): detd's timing pass.
 ``script``: the program itself calls ``do_bench`` and
-``do_bench_cudagraph`` (no tuner).
+``do_bench_cudagraph`` (no tuner). ``many``: 70 call sites, one call
+each.
 
 What cannot run here, and its stand-in: Triton's benchmarkers need a GPU
 driver (``triton.runtime.driver.active``). ``CpuBenchDriver`` gives them a
@@ -100,6 +101,14 @@ for case in sys.argv[1].split(","):
         except Exception as e:  # noqa: BLE001 - the script's own failure, not detd's
             out["cudagraph"] = type(e).__name__
         out["script"] = "ok"
+    elif case == "many":  # more call sites than detd lists (detd._timing.MAX_SITES)
+        y = torch.empty_like(x)
+        for i in range(70):
+            ns = {"__name__": "timing_sites", "tk": tk, "x": x, "y": y, "triton": triton}
+            exec(compile(f"def site_{i:02d}():\n    triton.testing.do_bench(lambda: tk.launch(x, y, 16), "
+                         f"warmup=1, rep=1)\n", "timing_worker_sites", "exec"), ns)
+            ns[f"site_{i:02d}"]()
+        out["many"] = "ok"
 out["bench_runs"] = BENCH_RUNS[0]
 out["stats"] = {k: v for k, v in detd.stats().items() if k.startswith("timing_")}
 out["timing"] = [t for t in detd.autotuners() if t["kind"] == "timing"]
