@@ -46,6 +46,7 @@ enum {
     O_LOCK,
     O_TRITON_VERSION,
     O_STRICT_DETERMINISM,
+    O_REQUIRE_GOVERNED,
     O_REQUIRE,
     O_END
 };
@@ -110,6 +111,11 @@ static const struct opt_def opt_defs[] = {
      "also fail on the nondeterminism no config fixes (ops, attention "
      "backend,\n                             settings: "
      "docs/determinism.md)"},
+    {O_REQUIRE_GOVERNED, "require-governed", no_argument, 0, NULL,
+     "also fail on each autotuner detd could not govern (an Autotuner "
+     "subclass\n                             that bypasses Autotuner.run, a "
+     "call site timing candidates\n                             itself); "
+     "those left out on purpose (scope, exempt) still pass"},
     {O_EXPECT_RANKS, "expect-ranks", required_argument, 0, "N",
      "fail for each key fewer than N ranks (0..N-1) observed, naming the "
      "missing ranks"},
@@ -185,11 +191,12 @@ static const struct cmd_def cmd_defs[] = {
      "warnings:\nkernels whose outputs change under a fixed config, and "
      "what the runtime does\nthat no config fixes (nondeterministic ops, "
      "the attention backend, settings;\n--strict-determinism makes those "
-     "fail).\nChecks one job: --job J, else the launcher's (run inside "
+     "fail;\n--require-governed fails on every autotuner detd could not "
+     "govern).\nChecks one job: --job J, else the launcher's (run inside "
      "one), else the job\nobserved last; --all-jobs every job.",
      {O_OUTPUT, O_JSON, O_NAMESPACE, O_CLUSTER, O_ALLOW_EMPTY, O_EXPECT_RANKS,
       O_JOB, O_ALL_JOBS, O_LOCK, O_REPORT, O_JUNIT, O_PAGE_SIZE,
-      O_STRICT_DETERMINISM, GLOBAL_OPTS, 0}},
+      O_STRICT_DETERMINISM, O_REQUIRE_GOVERNED, GLOBAL_OPTS, 0}},
     {"reset",
      NULL,
      "(--kernel K | --all)",
@@ -510,6 +517,9 @@ static int apply(struct detctl_opts *o, int id, const char *arg, int argc,
         break;
     case O_STRICT_DETERMINISM:
         o->strict_determinism = 1;
+        break;
+    case O_REQUIRE_GOVERNED:
+        o->require_governed = 1;
         break;
     case O_EXPECT_RANKS:
         *expect = arg;

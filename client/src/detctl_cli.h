@@ -46,6 +46,7 @@ struct detctl_opts {
     /* verify */
     int allow_empty;
     int strict_determinism; /* runtime findings fail verify */
+    int require_governed;   /* tuners detd could not govern fail verify */
     long expect_ranks;      /* 0: not asked */
     const char *job;
     int all_jobs;     /* --all-jobs */

@@ -185,14 +185,20 @@ static void add_tuner(json_t *tuners, const Detd__V1__Observation *x) {
         return; /* the companion key of a pruner, not an autotuner */
     json_t *t = json_object_get(tuners, x->kernel);
     if (t == NULL) {
-        t = json_pack("{s:s, s:s, s:b, s:b, s:i, s:s}", "kernel", x->kernel,
-                      "kind", tuner_kind(x->kernel), "governed", 0,
-                      "ungoverned", 0, "keys", 0, "why", "");
+        t = json_pack("{s:s, s:s, s:b, s:b, s:b, s:i, s:s}", "kernel",
+                      x->kernel, "kind", tuner_kind(x->kernel), "governed", 0,
+                      "ungoverned", 0, "cannot_govern", 0, "keys", 0, "why",
+                      "");
         if (t == NULL || json_object_set_new(tuners, x->kernel, t) != 0)
             return;
     }
     json_object_set_new(t, x->governed ? "governed" : "ungoverned",
                         json_true());
+    /* Not left out on purpose: a tuner detd could not govern (it bypasses
+     * Autotuner.run), or a call site timing candidates itself. */
+    if (!x->governed && (x->source == DETD__V1__SOURCE__SOURCE_UNGOVERNED ||
+                         strcmp(tuner_kind(x->kernel), "timing") == 0))
+        json_object_set_new(t, "cannot_govern", json_true());
     if (!x->governed && x->why != NULL && x->why[0] != '\0')
         json_object_set_new(t, "why", json_string(x->why));
 }
@@ -538,7 +544,8 @@ static void print_text(const json_t *doc) {
                   {"missing_ranks", "MISSING"},
                   {"empty", "EMPTY"},
                   {"lock", "LOCK"},
-                  {"truncated", "INCOMPLETE"}};
+                  {"truncated", "INCOMPLETE"},
+                  {"not_governed", "NOT-GOVERNED"}};
     json_array_foreach(json_object_get(doc, "failures"), i, f) {
         const char *kind = json_string_value(json_object_get(f, "kind"));
         const char *label = NULL;
@@ -899,6 +906,20 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
                  jobs.pick ? "'" : "");
         add_failure(c.failures, NULL, "empty", msg);
     }
+    if (o->require_governed) {
+        const char *tk0;
+        json_t *t0;
+        json_object_foreach(c.tuners, tk0, t0) {
+            if (!json_is_true(json_object_get(t0, "cannot_govern")))
+                continue;
+            const char *why = json_string_value(json_object_get(t0, "why"));
+            char msg[1400];
+            snprintf(msg, sizeof msg, "%s %s: not governed: %s",
+                     json_string_value(json_object_get(t0, "kind")), tk0,
+                     why != NULL && why[0] ? why : "(no reason sent)");
+            add_failure(c.failures, NULL, "not_governed", msg);
+        }
+    }
     size_t n_nondet = 0;
     json_t *runtime = detctl_nondet_json(rt_acc, o->strict_determinism,
                                          c.failures, &n_nondet);
@@ -945,6 +966,8 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
     json_object_set_new(doc, "warnings", c.warnings);
     json_object_set_new(doc, "strict_determinism",
                         json_boolean(o->strict_determinism));
+    json_object_set_new(doc, "require_governed",
+                        json_boolean(o->require_governed));
     json_object_set_new(doc, "nondeterministic",
                         json_integer((json_int_t)n_nondet));
     json_object_set_new(doc, "runtime", runtime);

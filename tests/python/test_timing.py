@@ -40,6 +40,13 @@ def test_a_package_timing_candidates_itself_is_named_in_every_process_and_by_ver
     assert k["key"] == "triton.testing.do_bench" and k["ok"], k
     ranks = sorted(c["rank"] for u in k["uses"] for c in u["clients"])
     assert ranks == [0, 1] and doc["ungoverned"] == 2, (k, doc["ungoverned"])
+    # A job may require every tuner it reached to be governed.
+    r = daemon.detctl("verify", "--require-governed")
+    assert r.returncode == 1, r.stdout
+    assert f"NOT-GOVERNED timing timing::{SITE}: not governed: times candidates with triton.testing" in r.stdout, \
+        r.stdout
+    doc = json.loads(daemon.detctl("verify", "--require-governed", "--json").stdout)
+    assert doc["require_governed"] and [f["kind"] for f in doc["failures"]] == ["not_governed"], doc["failures"]
 
 
 def test_detd_own_timing_pass_through_triton_s_benchmarker_is_not_named(daemon):
@@ -49,6 +56,8 @@ def test_detd_own_timing_pass_through_triton_s_benchmarker_is_not_named(daemon):
     assert out["stats"]["timing_outside"] == 0 and "outside every autotuner" not in err, (out, err)
     st = json.loads(daemon.detctl("status", "--json").stdout)
     assert st["counters"]["timing_passes"] == 1, st["counters"]
+    r = daemon.detctl("verify", "--require-governed")
+    assert r.returncode == 0 and "UNGOVERNED" not in r.stdout, r.stdout
 
 
 def test_an_exempt_kernel_timed_by_triton_s_own_autotuner_is_not_named(daemon):
@@ -60,6 +69,8 @@ def test_an_exempt_kernel_timed_by_triton_s_own_autotuner_is_not_named(daemon):
     assert out["timing"] == [] and out["stats"]["timing_outside"] == 0, (out, err)
     st = json.loads(daemon.detctl("status", "--json").stdout)
     assert st["counters"]["timing_passes"] == 0, st["counters"]
+    r = daemon.detctl("verify", "--require-governed")  # left out on purpose: passes
+    assert r.returncode == 0 and "NOT-GOVERNED" not in r.stdout, r.stdout
 
 
 def test_a_script_timing_with_both_benchmarkers_is_one_call_site(daemon):

@@ -67,3 +67,7 @@ def test_an_ungoverned_subclass_is_listed_with_why(daemon):
     assert "FirstConfigTuner overrides run without calling Autotuner.run" in t["why"], t
     assert "UNGOVERNED triton" in r.stdout and "FirstConfigTuner overrides run" in r.stdout, r.stdout
     assert "autotuners: triton 2 (1 governed)" in r.stdout, r.stdout
+    # Ranks agree, yet detd could not govern it: --require-governed fails.
+    r = daemon.detctl("verify", "--require-governed")
+    assert r.returncode == 1 and "NOT-GOVERNED triton " in r.stdout, r.stdout
+    assert ":scale_bypass@" in r.stdout and "FirstConfigTuner overrides run" in r.stdout, r.stdout
