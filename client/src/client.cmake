@@ -42,6 +42,7 @@ add_executable(detctl ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_key.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_verify.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_nondet.c
+                      ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_tuners.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_jobs.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_lock.c
                       ${CMAKE_CURRENT_SOURCE_DIR}/src/detctl_report.c)

@@ -11,6 +11,7 @@
 #include "detctl_jobs.h"
 #include "detctl_lock.h"
 #include "detctl_nondet.h"
+#include "detctl_tuners.h"
 #include "detctl_print.h"
 #include "detctl_report.h"
 #include "detd.pb-c.h"
@@ -166,43 +167,6 @@ static const Detd__V1__Decision *find_dec(const struct vctx *c,
     return d != NULL ? *d : NULL;
 }
 
-/* The autotuner kind of a kernel id (see docs/operating.md, detctl verify). */
-static const char *tuner_kind(const char *kernel) {
-    if (strncmp(kernel, "inductor::", 10) == 0)
-        return "inductor";
-    if (strncmp(kernel, "native::", 8) == 0)
-        return "native";
-    if (strncmp(kernel, "helion::", 8) == 0)
-        return "helion";
-    if (strncmp(kernel, "timing::", 8) == 0)
-        return "timing"; /* a call site timing outside detd (detd._timing) */
-    return "triton";
-}
-
-/* doc.autotuners: one per kernel observed, with its kind. */
-static void add_tuner(json_t *tuners, const Detd__V1__Observation *x) {
-    if (strstr(x->kernel, "#pruning") != NULL)
-        return; /* the companion key of a pruner, not an autotuner */
-    json_t *t = json_object_get(tuners, x->kernel);
-    if (t == NULL) {
-        t = json_pack("{s:s, s:s, s:b, s:b, s:b, s:i, s:s}", "kernel",
-                      x->kernel, "kind", tuner_kind(x->kernel), "governed", 0,
-                      "ungoverned", 0, "cannot_govern", 0, "keys", 0, "why",
-                      "");
-        if (t == NULL || json_object_set_new(tuners, x->kernel, t) != 0)
-            return;
-    }
-    json_object_set_new(t, x->governed ? "governed" : "ungoverned",
-                        json_true());
-    /* Not left out on purpose: a tuner detd could not govern (it bypasses
-     * Autotuner.run), or a call site timing candidates itself. */
-    if (!x->governed && (x->source == DETD__V1__SOURCE__SOURCE_UNGOVERNED ||
-                         strcmp(tuner_kind(x->kernel), "timing") == 0))
-        json_object_set_new(t, "cannot_govern", json_true());
-    if (!x->governed && x->why != NULL && x->why[0] != '\0')
-        json_object_set_new(t, "why", json_string(x->why));
-}
-
 /* The audit of observation x, on its key (one per status and argument
  * list) and, when it found something, in the run's warnings. */
 static void add_audit(struct vctx *c, json_t *key,
@@ -277,7 +241,8 @@ static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
         "ranks", "missing_ranks", json_null(), "failures", "ok", 1);
     if (key == NULL)
         return;
-    json_object_set_new(key, "autotuner", json_string(tuner_kind(o0->kernel)));
+    json_object_set_new(key, "autotuner",
+                        json_string(detctl_tuner_kind(o0->kernel)));
     json_t *uses = json_object_get(key, "uses");
     json_t *ranks = json_object_get(key, "ranks");
     char *seen =
@@ -289,7 +254,7 @@ static void check_group(struct vctx *c, Detd__V1__Observation **g, size_t n) {
         c->observations++;
         if (!x->governed)
             c->ungoverned++;
-        add_tuner(c->tuners, x);
+        detctl_tuners_add(c->tuners, x);
         if (x->failed && x->config[0] == '\0') {
             /* Raised before a config was chosen: no use to compare. */
             char msg[1400], w[160];
@@ -571,36 +536,7 @@ static void print_text(const json_t *doc) {
                json_string_value(json_object_get(f, "arch")),
                json_string_value(json_object_get(f, "message")));
     detctl_nondet_print(doc);
-    static const char *const kinds[] = {"triton", "inductor", "native",
-                                        "helion", "timing"};
-    char line[256] = "";
-    size_t len = 0;
-    for (size_t m = 0; m < sizeof kinds / sizeof *kinds; m++) {
-        size_t nk = 0, ng = 0;
-        json_array_foreach(json_object_get(doc, "autotuners"), i, f) {
-            if (strcmp(json_string_value(json_object_get(f, "kind")),
-                       kinds[m]) != 0)
-                continue;
-            nk++;
-            ng += json_is_true(json_object_get(f, "governed")) &&
-                  !json_is_true(json_object_get(f, "ungoverned"));
-        }
-        if (nk > 0 && len < sizeof line)
-            len += (size_t)snprintf(line + len, sizeof line - len,
-                                    "%s%s %zu (%zu governed)", len ? ", " : "",
-                                    kinds[m], nk, ng);
-    }
-    if (line[0] != '\0')
-        printf("autotuners: %s\n", line);
-    json_array_foreach(json_object_get(doc, "autotuners"), i, f) {
-        if (!json_is_true(json_object_get(f, "ungoverned")))
-            continue;
-        const char *why = json_string_value(json_object_get(f, "why"));
-        printf("UNGOVERNED %s %s: %s\n",
-               json_string_value(json_object_get(f, "kind")),
-               json_string_value(json_object_get(f, "kernel")),
-               why && why[0] ? why : "not governed (no reason sent)");
-    }
+    detctl_tuners_print(doc);
     int ok = json_is_true(json_object_get(doc, "ok"));
     if (!ok)
         detctl_jobs_print_hint(doc);
@@ -906,20 +842,8 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
                  jobs.pick ? "'" : "");
         add_failure(c.failures, NULL, "empty", msg);
     }
-    if (o->require_governed) {
-        const char *tk0;
-        json_t *t0;
-        json_object_foreach(c.tuners, tk0, t0) {
-            if (!json_is_true(json_object_get(t0, "cannot_govern")))
-                continue;
-            const char *why = json_string_value(json_object_get(t0, "why"));
-            char msg[1400];
-            snprintf(msg, sizeof msg, "%s %s: not governed: %s",
-                     json_string_value(json_object_get(t0, "kind")), tk0,
-                     why != NULL && why[0] ? why : "(no reason sent)");
-            add_failure(c.failures, NULL, "not_governed", msg);
-        }
-    }
+    if (o->require_governed)
+        detctl_tuners_require_governed(c.tuners, c.failures);
     size_t n_nondet = 0;
     json_t *runtime = detctl_nondet_json(rt_acc, o->strict_determinism,
                                          c.failures, &n_nondet);
