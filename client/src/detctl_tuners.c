@@ -42,25 +42,6 @@ void detctl_tuners_add(json_t *tuners, const Detd__V1__Observation *x) {
 }
 
 /* See detctl_tuners.h. */
-void detctl_tuners_require_governed(const json_t *tuners, json_t *failures) {
-    const char *kernel;
-    json_t *t;
-    json_object_foreach((json_t *)tuners, kernel, t) {
-        if (!json_is_true(json_object_get(t, "cannot_govern")))
-            continue;
-        const char *why = json_string_value(json_object_get(t, "why"));
-        char msg[1400];
-        snprintf(msg, sizeof msg, "%s %s: not governed: %s",
-                 json_string_value(json_object_get(t, "kind")), kernel,
-                 why != NULL && why[0] ? why : "(no reason sent)");
-        json_t *f =
-            json_pack("{s:s, s:s}", "kind", "not_governed", "message", msg);
-        if (f != NULL)
-            json_array_append_new(failures, f);
-    }
-}
-
-/* See detctl_tuners.h. */
 void detctl_tuners_print(const json_t *doc) {
     size_t i;
     json_t *f;

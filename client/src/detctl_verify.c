@@ -842,8 +842,20 @@ int detctl_verify_run(const struct detctl_opts *o, struct wire_channel *ch) {
                  jobs.pick ? "'" : "");
         add_failure(c.failures, NULL, "empty", msg);
     }
+    /* --require-governed: each tuner detd could not govern fails. */
+    const char *tk0;
+    json_t *t0;
     if (o->require_governed)
-        detctl_tuners_require_governed(c.tuners, c.failures);
+        json_object_foreach(c.tuners, tk0, t0) {
+            if (!json_is_true(json_object_get(t0, "cannot_govern")))
+                continue;
+            const char *why = json_string_value(json_object_get(t0, "why"));
+            char msg[1400];
+            snprintf(msg, sizeof msg, "%s %s: not governed: %s",
+                     json_string_value(json_object_get(t0, "kind")), tk0,
+                     why != NULL && why[0] ? why : "(no reason sent)");
+            add_failure(c.failures, NULL, "not_governed", msg);
+        }
     size_t n_nondet = 0;
     json_t *runtime = detctl_nondet_json(rt_acc, o->strict_determinism,
                                          c.failures, &n_nondet);

@@ -105,7 +105,7 @@ def before_capture() -> Optional[dict]:
     raises :class:`detd._loop.NotFinalError` under ``DETD_CAPTURE=wait``
     with ``on_miss=error``."""
     settings = _process.settings()
-    if not _process.active() or settings.mode not in ("coordinated", "pinned") or _st.mode == "off":
+    if not _process.active() or not settings.governs_anything or _st.mode == "off":
         return None
     if _process.resolving_here():
         return None  # a timing pass's own graph (Triton's do_bench_cudagraph): part of choosing

@@ -30,8 +30,9 @@ agreement; ``docs/determinism.md``):
 - ``setting``: ``CUBLAS_WORKSPACE_CONFIG``, deterministic algorithms,
   ``torch.backends.cudnn.deterministic``/``benchmark``, TF32 and reduced
   precision flags, the float32 matmul precision, the SDPA backends
-  enabled, TunableOp (PyTorch's own GEMM tuner); a setting that breaks bit-identity carries why, and ranks that
-  report different values of one setting are named by verify.
+  enabled, TunableOp (PyTorch's own GEMM tuner); a setting that breaks
+  bit-identity carries why, and ranks that report different values of
+  one setting are named by verify.
 
 Bounds: at most ``MAX_OPS`` op names and ``MAX_SDPA`` SDPA signatures per
 process (past them one ``op`` finding says more were not listed); names

@@ -99,7 +99,7 @@ def _send(site: str, benchmarker: str) -> None:
 
 
 def _note(benchmarker: str, frame) -> None:
-    if not _process.active() or _process.settings().mode not in ("coordinated", "pinned"):
+    if not _process.active() or not _process.settings().governs_anything:
         return
     if _process.resolving_here():
         return  # a timing pass detd runs
