@@ -49,7 +49,8 @@ void reply_decided_cached(hotcache *hot, rpc_call *call,
 
 /* See reply.h. */
 void reply_designated(struct daemon *d, rpc_call *call, const char *id,
-                      uint64_t claim, int takeover, uint32_t waited_ms) {
+                      uint64_t claim, int takeover, int again,
+                      uint32_t waited_ms) {
     Detd__V1__Decision dec = DETD__V1__DECISION__INIT;
     dec.id = (char *)id;
     Detd__V1__DecideResponse resp = DETD__V1__DECIDE_RESPONSE__INIT;
@@ -60,7 +61,8 @@ void reply_designated(struct daemon *d, rpc_call *call, const char *id,
     resp.lease_ms = d->cfg->lease_ms;
     resp.takeover = takeover != 0;
     resp.waited_ms = waited_ms;
-    d->counters.designations++;
+    if (!again)
+        d->counters.designations++;
     passes_designated(d, call, id);
     if (takeover)
         d->counters.takeovers++;

@@ -224,6 +224,9 @@ def test_gemm_selection_one_pass_then_none(daemon, tmp_path, torch_ok):
     # precompile it (and precompiled); the others learnt then that it is
     # being timed and precompiled nothing of their own (or it was decided).
     assert timers[0]["precompile_fns"] == 1 and timers[0]["stats"]["early_claims"] == 1, timers[0]["stats"]
+    # Its lookup asked again under that claim: the same pass, counted
+    # once by the daemon (one per key timed, the early claim included).
+    assert status(daemon)["counters"]["timing_passes"] == sum(timed.values()), (status(daemon)["counters"], timed)
     for r in waiters:
         st = r["stats"]
         assert r["precompile_fns"] == 0 and st["early_claims"] == 0 and st["early_passed_on"] == 0, st
