@@ -382,9 +382,10 @@ def test_remeasure_rule_is_deterministic_given_the_timings():
     assert rule(dict(clear, b=[1.05])) == ["b", "c"]  # one sample: its noise unknown
     assert rule(dict(clear, b=[1.0, 0.99, 1.01])) == ["b", "c"]  # a tie is never clear
     assert rule(dict(clear, b=[float("inf")] * 3)) == []  # failed: not a candidate
-    assert _process.pass_options({}) == (0.02, 0)
-    assert _process.pass_options({"DETD_COMPILE_AHEAD": "auto"}) == (0.02, None)  # compile_ahead(), below
-    assert _process.overlap_option({}) is False and _process.overlap_option({"DETD_COMPILE_OVERLAP": "on"}) is True
+    assert _process.pass_options({}) == (0.02, None)  # auto: compile_ahead(), below
+    assert _process.pass_options({"DETD_COMPILE_AHEAD": "auto"}) == (0.02, None)
+    assert _process.pass_options({"DETD_COMPILE_AHEAD": "0"}) == (0.02, 0)
+    assert _process.overlap_option({}) is True and _process.overlap_option({"DETD_COMPILE_OVERLAP": "off"}) is False
     with pytest.raises(ValueError, match="DETD_COMPILE_OVERLAP='sometimes'"):
         _process.overlap_option({"DETD_COMPILE_OVERLAP": "sometimes"})
     assert _process.pass_options({"DETD_RECHECK_CLEAR": "off", "DETD_COMPILE_AHEAD": "4"}) == (None, 4)
@@ -454,8 +455,9 @@ def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
     clear best measured once (64 is 5% ahead of 32, spreads apart); the
     same timings with DETD_RECHECK_CLEAR=off re-measure the two near-best
     (the rule as before); and compiling ahead in 2 threads
-    (DETD_COMPILE_AHEAD=2, each compile 0.05 s) benchmarks every candidate
-    once, after every compile has ended (N 768); with DETD_COMPILE_OVERLAP=on
+    (DETD_COMPILE_AHEAD=2, each compile 0.05 s) with DETD_COMPILE_OVERLAP=off
+    benchmarks every candidate once, after every compile has ended (N
+    768); with DETD_COMPILE_OVERLAP=on (the default)
     in the order the compiles finish while others still compile (N 1024):
     BLOCK 16's compile lasts until BLOCK 128 has been measured, so in list
     order the pass would wait for it (at most 30 s) and measure it first;
@@ -464,7 +466,8 @@ def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
                     128: [[2.0, 1.9, 2.1]]})
     procs = [start(daemon, tmp_path, "clear", 0, CS_TIMINGS=t, CS_N="256"),
              start(daemon, tmp_path, "off", 1, CS_TIMINGS=t, CS_N="512", DETD_RECHECK_CLEAR="off"),
-             start(daemon, tmp_path, "first", 3, CS_N="768", DETD_COMPILE_AHEAD="2", CS_COMPILE="sleep:0.05"),
+             start(daemon, tmp_path, "first", 3, CS_N="768", DETD_COMPILE_AHEAD="2", CS_COMPILE="sleep:0.05",
+                   DETD_COMPILE_OVERLAP="off"),
              start(daemon, tmp_path, "ahead", 2, CS_N="1024", DETD_COMPILE_AHEAD="2", CS_COMPILE="sleep:0.05",
                    DETD_COMPILE_OVERLAP="on", CS_COMPILE_AFTER="16:128")]
     clear, off, first, ahead = [ok(daemon, p) for p in procs]
@@ -530,9 +533,10 @@ def test_no_decision_rests_on_a_measurement_taken_while_compiling(daemon, tmp_pa
 
 @pytest.mark.triton_release
 def test_compile_ahead_auto_follows_whether_triton_compiles_in_threads(monkeypatch):
-    """DETD_COMPILE_AHEAD=auto is the process's cores, at most 8, where
-    the installed Triton compiles in threads itself (AsyncCompileMode:
-    3.6 and 3.9), and 0 where it does not (3.3); a count wins; unset: 0."""
+    """DETD_COMPILE_AHEAD=auto, the default, is the process's cores, at
+    most 8, where kernels are compiled and the installed Triton compiles
+    in threads itself (AsyncCompileMode: 3.6 and 3.9); 0 where it does not
+    (3.3) and under the CPU interpreter (nothing to compile); a count wins."""
     import triton
 
     from detd import _process, _triton
@@ -541,7 +545,10 @@ def test_compile_ahead_auto_follows_whether_triton_compiles_in_threads(monkeypat
     threads = _triton.compiles_in_threads()
     assert threads == (v >= (3, 6)) or v not in ((3, 3), (3, 6), (3, 9)), (v, threads)
     cores = len(os.sched_getaffinity(0))
-    monkeypatch.setattr(_process._state, "compile_ahead", None)
+    monkeypatch.setattr(_process._state, "compile_ahead", _process.pass_options({})[1])
+    assert _process._state.compile_ahead is None  # unset: auto
+    assert _triton.interpreting() and _process.compile_ahead() == 0
+    monkeypatch.setattr(_triton, "interpreting", lambda: False)
     assert _process.compile_ahead() == (min(8, cores) if threads else 0)
     monkeypatch.setattr(_process, "_cores", lambda: 64)
     assert _process.compile_ahead() == (8 if threads else 0)
@@ -549,5 +556,3 @@ def test_compile_ahead_auto_follows_whether_triton_compiles_in_threads(monkeypat
     assert _process.compile_ahead() == 0
     monkeypatch.setattr(_process._state, "compile_ahead", 3)
     assert _process.compile_ahead() == 3
-    monkeypatch.setattr(_process._state, "compile_ahead", _process.pass_options({})[1])
-    assert _process.compile_ahead() == 0

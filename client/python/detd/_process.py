@@ -34,13 +34,14 @@ WAIT_LOG_AFTER_S = 5.0
 WAIT_LOG_EVERY_S = 30.0
 # The timing pass's options (environment; see pass_options()): the lead
 # over the runner-up past which the best is not re-measured, and the
-# threads compiling ahead of the benchmarks (0: none; None: "auto", see
-# compile_ahead(), at most COMPILE_AHEAD_MAX).
+# threads compiling ahead of the benchmarks (0: none; None: "auto", the
+# default, see compile_ahead(), at most COMPILE_AHEAD_MAX).
 RECHECK_CLEAR = 0.02
-COMPILE_AHEAD: Optional[int] = 0
+COMPILE_AHEAD: Optional[int] = None
 COMPILE_AHEAD_MAX = 8
-# DETD_COMPILE_OVERLAP (see overlap_option()): off by default.
-COMPILE_OVERLAP = False
+# DETD_COMPILE_OVERLAP (see overlap_option()): on by default (measured to
+# keep kernel time on the H200: docs/gpu-results.md).
+COMPILE_OVERLAP = True
 # DETD_SCREEN (see screen_option()): off by default; "on" keeps the
 # candidates within SCREEN_BAND of the best screening median.
 SCREEN: Optional[float] = None
@@ -308,10 +309,10 @@ def wait_options(environ=None) -> Tuple[float, float, bool]:
 def pass_options(environ=None) -> Tuple[Optional[float], Optional[int]]:
     """(re-measure lead, compile-ahead threads) from
     ``DETD_RECHECK_CLEAR`` (a fraction >= 0, default 0.02; ``off``: always
-    re-measure the near-best, None) and ``DETD_COMPILE_AHEAD`` (threads,
-    default 0: each candidate compiled just before its benchmark;
-    ``auto``: None, see :func:`compile_ahead`). Raises ValueError naming
-    a bad variable."""
+    re-measure the near-best, None) and ``DETD_COMPILE_AHEAD`` (threads;
+    ``0``: each candidate compiled just before its benchmark; ``auto``,
+    the default: None, see :func:`compile_ahead`). Raises ValueError
+    naming a bad variable."""
     env = os.environ if environ is None else environ
     v = str(env.get("DETD_RECHECK_CLEAR", "")).strip().lower()
     clear: Optional[float] = RECHECK_CLEAR
@@ -335,7 +336,7 @@ def pass_options(environ=None) -> Tuple[Optional[float], Optional[int]]:
 
 
 def overlap_option(environ=None) -> bool:
-    """``DETD_COMPILE_OVERLAP`` (``on``/``1``, ``off``/``0``; default off):
+    """``DETD_COMPILE_OVERLAP`` (``on``/``1``, ``off``/``0``; default on):
     whether the timing rank benchmarks candidates while its threads still
     compile others (:class:`detd._measure.Compiler`), or only once every
     compile is done. Raises ValueError naming a bad value."""
@@ -389,13 +390,14 @@ def recheck_clear() -> Optional[float]:
 
 def compile_ahead() -> int:
     """Threads compiling candidates ahead of the benchmarks
-    (DETD_COMPILE_AHEAD; 0: off, the default). ``auto``: this process's
-    cores, at most :data:`COMPILE_AHEAD_MAX`, where the installed Triton
-    compiles kernels in threads itself
-    (:func:`detd._triton.compiles_in_threads`), else 0."""
+    (DETD_COMPILE_AHEAD; 0: off). ``auto``, the default: this process's
+    cores, at most :data:`COMPILE_AHEAD_MAX`, where kernels are compiled
+    (not the CPU interpreter) and the installed Triton compiles them in
+    threads itself (:func:`detd._triton.compiles_in_threads`), else 0."""
     n = _state.compile_ahead
     if n is None:
-        n = min(COMPILE_AHEAD_MAX, _cores()) if _triton.compiles_in_threads() else 0
+        threads = not _triton.interpreting() and _triton.compiles_in_threads()
+        n = min(COMPILE_AHEAD_MAX, _cores()) if threads else 0
     return n
 
 
