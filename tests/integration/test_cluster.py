@@ -25,7 +25,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from conftest import DETD, HAVE_ETCD, Daemon, clients_up, release_clients, requires  # noqa: E402
+from conftest import DETD, HAVE_ETCD, Daemon, clients_up, counter, release_clients, requires  # noqa: E402
 from etcd_cluster import EtcdCluster  # noqa: E402
 import detd_client as dc  # noqa: E402
 
@@ -568,6 +568,24 @@ def test_a_claim_passed_on_reaches_a_waiter_on_another_node(tmpdir_short, etcd, 
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+    in_etcd, raw = etcd_decisions(etcd)
+    assert raw == 1
+
+
+def test_asking_again_under_a_held_claim_is_one_pass_cluster_wide(tmpdir_short, etcd, nodes):
+    """On the etcd backend too, a holder asking again under its claim is
+    designated under the same claim and counted once; the decision lands
+    in etcd once and the other node answers it without timing."""
+    from test_trust_claims import ask_again_and_report
+
+    ns = nodes(2)
+    lines = ask_again_and_report(ns[0].socket, "g:0", Path(tmpdir_short))
+    assert lines[0][0] == "DESIGNATED" and lines[1] == ["AGAIN", "1", "1"], lines
+    assert lines[2][:2] == ["REPORTED", "0"], lines
+    assert counter(ns[0].status(), "timing_passes") == 1, ns[0].status()["counters"]
+    e = finish([spawn_client(tmpdir_short, ns[1], 1, 1, "g:", sleep_ms=1, timeout_ms=30000, tag="-again")])[0]
+    assert not e["keys"]["g:0"]["timed"] and e["keys"]["g:0"]["config"] == lines[2][2], e
+    assert counter(ns[1].status(), "timing_passes") == 0
     in_etcd, raw = etcd_decisions(etcd)
     assert raw == 1
 

@@ -288,6 +288,51 @@ lib.detd_client_close(cl)
 """
 
 
+# ... then asks again under the claim it holds (as an early claim's holder
+# does at lookup), prints whether that is the same claim, and reports
+# timings in which BLOCK=16 is fastest.
+ASKING_AGAIN_RANK = DESIGNATED_RANK + r"""
+again = ctypes.POINTER(dc.Answer)()
+assert lib.detd_decide(cl, ctypes.byref(key), 0, 60000, ctypes.byref(again)) == 0
+print("AGAIN", int(again.contents.outcome == dc.DESIGNATED),
+      int(again.contents.claim_id == ans.contents.claim_id), flush=True)
+ms = [(ctypes.c_double * 1)(1.0 + i) for i in range(4)]
+tarr = (dc.Timing * 4)(*[dc.Timing(c, m, 1, 0) for c, m in zip(cands, ms)])
+rep = ctypes.POINTER(dc.Answer)()
+rc = lib.detd_report(cl, ans.contents.claim_id, ctypes.byref(key), tarr, 4, b"3.6.0", 60000, ctypes.byref(rep))
+print("REPORTED", rc, rep.contents.config.decode() if rc == 0 else "-", flush=True)
+lib.detd_client_close(cl)
+"""
+
+
+def ask_again_and_report(sock, key, tmp):
+    """Run ASKING_AGAIN_RANK on sock for key; its output lines, split."""
+    go = tmp / f"go-again-{key.replace(':', '_')}"
+    go.write_text("")
+    p = subprocess.run([sys.executable, "-c", ASKING_AGAIN_RANK, str(CLIENT), sock, KERNEL, key, str(go)],
+                       capture_output=True, text=True, timeout=DEADLINE)
+    assert p.returncode == 0, p.stderr
+    return [ln.split() for ln in p.stdout.splitlines()]
+
+
+def test_asking_again_under_a_held_claim_is_the_same_pass(tmpdir_short):
+    """A holder that asks again for its key under the claim it holds is
+    designated under the same claim, and the daemon counts one timing
+    pass, not two; its report commits as usual."""
+    d = Daemon(tmpdir_short).start()
+    try:
+        lines = ask_again_and_report(d.socket, "i:0", tmpdir_short)
+        assert lines[0][0] == "DESIGNATED" and lines[1] == ["AGAIN", "1", "1"], lines
+        assert lines[2][:2] == ["REPORTED", "0"] and lines[2][2].startswith("BLOCK=16"), lines
+        st = d.status()
+        assert counter(st, "timing_passes") == 1 and st["decisions"] == 1, st["counters"]
+        # A second key, a second pass: the counter still counts passes.
+        assert ask_again_and_report(d.socket, "i:1", tmpdir_short)[1] == ["AGAIN", "1", "1"]
+        assert counter(d.status(), "timing_passes") == 2
+    finally:
+        d.stop()
+
+
 def test_rejected_report_ends_the_claim_and_every_waiter_gets_the_reason_at_once(tmpdir_short):
     d = Daemon(tmpdir_short).start()
     n = 5
