@@ -222,7 +222,7 @@ void coord_hold(coord *c, struct pending *p) {
     }
     if (k->ours) {
         reply_designated(c->d, p->call, p->id, p->claim_id, p->takeover,
-                         p->again, pending_waited(p));
+                         pending_waited(p));
         pending_free(p);
         return;
     }
@@ -366,7 +366,7 @@ void coord_event(coord *c, const struct cluster_event *ev) {
             log_debug("cluster claim on %.12s won: claim %" PRIu64, k->id,
                       p->claim_id);
             reply_designated(c->d, p->call, p->id, p->claim_id, p->takeover,
-                             p->again, pending_waited(p));
+                             pending_waited(p));
             pending_free(p);
         }
         ckey_settle(c, k);

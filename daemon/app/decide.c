@@ -222,7 +222,7 @@ void decide_engine_event(void *ctx, const struct engine_event *ev) {
         }
         log_info("claim %" PRIu64 " on %.12s passes to a waiter%s",
                  ev->claim_id, ev->id, ev->takeover ? " (takeover)" : "");
-        reply_designated(d, p->call, p->id, ev->claim_id, ev->takeover, 0,
+        reply_designated(d, p->call, p->id, ev->claim_id, ev->takeover,
                          pending_waited(p));
         break;
     case ENGINE_EV_TIMEOUT: {
@@ -450,13 +450,12 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
     /* A pass restored for this process after a restart: its own. */
     uint64_t adopted;
     if (!wait_only && passes_adopt(d, ev->call, s, vk.id, &adopted)) {
-        reply_designated(d, ev->call, vk.id, adopted, 0, 0, 0);
+        reply_designated(d, ev->call, vk.id, adopted, 0, 0);
         goto free_msg;
     }
     /* A key nobody claims would start a timing pass for this caller:
      * within its caps (a retry of its own claim is no new pass). */
-    uint64_t held = 0;
-    int fresh = !engine_claim_of(d->engine, vk.id, &held);
+    int fresh = !engine_claim_of(d->engine, vk.id, NULL);
     if (fresh && s != NULL && !wait_only) {
         int32_t ppid;
         uint32_t puid;
@@ -477,7 +476,6 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
             goto free_msg;
         }
         p->claim_id = claim;
-        p->again = !fresh && claim == held;
         p->deadline_ms = wait_deadline(ev->call, req->wait_ms, now);
         coord_hold(d->coord, p);
         return; /* the call and the request stay with p */
@@ -486,8 +484,7 @@ void decide_decide(struct daemon *d, struct rpc_event *ev) {
         log_debug("designate session %" PRIu64 " claim %" PRIu64
                   " for %s %.12s",
                   session, claim, req->key->kernel, vk.id);
-        reply_designated(d, ev->call, vk.id, claim, 0, !fresh && claim == held,
-                         0);
+        reply_designated(d, ev->call, vk.id, claim, 0, 0);
         goto free_msg;
     }
     if (rc == ENGINE_ASK_WAIT) {

@@ -49,8 +49,7 @@ void reply_decided_cached(hotcache *hot, rpc_call *call,
 
 /* See reply.h. */
 void reply_designated(struct daemon *d, rpc_call *call, const char *id,
-                      uint64_t claim, int takeover, int again,
-                      uint32_t waited_ms) {
+                      uint64_t claim, int takeover, uint32_t waited_ms) {
     Detd__V1__Decision dec = DETD__V1__DECISION__INIT;
     dec.id = (char *)id;
     Detd__V1__DecideResponse resp = DETD__V1__DECIDE_RESPONSE__INIT;
@@ -61,7 +60,7 @@ void reply_designated(struct daemon *d, rpc_call *call, const char *id,
     resp.lease_ms = d->cfg->lease_ms;
     resp.takeover = takeover != 0;
     resp.waited_ms = waited_ms;
-    if (!again)
+    if (engine_claim_told(d->engine, id, claim))
         d->counters.designations++;
     passes_designated(d, call, id);
     if (takeover)

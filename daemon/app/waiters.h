@@ -30,7 +30,6 @@ struct pending {
     int held;
     uint64_t claim_id;
     int takeover;
-    int again; /* its own claim, asked for again (reply_designated()) */
     int64_t deadline_ms;
     struct pending *next; /* hash chain by token */
 };

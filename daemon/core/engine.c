@@ -244,6 +244,7 @@ struct keyent {
     struct waiter *whead, *wtail;
     int64_t claimed_ms; /* when the live claim was granted */
     uint32_t shares;    /* shares of its pass given (engine_claim_share) */
+    int told;           /* the live claim was answered (engine_claim_told) */
 };
 
 struct engine {
@@ -397,6 +398,7 @@ static void claim_grant(engine *e, struct keyent *k, struct engine_session *s,
     owner_link(k, s);
     k->claimed_ms = now_ms;
     k->shares = 0;
+    k->told = 0;
     e->n_claims++;
     e->st.designations++;
     k->lease.at = add_sat(now_ms, e->lim.lease_ms);
@@ -766,6 +768,19 @@ int engine_claim_of(const engine *e, const char *id, uint64_t *ret_claim_id) {
         return 0;
     if (ret_claim_id != NULL)
         *ret_claim_id = k->claim_id;
+    return 1;
+}
+
+/* See engine.h. */
+int engine_claim_told(engine *e, const char *id, uint64_t claim) {
+    if (e == NULL || !id_valid(id))
+        return 1;
+    struct keyent *k = key_find(e, id, hash_str(id));
+    if (k == NULL || !k->has_claim || k->claim_id != claim)
+        return 1;
+    if (k->told)
+        return 0;
+    k->told = 1;
     return 1;
 }
 

@@ -201,6 +201,14 @@ size_t engine_decided_each(engine *e, const char *id, engine_event_cb cb,
  */
 int engine_claim_of(const engine *e, const char *id, uint64_t *ret_claim_id);
 
+/*
+ * Note that claim, id's live claim, was answered DESIGNATED. Returns 1 the
+ * first time for that claim (its timing pass begins), 0 when it was
+ * answered before (its holder asked again under it: the same pass); 1
+ * when id has no such live claim (nothing to tell it from).
+ */
+int engine_claim_told(engine *e, const char *id, uint64_t claim);
+
 /* The live claim of a key (engine_claim_info()). */
 struct engine_claim_info {
     uint64_t claim_id;

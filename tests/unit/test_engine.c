@@ -182,6 +182,25 @@ TEST(same_session_reask_gets_same_claim) {
     engine_free(e);
 }
 
+/* A claim is told once: its holder asking again under it is the same
+ * pass; a new claim on the key is told anew. */
+TEST(a_claim_is_told_once) {
+    engine *e = mk();
+    uint64_t c = ask_claim(e, kid(1), 1, 100, 0);
+    CHECK_EQ_INT(engine_claim_told(e, kid(1), c), 1);
+    CHECK_EQ_INT(ask_claim(e, kid(1), 1, 101, 10), c);
+    CHECK_EQ_INT(engine_claim_told(e, kid(1), c), 0);
+    CHECK_EQ_INT(engine_claim_told(e, kid(1), c), 0);
+    CHECK_EQ_INT(engine_claim_told(e, kid(1), c + 1), 1); /* not its claim */
+    CHECK_EQ_INT(engine_claim_told(e, kid(2), c), 1);     /* no claim */
+    CHECK_EQ_INT(engine_release(e, kid(1), c, 20), 0);
+    uint64_t c2 = ask_claim(e, kid(1), 2, 102, 30);
+    CHECK(c2 != c);
+    CHECK_EQ_INT(engine_claim_told(e, kid(1), c2), 1);
+    CHECK_EQ_INT(engine_claim_told(e, kid(1), c2), 0);
+    engine_free(e);
+}
+
 /* Session 0 is every unattached caller: a second one must wait. */
 TEST(session_zero_is_never_a_retry) {
     engine *e = mk();
