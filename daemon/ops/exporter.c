@@ -168,7 +168,8 @@ int exporter_render(struct daemon *d, char **ret_text, size_t *ret_len) {
             "Decide calls answered with a recorded failed pass.",
             c->failed_pass_answers);
     counter(&b, "detd_timing_passes_total",
-            "Designations: a rank was told to time the candidates of a key.",
+            "Timing passes: a rank was told to time the candidates of a key "
+            "(a holder asking again under its claim is the same pass).",
             c->designations);
     counter(&b, "detd_takeovers_total",
             "Designations that took a key over from a rank that went away or "
