@@ -60,9 +60,12 @@ void reply_designated(struct daemon *d, rpc_call *call, const char *id,
     resp.lease_ms = d->cfg->lease_ms;
     resp.takeover = takeover != 0;
     resp.waited_ms = waited_ms;
-    if (engine_claim_told(d->engine, id, claim))
+    /* A holder asking again under its claim is the same pass: counted and
+     * journaled once. */
+    if (engine_claim_told(d->engine, id, claim)) {
         d->counters.designations++;
-    passes_designated(d, call, id);
+        passes_designated(d, call, id);
+    }
     if (takeover)
         d->counters.takeovers++;
     rpc_reply(call, &resp.base);

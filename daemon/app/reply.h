@@ -24,9 +24,10 @@ void reply_decided_cached(hotcache *hot, rpc_call *call,
                           const struct decision *r);
 
 /* DESIGNATED for decision id with claim (takeover: it passed from another
- * rank), counted in d's designations (and takeovers) the first time the
- * claim is answered: a holder asking again under it (an early claim asked
- * for at lookup, a retry) starts no new timing pass (engine_claim_told()). */
+ * rank, counted in d's takeovers), counted in d's designations and
+ * journaled (passes_designated()) the first time the claim is answered: a
+ * holder asking again under it (an early claim asked for at lookup, a
+ * retry) starts no new timing pass (engine_claim_told()). */
 void reply_designated(struct daemon *d, rpc_call *call, const char *id,
                       uint64_t claim, int takeover, uint32_t waited_ms);
 
