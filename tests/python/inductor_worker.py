@@ -39,6 +39,8 @@ What cannot run here, and its stand-in (this machine has no GPU):
   of the timing process holds its first pass until every template choice
   but the first has a mark (at most ``DETD_TEST_SHARE_WAIT_S``), as a
   real pass lasts longer than the shares.
+* ``DETD_TEST_OLD_GRAPH_CACHE=1``: Inductor's ``FxGraphCache`` lacks what
+  detd's check of its FX graph cache wraps, as in a release without it.
 * ``DETD_TEST_NO_PASS_ON=1``: the daemon is taken for one that cannot
   pass claims on (older than 0.9): nothing is claimed early.
 * ``DETD_TEST_EXTERN_WINS=1``: the stand-in benchmark times ATen's choice
@@ -55,7 +57,9 @@ run here), ``descents`` (each coordinate descent run here: its start, the
 config it returned, how many configs it timed), ``precompiles`` (template
 precompiles run here), ``precompile_fns`` (Inductor's own precompile of
 a selection's choices, run here), ``stats`` (``detd.stats()``), ``digest`` (SHA-256
-of the outputs' bytes), ``ran``/``error``.
+of the outputs' bytes), ``ran``/``error``, ``settings`` (Inductor's cache
+options as detd left them), ``fxgraph`` (Inductor's own FX graph cache
+counters: ``fxgraph_cache_hit``, ``fxgraph_cache_miss``, ...).
 """
 
 import hashlib
@@ -76,6 +80,12 @@ if os.environ.get("DETD_TEST_NO_PASS_ON") == "1":  # as against a daemon older t
 
 if os.environ.get("DETD_TEST_IMPORT_FIRST") == "1":  # Inductor imported before install()
     import torch._inductor.select_algorithm  # noqa: E402,F401
+if os.environ.get("DETD_TEST_OLD_GRAPH_CACHE") == "1":
+    # As a torch release whose FxGraphCache has no static _save_graph for
+    # detd to wrap (what else Inductor does with it is unchanged).
+    from torch._inductor.codecache import FxGraphCache  # noqa: E402
+
+    FxGraphCache._save_graph = FxGraphCache.__dict__["_save_graph"].__func__
 import detd  # noqa: E402
 
 detd.install()
@@ -297,6 +307,10 @@ result["stats"] = detd.stats()
 result["autotuners"] = detd.autotuners()
 result["patched"] = th.CachingAutotuner.autotune_to_one_config.__module__ == "detd._inductor"
 result["settings"] = {k: getattr(ic, k, None) for k in ("autotune_local_cache", "autotune_remote_cache",
-                                                        "fx_graph_cache", "benchmark_epilogue_fusion")}
+                                                        "fx_graph_cache", "fx_graph_remote_cache",
+                                                        "benchmark_epilogue_fusion")}
+from torch._dynamo.utils import counters  # noqa: E402
+
+result["fxgraph"] = {k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
 with open(OUT, "w") as f:
     json.dump(result, f, default=str)

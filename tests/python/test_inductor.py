@@ -101,10 +101,12 @@ def test_fused_kernels_one_pass_per_key_then_none(daemon, tmp_path, torch_ok):
         assert r["close"], "compiled outputs differ from eager"
         assert r["patched"]
         st = [a for a in r["autotuners"] if a["kernel"] == "inductor::*"]
-        assert st and st[0]["status"] == "governed", st
-        # Inductor's caches, which would bypass the decision, are off.
+        assert st and st[0]["status"] == "governed" and st[0]["graph_cache"] == "checked", st
+        # Inductor's caches, which would bypass the decision, are off; its
+        # local FX graph cache stays on, checked (the cache tests below).
         assert r["settings"] == {"autotune_local_cache": False, "autotune_remote_cache": False,
-                                 "fx_graph_cache": False, "benchmark_epilogue_fusion": False}
+                                 "fx_graph_cache": True, "fx_graph_remote_cache": False,
+                                 "benchmark_epilogue_fusion": False}
     keys, timed = _agree(first)
     stages = {k[1].split(",", 1)[0] for k in keys}
     assert stages == {'[s:"configs"', '[s:"coordesc"'}, stages
@@ -367,21 +369,94 @@ def test_auto_mode_lists_inductor_ungoverned(daemon, tmp_path, torch_ok):
     assert "inductor::" not in p.stdout
 
 
+def _graph_files(cache):
+    return sorted(p for p in (cache / "fxgraph").rglob("*") if p.is_file())
+
+
 def test_inductor_caches_do_not_bypass_the_decision(daemon, tmp_path, torch_ok):
     """An ungoverned run fills Inductor's caches (its FX graph cache and
     the local autotune cache of the selection's timings); a governed
-    process with the same cache folder still asks the daemon."""
+    process with the same cache folder passes that graph over and asks
+    the daemon. The graph it compiles is saved with its choice, and a
+    governed rerun reads it back (no compile, no lookup) only while that
+    choice is the daemon's: not against another namespace's store, and
+    a graph compiled with a fallback is not saved."""
     cache = tmp_path / "shared-cache"
-    (warm,) = _workers(daemon, tmp_path, "gemm", 1, "w", env={"DETD_MODE": "auto"}, cache=cache)
+    wins = {"DETD_TEST_EXTERN_WINS": "1"}
+    # (Epilogue fusion by timing, off under detd, is off here too: its
+    # benchmark module does not compile for the CPU in torch 2.13.)
+    (warm,) = _workers(daemon, tmp_path, "gemm", 1, "w", cache=cache,
+                       env=dict(wins, DETD_MODE="auto", TORCHINDUCTOR_BENCHMARK_EPILOGUE_FUSION="0"))
     assert warm["select_passes"] == 1 and warm["settings"]["fx_graph_cache"] is True
-    assert any(cache.rglob("*")), "the ungoverned run left no cache"
-    (r,) = _workers(daemon, tmp_path, "gemm", 1, "x", cache=cache)
+    assert warm["ran"] and warm["fxgraph"].get("fxgraph_cache_miss", 0) >= 1 and _graph_files(cache), warm
+    (r,) = _workers(daemon, tmp_path, "gemm", 1, "x", env=wins, cache=cache)
     sel = {k: e for k, e in _keys(r).items() if k[0].startswith("inductor::mm@")}
     assert len(sel) == 1 and next(iter(sel.values()))["source"] == "timed"
-    assert r["select_passes"] >= 1  # its own pass (and the re-measure, see the GEMM test)
-    (again,) = _workers(daemon, tmp_path, "gemm", 1, "y", cache=cache)
-    assert again["select_passes"] == 0
-    assert _keys(again)[next(iter(sel))]["config"] == next(iter(sel.values()))["config"]
+    assert r["select_passes"] == 1 and r["ran"], r.get("error")
+    assert r["stats"]["inductor_graph_cache_hits"] == 0 and r["fxgraph"].get("fxgraph_cache_hit", 0) == 0, r
+    saved = _graph_files(cache)
+    assert len(saved) == len(_graph_files(cache)) and len(saved) >= 1
+
+    (again,) = _workers(daemon, tmp_path, "gemm", 1, "y", env=wins, cache=cache)
+    (sk, entry), = sel.items()
+    got = _keys(again)[sk]
+    assert again["select_passes"] == 0 and again["ran"] and again["digest"] == r["digest"]
+    assert got["config"] == entry["config"] and got["source"] == "timed", got
+    assert got["note"] == "from Inductor's FX graph cache" and not got["timed_here"], got
+    assert again["stats"]["inductor_graph_cache_hits"] >= 1, again["stats"]
+    assert again["fxgraph"].get("fxgraph_cache_hit", 0) >= 1, again["fxgraph"]
+    (ind,) = [a for a in again["autotuners"] if a["kernel"] == "inductor::*"]
+    assert ind["selections"]["seen"] == 0 and ind["graph_cache"] == "checked", ind  # no lookup ran
+    assert _graph_files(cache) == saved
+    v = daemon.detctl("verify")
+    assert v.returncode == 0, v.stdout + v.stderr
+
+    # A saved graph whose choice is not the daemon's (its record edited to
+    # another candidate): passed over, compiled, saved anew.
+    import pickle
+
+    other_choice, edited = next(c for c in entry["candidates"] if c != entry["config"]), 0
+    for path in saved:  # the ungoverned run's entry has no record
+        g = pickle.loads(path.read_bytes())
+        sels = getattr(g, "_detd_selections", None)
+        if sels is not None:
+            assert [x[4] for x in sels if x[0] == sk[0]] == [entry["config"]], sels
+            g._detd_selections = tuple(x[:4] + (other_choice,) if x[0] == sk[0] else x for x in sels)
+            path.write_bytes(pickle.dumps(g))
+            edited += 1
+    assert edited == 1, saved
+    (t,) = _workers(daemon, tmp_path, "gemm", 1, "t", env=wins, cache=cache)
+    assert t["stats"]["inductor_graph_cache_refused"] >= 1 and t["stats"]["inductor_graph_cache_hits"] == 0
+    assert t["select_passes"] == 0 and _keys(t)[sk]["config"] == entry["config"] and t["digest"] == r["digest"]
+    assert len(_graph_files(cache)) == len(saved) + 1
+
+    # Another store's keys (a namespace with nothing decided): passed over.
+    (other,) = _workers(daemon, tmp_path, "gemm", 1, "z", env=dict(wins, DETD_NAMESPACE="elsewhere"),
+                        cache=cache)
+    assert other["select_passes"] == 1 and _keys(other)[sk]["source"] == "timed", _keys(other)[sk]
+    assert other["stats"]["inductor_graph_cache_refused"] >= 1 and other["stats"]["inductor_graph_cache_hits"] == 0
+    # A fallback choice is compiled in but never saved.
+    before = _graph_files(cache)
+    (fb,) = _workers(daemon, tmp_path, "gemm", 1, "f", cache=cache,
+                     env=dict(wins, DETD_MODE="pinned", DETD_NAMESPACE="nowhere", DETD_ON_MISS="first"))
+    assert _keys(fb)[sk]["source"] == "fallback" and fb["select_passes"] == 0, _keys(fb)[sk]
+    assert fb["stats"]["inductor_graph_cache_unsaved"] >= 1 and fb["stats"]["inductor_graph_cache_hits"] == 0
+    assert _graph_files(cache) == before
+
+
+def test_a_graph_cache_detd_cannot_check_is_off(daemon, tmp_path, torch_ok):
+    """Where Inductor's FxGraphCache lacks what the check wraps, the FX
+    graph cache is off while detd governs, and the entry says why."""
+    (r,) = _workers(daemon, tmp_path, "fused", 1, "o", env={"DETD_TEST_OLD_GRAPH_CACHE": "1"})
+    assert r["ran"] and r["settings"]["fx_graph_cache"] is False, r["settings"]
+    (st,) = [a for a in r["autotuners"] if a["kernel"] == "inductor::*"]
+    assert st["status"] == "governed" and st["graph_cache"] == "off: Inductor's FxGraphCache lacks _save_graph", st
+    assert not any(p.is_file() for p in (tmp_path / "inductor-o0" / "fxgraph").rglob("*"))
+    from detd import _graphcache
+
+    assert _graphcache.verdict(None) == (None, "written without detd (no record of its choices)")
+    assert _graphcache.verdict((("k", "n", "key", ("a",), 5),)) == (None, "its record of choices is unreadable")
+    assert _graphcache.verdict([]) == (None, "its record of choices is unreadable")
 
 
 def test_unsupported_torch_is_refused(daemon, tmp_path, torch_ok):

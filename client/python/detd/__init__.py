@@ -258,7 +258,8 @@ def autotuners() -> List[dict]:
     if st["status"] != "not loaded":
         out.append(dict(kind="inductor", kernel="inductor::*", name="inductor::*",
                         governed=st["status"] == "governed", why=st["why"], status=st["status"],
-                        torch=st["torch"], selections=st["selections"], candidates=[], keys=[]))
+                        torch=st["torch"], selections=st["selections"], graph_cache=st["graph_cache"],
+                        candidates=[], keys=[]))
     return out
 
 

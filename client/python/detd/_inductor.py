@@ -45,7 +45,9 @@ Identities, candidate strings, Inductor's own caches
     a type-tagged key with ``torch`` and ``triton`` versions and nothing
     of the process, device index or cache path; while detd governs,
     ``install()`` turns off every Inductor cache (:data:`CACHE_OPTIONS`)
-    that could hand a process a choice that is not the committed one.
+    that could hand a process a choice that is not the committed one; the
+    local FX graph cache stays on, each entry read back checked against
+    the daemon's decisions (:mod:`detd._graphcache`).
 
 Releases
     torch 2.11 to 2.13 (the versions tested: 2.11 with Triton 3.6 on the
@@ -57,8 +59,9 @@ Releases
 The patches are made when ``torch._inductor`` is imported (at once, when
 it already was at ``install()``): ``python -m detd.run`` installs before
 the script imports torch. This module, its descent's space
-(:mod:`detd._coordesc`) and :mod:`detd._triton` are the only ones reading
-attributes of Triton's or Inductor's objects. This adapter
+(:mod:`detd._coordesc`), its graph cache check (:mod:`detd._graphcache`)
+and :mod:`detd._triton` are the only ones reading attributes of Triton's
+or Inductor's objects. This adapter
 sits beside the Triton one (:mod:`detd._hook`), never on it: the daemon
 handle, settings, identity and warnings are :mod:`detd._process`'s, the
 resolve loop (ask, wait, report, retry) and its errors :mod:`detd._loop`'s.
@@ -76,7 +79,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _canon, _coordesc, _early, _imports, _loop, _measure, _native, _process, _provenance, _triton
+from . import _canon, _coordesc, _early, _graphcache, _imports, _loop, _measure, _native, _process, _provenance, _triton
 
 # Releases whose patched methods were tested (major, minor), inclusive.
 SUPPORTED = ((2, 11), (2, 13))
@@ -88,10 +91,13 @@ _HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 _SELECT = "torch._inductor.select_algorithm"
 _CONFIG = "torch._inductor.config"
 _AOT_CONFIG = "torch._functorch.config"
+_CODECACHE = "torch._inductor.codecache"
 
-# Set False while detd governs; the names Inductor reads them by.
+# Set False while detd governs; the names Inductor reads them by. The
+# local FX graph cache stays on, checked (detd._graphcache), unless its
+# patch cannot be made.
 CACHE_OPTIONS = ("autotune_local_cache", "autotune_remote_cache", "bundled_autotune_remote_cache",
-                 "fx_graph_cache", "fx_graph_remote_cache", "benchmark_epilogue_fusion")
+                 "fx_graph_remote_cache", "benchmark_epilogue_fusion")
 
 
 class _Status:
@@ -105,28 +111,21 @@ class _Status:
         self.key_locks: Dict[Tuple[str, str], threading.Lock] = {}
         # max-autotune selections that reached lookup(): all of them, and
         # those with a benchmark (the ones a timing pass can answer).
-        self.lookups = 0
-        self.lookups_timed = 0
+        self.lookups = self.lookups_timed = 0
         # Choices a waiting process precompiled for a selection's timing
         # process (its shares), and those whose precompile raised.
-        self.shares = 0
-        self.share_errors = 0
+        self.shares = self.share_errors = 0
         # Each selection's whole list of choices, noted before Inductor
         # precompiles them (make_precompile_fn), by (op, inputs key): its
         # strings, each with a weak reference to the choice.
         self.full: "collections.OrderedDict[Tuple[str, str], tuple]" = collections.OrderedDict()
-        # Choices of governed selections that failed to compile in this
-        # process (keyed by the whole list all the same); committed
-        # choices among them, used all the same; choices not precompiled
-        # because their selection was already decided.
-        self.failed_here = 0
-        self.lost_used = 0
-        self.precompiles_skipped = 0
-        # Choices not precompiled because another process times their
-        # selection, and those precompiled after all when its pass came
-        # here (passed on, or taken over).
-        self.precompiles_deferred = 0
-        self.deferred_compiled = 0
+        # Choices that failed to compile here (a selection keyed by the
+        # whole list all the same), committed ones among them, used all the
+        # same; choices not precompiled: decided, another process times
+        # them; and those precompiled after all (the pass came here).
+        self.failed_here = self.lost_used = self.precompiles_skipped = 0
+        self.precompiles_deferred = self.deferred_compiled = 0
+        self.graph_cache_off: Optional[str] = None  # why, when detd._graphcache cannot check it
 
 
 _st = _Status()
@@ -179,37 +178,41 @@ def status() -> dict:
     (governed, ungoverned, refused, not loaded), ``why``, ``torch``, and
     ``selections``: how many max-autotune selections reached Inductor's
     ``lookup`` (``seen``) and how many of them could be timed (``timed``:
-    they came with a benchmark; the others only read a cache)."""
+    they came with a benchmark; the others only read a cache); and
+    ``graph_cache``: Inductor's FX graph cache under detd (``checked``,
+    ``off: <why>``, ``not loaded``)."""
+    off, on = _st.graph_cache_off, _graphcache.installed()
     return dict(status=_st.status, why=_st.why, torch=_st.torch,
-                selections=dict(seen=_st.lookups, timed=_st.lookups_timed))
+                selections=dict(seen=_st.lookups, timed=_st.lookups_timed),
+                graph_cache=f"off: {off}" if off else "checked" if on else "not loaded")
 
 
 def counts() -> dict:
     """This process's selection counters for ``detd.stats()``:
     ``inductor_shares`` (choices precompiled here for another process's
-    selection pass), ``inductor_share_errors`` (those whose precompile
-    raised; logged once, never raised), ``inductor_failed_here`` (choices
-    of governed selections that failed to compile in this process; logged
-    once), ``inductor_lost_used`` (committed choices among those, used all
-    the same; logged once), ``inductor_precompiles_skipped`` (choices
-    not precompiled because their selection was already decided),
-    ``inductor_precompiles_deferred`` (choices not precompiled because
-    another process times their selection) and
-    ``inductor_deferred_compiled`` (those precompiled after all: the
-    pass came here), and :func:`detd._early.counts`."""
+    pass), ``inductor_share_errors`` (those whose precompile raised;
+    logged once), ``inductor_failed_here`` (choices of governed selections
+    that failed to compile here; logged once), ``inductor_lost_used``
+    (committed choices among those, used all the same; logged once),
+    ``inductor_precompiles_skipped`` (choices not precompiled: decided),
+    ``inductor_precompiles_deferred`` (not precompiled: another process
+    times them), ``inductor_deferred_compiled`` (those precompiled after
+    all: the pass came here), :func:`detd._early.counts` and
+    :func:`detd._graphcache.counts`."""
     with _st.lock:
         return dict(inductor_shares=_st.shares, inductor_share_errors=_st.share_errors,
                     inductor_failed_here=_st.failed_here, inductor_lost_used=_st.lost_used,
                     inductor_precompiles_skipped=_st.precompiles_skipped,
                     inductor_precompiles_deferred=_st.precompiles_deferred,
-                    inductor_deferred_compiled=_st.deferred_compiled, **_early.counts())
+                    inductor_deferred_compiled=_st.deferred_compiled, **_early.counts(),
+                    **_graphcache.counts())
 
 
 # ---------------------------------------------------------------- install
 
-def _governing() -> bool:
+def _governing(patched: bool = True) -> bool:
     s = _process.settings()
-    return _process.active() and _st.patched and s.mode in ("pinned", "coordinated")
+    return _process.active() and (_st.patched or not patched) and s.mode in ("pinned", "coordinated")
 
 
 def _apply_settings():
@@ -227,7 +230,7 @@ def _apply_settings():
         return  # refused with its warning once the runtime module is imported
     cfg = sys.modules.get(_CONFIG)
     if cfg is not None:
-        for name in CACHE_OPTIONS:
+        for name in CACHE_OPTIONS + (("fx_graph_cache",) if _st.graph_cache_off else ()):
             if hasattr(cfg, name):
                 setattr(cfg, name, False)
         if hasattr(cfg, "pipeline_max_autotune_gemm"):  # bypasses lookup()
@@ -239,7 +242,7 @@ def _apply_settings():
         _st.status, _st.why = "governed", f"mode {settings.mode}"
 
 
-_WATCH = (_HEURISTICS, _SELECT, _CONFIG, _AOT_CONFIG)
+_WATCH = (_HEURISTICS, _SELECT, _CONFIG, _AOT_CONFIG, _CODECACHE)
 
 
 def _try_patch():
@@ -303,10 +306,24 @@ def _unpatch():
     _st.patched = False
 
 
+def _patch_graph_cache():
+    """Check Inductor's FX graph cache (detd._graphcache) once its module is
+    imported, before a compile reads it (also before the autotuners are
+    patched); else it is off while detd governs. A selection of a graph
+    read back is recorded and observed (_finish)."""
+    cc = sys.modules.get(_CODECACHE) if _imports.loaded(_CODECACHE) else None
+    if cc is None or _graphcache.installed() or _st.graph_cache_off or refusal(torch_version()) is not None:
+        return
+    _st.graph_cache_off = _graphcache.install(cc, governed, lambda sel, source: _finish(
+        *sel[:4], Outcome(sel[4], source, note="from Inductor's FX graph cache")),
+        lambda: _st.status != "refused" and _governing(patched=False))
+
+
 def _on_import():
     try:
         _try_patch()
         _patch_select()
+        _patch_graph_cache()
         _apply_settings()
     except Exception as e:  # noqa: BLE001 - never break the user's import of torch
         _st.status, _st.why = "refused", f"patching Inductor failed: {type(e).__name__}: {e}"
@@ -317,11 +334,9 @@ def install():
     """Called by ``detd.install()`` (after the settings are in force):
     patch Inductor now when it is imported, else when it will be."""
     _imports.watch(_WATCH, _on_import)
-    if _imports.loaded(_HEURISTICS):
-        _on_import()
-    elif "torch" in sys.modules:
+    if "torch" in sys.modules and not _imports.loaded(_HEURISTICS):
         _st.torch = torch_version()
-    _apply_settings()
+    _on_import()  # what is imported already: patched now; the settings in force
 
 
 # ---------------------------------------------------------------- strings
@@ -923,6 +938,7 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
             return benchmark(cs)
 
         timings = _orig["lookup"](self, choices, op, inputs, counted, hint_override)  # Inductor's own
+        _graphcache.met(None, f"{kernel} is not governed")
         if timings:
             best = min(timings, key=timings.get)
             _observe_local(kernel, name, key, cands, choice_string(best), timed=True if ran else None)
@@ -964,6 +980,8 @@ def _patched_lookup(self, choices, op, inputs, benchmark, hint_override=None):
     with _key_lock(kernel, key):
         out = decide(kernel, name, key, cands, time_pass, cheapest, share=share,
                      prepare=compile_deferred if deferred is not None else None)
+    _graphcache.met((kernel, name, key, cands, out.config),
+                    "a fallback choice" if out.source == _native.SOURCE_FALLBACK else None)
     chosen = live.get(out.config)
     if chosen is None:
         # The committed choice is one this process lost: used all the same.
