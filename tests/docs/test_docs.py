@@ -174,6 +174,7 @@ for _cmd in (
         "DETD_TEST_COMPILE_THREADS=16 python3 tests/gpu/run_coordesc.py",
         "python3 tests/gpu/run_helion.py --procs 4",
         "python3 tests/gpu/run_hf_llama.py",
+        "python3 tests/gpu/run_hf_llama.py --procs 8 --no-default --no-negative --warm-rerun",
         "python3 tests/gpu/run_hf_settings.py --lock-in hf.lock --default-procs 1 --default-first",
         "detctl lock export -o run-17.lock.json",
         "detctl lock import run-17.lock.json",

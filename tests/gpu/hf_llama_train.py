@@ -190,7 +190,9 @@ def main():
             st = detd.stats()
             res["stats"] = {k: st.get(k) for k in ("inductor_failed_here", "inductor_lost_used", "inductor_precompiles_skipped",
                                                    "inductor_shares", "inductor_precompiles_deferred",
-                                                   "inductor_deferred_compiled", "early_claims", "early_passed_on")}
+                                                   "inductor_deferred_compiled", "early_claims", "early_passed_on",
+                                                   "inductor_graph_cache_hits", "inductor_graph_cache_refused",
+                                                   "inductor_graph_cache_unsaved")}
         with open(a.out + ".tmp", "w") as f:
             json.dump(res, f)
         os.replace(a.out + ".tmp", a.out)

@@ -7,7 +7,7 @@ each training the same randomly initialized ``LlamaForCausalLM``
                                       [--dims H,I,L,HEADS,VOCAB,SEQ,BATCH] [--budget-s 540]
                                       [--no-negative] [--no-default] [--no-rerun]
                                       [--compile-mode M] [--lock-out FILE] [--lock-in FILE]
-                                      [--same-as JSON] [--cpu] [--out DIR]
+                                      [--same-as JSON] [--warm-rerun] [--cpu] [--out DIR]
 
 Runs, each with fresh Inductor and Triton caches per process:
 default torch.compile (detd not imported, torch's defaults); detd run 1
@@ -43,6 +43,11 @@ and `detctl verify --lock FILE` must pass for it (every key it used came
 from the lock, with the lock's config). --same-as JSON compares detd run
 1's bits (parameters, every loss and gradient) with those of the run that
 wrote that hf_llama.json (another call, another store).
+--warm-rerun adds a third detd run on run 1's Inductor and Triton caches
+(each rank its own): it should read every compiled graph back from
+Inductor's FX graph cache (each entry checked against the daemon's
+decisions, docs/inductor.md "The FX graph cache, checked"), time nothing
+and reach run 1's bits.
 --cpu: a tiny model on the CPU, 2 processes, torch.compile's default
 mode, to check the script (DETD_BIN, DETD_LIBRARY: the local build).
 """
@@ -187,6 +192,8 @@ def main():
     ap.add_argument("--lock-in", default=None,
                     help="import this lockfile into the fresh store before detd run 1 (detctl lock import): "
                          "run 1 starts warm from another run's decisions and should time nothing")
+    ap.add_argument("--warm-rerun", action="store_true",
+                    help="add a detd rerun on run 1's Inductor and Triton caches (graphs read back)")
     ap.add_argument("--same-as", default=None,
                     help="another run's hf_llama.json: detd run 1 must reach its run 1's bits")
     ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="detd-hf-"))
@@ -216,13 +223,16 @@ def main():
     d = Daemon(os.path.join(work, "daemon"))
     exported = None  # --lock-out: detctl lock export's result
     jobs = {"detd run 1": "run1"} if a.no_rerun else {"detd run 1": "run1", "detd rerun": "rerun"}
+    if a.warm_rerun:
+        jobs["detd warm rerun"] = "warm"
     try:
         if a.lock_in:
             lock_import(d, a.lock_in)
         st0 = d.status()
         for i, (name, job) in enumerate(jobs.items(), 1):
             runs[name], capped[name], walls[name] = launch(a, work, job, "detd", True,
-                                                           {"DETD_AUDIT": "1", "DETD_JOB": job}, cap(i))
+                                                           {"DETD_AUDIT": "1", "DETD_JOB": job}, cap(min(i, 2)),
+                                                           caches="run1" if job == "warm" else None)
             if i == 1:
                 st1 = d.status()
                 if a.lock_out:
@@ -278,6 +288,9 @@ def main():
                                         "inductor_precompiles_skipped", "inductor_precompiles_deferred",
                                         "inductor_deferred_compiled", "early_claims", "early_passed_on"))
         if any(r and "stats" in r for r in v) else "-")
+    row("FX graph cache: graphs read back / entries passed over / graphs not saved (sum)",
+        lambda k, v: "/".join(str(sum((r or {}).get("stats", {}).get(f"inductor_graph_cache_{f}") or 0 for r in v))
+                              for f in ("hits", "refused", "unsaved")) if any(r and "stats" in r for r in v) else "-")
     row("detctl verify exit / --strict-determinism exit",
         lambda k, v: f"{verify[k][0].returncode} / {verify[k][1].returncode}" if k in verify else "-")
 
@@ -288,7 +301,7 @@ def main():
     wd, w1 = wall_to_step(runs["default"]), wall_to_step(r1)
     sd, s1, s2 = step_ms(runs["default"]), step_ms(r1), step_ms(r2)
     print(f"detd run 1 = rerun (params, every loss and gradient): {same12}; timing passes, daemon: run 1 {passes1}, "
-          f"rerun {passes2}")
+          f"rerun{'s' if a.warm_rerun else ''} {passes2}")
     late = [x for x in decisions if (x.get("decided_by") or {}).get("job") == "rerun"]
     for x in late[:12]:  # decided in the rerun: a key run 1 did not meet
         base = x["kernel"].split("@")[0]
@@ -328,7 +341,7 @@ def main():
               "detd run 1 = rerun": same12,
               "detctl verify --strict-determinism passes (run 1, rerun)":
               all(verify[k][0].returncode == 0 and verify[k][1].returncode == 0
-                  for k in ("detd run 1", "detd rerun") if k in verify)}  # the negative's strict verify must fail
+                  for k in ("detd run 1", "detd rerun", "detd warm rerun") if k in verify)}  # the negative's strict verify must fail
     if a.lock_in:
         checks["detd run 1 from the lock timed nothing"] = passes1 == 0
         checks[f"detctl verify --lock {a.lock_in} passes (run 1)"] = vlock.returncode == 0
@@ -336,6 +349,15 @@ def main():
               + "\n".join(ln for ln in vlock.stdout.splitlines() if ln.startswith(("ok:", "FAIL", "lock"))))
     if a.lock_out:
         checks[f"detctl lock export -o {a.lock_out} succeeded"] = exported is not None and exported.returncode == 0
+    if a.warm_rerun:
+        w = runs["detd warm rerun"]
+        hits = sum((r or {}).get("stats", {}).get("inductor_graph_cache_hits") or 0 for r in w)
+        checks[f"detd warm rerun: all {n} processes bit-identical, = run 1"] = \
+            same_as_rank0(w)[1] == n and same_bits(r1[0], w[0])
+        checks["detd warm rerun read compiled graphs back (FX graph cache hits), reruns timed nothing"] = \
+            hits > 0 and passes2 == 0
+        if walls.get("detd rerun") and wall_to_step(w) and wall_to_step(r2):
+            print(f"warm rerun wall s to step {a.steps}: {wall_to_step(w):.1f}, cold rerun {wall_to_step(r2):.1f}")
     if a.same_as:
         ref = (json.load(open(a.same_as))["runs"].get("detd run 1") or [None])[0] or {}
         checks[f"detd run 1 = {a.same_as}'s run 1 (params {ref.get('params', '?')[:16]})"] = same_bits(r1[0], ref)
