@@ -175,6 +175,8 @@ for _cmd in (
         "python3 tests/gpu/run_helion.py --procs 4",
         "python3 tests/gpu/run_hf_llama.py",
         "python3 tests/gpu/run_hf_llama.py --procs 8 --no-default --no-negative --warm-rerun",
+        "python3 tests/gpu/run_hf_llama.py --procs 8 --split-gpus --no-negative --no-rerun --budget-s 580 "
+        "--cap-s 560,400,0,0",
         "python3 tests/gpu/run_hf_settings.py --lock-in hf.lock --default-procs 1 --default-first",
         "detctl lock export -o run-17.lock.json",
         "detctl lock import run-17.lock.json",

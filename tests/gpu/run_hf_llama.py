@@ -7,7 +7,8 @@ each training the same randomly initialized ``LlamaForCausalLM``
                                       [--dims H,I,L,HEADS,VOCAB,SEQ,BATCH] [--budget-s 540]
                                       [--no-negative] [--no-default] [--no-rerun]
                                       [--compile-mode M] [--lock-out FILE] [--lock-in FILE]
-                                      [--same-as JSON] [--warm-rerun] [--cpu] [--out DIR]
+                                      [--same-as JSON] [--warm-rerun] [--split-gpus] [--cpu]
+                                      [--out DIR]
 
 Runs, each with fresh Inductor and Triton caches per process:
 default torch.compile (detd not imported, torch's defaults); detd run 1
@@ -48,6 +49,11 @@ wrote that hf_llama.json (another call, another store).
 Inductor's FX graph cache (each entry checked against the daemon's
 decisions, docs/inductor.md "The FX graph cache, checked"), time nothing
 and reach run 1's bits.
+--split-gpus (a machine with two GPUs) runs default torch.compile's run 1
+on GPU 1, pinned to half the CPUs, at the same time as the detd runs on
+GPU 0 and the other half: run 1 against the default's in one call where
+one after the other does not fit 10 minutes (the default's cap, the first
+of --cap-s, counts from its own start).
 --cpu: a tiny model on the CPU, 2 processes, torch.compile's default
 mode, to check the script (DETD_BIN, DETD_LIBRARY: the local build).
 """
@@ -87,6 +93,12 @@ def launch(a, work, tag, mode, recommended, extra, cap, settings="", caches=None
     whether the cap was hit, the run's wall seconds). Each process's
     Inductor and Triton caches are fresh, or those of rank r of an
     earlier run given the same caches name."""
+    return finish(start(a, work, tag, mode, recommended, extra, settings, caches, procs), cap)
+
+
+def start(a, work, tag, mode, recommended, extra, settings="", caches=None, procs=None, cpus=None):
+    """The processes of launch(), started (cpus: the CPUs they may run
+    on, all when None); finish() waits for them."""
     t0 = time.time()
     ps = []
     procs = procs or a.procs
@@ -106,8 +118,16 @@ def launch(a, work, tag, mode, recommended, extra, cap, settings="", caches=None
                "--steps", str(a.steps), "--timed-steps", str(a.timed_steps), "--dims", a.dims,
                "--device", a.device, "--compile-mode", a.compile_mode, *(["--recommended"] if recommended else []),
                *(["--settings", settings] if settings else [])]
-        ps.append((subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
-                   out, log))
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        ps.append((subprocess.Popen(cmd, env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=pin), out, log))
+    return tag, t0, ps, procs
+
+
+def finish(started, cap):
+    """Wait for start()'s processes, killed at cap seconds from their
+    start; launch()'s result."""
+    tag, t0, ps, procs = started
     capped, res = False, []
     for p, out, log in ps:
         try:
@@ -120,7 +140,8 @@ def launch(a, work, tag, mode, recommended, extra, cap, settings="", caches=None
         if p.returncode != 0 and not capped:
             print(f"{tag}: a process exited {p.returncode}; last output:\n{open(log.name).read()[-2500:]}")
         res.append(json.load(open(out)) if os.path.exists(out) else None)
-    wall = time.time() - t0
+    ends = [os.path.getmtime(out) for _, out, _ in ps if os.path.exists(out)]
+    wall = (max(ends) if len(ends) == len(ps) else time.time()) - t0
     prog = [json.load(open(out + ".progress")) if os.path.exists(out + ".progress") else None for _, out, _ in ps]
     print(f"{tag}: {sum(r is not None for r in res)}/{procs} processes reported, {wall:.0f} s"
           f"{' (capped at %.0f s)' % cap if capped else ''}; hashed steps done per process: "
@@ -192,6 +213,9 @@ def main():
     ap.add_argument("--lock-in", default=None,
                     help="import this lockfile into the fresh store before detd run 1 (detctl lock import): "
                          "run 1 starts warm from another run's decisions and should time nothing")
+    ap.add_argument("--split-gpus", action="store_true",
+                    help="default torch.compile on GPU 1 and half the CPUs, at the same time as the detd runs "
+                         "on GPU 0 and the other half (a machine with two GPUs)")
     ap.add_argument("--warm-rerun", action="store_true",
                     help="add a detd rerun on run 1's Inductor and Triton caches (graphs read back)")
     ap.add_argument("--same-as", default=None,
@@ -215,8 +239,18 @@ def main():
         return max(1.0, min(caps[i], a.budget_s - (time.time() - t_start) - sum(caps[i + 1:3])))
 
     runs, capped, walls = {}, {}, {}
+    gpu, mine, beside = (lambda i: {}), None, None  # detd's device and CPUs; the default's, when split
+    if a.split_gpus:
+        cpus = sorted(os.sched_getaffinity(0))
+        mine, theirs = set(cpus[:len(cpus) // 2]), set(cpus[len(cpus) // 2:]) or set(cpus)
+        gpu = (lambda i: {}) if cpu else (lambda i: {"CUDA_VISIBLE_DEVICES": str(i)})
+        print(f"split: default torch.compile on GPU 1 and CPUs {sorted(theirs)}, at the same time as detd on "
+              f"GPU 0 and CPUs {sorted(mine)}", flush=True)
     if a.no_default:
         runs["default"], capped["default"], walls["default"] = [None] * a.procs, False, 0.0
+    elif a.split_gpus:
+        runs["default"], capped["default"], walls["default"] = [None] * a.procs, False, 0.0  # its column first
+        beside = start(a, work, "default", "default", False, gpu(1), cpus=theirs)
     else:
         runs["default"], capped["default"], walls["default"] = launch(a, work, "default", "default", False, {},
                                                                       cap(0))
@@ -230,9 +264,9 @@ def main():
             lock_import(d, a.lock_in)
         st0 = d.status()
         for i, (name, job) in enumerate(jobs.items(), 1):
-            runs[name], capped[name], walls[name] = launch(a, work, job, "detd", True,
-                                                           {"DETD_AUDIT": "1", "DETD_JOB": job}, cap(min(i, 2)),
-                                                           caches="run1" if job == "warm" else None)
+            runs[name], capped[name], walls[name] = finish(start(
+                a, work, job, "detd", True, {"DETD_AUDIT": "1", "DETD_JOB": job, **gpu(0)},
+                caches="run1" if job == "warm" else None, cpus=mine), cap(min(i, 2)))
             if i == 1:
                 st1 = d.status()
                 if a.lock_out:
@@ -249,8 +283,9 @@ def main():
         if not a.no_negative and left >= caps[3]:
             name = "detd, torch defaults"
             jobs[name] = "defaults"
-            runs[name], capped[name], walls[name] = launch(a, work, "defaults", "detd", False,
-                                                           {"DETD_AUDIT": "1", "DETD_JOB": "defaults"}, caps[3])
+            runs[name], capped[name], walls[name] = finish(start(
+                a, work, "defaults", "detd", False, {"DETD_AUDIT": "1", "DETD_JOB": "defaults", **gpu(0)},
+                cpus=mine), caps[3])
         elif not a.no_negative:
             print(f"(negative run left out: {left:.0f} s of the budget left, its cap is {caps[3]:.0f} s)")
         empty = ["--allow-empty"] if cpu else []
@@ -260,6 +295,8 @@ def main():
         vlock = d.detctl("verify", "--job", jobs["detd run 1"], "--lock", a.lock_in, *empty) if a.lock_in else None
     finally:
         d.stop()
+        if beside is not None:  # the default's run beside detd's, capped from its own start
+            runs["default"], capped["default"], walls["default"] = finish(beside, caps[0])
 
     n = a.procs
     first = next((r for r in runs["default"] + runs["detd run 1"] if r), {})
