@@ -222,7 +222,8 @@ def main():
     n_cands = sum(k["timed"]["candidates"] for k in per_key.values() if k["timed"] is not None)
     print(f"\ncold start, {a.procs} processes on one GPU, key set {a.keys}: {len(entries)} keys "
           f"({n_cands} candidates), {cores} cores; detd settings {settings}; in effect: compile ahead "
-          f"{run1[0].get('compile_ahead')} threads, screening band {run1[0].get('screen')}")
+          f"{run1[0].get('compile_ahead')} threads, screening band {run1[0].get('screen')}, compiles "
+          f"{run1[0].get('compile_nice', 0)} nice levels below the process")
     print(f"{'run 1 phase':14} {'all processes s':>16} {'critical path s':>16}")
     for p in PHASES + ("total",):
         print(f"{p:14} {summed[p]:16.2f} {crit[p]:16.2f}")

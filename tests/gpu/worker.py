@@ -219,6 +219,7 @@ def main():
         from detd import _process
 
         res["compile_ahead"], res["screen"] = _process.compile_ahead(), _process.screen()  # as in effect
+        res["compile_nice"] = _process.compile_nice()
         res["key_phases"] = {f"{t['kernel']}|{k['key']}": dict(k["phases"], timed_here=bool(k.get("timed_here")),
                                                               candidates=len(k.get("candidates") or ()))
                              for t in detd.autotuners() for k in t["keys"] if k.get("phases")}

@@ -556,3 +556,50 @@ def test_compile_ahead_auto_follows_whether_triton_compiles_in_threads(monkeypat
     assert _process.compile_ahead() == 0
     monkeypatch.setattr(_process._state, "compile_ahead", 3)
     assert _process.compile_ahead() == 3
+
+
+def test_compiles_run_below_the_process_with_compile_nice(monkeypatch):
+    """DETD_COMPILE_NICE=N: the timing rank's threads compiling ahead and a
+    waiting rank's share compiles (moved to the process's one low-priority
+    compile thread) run N nice levels below the process, real threads and
+    the kernel's own per-thread nice values; the waiting thread's priority
+    is never touched. Off by default, and off where nothing is compiled in
+    threads (the CPU interpreter)."""
+    import threading
+
+    from detd import _loop, _measure, _process, _triton
+
+    assert _process.nice_option({}) == 0 and _process.nice_option({"DETD_COMPILE_NICE": "7"}) == 7
+    for bad in ("20", "-1", "low"):
+        with pytest.raises(ValueError, match=f"DETD_COMPILE_NICE='{bad}'"):
+            _process.nice_option({"DETD_COMPILE_NICE": bad})
+    monkeypatch.setattr(_process._state, "compile_nice", 7)
+    assert _triton.interpreting() and _process.compile_nice() == 0
+    monkeypatch.setattr(_triton, "interpreting", lambda: False)
+    monkeypatch.setattr(_triton, "compiles_in_threads", lambda: True)
+    assert _process.compile_nice() == 7
+    base, main = os.getpriority(os.PRIO_PROCESS, os.getpid()), threading.get_native_id()
+    low, seen = min(19, base + 7), []
+
+    def compile_one(c):
+        tid = threading.get_native_id()
+        seen.append((c, tid, os.getpriority(os.PRIO_PROCESS, tid)))
+        if c == "bad":
+            raise ValueError("does not compile")
+        return False
+
+    comp = _measure.Compiler(["a", "b", "c"], compile_one, workers=2)
+    for i in comp.order():
+        comp(i)
+    comp.close()
+    assert sorted(c for c, _, _ in seen) == ["a", "b", "c"]
+    assert all(tid != main and nice == low for _, tid, nice in seen), (seen, base)
+    seen.clear()
+    assert _loop.compile_share(compile_one, ["a", "b", "c"], ["A", "B", "C"], 1, "k") == "C"
+    assert _loop.compile_share(compile_one, ["a", "bad"], ["A", "BAD"], 1, "k") == "BAD"  # logged, not raised
+    assert [(c, nice) for c, _, nice in seen] == [("c", low), ("bad", low)] and seen[0][1] != main, seen
+    assert os.getpriority(os.PRIO_PROCESS, main) == base
+    monkeypatch.setattr(_process._state, "compile_nice", 0)  # off: in the waiting thread itself
+    seen.clear()
+    assert _loop.compile_share(compile_one, ["a", "b", "c"], ["A", "B", "C"], 2, "k") == "B"
+    assert seen == [("b", main, base)]

@@ -612,8 +612,9 @@ def _resolve_key(cache: DetdCache, ctx: _Call, key, spent: Dict[str, float]) -> 
         # While another rank times the key: ask in slices, so that a long
         # wait is logged (who times it, for how long), and first help the
         # pass when sharing is on (compile a share of the candidates).
+        dev = _triton.current_device() if _process.compile_nice() else None  # shares in another thread
         share = _loop.Share(cands.objs, cands.candidates,
-                            lambda config: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, config),
+                            lambda config: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, config, dev),
                             _bench(ctx, False))
         def pass_errors():
             # Why each failed candidate failed: its exception, or inf from

@@ -342,7 +342,10 @@ def compile_share(compile_one: Callable[[Any], Any], objs: Sequence[Any], candid
     """Compile share ``share_index`` of another process's pass: candidate
     n-i of ``objs`` (``candidates``: their strings), never the first,
     which the timing rank compiles at once; with ``compile_one(obj)``
-    (true when it compiled something), in the ``compile`` phase. Returns
+    (true when it compiled something), in the ``compile`` phase, in the
+    process's low-priority compile thread under ``DETD_COMPILE_NICE``
+    (:func:`detd._process.in_low_priority`; ``compile_one`` must then
+    compile for the device it was made on, from any thread). Returns
     the candidate's string, or None for a share past the list (or none).
     A candidate that fails to compile is the timing rank's to report:
     logged at debug level only."""
@@ -353,7 +356,7 @@ def compile_share(compile_one: Callable[[Any], Any], objs: Sequence[Any], candid
     t0 = time.perf_counter()
     try:
         with _phases.phase("compile"):
-            did = compile_one(obj)
+            did = _process.in_low_priority(lambda: compile_one(obj))  # DETD_COMPILE_NICE
         if did:
             _phases.compiled(time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 - the timing rank meets it again

@@ -221,7 +221,9 @@ class Compiler:
     measurement slower by more than any band) is measured again once
     every compile is done (:func:`measure`). ``compile_one`` returns
     whether it compiled anything (False: nothing to compile, e.g. the
-    CPU interpreter). ``close()`` cancels what is still queued."""
+    CPU interpreter). ``close()`` cancels what is still queued. The
+    pool's threads run ``DETD_COMPILE_NICE`` levels below the process
+    (:func:`detd._process.lower_priority`)."""
 
     def __init__(self, objs: Sequence[Any], compile_one: Callable[[Any], bool], workers: int = 0,
                  overlap: bool = False, progress: Optional[Callable[[int], None]] = None):
@@ -231,7 +233,8 @@ class Compiler:
         if workers > 0 and len(objs) > 1:
             from concurrent.futures import ThreadPoolExecutor
 
-            self.pool = ThreadPoolExecutor(workers, thread_name_prefix="detd-compile")
+            self.pool = ThreadPoolExecutor(workers, thread_name_prefix="detd-compile",
+                                           initializer=_process.lower_priority)  # DETD_COMPILE_NICE
             self.futures = [self.pool.submit(self._timed, c) for c in objs]
 
     def _timed(self, config) -> Optional[float]:

@@ -42,6 +42,10 @@ COMPILE_AHEAD_MAX = 8
 # DETD_COMPILE_OVERLAP (see overlap_option()): on by default (measured to
 # keep kernel time on the H200: docs/gpu-results.md).
 COMPILE_OVERLAP = True
+# DETD_COMPILE_NICE (see nice_option()): how much lower detd's compile
+# threads run than the process (nice value, 0 to 19); 0, the default: as
+# the process.
+COMPILE_NICE = 0
 # DETD_SCREEN (see screen_option()): off by default; "on" keeps the
 # candidates within SCREEN_BAND of the best screening median.
 SCREEN: Optional[float] = None
@@ -67,6 +71,8 @@ class _State:
         self.recheck_clear: Optional[float] = RECHECK_CLEAR
         self.compile_ahead = COMPILE_AHEAD
         self.compile_overlap = COMPILE_OVERLAP
+        self.compile_nice = COMPILE_NICE
+        self.nice_pool: Optional[Tuple[int, Any]] = None  # (pid, executor) for compiles at low priority
         self.screen = SCREEN
         self.split_bench = False  # DETD_SPLIT_BENCH (see detd._split)
         self.bench_device: Optional[Tuple[int, Optional[str]]] = None  # (pid, device) for the split
@@ -109,6 +115,7 @@ def _after_fork_in_child():
     # child's caches too, and stay provisional.
     _state.final = threading.Condition(threading.Lock())
     _state.resolving = {}
+    _state.nice_pool = None  # the parent's thread does not run here
     _phases.reset()
     for fn in _fork_hooks:
         fn()
@@ -349,6 +356,72 @@ def compile_overlap() -> bool:
     return _state.compile_overlap
 
 
+def nice_option(environ=None) -> int:
+    """``DETD_COMPILE_NICE``: how many nice levels below the process detd's
+    compiles run (0 to 19; 0, the default: at the process's own), see
+    :func:`compile_nice`. Raises ValueError naming a bad value."""
+    env = os.environ if environ is None else environ
+    v = str(env.get("DETD_COMPILE_NICE", "")).strip()
+    try:
+        n = int(v) if v else COMPILE_NICE
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 19:
+        raise ValueError(f"detd: invalid DETD_COMPILE_NICE={v!r}: expected a nice increment from 0 to 19")
+    return n
+
+
+def compile_nice() -> int:
+    """Nice levels below the process at which detd compiles candidates
+    (DETD_COMPILE_NICE): the timing rank's threads compiling ahead
+    (:class:`detd._measure.Compiler`) and a waiting rank's shares
+    (:func:`in_low_priority`), so that the timing rank's benchmark loop
+    and the job's own threads get the cores first; 0 where kernels are
+    not compiled in threads (the CPU interpreter, a Triton that cannot),
+    as shares then compile in the waiting thread itself."""
+    n = _state.compile_nice
+    if n and (_triton.interpreting() or not _triton.compiles_in_threads()):
+        return 0
+    return n
+
+
+def lower_priority() -> None:
+    """Make the calling thread's nice value the process's plus
+    :func:`compile_nice` (at most 19): Linux keeps a nice value per
+    thread, and what the thread starts (a compiler subprocess) inherits
+    it. A thread cannot raise its priority back without privilege, so
+    only dedicated threads are lowered. Logged once where the system
+    refuses."""
+    n = compile_nice()
+    if not n or not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
+        return
+    try:
+        base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, base + n))
+    except OSError as e:
+        warn_once("compile-nice", f"detd: cannot lower the priority of a compile thread (DETD_COMPILE_NICE={n}): {e}")
+
+
+def in_low_priority(fn: Callable[[], Any]) -> Any:
+    """``fn()`` in this process's one low-priority compile thread
+    (:func:`lower_priority`) when :func:`compile_nice` is on, the caller
+    waiting for it (what it raises is raised here); else in the caller's
+    own thread. For a waiting rank's share compiles, made in the thread
+    that waits, whose priority must stay the job's."""
+    if not compile_nice():
+        return fn()
+    pool = _state.nice_pool
+    if pool is None or pool[0] != os.getpid():
+        from concurrent.futures import ThreadPoolExecutor
+
+        with _state.client_lock:
+            pool = _state.nice_pool
+            if pool is None or pool[0] != os.getpid():
+                pool = _state.nice_pool = (os.getpid(), ThreadPoolExecutor(
+                    1, thread_name_prefix="detd-nice-compile", initializer=lower_priority))
+    return pool[1].submit(fn).result()
+
+
 def screen_option(environ=None) -> Optional[float]:
     """``DETD_SCREEN``: whether a timing pass screens every candidate with
     a short measurement and measures in full only those still in the
@@ -430,6 +503,7 @@ def configure(settings: Settings) -> None:
     _state.wait_log_after_s, _state.wait_log_every_s, _state.share_pass = wait_options()
     _state.recheck_clear, _state.compile_ahead = pass_options()
     _state.compile_overlap = overlap_option()
+    _state.compile_nice = nice_option()
     _state.screen = screen_option()
     _phases.write_at_exit(os.environ.get("DETD_PHASES"))
     _state.split_bench = _split.parse()
