@@ -459,6 +459,65 @@ def test_a_graph_cache_detd_cannot_check_is_off(daemon, tmp_path, torch_ok):
     assert _graphcache.verdict([]) == (None, "its record of choices is unreadable")
 
 
+# The order of events the check must handle, driven on a stand-in for
+# Inductor's FxGraphCache with the same method shapes (two threads
+# compiling one graph at once cannot be arranged with the real compile).
+_SPANS = r"""
+import json, threading
+from detd import _graphcache as g
+
+class Cache:
+    saved = []
+    @staticmethod
+    def _lookup_graph(key, *a, **kw):
+        return None, {}
+    @staticmethod
+    def _save_graph(key, graph, *a, **kw):
+        Cache.saved.append((key, getattr(graph, g.ATTR, None)))
+    @classmethod
+    def iterate_over_candidates(cls, *a):
+        yield from ()
+
+class Graph:
+    pass
+
+class Mod:
+    FxGraphCache = Cache
+
+assert g.install(Mod, lambda n: True, lambda s, src: None, lambda: True) is None
+sel = ("k", "n", "key", ("a", "b"), "a")
+out = {}
+Cache._lookup_graph("one"); g.met(sel); Cache._save_graph("one", Graph())       # a compile, saved
+Cache._lookup_graph("two"); g.met(sel)                                          # raised before its save
+Cache._lookup_graph("two"); g.met(sel[:4] + ("b",)); Cache._save_graph("two", Graph())  # begun again
+Cache._lookup_graph("three")
+t = threading.Thread(target=Cache._lookup_graph, args=("three",)); t.start(); t.join()  # another thread
+Cache._save_graph("three", Graph()); Cache._save_graph("three", Graph())
+Cache._lookup_graph("four"); g.met(None, "a fallback choice"); Cache._save_graph("four", Graph())
+Cache._save_graph("five", Graph())                                              # no lookup seen
+out["saved"] = Cache.saved
+out["counts"] = g.counts()
+print(json.dumps(out))
+"""
+
+
+def test_graph_cache_spans_save_only_a_whole_record(tmp_path):
+    """A graph is saved with every selection met from its lookup to its
+    save; a compile begun again on its thread starts a new list; one whose
+    compile overlapped the same key's in another thread, one with a
+    fallback and one whose lookup was not seen are not saved."""
+    p = subprocess.run([sys.executable, "-c", _SPANS], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                           [os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python"),
+                            os.environ.get("PYTHONPATH", "")])))
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    sel = ["k", "n", "key", ["a", "b"], "a"]
+    assert out["saved"] == [["one", [sel]], ["two", [sel[:4] + ["b"]]]], out
+    assert out["counts"] == {"inductor_graph_cache_hits": 0, "inductor_graph_cache_refused": 0,
+                             "inductor_graph_cache_unsaved": 4}, out
+
+
 def test_unsupported_torch_is_refused(daemon, tmp_path, torch_ok):
     (r,) = _workers(daemon, tmp_path, "fused", 1, "r", env={"DETD_TEST_TORCH_VERSION": "2.9.1"})
     assert "detd: torch 2.9.1 is not supported (detd governs Inductor of torch 2.11 to 2.13)" in r["output"]

@@ -14,9 +14,9 @@ bring its own choices back past the daemon. So, once
   every selection the Inductor adapter answers is noted (:func:`met`)
   in every compile then open in the process (a nested or concurrent
   compile's selections count for each: a longer list only means more
-  checks when it is read back); a graph whose compile starts while one
-  of the same cache key is open (two threads, or one that raised) is
-  not saved, as its list could have been cut short;
+  checks when it is read back); a graph whose compile starts while
+  another thread compiles the same cache key is not saved, as its list
+  could have been cut short;
 * the save (``_save_graph``) attaches the list to the graph, pickled with
   it (:data:`ATTR`: plain tuples of strings), unless one of them was not
   detd's decision (a fallback, an ungoverned selection): then the graph
@@ -56,7 +56,7 @@ _VERIFIED = "_detd_verified"  # on an entry read back: its selections with their
 ASK_MS = 2000
 
 _lock = threading.Lock()
-_open: Dict[str, List[tuple]] = {}      # cache key -> selections met since its lookup missed
+_open: Dict[str, Tuple[int, List[tuple]]] = {}  # cache key -> (thread, selections met since its lookup missed)
 _unfit: Dict[str, str] = {}             # cache key -> why its graph must not be saved
 _known: Dict[Tuple[str, str], Tuple[str, int]] = {}  # (kernel, key) -> (config, source) verified
 _orig: Dict[str, Any] = {}
@@ -82,7 +82,7 @@ def met(selection: Optional[tuple], why_unfit: Optional[str] = None) -> None:
     candidates, config)``; ``why_unfit``: why a graph holding it must
     not be saved (its choice is not detd's decision), or None."""
     with _lock:
-        for k, sels in _open.items():
+        for k, (_, sels) in _open.items():
             if why_unfit is not None:
                 _unfit.setdefault(k, why_unfit)
             elif selection is not None:
@@ -166,11 +166,12 @@ def install(codecache, governed: Callable[[str], bool], hit: Callable[[tuple, in
     def _lookup_graph(key, *args, **kwargs):
         if not governing():
             return lookup(key, *args, **kwargs)
+        me = threading.get_ident()
         with _lock:
-            if key in _open:  # the same graph compiling twice at once, or a compile that raised
-                _unfit[key] = "the same graph compiled twice at once"
-            else:
-                _open[key] = []
+            if key in _open and _open[key][0] != me:  # the same graph compiling in two threads at once
+                _unfit[key] = "the same graph compiled in two threads at once"
+            else:  # (a span left open on this thread: its compile raised; begun again)
+                _open[key] = (me, [])
                 _unfit.pop(key, None)
         try:
             graph, info = lookup(key, *args, **kwargs)
@@ -228,4 +229,5 @@ def install(codecache, governed: Callable[[str], bool], hit: Callable[[tuple, in
 
 def _close(key: str) -> Tuple[Optional[Sequence[tuple]], Optional[str]]:
     with _lock:
-        return _open.pop(key, None), _unfit.pop(key, None)
+        span = _open.pop(key, None)
+        return (span[1] if span is not None else None), _unfit.pop(key, None)
