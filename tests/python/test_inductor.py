@@ -403,6 +403,9 @@ def test_inductor_caches_do_not_bypass_the_decision(daemon, tmp_path, torch_ok):
     assert again["select_passes"] == 0 and again["ran"] and again["digest"] == r["digest"]
     assert got["config"] == entry["config"] and got["source"] == "timed", got
     assert got["note"] == "from Inductor's FX graph cache" and not got["timed_here"], got
+    # The graph's Triton kernels still ask detd at their first launch.
+    assert {k: e["config"] for k, e in _keys(again).items()} == {k: e["config"] for k, e in _keys(r).items()}
+    assert any(k[0].startswith("inductor::triton_") for k in _keys(again)), list(_keys(again))
     assert again["stats"]["inductor_graph_cache_hits"] >= 1, again["stats"]
     assert again["fxgraph"].get("fxgraph_cache_hit", 0) >= 1, again["fxgraph"]
     (ind,) = [a for a in again["autotuners"] if a["kernel"] == "inductor::*"]
