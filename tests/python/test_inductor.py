@@ -474,7 +474,7 @@ def test_a_graph_cache_detd_cannot_check_is_off(daemon, tmp_path, torch_ok):
 # Inductor's FxGraphCache with the same method shapes (two threads
 # compiling one graph at once cannot be arranged with the real compile).
 _SPANS = r"""
-import json, threading
+import json, os, threading
 from detd import _graphcache as g
 
 class Cache:
@@ -506,6 +506,15 @@ t = threading.Thread(target=Cache._lookup_graph, args=("three",)); t.start(); t.
 Cache._save_graph("three", Graph()); Cache._save_graph("three", Graph())
 Cache._lookup_graph("four"); g.met(None, "a fallback choice"); Cache._save_graph("four", Graph())
 Cache._save_graph("five", Graph())                                              # no lookup seen
+Cache._lookup_graph("six")                                                      # open at a fork
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if not g._open else 3)
+out["child"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+g._known[("k", "key")] = ("a", 1)
+from detd import _policy, _process
+_process.configure(_policy.parse(environ={}, mode="auto"))                      # a new install()
+out["known"] = len(g._known)
 out["saved"] = Cache.saved
 out["counts"] = g.counts()
 print(json.dumps(out))
@@ -516,7 +525,9 @@ def test_graph_cache_spans_save_only_a_whole_record(tmp_path):
     """A graph is saved with every selection met from its lookup to its
     save; a compile begun again on its thread starts a new list; one whose
     compile overlapped the same key's in another thread, one with a
-    fallback and one whose lookup was not seen are not saved."""
+    fallback and one whose lookup was not seen are not saved. A forked
+    child starts with no compile open; a new install() asks again what
+    was verified under the old settings."""
     p = subprocess.run([sys.executable, "-c", _SPANS], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                            [os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python"),
@@ -527,6 +538,7 @@ def test_graph_cache_spans_save_only_a_whole_record(tmp_path):
     assert out["saved"] == [["one", [sel]], ["two", [sel[:4] + ["b"]]]], out
     assert out["counts"] == {"inductor_graph_cache_hits": 0, "inductor_graph_cache_refused": 0,
                              "inductor_graph_cache_unsaved": 4}, out
+    assert out["child"] == 0 and out["known"] == 0, out
 
 
 def test_unsupported_torch_is_refused(daemon, tmp_path, torch_ok):

@@ -64,6 +64,26 @@ _counts = dict(hits=0, refused=0, unsaved=0)
 _hooks: Dict[str, Callable] = {}
 
 
+def _after_fork_in_child():
+    """A child's compiles are its own (and the parent's lock may be held
+    by a thread the child does not have)."""
+    global _lock
+    _lock = threading.Lock()
+    _open.clear()
+    _unfit.clear()
+
+
+def _configured():
+    """A new install(): what was verified under the old settings (another
+    socket, namespace or arch) is asked again."""
+    with _lock:
+        _known.clear()
+
+
+_process.at_fork_child(_after_fork_in_child)
+_process.at_configure(_configured)
+
+
 def counts() -> dict:
     """``detd.stats()``'s FX graph cache counters: graphs read back with
     every choice verified (``inductor_graph_cache_hits``), entries passed
