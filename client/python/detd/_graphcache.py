@@ -16,7 +16,8 @@ bring its own choices back past the daemon. So, once
   compile's selections count for each: a longer list only means more
   checks when it is read back); a graph whose compile starts while
   another thread compiles the same cache key is not saved, as its list
-  could have been cut short;
+  could have been cut short (begun again on its own thread, after a
+  compile that raised, it starts a new list);
 * the save (``_save_graph``) attaches the list to the graph, pickled with
   it (:data:`ATTR`: plain tuples of strings), unless one of them was not
   detd's decision (a fallback, an ungoverned selection): then the graph
@@ -24,8 +25,10 @@ bring its own choices back past the daemon. So, once
 * each entry read back (``iterate_over_candidates``, before Inductor's
   guards) is offered only when every selection on its list is the one
   detd answers now (:func:`verdict`: an override, a single candidate,
-  or the daemon's decision, asked without waiting and without being
-  designated); others are passed over (``inductor_graph_cache_refused``,
+  or the daemon's decision, asked without ever being designated, waiting
+  at most :data:`ASK_MS` for a key being timed; verified choices are
+  remembered until the next ``install()``); others are passed over
+  (``inductor_graph_cache_refused``,
   logged with the reason), and an entry with no list (written without
   detd) too. On a hit the adapter's ``hit`` records and observes the
   graph's selections as ``lookup`` would have (``inductor_graph_cache_hits``).
