@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _native, _process
 
@@ -62,9 +62,8 @@ _lock = threading.Lock()
 _open: Dict[str, Tuple[int, List[tuple]]] = {}  # cache key -> (thread, selections met since its lookup missed)
 _unfit: Dict[str, str] = {}             # cache key -> why its graph must not be saved
 _known: Dict[Tuple[str, str], Tuple[str, int]] = {}  # (kernel, key) -> (config, source) verified
-_orig: Dict[str, Any] = {}
 _counts = dict(hits=0, refused=0, unsaved=0)
-_hooks: Dict[str, Callable] = {}
+_hooks: Dict[str, Callable] = {}  # "governed" (the adapter's), once installed
 
 
 def _after_fork_in_child():
@@ -97,7 +96,7 @@ def counts() -> dict:
 
 
 def installed() -> bool:
-    return "save" in _orig
+    return "governed" in _hooks
 
 
 def met(selection: Optional[tuple], why_unfit: Optional[str] = None) -> None:
@@ -183,7 +182,6 @@ def install(codecache, governed: Callable[[str], bool], hit: Callable[[tuple, in
         need.append("iterate_over_candidates")
     if need:
         return f"Inductor's FxGraphCache lacks {', '.join(need)}"
-    _hooks.update(governed=governed, hit=hit, governing=governing)
     lookup, save, iterate = own["_lookup_graph"].__func__, own["_save_graph"].__func__, it.__func__
 
     def _lookup_graph(key, *args, **kwargs):
@@ -243,7 +241,7 @@ def install(codecache, governed: Callable[[str], bool], hit: Callable[[tuple, in
             setattr(item[0], _VERIFIED, ok)  # for the hit above, which takes it off
             yield item
 
-    _orig.update(lookup=lookup, save=save, iterate=iterate)
+    _hooks["governed"] = governed
     cls._lookup_graph = staticmethod(_lookup_graph)
     cls._save_graph = staticmethod(_save_graph)
     cls.iterate_over_candidates = classmethod(_iterate)

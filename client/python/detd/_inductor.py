@@ -210,9 +210,8 @@ def counts() -> dict:
 
 # ---------------------------------------------------------------- install
 
-def _governing(patched: bool = True) -> bool:
-    s = _process.settings()
-    return _process.active() and (_st.patched or not patched) and s.mode in ("pinned", "coordinated")
+def _mode_governs() -> bool:  # by the settings; the patches may not be made yet
+    return _process.active() and _process.settings().mode in ("pinned", "coordinated")
 
 
 def _apply_settings():
@@ -222,7 +221,7 @@ def _apply_settings():
     if _st.status == "refused":
         return
     settings = _process.settings()
-    if not (_process.active() and settings.mode in ("pinned", "coordinated")):
+    if not _mode_governs():
         if _st.patched:
             _st.status, _st.why = "ungoverned", f"mode {settings.mode}"
         return
@@ -309,14 +308,13 @@ def _unpatch():
 def _patch_graph_cache():
     """Check Inductor's FX graph cache (detd._graphcache) once its module is
     imported, before a compile reads it (also before the autotuners are
-    patched); else it is off while detd governs. A selection of a graph
-    read back is recorded and observed (_finish)."""
+    patched), else turn it off; a graph read back: its selections _finish."""
     cc = sys.modules.get(_CODECACHE) if _imports.loaded(_CODECACHE) else None
     if cc is None or _graphcache.installed() or _st.graph_cache_off or refusal(torch_version()) is not None:
         return
     _st.graph_cache_off = _graphcache.install(cc, governed, lambda sel, source: _finish(
         *sel[:4], Outcome(sel[4], source, note="from Inductor's FX graph cache")),
-        lambda: _st.status != "refused" and _governing(patched=False))
+        lambda: _st.status != "refused" and _mode_governs())
 
 
 def _on_import():
@@ -460,7 +458,7 @@ class Outcome:
 
 
 def governed(name: str) -> bool:
-    return _governing() and _process.settings().is_governed(name)
+    return _st.patched and _mode_governs() and _process.settings().is_governed(name)
 
 
 def _bench() -> Dict[str, Any]:
@@ -727,7 +725,7 @@ def _ms(t) -> float:
 
 
 def _patched_check_cache(configs, filename, inductor_meta):
-    if _governing():
+    if _st.patched and _mode_governs():
         inductor_meta = dict(inductor_meta or {}, force_disable_caches=True)
     return _orig["check_cache"](configs, filename, inductor_meta)
 
