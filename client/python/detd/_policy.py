@@ -165,6 +165,22 @@ def env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return x
 
 
+def env_int(env: Mapping[str, str], name: str, default: Optional[int], lo: int, hi: int,
+            expected: str) -> Optional[int]:
+    """An integer from lo to hi from env[name] (default when unset or
+    empty); ValueError naming the variable and ``expected`` otherwise."""
+    v = str(env.get(name, "")).strip()
+    if v == "":
+        return default
+    try:
+        x = int(v)
+    except ValueError:
+        x = lo - 1
+    if not lo <= x <= hi:
+        raise ValueError(f"detd: invalid {name}={v!r}: expected {expected}")
+    return x
+
+
 # The words of a switch (env_switch()), compared lower-cased.
 SWITCH_ON = ("1", "on", "true", "yes")
 SWITCH_OFF = ("0", "off", "false", "no")

@@ -332,13 +332,8 @@ def pass_options(environ=None) -> Tuple[Optional[float], Optional[int]]:
             clear = -1.0
         if not clear >= 0 or clear == float("inf"):
             raise ValueError(f"detd: invalid DETD_RECHECK_CLEAR={v!r}: expected a fraction >= 0 (0.02: 2%) or off")
-    n = str(env.get("DETD_COMPILE_AHEAD", "")).strip()
-    try:
-        ahead = None if n.lower() == "auto" else int(n) if n else COMPILE_AHEAD
-    except ValueError:
-        ahead = -1
-    if ahead is not None and not 0 <= ahead <= 64:
-        raise ValueError(f"detd: invalid DETD_COMPILE_AHEAD={n!r}: expected a thread count from 0 to 64 or auto")
+    ahead = None if str(env.get("DETD_COMPILE_AHEAD", "")).strip().lower() == "auto" else _policy.env_int(
+        env, "DETD_COMPILE_AHEAD", COMPILE_AHEAD, 0, 64, "a thread count from 0 to 64 or auto")
     return clear, ahead
 
 
@@ -360,15 +355,8 @@ def nice_option(environ=None) -> int:
     """``DETD_COMPILE_NICE``: how many nice levels below the process detd's
     compiles run (0 to 19; 0, the default: at the process's own), see
     :func:`compile_nice`. Raises ValueError naming a bad value."""
-    env = os.environ if environ is None else environ
-    v = str(env.get("DETD_COMPILE_NICE", "")).strip()
-    try:
-        n = int(v) if v else COMPILE_NICE
-    except ValueError:
-        n = -1
-    if not 0 <= n <= 19:
-        raise ValueError(f"detd: invalid DETD_COMPILE_NICE={v!r}: expected a nice increment from 0 to 19")
-    return n
+    return _policy.env_int(os.environ if environ is None else environ, "DETD_COMPILE_NICE", COMPILE_NICE, 0, 19,
+                           "a nice increment from 0 to 19")
 
 
 def compile_nice() -> int:
