@@ -37,8 +37,8 @@ In one call:
    many keys its median process had tuned).
 
 ``--before`` runs detd as it behaved before the cuts:
-``DETD_RECHECK_CLEAR=off``, ``DETD_COMPILE_AHEAD=0`` and
-``DETD_SHARE_PASS=0`` (the shares of earlier releases compiled nothing:
+``DETD_RECHECK_CLEAR=off``, ``DETD_COMPILE_AHEAD=0``, ``DETD_SCREEN=off``,
+``DETD_COMPILE_NICE=0`` and ``DETD_SHARE_PASS=0`` (the shares of earlier releases compiled nothing:
 their ``warmup`` call raised, see docs/gpu-results.md); ``--env`` passes any setting to the detd
 processes (e.g. ``--env DETD_COMPILE_AHEAD=8``, ``--env DETD_SHARE_PASS=0``).
 Prints a table and PASS or FAIL: every process succeeds, all ranks launch
@@ -134,7 +134,8 @@ def main():
     ap.add_argument("--no-fla", action="store_true", help="--keys suite without FLA")
     ap.add_argument("--out", default=None)
     ap.add_argument("--before", action="store_true",
-                    help="the cuts off: DETD_RECHECK_CLEAR=off, DETD_COMPILE_AHEAD=0, DETD_SHARE_PASS=0")
+                    help="the cuts off: DETD_RECHECK_CLEAR=off, DETD_COMPILE_AHEAD=0, DETD_SCREEN=off, "
+                         "DETD_COMPILE_NICE=0, DETD_SHARE_PASS=0")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the detd processes")
     ap.add_argument("--default-cap", type=float, default=150.0, help="seconds default Triton's run 1 may take")
     ap.add_argument("--no-default", action="store_true")
@@ -146,7 +147,8 @@ def main():
     wargs = ["--keys", a.keys] + (["--no-fla"] if a.no_fla else [])
     settings = {"DETD_TIMEOUT_MS": "900000"}
     if a.before:
-        settings.update(DETD_RECHECK_CLEAR="off", DETD_COMPILE_AHEAD="0", DETD_SHARE_PASS="0")
+        settings.update(DETD_RECHECK_CLEAR="off", DETD_COMPILE_AHEAD="0", DETD_SCREEN="off", DETD_COMPILE_NICE="0",
+                        DETD_SHARE_PASS="0")
     for kv in a.env:
         name, _, value = kv.partition("=")
         settings[name] = value

@@ -440,7 +440,8 @@ def test_screening_measures_in_full_only_the_near_best(daemon, tmp_path):
     class Graphs:  # use_cuda_graph / the deprecated warmup and rep: a lambda of (kernel_call, quantiles)
         do_bench = staticmethod(lambda kernel_call, quantiles: 1.0)
     assert _triton.screening(Graphs()) is None
-    assert _process.screen_option({}) is None and _process.screen_option({"DETD_SCREEN": "off"}) is None
+    assert _process.screen_option({}) == "auto" and _process.screen_option({"DETD_SCREEN": "auto"}) == "auto"
+    assert _process.screen_option({"DETD_SCREEN": "off"}) is None
     assert _process.screen_option({"DETD_SCREEN": "on"}) == 0.25 and _process.screen_option({"DETD_SCREEN": "1"}) == 0.25
     assert _process.screen_option({"DETD_SCREEN": "0.1"}) == 0.1
     assert _process.screen_option({"DETD_SCREEN": "10"}) == 10.0
@@ -448,6 +449,22 @@ def test_screening_measures_in_full_only_the_near_best(daemon, tmp_path):
     for bad in ("maybe", "-0.1", "0.0", "0.05", "11", "nan"):
         with pytest.raises(ValueError, match=f"DETD_SCREEN='{bad}'"):
             _process.screen_option({"DETD_SCREEN": bad})
+
+
+def test_screening_auto_is_a_narrow_band_on_a_device(monkeypatch):
+    """DETD_SCREEN=auto, the default: a band of 10% (the re-measure's, the
+    band measured on the GPU) where kernels run on a device, off under the
+    CPU interpreter; a band set or off wins everywhere."""
+    from detd import _measure, _process, _triton
+
+    monkeypatch.setattr(_process._state, "screen", _process.screen_option({}))
+    assert _triton.interpreting() and _process.screen() is None
+    monkeypatch.setattr(_triton, "interpreting", lambda: False)
+    assert _process.screen() == _process.SCREEN_AUTO_BAND == _measure.RECHECK_BAND == 0.1
+    monkeypatch.setattr(_process._state, "screen", _process.screen_option({"DETD_SCREEN": "off"}))
+    assert _process.screen() is None
+    monkeypatch.setattr(_process._state, "screen", _process.screen_option({"DETD_SCREEN": "0.3"}))
+    assert _process.screen() == 0.3
 
 
 def test_cuts_keep_one_timing_pass_per_key(daemon, tmp_path):
@@ -563,13 +580,15 @@ def test_compiles_run_below_the_process_with_compile_nice(monkeypatch):
     waiting rank's share compiles (moved to the process's one low-priority
     compile thread) run N nice levels below the process, real threads and
     the kernel's own per-thread nice values; the waiting thread's priority
-    is never touched. Off by default, and off where nothing is compiled in
-    threads (the CPU interpreter)."""
+    is never touched. 10 by default; off where nothing is compiled in
+    threads (the CPU interpreter). Inductor's selection shares compile in
+    the waiting thread (low_priority=False)."""
     import threading
 
     from detd import _loop, _measure, _process, _triton
 
-    assert _process.nice_option({}) == 0 and _process.nice_option({"DETD_COMPILE_NICE": "7"}) == 7
+    assert _process.nice_option({}) == 10 and _process.nice_option({"DETD_COMPILE_NICE": "7"}) == 7
+    assert _process.nice_option({"DETD_COMPILE_NICE": "0"}) == 0
     for bad in ("20", "-1", "low"):
         with pytest.raises(ValueError, match=f"DETD_COMPILE_NICE='{bad}'"):
             _process.nice_option({"DETD_COMPILE_NICE": bad})
@@ -599,6 +618,9 @@ def test_compiles_run_below_the_process_with_compile_nice(monkeypatch):
     assert _loop.compile_share(compile_one, ["a", "bad"], ["A", "BAD"], 1, "k") == "BAD"  # logged, not raised
     assert [(c, nice) for c, _, nice in seen] == [("c", low), ("bad", low)] and seen[0][1] != main, seen
     assert os.getpriority(os.PRIO_PROCESS, main) == base
+    seen.clear()  # Inductor's selection shares: the waiting thread itself
+    assert _loop.compile_share(compile_one, ["a", "b", "c"], ["A", "B", "C"], 1, "k", low_priority=False) == "C"
+    assert seen == [("c", main, base)]
     monkeypatch.setattr(_process._state, "compile_nice", 0)  # off: in the waiting thread itself
     seen.clear()
     assert _loop.compile_share(compile_one, ["a", "b", "c"], ["A", "B", "C"], 2, "k") == "B"

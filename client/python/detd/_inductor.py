@@ -739,7 +739,9 @@ class _SelectShare:
     process's compile finds it. An extern (ATen) choice, one without
     ``precompile`` or one lost here (None): False. An error is counted and
     logged (a warning once, then debug), never raised: the timing process
-    meets that choice again. ``done``: the choices compiled here."""
+    meets that choice again. ``done``: the choices compiled here. It runs
+    in the waiting thread, not under ``DETD_COMPILE_NICE``: not every torch
+    release's ``precompile()`` loads on the kernel's device from another."""
 
     def __init__(self, kernel: str):
         self.kernel = kernel
@@ -872,7 +874,7 @@ def _before_precompile(owner, choices, name, inputs_key, args, kwargs) -> bool:
     with _st.lock:
         _st.precompiles_deferred += len(full)
     if _process.share_pass():
-        _loop.compile_share(share, objs, full, ans.share_index, kernel)
+        _loop.compile_share(share, objs, full, ans.share_index, kernel, low_priority=False)  # see _SelectShare
     return True
 
 

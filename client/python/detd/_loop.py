@@ -338,14 +338,15 @@ class Wait:
 
 
 def compile_share(compile_one: Callable[[Any], Any], objs: Sequence[Any], candidates: Sequence[str],
-                  share_index: int, kernel: str) -> Optional[str]:
+                  share_index: int, kernel: str, low_priority: bool = True) -> Optional[str]:
     """Compile share ``share_index`` of another process's pass: candidate
     n-i of ``objs`` (``candidates``: their strings), never the first,
     which the timing rank compiles at once; with ``compile_one(obj)``
-    (true when it compiled something), in the ``compile`` phase, in the
-    process's low-priority compile thread under ``DETD_COMPILE_NICE``
-    (:func:`detd._process.in_low_priority`; ``compile_one`` must then
-    compile for the device it was made on, from any thread). Returns
+    (true when it compiled something), in the ``compile`` phase; with
+    ``low_priority``, in the process's low-priority compile thread under
+    ``DETD_COMPILE_NICE`` (:func:`detd._process.in_low_priority`;
+    ``compile_one`` must then compile for the device it was made on, from
+    any thread), else in the calling thread. Returns
     the candidate's string, or None for a share past the list (or none).
     A candidate that fails to compile is the timing rank's to report:
     logged at debug level only."""
@@ -356,7 +357,7 @@ def compile_share(compile_one: Callable[[Any], Any], objs: Sequence[Any], candid
     t0 = time.perf_counter()
     try:
         with _phases.phase("compile"):
-            did = _process.in_low_priority(lambda: compile_one(obj))  # DETD_COMPILE_NICE
+            did = _process.in_low_priority(lambda: compile_one(obj)) if low_priority else compile_one(obj)
         if did:
             _phases.compiled(time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 - the timing rank meets it again

@@ -23,7 +23,7 @@ import os
 import threading
 import warnings
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from . import _devlock, _native, _phases, _policy, _split, _triton
 from ._policy import Settings
@@ -43,13 +43,17 @@ COMPILE_AHEAD_MAX = 8
 # keep kernel time on the H200: docs/gpu-results.md).
 COMPILE_OVERLAP = True
 # DETD_COMPILE_NICE (see nice_option()): how much lower detd's compile
-# threads run than the process (nice value, 0 to 19); 0, the default: as
-# the process.
-COMPILE_NICE = 0
-# DETD_SCREEN (see screen_option()): off by default; "on" keeps the
+# threads run than the process (nice value, 0 to 19; 0: as the process).
+# 10 by default where kernels are compiled in threads (measured to cut the
+# benchmark phase and keep kernel time on the GPU: docs/gpu-results.md).
+COMPILE_NICE = 10
+# DETD_SCREEN (see screen_option()): "auto" by default, SCREEN_AUTO_BAND
+# where kernels run on a device (measured to keep kernel time on the GPU:
+# docs/gpu-results.md), off under the CPU interpreter; "on" keeps the
 # candidates within SCREEN_BAND of the best screening median.
-SCREEN: Optional[float] = None
+SCREEN: Union[float, str, None] = "auto"
 SCREEN_BAND = 0.25
+SCREEN_AUTO_BAND = 0.10
 # The narrowest band: the re-measure's (detd._measure.RECHECK_BAND, which
 # this module cannot import), so that what screening drops is never
 # re-measured as near-best.
@@ -353,8 +357,9 @@ def compile_overlap() -> bool:
 
 def nice_option(environ=None) -> int:
     """``DETD_COMPILE_NICE``: how many nice levels below the process detd's
-    compiles run (0 to 19; 0, the default: at the process's own), see
-    :func:`compile_nice`. Raises ValueError naming a bad value."""
+    compiles run (0 to 19, default :data:`COMPILE_NICE`; 0: at the
+    process's own), see :func:`compile_nice`. Raises ValueError naming a
+    bad value."""
     return _policy.env_int(os.environ if environ is None else environ, "DETD_COMPILE_NICE", COMPILE_NICE, 0, 19,
                            "a nice increment from 0 to 19")
 
@@ -410,19 +415,22 @@ def in_low_priority(fn: Callable[[], Any]) -> Any:
     return pool[1].submit(fn).result()
 
 
-def screen_option(environ=None) -> Optional[float]:
+def screen_option(environ=None) -> Union[float, str, None]:
     """``DETD_SCREEN``: whether a timing pass screens every candidate with
     a short measurement and measures in full only those still in the
     running (:func:`detd._measure.measure`), and the band that keeps them in
-    it: ``on``/``1`` (:data:`SCREEN_BAND`, 25% above the best screening
-    median), a fraction (``0.15``: 15%; from the re-measure's band,
+    it: ``auto``, the default (see :func:`screen`), ``on``/``1``
+    (:data:`SCREEN_BAND`, 25% above the best screening median), a fraction
+    (``0.15``: 15%; from the re-measure's band,
     :data:`detd._measure.RECHECK_BAND` (0.1), to 10: a candidate screened out
     is then never among the near-best re-measured), or ``off``/``0``
-    (None, the default). Raises ValueError naming a bad value."""
+    (None). Raises ValueError naming a bad value."""
     env = os.environ if environ is None else environ
     v = str(env.get("DETD_SCREEN", "")).strip().lower()
     if not v:
         return SCREEN
+    if v == "auto":
+        return v
     if v in _policy.SWITCH_OFF:
         return None
     if v in _policy.SWITCH_ON:
@@ -432,15 +440,20 @@ def screen_option(environ=None) -> Optional[float]:
     except ValueError:
         band = -1.0
     if not SCREEN_BAND_MIN <= band <= 10:
-        raise ValueError(f"detd: invalid DETD_SCREEN={v!r}: expected on, off or a band above the best "
+        raise ValueError(f"detd: invalid DETD_SCREEN={v!r}: expected auto, on, off or a band above the best "
                          f"from {SCREEN_BAND_MIN} (the re-measure's) to 10")
     return band
 
 
 def screen() -> Optional[float]:
     """The screening band of timing passes (DETD_SCREEN), or None: timing
-    passes do not screen."""
-    return _state.screen
+    passes do not screen. ``auto``, the default: :data:`SCREEN_AUTO_BAND`
+    where kernels run on a device, None under the CPU interpreter (where
+    the timings are the interpreter's, and screening was never measured)."""
+    band = _state.screen
+    if band == "auto":
+        return None if _triton.interpreting() else SCREEN_AUTO_BAND
+    return band
 
 
 def recheck_clear() -> Optional[float]:
