@@ -165,7 +165,12 @@ for _cmd in (
         "python3 tests/gpu/run_coldstart.py --procs 8 --no-default --env DETD_COMPILE_AHEAD=8 "
         "--env DETD_COMPILE_OVERLAP=on",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys mamba --no-default",
+        "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default --env DETD_COMPILE_NICE=0",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default --env DETD_COMPILE_NICE=10",
+        "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default --env DETD_SCREEN=off "
+        "--env DETD_COMPILE_NICE=0",
+        "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default --env DETD_SCREEN=0.1 "
+        "--env DETD_COMPILE_NICE=10",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default --env DETD_COMPILE_AHEAD=8 "
         "--env DETD_COMPILE_OVERLAP=on",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys mamba --no-default --env DETD_COMPILE_AHEAD=8 "
@@ -175,7 +180,8 @@ for _cmd in (
         "DETD_TEST_COMPILE_THREADS=16 python3 tests/gpu/run_coordesc.py",
         "python3 tests/gpu/run_helion.py --procs 4",
         "python3 tests/gpu/run_hf_llama.py",
-        "python3 tests/gpu/run_hf_llama.py --procs 8 --no-default --no-negative --warm-rerun",
+        "python3 tests/gpu/run_hf_llama.py --procs 8 --no-default --no-negative --warm-rerun --budget-s 560 "
+        "--cap-s 0,260,150,0",
         "python3 tests/gpu/run_hf_llama.py --procs 8 --split-gpus --no-negative --no-rerun --budget-s 580 "
         "--cap-s 560,400,0,0",
         "python3 tests/gpu/run_hf_settings.py --lock-in hf.lock --default-procs 1 --default-first",
