@@ -165,6 +165,7 @@ for _cmd in (
         "python3 tests/gpu/run_coldstart.py --procs 8 --no-default --env DETD_COMPILE_AHEAD=8 "
         "--env DETD_COMPILE_OVERLAP=on",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys mamba --no-default",
+        "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default --env DETD_COMPILE_NICE=0",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default --env DETD_COMPILE_NICE=10",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default --env DETD_SCREEN=off "
