@@ -784,10 +784,17 @@ def check_all(repo: Path = REPO, kdir: Path = None, dockerfile: Path = None):
 # ---- Debian packages (needs apt-cache / dpkg) -------------------------------
 
 def missing_debian_packages(pkgs):
-    """The names among pkgs that `apt-cache show` does not know."""
-    return [p for p in pkgs
-            if subprocess.run(["apt-cache", "show", "--no-all-versions", p],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0]
+    """The names among pkgs that `apt-cache show` does not know. One call
+    for all of them: each apt-cache call reads the whole package index
+    (seconds where, as in Debian's container images, apt keeps no binary
+    cache of it). The call fails when any name is unknown, and prints a
+    stanza for each one it knows."""
+    if not pkgs:
+        return []
+    out = subprocess.run(["apt-cache", "show", "--no-all-versions", *pkgs],
+                         capture_output=True, text=True).stdout
+    known = {line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Package:")}
+    return [p for p in pkgs if p not in known]
 
 
 def package_closure(pkgs):
@@ -803,23 +810,29 @@ def libraries_without_package(binaries, packages):
     """Shared libraries the binaries load that packages (and their
     dependencies) do not provide: [(binary, library, owning packages)]."""
     closure = package_closure(packages)
-    needed = []
+    needed, paths = [], set()
     for b in binaries:
         ldd = subprocess.run(["ldd", str(b)], capture_output=True, text=True, check=True).stdout
         for line in ldd.splitlines():
             mo = re.match(r"\s*(\S+) => (/\S+)", line)
             if mo:
-                needed.append((str(b), mo.group(1), f"*/{Path(mo.group(2)).parent.name}/{mo.group(1)}"))
-    # One dpkg query for all (usrmerge: a library may be listed under /lib
-    # or /usr/lib, hence the patterns).
-    q = subprocess.run(["dpkg", "-S", *sorted({n[2] for n in needed})], capture_output=True, text=True)
+                needed.append((str(b), mo.group(1)))
+                # usrmerge: a package lists the library under /lib or under
+                # /usr/lib, whichever path the loader reported: ask both.
+                where = str(Path(mo.group(2)).parent)
+                bare = where[len("/usr"):] if where.startswith("/usr/") else where
+                paths |= {f"{bare}/{mo.group(1)}", f"/usr{bare}/{mo.group(1)}"}
+    # One dpkg query for all, by exact paths (a glob pattern makes dpkg
+    # match every file it knows against it: seconds per library). A path
+    # no package lists makes dpkg exit 1; the others are still answered.
+    q = subprocess.run(["dpkg", "-S", *sorted(paths)], capture_output=True, text=True)
     owners = {}
     for line in q.stdout.splitlines():
         pkgs, _, path = line.partition(": ")
         for pkg in pkgs.split(","):
             owners.setdefault(Path(path.strip()).name, set()).add(pkg.strip().split(":")[0])
     return [(b, lib, ",".join(sorted(owners.get(lib, ()))) or "?")
-            for b, lib, _ in needed if not owners.get(lib, set()) & closure]
+            for b, lib in needed if not owners.get(lib, set()) & closure]
 
 
 if __name__ == "__main__":
