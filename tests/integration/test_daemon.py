@@ -101,8 +101,12 @@ def test_kill_designated_process_mid_pass(daemon, tmpdir_short):
 
 def test_kill9_daemon_during_storm_keeps_acknowledged(tmpdir_short):
     d = Daemon(tmpdir_short).start()
+    # libdetd would wait for a restarted daemon within its reconnect window
+    # (60 s by default; test_restart.py); none comes while the clients run,
+    # so a short window ends each client's run soon after the kill.
     procs = [d.client("--keys", 300, "--rank", r, "--sleep-ms", "0", "--timeout-ms", "3000",
-                      out=tmpdir_short / f"s{r}.json") for r in range(8)]
+                      out=tmpdir_short / f"s{r}.json", env=dict(os.environ, DETD_RECONNECT_MS="500"))
+             for r in range(8)]
     # Mid-storm: some decisions acknowledged, most keys still to come.
     wait_for("20 decisions", lambda: d.status()["decisions"] >= 20)
     d.kill9()
