@@ -50,8 +50,14 @@ def test_a_package_timing_candidates_itself_is_named_in_every_process_and_by_ver
 
 
 def test_detd_own_timing_pass_through_triton_s_benchmarker_is_not_named(daemon):
+    from detd._measure import RECHECK_ROUNDS
+
     out, err = run(daemon, "governed", RANK=0, WORLD_SIZE=1)
-    assert out["bench_runs"] == 3, out  # the pass timed 3 configs with triton.testing.do_bench
+    # The pass timed the 3 configs with triton.testing.do_bench, then the
+    # ones within the noise band of the best again, RECHECK_ROUNDS times
+    # each (how many depends on the timings: this machine's load).
+    assert out["bench_runs"] == 3 + RECHECK_ROUNDS * out["remeasured"], out
+    assert out["remeasured"] in (0, 2, 3), out  # the band needs two at least
     assert out["governed_kernels"] and out["timing"] == [], out
     assert out["stats"]["timing_outside"] == 0 and "outside every autotuner" not in err, (out, err)
     st = json.loads(daemon.detctl("status", "--json").stdout)
