@@ -183,6 +183,10 @@ for _cmd in (
         "python3 tests/gpu/run_hf_llama.py",
         "python3 tests/gpu/run_hf_llama.py --procs 8 --no-default --no-negative --warm-rerun --budget-s 560 "
         "--cap-s 0,260,150,0",
+        "python3 tests/gpu/run_hf_llama.py --procs 8 --only-default --budget-s 585 --cap-s 575,0,0,0 "
+        "--out /tmp/hf-default",
+        "python3 tests/gpu/run_hf_llama.py --procs 8 --default-from /tmp/hf-default/hf_llama.json --no-negative "
+        "--no-rerun --budget-s 480 --cap-s 0,420,0,0",
         "python3 tests/gpu/run_hf_llama.py --procs 8 --split-gpus --no-negative --no-rerun --budget-s 580 "
         "--cap-s 560,400,0,0",
         "python3 tests/gpu/run_hf_settings.py --lock-in hf.lock --default-procs 1 --default-first",

@@ -8,7 +8,7 @@ each training the same randomly initialized ``LlamaForCausalLM``
                                       [--no-negative] [--no-default] [--no-rerun]
                                       [--compile-mode M] [--lock-out FILE] [--lock-in FILE]
                                       [--same-as JSON] [--warm-rerun] [--split-gpus] [--cpu]
-                                      [--out DIR]
+                                      [--only-default | --default-from JSON] [--out DIR]
 
 Runs, each with fresh Inductor and Triton caches per process:
 default torch.compile (detd not imported, torch's defaults); detd run 1
@@ -54,6 +54,12 @@ on GPU 1, pinned to half the CPUs, at the same time as the detd runs on
 GPU 0 and the other half: run 1 against the default's in one call where
 one after the other does not fit 10 minutes (the default's cap, the first
 of --cap-s, counts from its own start).
+--only-default runs default torch.compile's run 1 alone and writes its
+hf_llama.json; --default-from JSON takes the default's column from such
+a file instead of running it: run 1 against the default's on one GPU
+where both do not fit one 10-minute call, in two calls on the same
+machine (the second while the machine is still held), the first's result
+left outside the repository's copy (e.g. --out /tmp/hf-default).
 --cpu: a tiny model on the CPU, 2 processes, torch.compile's default
 mode, to check the script (DETD_BIN, DETD_LIBRARY: the local build).
 """
@@ -220,8 +226,16 @@ def main():
                     help="add a detd rerun on run 1's Inductor and Triton caches (graphs read back)")
     ap.add_argument("--same-as", default=None,
                     help="another run's hf_llama.json: detd run 1 must reach its run 1's bits")
+    ap.add_argument("--only-default", action="store_true",
+                    help="run default torch.compile's run 1 alone and write its hf_llama.json")
+    ap.add_argument("--default-from", default=None,
+                    help="an --only-default run's hf_llama.json: the default's column, not run here")
     ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="detd-hf-"))
     a = ap.parse_args()
+    if a.only_default and (a.default_from or a.no_default or a.split_gpus):
+        ap.error("--only-default runs the default alone: not with --default-from, --no-default or --split-gpus")
+    if a.default_from and (a.no_default or a.split_gpus):
+        ap.error("--default-from is the default's column: not with --no-default or --split-gpus")
     cpu = a.cpu
     a.procs = a.procs or (2 if cpu else 8)
     a.steps = a.steps or (2 if cpu else 10)
@@ -248,12 +262,28 @@ def main():
               f"GPU 0 and CPUs {sorted(mine)}", flush=True)
     if a.no_default:
         runs["default"], capped["default"], walls["default"] = [None] * a.procs, False, 0.0
+    elif a.default_from:
+        prior = json.load(open(a.default_from))
+        runs["default"], capped["default"], walls["default"] = (prior[k]["default"]
+                                                               for k in ("runs", "capped", "walls"))
+        print(f"default torch.compile's run 1 from {a.default_from}: wall s to step {a.steps} "
+              f"{fmt(wall_to_step(runs['default']))}, step ms {fmt(step_ms(runs['default']), '.2f')}"
+              f"{' (capped)' if capped['default'] else ''}", flush=True)
     elif a.split_gpus:
         runs["default"], capped["default"], walls["default"] = [None] * a.procs, False, 0.0  # its column first
         beside = start(a, work, "default", "default", False, gpu(1), cpus=theirs)
     else:
         runs["default"], capped["default"], walls["default"] = launch(a, work, "default", "default", False, {},
                                                                       cap(0))
+    if a.only_default:
+        json.dump(dict(runs=runs, capped=capped, walls=walls), open(os.path.join(a.out, "hf_llama.json"), "w"))
+        done = sum(r is not None and "params" in r for r in runs["default"])
+        print(f"default torch.compile run 1: {done}/{a.procs} processes reached step {a.steps}"
+              f"{' (capped)' if capped['default'] else ''}; wall s to step {a.steps} "
+              f"{fmt(wall_to_step(runs['default']))}, step ms {fmt(step_ms(runs['default']), '.2f')}; "
+              f"bit-identical to rank 0: {same_as_rank0(runs['default'])[1]}/{a.procs}; "
+              f"{os.path.join(a.out, 'hf_llama.json')}")
+        return 0 if done == a.procs and not capped["default"] else 1
     d = Daemon(os.path.join(work, "daemon"))
     exported = None  # --lock-out: detctl lock export's result
     jobs = {"detd run 1": "run1"} if a.no_rerun else {"detd run 1": "run1", "detd rerun": "rerun"}
