@@ -127,7 +127,7 @@ stage "build (ASan + UBSan)" build "$REPO/build-asan" -DCMAKE_BUILD_TYPE=Debug -
 # ASan library cannot be loaded into an interpreter that was not started with
 # the ASan runtime. libdetd itself runs under ASan in test_client/test_wire.
 # Three at a time, as the release run: the longest suites (cluster,
-# etcd_adapter, integration_daemon) wait on etcd and daemons there too
+# etcd_adapter, integration_lockfile) wait on etcd and daemons there too
 # (the two cores about 40% idle under three), and the tests that run alone
 # in the release run run alone here.
 stage "ctest -L sanitize (ASan + UBSan)" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
