@@ -158,6 +158,8 @@ for _cmd in (
         "python3 tests/gpu/run_coldstart.py --procs 8 --default-cap 100",
         "python3 tests/gpu/run_coldstart.py --procs 8 --before --no-default",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys mamba --default-cap 100",
+        "python3 tests/gpu/run_coldstart.py --procs 8 --keys mamba --default-cap 320",
+        "PYTHONPATH=/tmp/site python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --default-cap 380",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys mamba --env DETD_SCREEN=on --default-cap 60",
         "python3 tests/gpu/run_coldstart.py --procs 8 --no-fla --no-default --env DETD_SCREEN=on",
         "python3 tests/gpu/run_coldstart.py --procs 8 --no-default --env DETD_COMPILE_AHEAD=0",
