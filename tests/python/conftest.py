@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+import prestart
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -43,16 +45,18 @@ def pytest_configure(config):
         "release, the other tests on the primary release only (tests/README.md)")
 
 
-# Seconds each module took on the primary release in one pytest on an
-# idle 2-core machine (pytest --durations=0, summed per module; 580 s in
-# all on 2026-12-03); a module not listed counts half a second per test.
-# DETD_SHARD splits the modules by these weights.
-MODULE_SECONDS = {"test_inductor.py": 123, "test_e2e.py": 102, "test_coldstart.py": 78,
-                  "test_conformance.py": 59, "test_helion.py": 42, "test_split.py": 30,
-                  "test_patterns.py": 28, "test_e2e_committed.py": 26, "test_cache_tuner.py": 19,
-                  "test_verify_hook.py": 17, "test_record.py": 13, "test_timing_lock.py": 12,
-                  "test_final.py": 11, "test_timing.py": 15, "test_megatron_coexist.py": 9, "test_hook_unit.py": 5,
-                  "test_nondet.py": 3}
+# Seconds each module took on the primary release, its workers prestarted
+# (prestart.py), in the suite's own conditions: two pytest runs at once on
+# the 2-core machine (run_matrix.sh with --durations=0, summed per module,
+# 2026-12-05: 794 s in all, 342 and 452 s in the two shards before this
+# table).
+# A module not listed counts half a second per test.
+MODULE_SECONDS = {"test_inductor.py": 312, "test_e2e.py": 91, "test_conformance.py": 84, "test_coldstart.py": 73,
+                  "test_helion.py": 54, "test_patterns.py": 28, "test_timing.py": 22, "test_verify_hook.py": 19,
+                  "test_split.py": 15, "test_cache_tuner.py": 15, "test_final.py": 15, "test_e2e_committed.py": 14,
+                  "test_record.py": 11, "test_nondet.py": 9, "test_timing_lock.py": 8, "test_hook_unit.py": 7,
+                  "test_megatron_coexist.py": 4, "test_daemon_start.py": 4, "test_loop.py": 4, "test_prestart.py": 2,
+                  "test_layers_py.py": 2}
 
 
 def shard_of(items, shard: str):
@@ -202,8 +206,7 @@ def run_worker(daemon, worker, *args, **env):
     0. Returns (its last stdout line as JSON, its stderr)."""
     e = daemon.env(**env)
     e["PYTHONPATH"] = HERE + os.pathsep + e.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, os.path.join(HERE, worker), *args], env=e, capture_output=True,
-                       text=True, timeout=300)
+    p = prestart.run([sys.executable, os.path.join(HERE, worker), *args], env=e, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr + daemon.log()
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
 
@@ -231,8 +234,8 @@ def run_workers(daemon, n, tmp_path, args=(), env=None, per_rank_env=None, timeo
                        **(env or {}))
         if per_rank_env:
             e.update({k: str(v) for k, v in per_rank_env(i).items()})
-        p = subprocess.Popen([sys.executable, os.path.join(HERE, script), str(out), *args], env=e,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = prestart.popen([sys.executable, os.path.join(HERE, script), str(out), *args], env=e,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append((p, out))
     results = []
     for p, out in procs:

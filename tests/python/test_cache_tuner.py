@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import prestart
 from conftest import HERE
 
 KEYS = "64,96"
@@ -23,8 +24,8 @@ def start(daemon, tmp_path, tag, n=3, with_detd=True, env=None):
         out = tmp_path / f"{tag}{r}.json"
         e = daemon.env(RANK=r, WORLD_SIZE=n, FAKE_FLAGGEMS_DB=str(tmp_path / f"{tag}-gems{r}.json"), **(env or {}))
         args = [sys.executable, os.path.join(HERE, "libtuner_worker.py"), str(out), KEYS]
-        procs.append((subprocess.Popen(args + ([] if with_detd else ["--no-detd"]), env=e, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True), out))
+        procs.append((prestart.popen(args + ([] if with_detd else ["--no-detd"]), env=e, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True), out))
     return procs
 
 

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+import prestart
 from conftest import HERE, status  # noqa: F401 - test_split imports it from here
 
 WORKER = os.path.join(HERE, "coldstart_worker.py")
@@ -27,8 +28,8 @@ def cfg(block):
 def start(daemon, tmp_path, tag, rank, **env):
     out = tmp_path / f"{tag}.json"
     e = daemon.env(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=4, **env)
-    p = subprocess.Popen([sys.executable, WORKER, str(out)], env=e, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+    p = prestart.popen([sys.executable, WORKER, str(out)], env=e, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
     return p, out
 
 

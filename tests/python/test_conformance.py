@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+import prestart
 from conftest import HERE, Daemon, _require_build
 from gates import GATE_BOUND_S
 
@@ -84,9 +85,9 @@ class Proc:
         self.name, self.out, self.keys = name, tmp / f"{name}.json", [keys] if isinstance(keys, int) else keys
         self.log = tmp / f"{name}.log"  # its stdout and stderr
         with open(self.log, "w") as log:
-            self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "conformance_worker.py"), path,
-                                       ",".join(map(str, self.keys)), str(self.out)], env=env, stdout=log,
-                                      stderr=subprocess.STDOUT, text=True)
+            self.p = prestart.popen([sys.executable, os.path.join(HERE, "conformance_worker.py"), path,
+                                     ",".join(map(str, self.keys)), str(self.out)], env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, text=True)
         self.text = None
 
     def output(self):

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+import prestart
 from conftest import HERE, run_workers, status
 
 # The tests marked triton_release run on every Triton release
@@ -291,9 +292,9 @@ def test_designated_rank_dies_next_waiter_times(daemon, tmp_path):
     import time
 
     die = tmp_path / "die"
-    dying = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), str(tmp_path / "dead.json"),
-                              "--shapes", "256"], env=daemon.env(RANK=0, DETD_TEST_DIE_WHEN=str(die)),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    dying = prestart.popen([sys.executable, os.path.join(HERE, "worker.py"), str(tmp_path / "dead.json"),
+                            "--shapes", "256"], env=daemon.env(RANK=0, DETD_TEST_DIE_WHEN=str(die)),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     survivor = None
     try:
         deadline = time.time() + 120
@@ -301,9 +302,9 @@ def test_designated_rank_dies_next_waiter_times(daemon, tmp_path):
             assert time.time() < deadline and dying.poll() is None, "the first process was never designated"
             time.sleep(0.05)
         out = tmp_path / "survivor.json"
-        survivor = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), str(out), "--shapes", "256"],
-                                    env=daemon.env(RANK=3), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True)
+        survivor = prestart.popen([sys.executable, os.path.join(HERE, "worker.py"), str(out), "--shapes", "256"],
+                                  env=daemon.env(RANK=3), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
         while status(daemon)["waiters"] != 1:
             assert time.time() < deadline and survivor.poll() is None, "the second process never waited"
             time.sleep(0.05)

@@ -16,6 +16,7 @@ import time
 import pytest
 import triton.runtime.autotuner  # noqa: F401 (which Triton this is)
 
+import prestart
 from conftest import HERE, run_workers
 from test_e2e import N_CANDIDATES, assert_ok, expected_winner, status
 
@@ -49,8 +50,8 @@ def start_worker(daemon, tmp_path, tag, rank, extra_env=None, args=("--shapes", 
     out = tmp_path / f"{tag}.json"
     env = daemon.env(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=4, DETD_ARCH="sm90",
                      DETD_TEST_COUNTS=str(tmp_path / f"{tag}.counts"), **(extra_env or {}))
-    p = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), str(out), *args], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = prestart.popen([sys.executable, os.path.join(HERE, "worker.py"), str(out), *args], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return p, out
 
 

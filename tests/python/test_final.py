@@ -38,6 +38,9 @@ class Worker:
         self.log = tmp / f"{role}.log"
         env = dict(env, FINAL_READY=self.ready)
         with open(self.log, "w") as log:
+            # A real process, not a prestarted one (prestart.py): the worker
+            # installs detd before it imports torch, so detd patches CUDA graph
+            # captures when torch's import finishes, the path checked here.
             self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "final_worker.py"), role, str(self.out)],
                                       env=env, stdout=log, stderr=subprocess.STDOUT)
 

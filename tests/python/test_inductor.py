@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+import prestart
 from conftest import HERE, require_module, status
 from gates import GATE_BOUND_S
 from detd import _canon
@@ -31,8 +32,8 @@ def _start(daemon, tmp_path, model, n, tag, i, env=None, cache=None):
     out = tmp_path / f"{tag}{i}.json"
     e = daemon.env(RANK=i, LOCAL_RANK=i, WORLD_SIZE=n, **(env or {}))
     e["TORCHINDUCTOR_CACHE_DIR"] = str(cache or tmp_path / f"inductor-{tag}{i}")
-    p = subprocess.Popen([sys.executable, os.path.join(HERE, "inductor_worker.py"), str(out), model], env=e,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = prestart.popen([sys.executable, os.path.join(HERE, "inductor_worker.py"), str(out), model], env=e,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return p, out
 
 

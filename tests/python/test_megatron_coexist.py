@@ -6,11 +6,11 @@ the real interception module does. Real Triton (CPU interpreter) and the
 real daemon."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+import prestart
 from conftest import HERE
 
 # Runs on every Triton release (run_matrix.sh): it drives the hook through Triton's own API.
@@ -23,8 +23,8 @@ def run(daemon, tmp_path, order, **env):
     out = tmp_path / f"{order}.json"
     e = daemon.env(RANK=0, WORLD_SIZE=1, **env)
     e["PYTHONPATH"] = os.pathsep.join([HERE, FAKE, e.get("PYTHONPATH", "")])
-    p = subprocess.run([sys.executable, os.path.join(HERE, "megatron_worker.py"), str(out), order], env=e,
-                       capture_output=True, text=True, timeout=300)
+    p = prestart.run([sys.executable, os.path.join(HERE, "megatron_worker.py"), str(out), order], env=e,
+                     timeout=300)
     assert p.returncode == 0 and out.exists(), p.stdout + p.stderr + daemon.log()
     return json.loads(out.read_text())
 

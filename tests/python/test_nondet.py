@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+import prestart
 from conftest import HERE
 
 
@@ -23,8 +24,8 @@ def test_nondeterministic_op_sdpa_backend_and_settings_reach_verify(daemon):
     # Both ranks at once (one worker's start-up costs most of the time).
     # Rank 0 also meets 70 more ops named nondeterministic: past MAX_OPS (64) one finding says so.
     what = ["ok,put,sdpa,many", "ok,put,sdpa"]
-    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "verify_worker.py"), w], env=e,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w, e in zip(what, env)]
+    procs = [prestart.popen([sys.executable, os.path.join(HERE, "verify_worker.py"), w], env=e,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w, e in zip(what, env)]
     for p, w in zip(procs, what):
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, out + err + daemon.log()

@@ -16,6 +16,7 @@ import time
 import pytest
 
 import detd
+import prestart
 from conftest import HERE
 from detd import _audit, _hook, _native, _policy, _process
 
@@ -37,8 +38,8 @@ def workers(daemon, tmp_path, n, mode, only="", env=None, per_rank=None, tag="p"
         if per_rank:
             e.update({k: str(v) for k, v in per_rank(i).items()})
         e["PYTHONPATH"] = HERE + os.pathsep + e.get("PYTHONPATH", "")
-        procs.append((subprocess.Popen([sys.executable, os.path.join(HERE, "patterns_worker.py"), str(out), only],
-                                       env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), out))
+        procs.append((prestart.popen([sys.executable, os.path.join(HERE, "patterns_worker.py"), str(out), only],
+                                     env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), out))
     res = []
     for p, out in procs:
         text, _ = p.communicate(timeout=timeout)
