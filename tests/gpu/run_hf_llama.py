@@ -197,6 +197,13 @@ def fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
 
 
+def default_summary(a, runs, capped):
+    """Default torch.compile's run 1 in a line: wall to the last step, step
+    time, and whether it was cut."""
+    return (f"wall s to step {a.steps} {fmt(wall_to_step(runs['default']))}, step ms "
+            f"{fmt(step_ms(runs['default']), '.2f')}{' (capped)' if capped['default'] else ''}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--procs", type=int, default=None, help="default 8 (2 with --cpu)")
@@ -266,9 +273,8 @@ def main():
         prior = json.load(open(a.default_from))
         runs["default"], capped["default"], walls["default"] = (prior[k]["default"]
                                                                for k in ("runs", "capped", "walls"))
-        print(f"default torch.compile's run 1 from {a.default_from}: wall s to step {a.steps} "
-              f"{fmt(wall_to_step(runs['default']))}, step ms {fmt(step_ms(runs['default']), '.2f')}"
-              f"{' (capped)' if capped['default'] else ''}", flush=True)
+        print(f"default torch.compile's run 1 from {a.default_from}: {default_summary(a, runs, capped)}",
+              flush=True)
     elif a.split_gpus:
         runs["default"], capped["default"], walls["default"] = [None] * a.procs, False, 0.0  # its column first
         beside = start(a, work, "default", "default", False, gpu(1), cpus=theirs)
@@ -278,11 +284,9 @@ def main():
     if a.only_default:
         json.dump(dict(runs=runs, capped=capped, walls=walls), open(os.path.join(a.out, "hf_llama.json"), "w"))
         done = sum(r is not None and "params" in r for r in runs["default"])
-        print(f"default torch.compile run 1: {done}/{a.procs} processes reached step {a.steps}"
-              f"{' (capped)' if capped['default'] else ''}; wall s to step {a.steps} "
-              f"{fmt(wall_to_step(runs['default']))}, step ms {fmt(step_ms(runs['default']), '.2f')}; "
-              f"bit-identical to rank 0: {same_as_rank0(runs['default'])[1]}/{a.procs}; "
-              f"{os.path.join(a.out, 'hf_llama.json')}")
+        print(f"default torch.compile run 1: {done}/{a.procs} processes reached step {a.steps}; "
+              f"{default_summary(a, runs, capped)}; bit-identical to rank 0: "
+              f"{same_as_rank0(runs['default'])[1]}/{a.procs}; {os.path.join(a.out, 'hf_llama.json')}")
         return 0 if done == a.procs and not capped["default"] else 1
     d = Daemon(os.path.join(work, "daemon"))
     exported = None  # --lock-out: detctl lock export's result

@@ -248,17 +248,27 @@ class EtcdCluster:
         self._kill(i, sig)
 
     def _kill(self, i, sig=signal.SIGKILL):
+        if not self._signal(i, sig, 10):
+            raise EtcdError(f"member {i} (pid {self.members[i].get('pid')}) did not exit")
+
+    def _signal(self, i, sig, bound_s):
+        """Send member i ``sig`` and wait up to ``bound_s`` for it to exit
+        (reaped); whether it is gone (True for a member not running)."""
         pid = self.members[i].get("pid")
-        if pid is None or not _alive(pid):
-            return
+        if pid is None:
+            return True
+        if not _alive(pid):
+            _reap(pid)
+            return True
         os.kill(pid, sig)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + bound_s
         while _alive(pid):
             _reap(pid)
             if time.monotonic() > deadline:
-                raise EtcdError(f"member {i} (pid {pid}) did not exit")
+                return False
             time.sleep(0.02)
         _reap(pid)
+        return True
 
     def restart(self, i, timeout=30):
         """Start member i again on its data dir; wait until it serves."""
@@ -275,18 +285,10 @@ class EtcdCluster:
         that never completes."""
         self.refresh()
         for i in range(len(self.members)):
-            pid = self.members[i].get("pid")
-            if pid is None:
+            if self.members[i].get("pid") is None:
                 continue
-            if _alive(pid):
-                os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + self.STOP_S
-            while _alive(pid) and time.monotonic() < deadline:
-                _reap(pid)
-                time.sleep(0.02)
-            if _alive(pid):
+            if not self._signal(i, signal.SIGTERM, self.STOP_S):
                 self._kill(i)
-            _reap(pid)
             self.members[i]["pid"] = None
         if self.members:
             self.save()
