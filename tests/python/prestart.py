@@ -20,8 +20,9 @@ modules would have started differently: a command that is not
 ``python SCRIPT.py``, an environment whose interpreter, loader or torch
 variables (``PYTHON*``, ``LD_*``, ``TORCH*``, ``OMP_*``, ...) differ from
 the server's, or ``DETD_TEST_PRESTART=0`` in the test process (every
-worker a real process, as before). String hashing is the one thing a fork
-cannot renew: two servers take turns (consecutive workers, the ranks of
+worker a real process, as before). A server that does not start (no
+pidfds, say) says why on stderr, and its workers are real processes.
+String hashing is the one thing a fork cannot renew: two servers take turns (consecutive workers, the ranks of
 one ``run_workers`` call, come from different ones), so ranks still meet
 different hash seeds. And torch is imported before the worker's first
 line: a worker that installs detd before it imports torch meets torch
@@ -85,6 +86,7 @@ def _serve(path, log):
     import numpy  # noqa: F401  (the preloaded modules)
     import torch  # noqa: F401
 
+    os.close(os.pidfd_open(os.getpid()))  # no pidfds (Linux before 5.3): never ready
     lsock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     lsock.bind(path)
     lsock.listen(64)
@@ -219,31 +221,41 @@ def run(args, env=None, timeout=None):
 class _Server:
     def __init__(self, index):
         self.dir = tempfile.mkdtemp(prefix="detd-prestart-")
+        if len(self.dir) > 90:  # a unix socket's path has at most 107 bytes
+            os.rmdir(self.dir)
+            self.dir = tempfile.mkdtemp(prefix="detd-prestart-", dir="/tmp")
         self.path = os.path.join(self.dir, "s")
         self.log = os.path.join(self.dir, "log")
         self.env = dict(os.environ)
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path, self.log],
                                      stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, cwd=HERE)
-        self.ready = None  # None: not yet known; then True, or the server's output
+        self.ready = None  # None: not yet known; then True, or why not
 
     def wait_ready(self):
+        """Whether the server serves, waiting for it the first time (up
+        to START_BOUND_S)."""
         if self.ready is None:
             sel = selectors.DefaultSelector()
             sel.register(self.proc.stdout, selectors.EVENT_READ)
             deadline = time.monotonic() + START_BOUND_S
-            line = b""
-            while not line.endswith(b"\n") and time.monotonic() < deadline:
+            said, ended = b"", False  # anything before "ready" (warnings) is kept for the message
+            while not (said == b"ready\n" or said.endswith(b"\nready\n")) and time.monotonic() < deadline:
                 if sel.select(max(0.0, deadline - time.monotonic())):
                     chunk = os.read(self.proc.stdout.fileno(), 4096)
                     if not chunk:
+                        ended = True
                         break
-                    line += chunk
+                    said += chunk
             sel.close()
-            self.ready = True if line == b"ready\n" else (
-                f"the prestart server did not start within {START_BOUND_S:.0f} s: {line[-3000:]!r}")
-        if self.ready is not True:
-            raise RuntimeError(self.ready)
+            if said == b"ready\n" or said.endswith(b"\nready\n"):
+                self.ready = True
+            else:
+                why = "ended" if ended else f"did not say it was ready within {START_BOUND_S:.0f} s"
+                self.ready = f"the prestart server {why}: {said[-3000:].decode('utf-8', 'replace')}"
+            if self.ready is not True:
+                print(f"prestart: {self.ready}; workers run as real processes", file=sys.stderr, flush=True)
+        return self.ready is True
 
     def stop(self):
         try:
@@ -261,14 +273,15 @@ _lock = threading.Lock()
 
 
 def _server():
+    """The next server in turn, or None where it could not start (said
+    once on stderr: the workers then run as real processes, slower)."""
     with _lock:
         if not _servers:
             _servers.extend(_Server(i) for i in range(SERVERS))
             atexit.register(lambda: [s.stop() for s in _servers])
         s = _servers[_turn[0] % len(_servers)]
         _turn[0] += 1
-    s.wait_ready()
-    return s
+    return s if s.wait_ready() else None
 
 
 def enabled():
@@ -378,7 +391,7 @@ def popen(args, env=None, stdout=None, stderr=None, text=False, cwd=None):
     server = None
     if not plain:
         server = _server()
-        plain = _startup_env(env) != _startup_env(server.env)
+        plain = server is None or _startup_env(env) != _startup_env(server.env)
     if plain:
         return subprocess.Popen(args, env=env, stdout=stdout, stderr=stderr, text=text, cwd=cwd)
     closers, parent_ends = [], {}

@@ -89,3 +89,24 @@ def test_an_interpreter_variable_that_differs_gets_a_real_process(tmp_path):
     assert isinstance(p, subprocess.Popen)
     out, _ = p.communicate(timeout=120)
     assert not json.loads(out.splitlines()[0])["preloaded"] and p.returncode == 0
+
+
+def test_a_server_that_cannot_start_says_why_and_its_workers_are_real(tmp_path, monkeypatch, capfd):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "torch.py").write_text("raise ImportError('no torch in this test')\n")
+    monkeypatch.setenv("PYTHONPATH", str(broken))
+    server = prestart._Server(0)
+    try:
+        assert server.wait_ready() is False
+    finally:
+        server.stop()
+    err = capfd.readouterr().err
+    assert "the prestart server ended" in err and "no torch in this test" in err, err
+    assert "workers run as real processes" in err, err
+    monkeypatch.setenv("DETD_TEST_PRESTART", "1")
+    monkeypatch.setattr(prestart, "_server", lambda: None)
+    p = prestart.popen([sys.executable, _script(tmp_path), "run", "0"], stdout=subprocess.PIPE, text=True)
+    assert isinstance(p, subprocess.Popen)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0 and not json.loads(out.splitlines()[0])["preloaded"]
