@@ -219,17 +219,17 @@ def run(args, env=None, timeout=None):
 
 
 class _Server:
-    def __init__(self, index):
+    def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="detd-prestart-")
         if len(self.dir) > 90:  # a unix socket's path has at most 107 bytes
             os.rmdir(self.dir)
             self.dir = tempfile.mkdtemp(prefix="detd-prestart-", dir="/tmp")
         self.path = os.path.join(self.dir, "s")
         self.log = os.path.join(self.dir, "log")
-        self.env = dict(os.environ)
+        self.startup = _startup_env(os.environ)  # what a worker's environment must match
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path, self.log],
                                      stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env, cwd=HERE)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=HERE)
         self.ready = None  # None: not yet known; then True, or why not
 
     def wait_ready(self):
@@ -277,7 +277,7 @@ def _server():
     once on stderr: the workers then run as real processes, slower)."""
     with _lock:
         if not _servers:
-            _servers.extend(_Server(i) for i in range(SERVERS))
+            _servers.extend(_Server() for _ in range(SERVERS))
             atexit.register(lambda: [s.stop() for s in _servers])
         s = _servers[_turn[0] % len(_servers)]
         _turn[0] += 1
@@ -391,10 +391,10 @@ def popen(args, env=None, stdout=None, stderr=None, text=False, cwd=None):
     server = None
     if not plain:
         server = _server()
-        plain = server is None or _startup_env(env) != _startup_env(server.env)
+        plain = server is None or _startup_env(env) != server.startup
     if plain:
         return subprocess.Popen(args, env=env, stdout=stdout, stderr=stderr, text=text, cwd=cwd)
-    closers, parent_ends = [], {}
+    closers, parent_ends, conn, msg = [], {}, None, b""
     try:
         null = os.open(os.devnull, os.O_RDONLY)
         closers.append(null)
@@ -422,8 +422,12 @@ def popen(args, env=None, stdout=None, stderr=None, text=False, cwd=None):
     finally:
         for fd in closers:
             os.close(fd)
-    if not msg or not msg.isdigit():
-        conn.close()
+        if not msg.isdigit():  # no worker: nothing of this request stays open
+            for f in parent_ends.values():
+                f.close()
+            if conn is not None:
+                conn.close()
+    if not msg.isdigit():
         raise RuntimeError(f"the prestart server refused {args[1:]}: {msg!r}; its log: {_tail(server.log)}")
     return Prestarted(args, conn, int(msg), parent_ends.get("stdout"), parent_ends.get("stderr"), text,
                       server.log)

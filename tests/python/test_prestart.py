@@ -96,7 +96,7 @@ def test_a_server_that_cannot_start_says_why_and_its_workers_are_real(tmp_path, 
     broken.mkdir()
     (broken / "torch.py").write_text("raise ImportError('no torch in this test')\n")
     monkeypatch.setenv("PYTHONPATH", str(broken))
-    server = prestart._Server(0)
+    server = prestart._Server()
     try:
         assert server.wait_ready() is False
     finally:

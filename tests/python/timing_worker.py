@@ -111,10 +111,11 @@ for case in sys.argv[1].split(","):
         out["many"] = "ok"
 out["bench_runs"] = BENCH_RUNS[0]
 out["stats"] = {k: v for k, v in detd.stats().items() if k.startswith("timing_")}
-out["timing"] = [t for t in detd.autotuners() if t["kind"] == "timing"]
-out["governed_kernels"] = [t["kernel"] for t in detd.autotuners() if t["kind"] == "triton" and t["governed"]]
+tuners = detd.autotuners()
+governed = [t for t in tuners if t["kind"] == "triton" and t["governed"]]
+out["timing"] = [t for t in tuners if t["kind"] == "timing"]
+out["governed_kernels"] = [t["kernel"] for t in governed]
 # The candidates detd's passes here measured again (the noise band,
 # detd._measure.recheck_set): which ones depends on the timings taken.
-out["remeasured"] = sum(len(k.get("remeasured", ())) for t in detd.autotuners()
-                        if t["kind"] == "triton" and t["governed"] for k in t["keys"])
+out["remeasured"] = sum(len(k.get("remeasured", ())) for t in governed for k in t["keys"])
 print(json.dumps(out))
