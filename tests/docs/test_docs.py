@@ -191,6 +191,8 @@ for _cmd in (
         "--no-rerun --budget-s 480 --cap-s 0,420,0,0",
         "python3 tests/gpu/run_hf_llama.py --procs 8 --split-gpus --no-negative --no-rerun --budget-s 580 "
         "--cap-s 560,400,0,0",
+        "python3 tests/gpu/run_hf_llama.py --procs 8 --no-negative --no-rerun --budget-s 1150 "
+        "--cap-s 600,500,0,0",
         "python3 tests/gpu/run_hf_settings.py --lock-in hf.lock --default-procs 1 --default-first",
         "detctl lock export -o run-17.lock.json",
         "detctl lock import run-17.lock.json",
