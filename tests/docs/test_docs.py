@@ -182,6 +182,7 @@ for _cmd in (
         "DETD_TEST_COMPILE_THREADS=16 python3 tests/gpu/run_inductor_step.py --rounds 2 --steps 40",
         "DETD_TEST_COMPILE_THREADS=16 python3 tests/gpu/run_coordesc.py",
         "python3 tests/gpu/run_helion.py --procs 4",
+        "python3 tests/gpu/run_compile_threads.py --kernels 32 --workers 8",
         "python3 tests/gpu/run_hf_llama.py",
         "python3 tests/gpu/run_hf_llama.py --procs 8 --no-default --no-negative --warm-rerun --budget-s 560 "
         "--cap-s 0,260,150,0",
