@@ -131,6 +131,7 @@ stage "build (ASan + UBSan)" build "$REPO/build-asan" -DCMAKE_BUILD_TYPE=Debug -
 # (the two cores about 40% idle under three), and the tests that run alone
 # in the release run run alone here.
 stage "ctest -L sanitize (ASan + UBSan)" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    LSAN_OPTIONS="suppressions=$REPO/tests/lsan.supp" \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 DETD_CLIENT_BUILD_DIR="$REPO/build" \
     bash -c 'cd "$1" && ctest --output-on-failure -L sanitize -j "$2"' _ "$REPO/build-asan" \
     "${DETD_SANITIZE_JOBS:-3}"
