@@ -5,9 +5,10 @@ each side does to the other, with Triton's own compiler and benchmarker:
 
     python3 tests/gpu/run_compile_threads.py [--kernels 24] [--workers 8] [--rounds 5]
 
-For each way of compiling (in order in one thread; in --workers threads of this process, 10 nice levels down;
-in --workers processes beside it, started and warm before the clock, 10
-nice levels down, as DETD_COMPILE_NICE does) it compiles --kernels
+For each way of compiling (in order in one thread; in --workers threads
+of this process, 10 nice levels down; in --workers processes beside it,
+started and warm before the clock, 10 nice levels down, as
+DETD_COMPILE_NICE does) it compiles --kernels
 distinct kernels (fresh TRITON_CACHE_DIR each time) and prints the
 compile wall time, and what the loop beside them measured against the
 same loop alone. On a GPU the loop is triton.testing.do_bench (warmup 25
@@ -42,11 +43,10 @@ def compile_one(j, target):
     return j
 
 
-def _worker_init(cache, nice):
+def _worker_init(cache):
     sys.path.insert(0, HERE)
     os.environ["TRITON_CACHE_DIR"] = cache
-    if nice:
-        os.nice(nice)
+    os.nice(10)
 
 
 def _thread_nice():
@@ -55,6 +55,24 @@ def _thread_nice():
 
 def _noop(_=None):
     return os.getpid()
+
+
+def fresh_cache():
+    """A new, empty TRITON_CACHE_DIR for this process (and a pool started
+    after it): every compile a miss."""
+    os.environ["TRITON_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="detd-ct-")
+    return cache
+
+
+def start_pool(how, workers, cache):
+    """For 'processes': a spawned pool on ``cache``, its workers started and
+    importing before the clock; None otherwise."""
+    if how != "processes":
+        return None
+    pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                  initargs=(cache,))
+    list(pool.map(_noop, range(workers * 4)))
+    return pool
 
 
 def target_of(gpu):
@@ -136,30 +154,24 @@ def main():
     target = target_of(gpu)
     loop = Loop(gpu)
     stop = threading.Event()
-    stop.set()
-    alone = loop.run(stop, a.rounds) if gpu else None
-    if not gpu:
+
+    def loop_alone():
+        """The loop's figure with nothing beside it: the GPU's rounds, or
+        the CPU loop's rate over one second."""
         stop.clear()
-        threading.Timer(1.0, stop.set).start()
-        alone = loop.run(stop, a.rounds)
+        threading.Timer(0.0 if gpu else 1.0, stop.set).start()
+        return loop.run(stop, a.rounds)
+
+    alone = loop_alone()
     rows = []
     for how in ("one thread", "threads", "processes"):
-        cache = tempfile.mkdtemp(prefix="detd-ct-")
-        os.environ["TRITON_CACHE_DIR"] = cache
-        pool = None
-        if how == "processes":
-            pool = cf.ProcessPoolExecutor(a.workers, mp_context=mp.get_context("spawn"),
-                                          initializer=_worker_init, initargs=(cache, 10))
-            list(pool.map(_noop, range(a.workers * 4)))  # started and importing before the clock
-        # The compiles alone, then the same number again (fresh kernels'
-        # cache) with the loop beside them.
+        # The compiles alone, then the same number again in a fresh cache
+        # (and a fresh pool on it) with the loop beside them.
+        pool = start_pool(how, a.workers, fresh_cache())
         wall_alone = compile_all(how, a.kernels, a.workers, target, pool)
-        os.environ["TRITON_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="detd-ct-")
         if pool is not None:
             pool.shutdown()
-            pool = cf.ProcessPoolExecutor(a.workers, mp_context=mp.get_context("spawn"),
-                                          initializer=_worker_init, initargs=(cache, 10))
-            list(pool.map(_noop, range(a.workers * 4)))
+        pool = start_pool(how, a.workers, fresh_cache())
         stop.clear()
         out = {}
         side = threading.Thread(target=lambda: out.update(wall=compile_all(how, a.kernels, a.workers, target, pool)))
@@ -173,7 +185,6 @@ def main():
         if pool is not None:
             pool.shutdown()
         rows.append((how, wall_alone, out["wall"], [f / b for f, b in zip(res["fig"], alone)]))
-    again = loop.run(stop, a.rounds) if gpu else None  # stop is set: the rounds alone
     dev = torch.cuda.get_device_name() if gpu else f"no GPU (compiles for {target[0]} sm{target[1]})"
     print(f"\n== {a.kernels} compiles, {a.workers} workers, {os.cpu_count()} cores, {dev}, Triton "
           f"{triton.__version__} ==")
@@ -184,7 +195,8 @@ def main():
     for how, wa, wb, r in rows:
         print(f"| {how} | {wa:.2f} | {wb:.2f} | {' / '.join(f'{x:.3f}x' for x in r)} |")
     if gpu:
-        print("do_bench alone, before / after (ms): " + ", ".join(f"{b:.4f} / {c:.4f}" for b, c in zip(alone, again)))
+        print("do_bench alone, before / after (ms): "
+              + ", ".join(f"{b:.4f} / {c:.4f}" for b, c in zip(alone, loop_alone())))
 
 
 if __name__ == "__main__":

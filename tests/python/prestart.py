@@ -177,6 +177,11 @@ def _fork_one(conn, sel, lsock):
     return None
 
 
+def _pythonpath():
+    """This process's PYTHONPATH entries, in order."""
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 def _become(job, server_path_entries):
     """Turn this forked process into the requested worker, as a fresh
     interpreter would have started it."""
@@ -185,14 +190,13 @@ def _become(job, server_path_entries):
     os.environ.clear()
     os.environ.update(job["env"])
     sys.argv = list(job["argv"])
-    pp = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [os.path.dirname(os.path.abspath(script))] + pp + server_path_entries
+    sys.path[:] = [os.path.dirname(os.path.abspath(script))] + _pythonpath() + server_path_entries
     sys.path_importer_cache.clear()
 
 
 def main():
     path, log = sys.argv[1], sys.argv[2]
-    pp = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    pp = _pythonpath()
     base = [p for p in sys.path[1:] if p not in pp]  # the interpreter's own: stdlib, site-packages
     job = _serve(path, log)
     if job is None:
@@ -240,7 +244,11 @@ class _Server:
             sel.register(self.proc.stdout, selectors.EVENT_READ)
             deadline = time.monotonic() + START_BOUND_S
             said, ended = b"", False  # anything before "ready" (warnings) is kept for the message
-            while not (said == b"ready\n" or said.endswith(b"\nready\n")) and time.monotonic() < deadline:
+
+            def said_ready():
+                return said == b"ready\n" or said.endswith(b"\nready\n")
+
+            while not said_ready() and time.monotonic() < deadline:
                 if sel.select(max(0.0, deadline - time.monotonic())):
                     chunk = os.read(self.proc.stdout.fileno(), 4096)
                     if not chunk:
@@ -248,7 +256,7 @@ class _Server:
                         break
                     said += chunk
             sel.close()
-            if said == b"ready\n" or said.endswith(b"\nready\n"):
+            if said_ready():
                 self.ready = True
             else:
                 why = "ended" if ended else f"did not say it was ready within {START_BOUND_S:.0f} s"
