@@ -16,10 +16,10 @@ import gc
 import hashlib
 import json
 import os
+import runpy
 import sys
 import time
 import traceback
-import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -34,12 +34,12 @@ def setup_paths():
         if os.path.isdir(p) and p not in sys.path:
             sys.path.insert(0, p)
     # mamba_ssm's __init__ imports its CUDA extensions, which its Triton
-    # kernels do not need: a bare package object skips it.
-    mamba = os.path.join(src, "mamba_ssm")
-    if os.path.isdir(mamba) and "mamba_ssm" not in sys.modules:
-        m = types.ModuleType("mamba_ssm")
-        m.__path__ = [mamba]
-        sys.modules["mamba_ssm"] = m
+    # kernels do not need: a bare package object skips it, here and in
+    # detd's compile workers, which run stubs/sitecustomize.py at start.
+    stubs = os.path.join(HERE, "stubs")
+    if stubs not in sys.path:
+        sys.path.insert(0, stubs)
+    runpy.run_path(os.path.join(stubs, "sitecustomize.py"))
 
 
 def sha(t):

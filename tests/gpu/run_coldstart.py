@@ -224,8 +224,9 @@ def main():
     n_cands = sum(k["timed"]["candidates"] for k in per_key.values() if k["timed"] is not None)
     print(f"\ncold start, {a.procs} processes on one GPU, key set {a.keys}: {len(entries)} keys "
           f"({n_cands} candidates), {cores} cores; detd settings {settings}; in effect: compile ahead "
-          f"{run1[0].get('compile_ahead')} threads, screening band {run1[0].get('screen')}, compiles "
-          f"{run1[0].get('compile_nice', 0)} nice levels below the process")
+          f"{run1[0].get('compile_ahead')} {'processes' if run1[0].get('compile_processes') else 'threads'}, "
+          f"screening band {run1[0].get('screen')}, compiles {run1[0].get('compile_nice', 0)} nice levels below "
+          f"the process")
     print(f"{'run 1 phase':14} {'all processes s':>16} {'critical path s':>16}")
     for p in PHASES + ("total",):
         print(f"{p:14} {summed[p]:16.2f} {crit[p]:16.2f}")
@@ -249,6 +250,11 @@ def main():
         out = sum(v.get("screened_out", 0) for v in ps)
         total = sum(v["candidates"] for v in ps)
         print(f"screening: {total} candidates in {len(ps)} passes, {total - out} measured in full, {out} screened out")
+    wk = {k: sum(r.get("workers", {}).get(k, 0) for r in run1) for k in run1[0].get("workers", {})}
+    if wk:
+        print("compile workers, all processes: " + ", ".join(f"{k} {v}" for k, v in sorted(wk.items())))
+        if wk.get("remote_compiles") and not wk.get("remote_loaded"):
+            failures.append("no binary a compile worker made was loaded as it was made (the cache keys differ)")
     print(f"timing passes: {passes}/{len(entries)} run 1, {rerun_passes} rerun; kernel time of the chosen configs "
           f"vs a fresh autotune: {kt:.4f}x ({kt_chosen:.4f} / {kt_fresh:.4f} ms)")
     for x in fl["compare"]:

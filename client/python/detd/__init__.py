@@ -287,13 +287,20 @@ def stats() -> dict:
     graph captures checked:
     ``capture_checks``, ``capture_warnings``, ``capture_refused``; timing
     outside detd (:mod:`detd._timing`): ``timing_outside`` (benchmarker
-    calls), ``timing_sites``, ``timing_send_errors``; and
+    calls), ``timing_sites``, ``timing_send_errors``; the compile workers
+    (:mod:`detd._workers`, ``DETD_COMPILE_PROCESSES``):
+    ``compile_workers_started``, ``compile_workers_lost``,
+    ``compile_workers_off``, ``remote_compiles``,
+    ``remote_compile_errors``, ``remote_loaded`` (binaries loaded as a
+    worker made them) and ``remote_compiled_here``; and
     ``phases``: where this process's resolves of new keys spent their wall
     time (compile, benchmark, remeasure, waiting, daemon, other; see
     :mod:`detd._phases`; ``DETD_PHASES=<path>`` also writes it at exit)."""
-    from . import _capture, _hook, _inductor, _loop, _phases, _process, _timing
+    from . import _capture, _hook, _inductor, _loop, _measure, _phases, _process, _timing, _workers
 
     out = dict(_process.client_stats())
+    out.update(_workers.counts())
+    out.update(_measure.counts())
     out.update(_hook.counts())
     out.update(_inductor.counts())
     out.update(_loop.final_counts())

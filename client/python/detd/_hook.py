@@ -506,10 +506,11 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
             done.append(got[2].record())
             _triton.set_timings(ctx.tuner, got[0], time.time() - t0)
             return got[0], got[1]
-        ahead = _process.compile_ahead()
+        ahead, pool = _process.compile_ahead(), _process.compile_pool()  # DETD_COMPILE_PROCESSES: the pool
         dev = _triton.current_device() if ahead else None
         comp = _measure.Compiler(cands.objs, lambda c: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, c, dev),
-                                 ahead, _process.compile_overlap(), _loop.progress())
+                                 ahead, _process.compile_overlap(), _loop.progress(),
+                                 pool and (lambda c: pool.submit(_triton.remote_spec(ctx.tuner, ctx.args, ctx.kw, c))))
         comps.append(comp)
         try:
             return _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs, stop=_loop.environment_hint,

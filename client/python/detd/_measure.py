@@ -1,7 +1,7 @@
 """The measurements of a timing pass, for the adapters: the first round
 (every candidate once, compiled first by :class:`Compiler`, ahead in
-threads with ``DETD_COMPILE_AHEAD`` and overlapped with
-``DETD_COMPILE_OVERLAP``), screening (``DETD_SCREEN``), and the rule
+threads or worker processes with ``DETD_COMPILE_AHEAD`` and
+``DETD_COMPILE_PROCESSES``, overlapped with ``DETD_COMPILE_OVERLAP``), screening (``DETD_SCREEN``), and the rule
 that re-measures the near-best (:func:`recheck_set`, deterministic given
 the timings) before the daemon's winner rule picks among them. The
 Triton adapter runs :func:`measure`; the Inductor adapter, whose
@@ -20,6 +20,16 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 from . import _phases, _process, _samples
 
 log = logging.getLogger("detd")
+
+_counts = dict(remote_loaded=0, remote_compiled_here=0)
+
+
+def counts() -> dict:
+    """Candidates compiled in a worker process (:class:`Compiler`):
+    ``remote_loaded``, loaded here as the worker made them (the same
+    cache key); ``remote_compiled_here``, compiled here after all (the
+    worker failed or was lost)."""
+    return dict(_counts)
 
 # The re-measure after a pass: the candidates whose first median is
 # within this fraction of the best are timed RECHECK_ROUNDS more times,
@@ -203,39 +213,64 @@ class Compiler:
     :func:`detd._loop.progress`): ``compile_one(config)`` compiles it into the kernel's
     caches, so that the benchmark times only running it (phase
     ``compile``; what it raises, the benchmark meets again and reports).
-    With ``workers`` > 0 (``DETD_COMPILE_AHEAD``) a pool of that many
-    threads compiles every candidate from the start, in list order, and
-    the pass benchmarks them once every compile is done (phase
-    ``compile``: that wait), in list order: compiling threads of the
-    timing process would compete with its benchmark loop for the
-    interpreter lock (a launch held back inside a measurement makes it
-    slower and noisier). With ``overlap`` (``DETD_COMPILE_OVERLAP``) it
-    benchmarks candidates while the others still compile, in the order
-    their compiles finish (:meth:`order`; among those done, list order):
-    a slow compile delays only its own candidate, and one a waiting rank
-    already compiled (a share: Triton's cache loads it) is benchmarked
-    at once. The order does not enter the decision: the timings are
-    returned in list order, and a candidate benchmarked while a compile
-    still ran (:meth:`contended`: the compile threads share the cores and
-    the interpreter lock with the benchmark loop, which can make a
-    measurement slower by more than any band) is measured again once
-    every compile is done (:func:`measure`). ``compile_one`` returns
-    whether it compiled anything (False: nothing to compile, e.g. the
-    CPU interpreter). ``close()`` cancels what is still queued. The
-    pool's threads run ``DETD_COMPILE_NICE`` levels below the process
-    (:func:`detd._process.lower_priority`)."""
+    With ``workers`` > 0 (``DETD_COMPILE_AHEAD``) every candidate is
+    compiled from the start, in list order: in other processes where
+    ``submit(config)`` returns a future for it (``DETD_COMPILE_PROCESSES``,
+    :mod:`detd._workers`; ``compiler(i)`` then waits for it and loads the
+    binary with ``compile_one``; where the worker failed, the candidate is
+    compiled in a thread instead), else in a pool of that many threads. The pass benchmarks them
+    once every compile is done (phase ``compile``: that wait), in list
+    order. With ``overlap`` (``DETD_COMPILE_OVERLAP``) it benchmarks
+    candidates while the others still compile, in the order their
+    compiles finish (:meth:`order`; among those done, list order): a slow
+    compile delays only its own candidate, and one a waiting rank already
+    compiled (a share: Triton's cache loads it) is benchmarked at once.
+    The order does not enter the decision: the timings are returned in
+    list order, and a candidate benchmarked while a compile thread still
+    ran (:meth:`contended`: the threads share the cores and the
+    interpreter lock with the benchmark loop, which can make a measurement
+    slower by more than any band) is measured again once every compile is
+    done (:func:`measure`). Compiles in other processes share only the
+    cores, at a lower priority, as a waiting rank's share does: a
+    measurement taken beside them stands. ``compile_one`` returns whether
+    it compiled anything (False: nothing to compile, e.g. the CPU
+    interpreter), or the binary's hash. ``close()`` cancels what is still
+    queued. The threads (and workers) run ``DETD_COMPILE_NICE`` levels
+    below the process (:func:`detd._process.lower_priority`)."""
 
-    def __init__(self, objs: Sequence[Any], compile_one: Callable[[Any], bool], workers: int = 0,
-                 overlap: bool = False, progress: Optional[Callable[[int], None]] = None):
+    def __init__(self, objs: Sequence[Any], compile_one: Callable[[Any], Any], workers: int = 0,
+                 overlap: bool = False, progress: Optional[Callable[[int], None]] = None,
+                 submit: Optional[Callable[[Any], Any]] = None):
         self.objs, self.compile_one, self.progress = objs, compile_one, progress or (lambda i: None)
         self.pool, self.futures, self.count, self.overlap = None, None, 0, overlap
-        self.busy: List[int] = []  # indices benchmarked while a compile still ran
+        self.busy: List[int] = []  # indices benchmarked while a compile thread still ran
+        self.remote: dict = {}  # index -> a worker's future
+        self.workers = workers
         if workers > 0 and len(objs) > 1:
+            if submit is not None:
+                self.remote = {i: f for i, f in ((i, _submitted(submit, c)) for i, c in enumerate(objs)) if f}
+            self.futures = [self.remote[i] if i in self.remote else self._thread(c) for i, c in enumerate(objs)]
+
+    def _thread(self, config):
+        """A future of compiling ``config`` in the pool's threads."""
+        if self.pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            self.pool = ThreadPoolExecutor(workers, thread_name_prefix="detd-compile",
+            self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="detd-compile",
                                            initializer=_process.lower_priority)  # DETD_COMPILE_NICE
-            self.futures = [self.pool.submit(self._timed, c) for c in objs]
+        return self.pool.submit(self._timed, config)
+
+    def _requeue(self, i: int) -> bool:
+        """Where candidate i's worker failed (its future done with an
+        error), compile it in a thread instead; True if so."""
+        f = self.remote.get(i)
+        if f is None or not f.done() or f.cancelled() or f.exception() is None:
+            return False
+        log.debug("detd: %s, compiled in this process: %s", f.exception(), self.objs[i])
+        _counts["remote_compiled_here"] += 1
+        del self.remote[i]
+        self.futures[i] = self._thread(self.objs[i])
+        return True
 
     def _timed(self, config) -> Optional[float]:
         t0 = time.perf_counter()
@@ -246,23 +281,44 @@ class Compiler:
             did = True
         return time.perf_counter() - t0 if did else None
 
+    def _load(self, i: int) -> Optional[float]:
+        """Candidate i, compiled by a worker: its compile's seconds there
+        plus loading it here; where the worker failed, compiled here."""
+        try:
+            reply = self.remote[i].result()
+        except Exception as e:  # noqa: BLE001 - compiled here instead
+            log.debug("detd: %s, compiled in this process: %s", e, self.objs[i])
+            _counts["remote_compiled_here"] += 1
+            return self._timed(self.objs[i])
+        t0 = time.perf_counter()
+        try:
+            got = self.compile_one(self.objs[i])
+        except Exception as e:  # noqa: BLE001 - the benchmark meets it again
+            log.debug("detd: loading %s failed: %s: %s", self.objs[i], type(e).__name__, e)
+            got = None
+        if got == reply.get("hash"):
+            _counts["remote_loaded"] += 1
+        return float(reply.get("s", 0.0)) + time.perf_counter() - t0
+
     def order(self) -> Iterator[int]:
         """The indices of ``objs`` in the order to benchmark them: list
-        order without a pool, and with one once every compile is done
-        (phase ``compile``: the wait); with ``overlap``, each candidate as
-        soon as its compile is done (the lowest index among those done),
-        waiting (phase ``compile``) only when none is."""
+        order without ahead compiles, and with them once every compile is
+        done (phase ``compile``: the wait); with ``overlap``, each
+        candidate as soon as its compile is done (the lowest index among
+        those done), waiting (phase ``compile``) only when none is."""
         from concurrent.futures import FIRST_COMPLETED, wait
 
         if self.futures is None or not self.overlap:
             if self.futures is not None:
                 with _phases.phase("compile"):
                     wait(self.futures)
+                    while sum([self._requeue(i) for i in range(len(self.objs))]):
+                        wait(self.futures)
             yield from range(len(self.objs))
             return
         left = list(range(len(self.objs)))
         while left:
-            ready = next((i for i in left if self.futures[i].done()), None)
+            ready = next((i for i in left if self.futures[i].done() and not self._requeue(i)), None)
             if ready is None:
                 with _phases.phase("compile"):
                     wait([self.futures[i] for i in left], return_when=FIRST_COMPLETED)
@@ -274,21 +330,36 @@ class Compiler:
         self.progress(self.count)
         self.count += 1
         with _phases.phase("compile"):
-            took = self.futures[i].result() if self.futures is not None else self._timed(self.objs[i])
+            if i in self.remote:
+                took = self._load(i)
+            else:
+                took = self.futures[i].result() if self.futures is not None else self._timed(self.objs[i])
         if took is not None:
             _phases.compiled(took)
-        if self.futures is not None and not all(f.done() for f in self.futures):
+        if self.futures is not None and not all(f.done() for j, f in enumerate(self.futures) if j not in self.remote):
             self.busy.append(i)
 
     def contended(self) -> list:
-        """The candidates benchmarked while a compile of the pool still
-        ran (overlap only; the check is made as each benchmark starts, so
-        a compile ending during it counts), in list order."""
+        """The candidates benchmarked while a compile thread of the pool
+        still ran (overlap only; the check is made as each benchmark
+        starts, so a compile ending during it counts; compiles in other
+        processes do not count), in list order."""
         return [self.objs[i] for i in sorted(self.busy)]
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
+        for f in self.remote.values():
+            f.cancel()
+
+
+def _submitted(submit, config):
+    """``submit(config)``, or None where it raised (compiled here then)."""
+    try:
+        return submit(config)
+    except Exception as e:  # noqa: BLE001 - the local compile meets it again
+        log.debug("detd: %s not handed to a compile worker: %s: %s", config, type(e).__name__, e)
+        return None
 
 
 def recheck_orders(near: list):

@@ -23,7 +23,7 @@ The phases of a resolve sum to its wall time (``total``): each phase is
 measured as exclusive time, a phase opened inside another is taken out of
 the outer one, the way a profiler's self time is. Besides the wall time,
 ``compile_work`` is the sum of every compile's own duration (threads of
-the compile-ahead pool included) and ``compile_max`` the longest one:
+the compile-ahead pool and compile workers included) and ``compile_max`` the longest one:
 what the compile floor of ``tests/gpu/run_coldstart.py`` is computed from.
 
 This module is process state at the bottom of the package: no import of

@@ -25,7 +25,7 @@ import warnings
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
-from . import _devlock, _native, _phases, _policy, _split, _triton
+from . import _devlock, _native, _phases, _policy, _split, _triton, _workers
 from ._policy import Settings
 
 # A waiting rank's log lines and its help with the pass (environment;
@@ -47,6 +47,11 @@ COMPILE_OVERLAP = True
 # 10 by default where kernels are compiled in threads (measured to cut the
 # benchmark phase and keep kernel time on the GPU: docs/gpu-results.md).
 COMPILE_NICE = 10
+# DETD_COMPILE_PROCESSES (see processes_option()): None, "auto", by
+# default: the threads compiling ahead hand their compiles to worker
+# processes (detd._workers) where Triton's compile can be captured
+# (detd._triton.remote_compiles).
+COMPILE_PROCESSES: Optional[bool] = None
 # DETD_SCREEN (see screen_option()): "auto" by default, SCREEN_AUTO_BAND
 # where kernels run on a device (measured to keep kernel time on the GPU:
 # docs/gpu-results.md), off under the CPU interpreter; "on" keeps the
@@ -76,6 +81,8 @@ class _State:
         self.compile_ahead = COMPILE_AHEAD
         self.compile_overlap = COMPILE_OVERLAP
         self.compile_nice = COMPILE_NICE
+        self.compile_processes = COMPILE_PROCESSES
+        self.workers: Optional[Tuple[int, Any]] = None  # (pid, detd._workers.Pool)
         self.nice_pool: Optional[Tuple[int, Any]] = None  # (pid, executor) for compiles at low priority
         self.screen = SCREEN
         self.split_bench = False  # DETD_SPLIT_BENCH (see detd._split)
@@ -120,6 +127,7 @@ def _after_fork_in_child():
     _state.final = threading.Condition(threading.Lock())
     _state.resolving = {}
     _state.nice_pool = None  # the parent's thread does not run here
+    _state.workers = None  # nor its workers' threads
     _phases.reset()
     for fn in _fork_hooks:
         fn()
@@ -378,6 +386,42 @@ def compile_nice() -> int:
     return n
 
 
+def processes_option(environ=None) -> Optional[bool]:
+    """``DETD_COMPILE_PROCESSES`` (``on``/``1``, ``off``/``0``, or
+    ``auto``, the default: None): whether the timing rank's compiles ahead
+    run in worker processes instead of its threads (:func:`compile_pool`).
+    Raises ValueError naming a bad value."""
+    env = os.environ if environ is None else environ
+    if str(env.get("DETD_COMPILE_PROCESSES", "")).strip().lower() in ("", "auto"):
+        return None
+    return _policy.env_switch(env, "DETD_COMPILE_PROCESSES", True, "on, off or auto")
+
+
+def compile_pool():
+    """This process's compile workers (a :class:`detd._workers.Pool` of
+    :func:`compile_ahead` processes, :func:`compile_nice` levels down,
+    started as the first compiles come; one per process, a forked child
+    starts its own), or None: no compiles ahead, ``DETD_COMPILE_PROCESSES``
+    off, or a Triton whose compiles cannot be captured
+    (:func:`detd._triton.remote_compiles`; ``auto`` then means off, ``on``
+    says so once)."""
+    n, on = compile_ahead(), _state.compile_processes
+    if not n or on is False:
+        return None
+    if not _triton.remote_compiles():
+        if on and not _triton.interpreting():
+            warn_once("compile-processes", f"detd: DETD_COMPILE_PROCESSES=on, but Triton {_triton.version()} "
+                      "cannot hand its compiles to other processes; compiling in threads")
+        return None
+    pool = _state.workers
+    if pool is None or pool[0] != os.getpid():
+        with _state.client_lock:
+            pool = _state.workers
+            if pool is None or pool[0] != os.getpid():
+                pool = _state.workers = (os.getpid(), _workers.Pool(n, compile_nice()))
+    return pool[1]
+
+
 def lower_priority() -> None:
     """Make the calling thread's nice value the process's plus
     :func:`compile_nice` (at most 19): Linux keeps a nice value per
@@ -505,6 +549,7 @@ def configure(settings: Settings) -> None:
     _state.recheck_clear, _state.compile_ahead = pass_options()
     _state.compile_overlap = overlap_option()
     _state.compile_nice = nice_option()
+    _state.compile_processes = processes_option()
     _state.screen = screen_option()
     _phases.write_at_exit(os.environ.get("DETD_PHASES"))
     _state.split_bench = _split.parse()

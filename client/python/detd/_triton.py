@@ -65,6 +65,9 @@ __all__ = [
     "time_candidates",
     "set_timings",
     "compile_only",
+    "remote_compiles",
+    "remote_spec",
+    "compile_spec",
     "current_device",
     "finish_pass",
     "direct_tuners",
@@ -487,7 +490,8 @@ def compile_only(tuner, args, kwargs, config, device=None) -> bool:
     launch it): made this thread's current device first, for a compile
     in another thread (CUDA's current device is per thread). Returns
     False when there is nothing to compile (the CPU interpreter) or no
-    ``warmup``; raises what compiling raises."""
+    ``warmup``, else the binary's hash (its cache key; True where the
+    release returns none); raises what compiling raises."""
     if interpreting():
         return False
     warm = getattr(tuner.fn, "warmup", None)
@@ -501,8 +505,108 @@ def compile_only(tuner, args, kwargs, config, device=None) -> bool:
     # The call's kwargs as Autotuner.run received them: fn[grid](...) puts
     # grid= and warmup= there (run's own arguments, not the kernel's).
     meta = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
-    warm(*args, grid=(1,), **dict(meta, **config.all_kwargs()))
-    return True
+    kernel = warm(*args, grid=(1,), **dict(meta, **config.all_kwargs()))
+    return getattr(kernel, "hash", None) or True  # the binary's cache key: the one a worker made, when loaded
+
+
+@functools.lru_cache(maxsize=1)
+def remote_compiles() -> bool:
+    """Whether candidates can be compiled in other processes
+    (:mod:`detd._workers`): kernels are compiled (not the CPU interpreter),
+    by a Triton that compiles in threads itself (:func:`compiles_in_threads`:
+    3.6 and 3.9) and calls ``knobs.runtime.jit_cache_hook`` before each
+    compile, which :func:`remote_spec` captures the compile from."""
+    if interpreting() or not compiles_in_threads():
+        return False
+    try:
+        from triton import knobs
+
+        return hasattr(knobs.runtime, "jit_cache_hook")
+    except Exception:  # noqa: BLE001 - no knobs: no capture
+        return False
+
+
+_capture = threading.local()
+_capture_lock = threading.Lock()
+
+
+def remote_spec(tuner, args, kwargs, config) -> Optional[dict]:
+    """What a compile worker needs to compile ``config`` of the call the
+    way this process would (:func:`compile_spec`): Triton's own compile
+    arguments (signature, constants, attributes, options, target), captured
+    by ``knobs.runtime.jit_cache_hook`` during a ``warmup`` that compiles
+    nothing, and the kernel's module, name and source hash (``cache_key``),
+    by which the worker finds it. None when there is nothing to compile
+    (the binary is in this process already) or the worker could not find
+    the kernel by name (defined in ``__main__`` or inside a function, a
+    kernel passed as a constant). Another thread's compile meanwhile goes
+    to the hook that was there (the hook is set for the capture alone)."""
+    from triton import knobs
+
+    got = []
+
+    def hook(**kw):
+        if getattr(_capture, "on", False):
+            got.append(kw)
+            return True  # compile nothing
+        return prev(**kw) if prev is not None else None
+
+    with _capture_lock:
+        prev = knobs.runtime.jit_cache_hook
+        knobs.runtime.jit_cache_hook, _capture.on = hook, True
+        try:
+            compile_only(tuner, args, kwargs, config)
+        finally:
+            knobs.runtime.jit_cache_hook, _capture.on = prev, False
+    if len(got) != 1:
+        return None
+    info, comp = got[0]["fn"], got[0]["compile"]
+    if info.module == "__main__" or "<" in info.name:
+        return None
+    if any(type(v).__name__ == "JITFunction" for v in comp["constants"].values()):
+        return None
+    import json
+
+    from triton.runtime import driver
+
+    t = driver.active.get_current_target()
+    return dict(module=info.module, qualname=info.name, source=info.jit_function.cache_key,
+                signature=comp["signature"], constants=comp["constants"], attrs=comp["configs"][0],
+                options=json.loads(comp["specialization_data"])["options"], target=(t.backend, t.arch, t.warp_size))
+
+
+def compile_spec(spec: dict) -> str:
+    """Compile a :func:`remote_spec` into Triton's caches (a compile
+    worker's side): the kernel found by module and name (through the
+    autotuner or heuristics bound to the name), checked to have the same
+    source hash as where the spec was made, compiled for the spec's target
+    with its options. Returns the binary's cache key. Raises LookupError
+    for a kernel not found or with other source here, and what compiling
+    raises."""
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import JITFunction
+
+    fn: Any = importlib.import_module(spec["module"])
+    for part in spec["qualname"].split("."):
+        fn = getattr(fn, part, None)
+    for _ in range(8):
+        if isinstance(fn, JITFunction) or not hasattr(fn, "fn"):
+            break
+        fn = fn.fn
+    where = f"{spec['module']}.{spec['qualname']}"
+    if not isinstance(fn, JITFunction):
+        raise LookupError(f"{where} is not a Triton kernel here")
+    if fn.cache_key != spec["source"]:
+        raise LookupError(f"{where} has other source here than where it was asked for")
+    target = GPUTarget(*spec["target"])
+    options = make_backend(target).parse_options(
+        {k: tuple(v) if isinstance(v, list) else v for k, v in spec["options"].items()})
+    src = triton.compiler.ASTSource(fn, spec["signature"], spec["constants"], spec["attrs"])
+    return triton.compile(src, target=target, options=options.__dict__).hash
 
 
 @functools.lru_cache(maxsize=1)
