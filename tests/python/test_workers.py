@@ -229,19 +229,20 @@ def test_compiler_with_worker_futures():
 
 
 def test_compile_processes_setting(monkeypatch):
-    """DETD_COMPILE_PROCESSES: on, off or auto (the default); a bad value
+    """DETD_COMPILE_PROCESSES: on, off (the default) or auto; a bad value
     names the variable. The pool: none under the CPU interpreter, with it
     off, or with no compiles ahead; one per process otherwise, of
     compile_ahead() workers."""
     from detd import _process, _triton
 
-    assert _process.processes_option({}) is None and _process.processes_option({"DETD_COMPILE_PROCESSES": "auto"}) is None
+    assert _process.processes_option({}) is False and _process.processes_option({"DETD_COMPILE_PROCESSES": "auto"}) is None
     assert _process.processes_option({"DETD_COMPILE_PROCESSES": "on"}) is True
     assert _process.processes_option({"DETD_COMPILE_PROCESSES": "0"}) is False
     with pytest.raises(ValueError, match="DETD_COMPILE_PROCESSES='threads'"):
         _process.processes_option({"DETD_COMPILE_PROCESSES": "threads"})
     monkeypatch.setattr(_process._state, "workers", None)
     monkeypatch.setattr(_process._state, "compile_ahead", 3)
+    assert _process._state.compile_processes is False  # the default: threads
     monkeypatch.setattr(_process._state, "compile_processes", None)
     assert _triton.interpreting() and _process.compile_pool() is None
     monkeypatch.setattr(_triton, "interpreting", lambda: False)

@@ -47,11 +47,12 @@ COMPILE_OVERLAP = True
 # 10 by default where kernels are compiled in threads (measured to cut the
 # benchmark phase and keep kernel time on the GPU: docs/gpu-results.md).
 COMPILE_NICE = 10
-# DETD_COMPILE_PROCESSES (see processes_option()): None, "auto", by
-# default: the threads compiling ahead hand their compiles to worker
+# DETD_COMPILE_PROCESSES (see processes_option()): off by default (on
+# the GPU, worker processes made run 1 slower than threads:
+# docs/gpu-results.md); on or auto (None): the compiles ahead go to worker
 # processes (detd._workers) where Triton's compile can be captured
 # (detd._triton.remote_compiles).
-COMPILE_PROCESSES: Optional[bool] = None
+COMPILE_PROCESSES: Optional[bool] = False
 # DETD_SCREEN (see screen_option()): "auto" by default, SCREEN_AUTO_BAND
 # where kernels run on a device (measured to keep kernel time on the GPU:
 # docs/gpu-results.md), off under the CPU interpreter; "on" keeps the
@@ -387,14 +388,14 @@ def compile_nice() -> int:
 
 
 def processes_option(environ=None) -> Optional[bool]:
-    """``DETD_COMPILE_PROCESSES`` (``on``/``1``, ``off``/``0``, or
-    ``auto``, the default: None): whether the timing rank's compiles ahead
+    """``DETD_COMPILE_PROCESSES`` (``on``/``1``, ``off``/``0``, the
+    default, or ``auto``: None): whether the timing rank's compiles ahead
     run in worker processes instead of its threads (:func:`compile_pool`).
     Raises ValueError naming a bad value."""
     env = os.environ if environ is None else environ
-    if str(env.get("DETD_COMPILE_PROCESSES", "")).strip().lower() in ("", "auto"):
+    if str(env.get("DETD_COMPILE_PROCESSES", "")).strip().lower() == "auto":
         return None
-    return _policy.env_switch(env, "DETD_COMPILE_PROCESSES", True, "on, off or auto")
+    return _policy.env_switch(env, "DETD_COMPILE_PROCESSES", COMPILE_PROCESSES, "on, off or auto")
 
 
 def compile_pool():
@@ -402,7 +403,7 @@ def compile_pool():
     :func:`compile_ahead` processes, :func:`compile_nice` levels down,
     started as the first compiles come; one per process, a forked child
     starts its own), or None: no compiles ahead, ``DETD_COMPILE_PROCESSES``
-    off, or a Triton whose compiles cannot be captured
+    off (the default), or a Triton whose compiles cannot be captured
     (:func:`detd._triton.remote_compiles`; ``auto`` then means off, ``on``
     says so once)."""
     n, on = compile_ahead(), _state.compile_processes
