@@ -183,8 +183,9 @@ class Pool:
 
     def close(self) -> None:
         """Stop the workers (each ends its current compile first) and wait
-        for them (at most a minute each); the pool is off from now on. A process that exits without it leaves
-        its workers at end of input, or their PR_SET_PDEATHSIG."""
+        for them (at most a minute each); the pool is off from now on. A
+        process that exits without it leaves its workers at end of input,
+        or to their PR_SET_PDEATHSIG."""
         self.off = True
         with self.lock:
             threads = list(self.threads)
