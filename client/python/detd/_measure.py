@@ -1,9 +1,10 @@
 """The measurements of a timing pass, for the adapters: the first round
 (every candidate once, compiled first by :class:`Compiler`, ahead in
 threads or worker processes with ``DETD_COMPILE_AHEAD`` and
-``DETD_COMPILE_PROCESSES``, overlapped with ``DETD_COMPILE_OVERLAP``), screening (``DETD_SCREEN``), and the rule
-that re-measures the near-best (:func:`recheck_set`, deterministic given
-the timings) before the daemon's winner rule picks among them. The
+``DETD_COMPILE_PROCESSES``, overlapped with ``DETD_COMPILE_OVERLAP``),
+screening (``DETD_SCREEN``), and the rule that re-measures the
+near-best (:func:`recheck_set`, deterministic given the timings) before
+the daemon's winner rule picks among them. The
 Triton adapter runs :func:`measure`; the Inductor adapter, whose
 benchmarker reports one number per choice, :func:`recheck_rows`. This
 module knows no autotuner: what is compiled or benchmarked comes in as
@@ -218,9 +219,9 @@ class Compiler:
     ``submit(config)`` returns a future for it (``DETD_COMPILE_PROCESSES``,
     :mod:`detd._workers`; ``compiler(i)`` then waits for it and loads the
     binary with ``compile_one``; where the worker failed, the candidate is
-    compiled in a thread instead), else in a pool of that many threads. The pass benchmarks them
-    once every compile is done (phase ``compile``: that wait), in list
-    order. With ``overlap`` (``DETD_COMPILE_OVERLAP``) it benchmarks
+    compiled in a thread instead), else in a pool of that many threads.
+    The pass benchmarks them once every compile is done (phase
+    ``compile``: that wait), in list order. With ``overlap`` (``DETD_COMPILE_OVERLAP``) it benchmarks
     candidates while the others still compile, in the order their
     compiles finish (:meth:`order`; among those done, list order): a slow
     compile delays only its own candidate, and one a waiting rank already
@@ -282,14 +283,10 @@ class Compiler:
         return time.perf_counter() - t0 if did else None
 
     def _load(self, i: int) -> Optional[float]:
-        """Candidate i, compiled by a worker: its compile's seconds there
-        plus loading it here; where the worker failed, compiled here."""
-        try:
-            reply = self.remote[i].result()
-        except Exception as e:  # noqa: BLE001 - compiled here instead
-            log.debug("detd: %s, compiled in this process: %s", e, self.objs[i])
-            _counts["remote_compiled_here"] += 1
-            return self._timed(self.objs[i])
+        """Candidate i, compiled by a worker (its future done without an
+        error, :meth:`_requeue`): its compile's seconds there plus loading
+        it here."""
+        reply = self.remote[i].result()
         t0 = time.perf_counter()
         try:
             got = self.compile_one(self.objs[i])
@@ -330,7 +327,7 @@ class Compiler:
         self.progress(self.count)
         self.count += 1
         with _phases.phase("compile"):
-            if i in self.remote:
+            if i in self.remote and not self._requeue(i):
                 took = self._load(i)
             else:
                 took = self.futures[i].result() if self.futures is not None else self._timed(self.objs[i])

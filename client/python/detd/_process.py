@@ -414,13 +414,21 @@ def compile_pool():
             warn_once("compile-processes", f"detd: DETD_COMPILE_PROCESSES=on, but Triton {_triton.version()} "
                       "cannot hand its compiles to other processes; compiling in threads")
         return None
-    pool = _state.workers
-    if pool is None or pool[0] != os.getpid():
+    return _per_process("workers", lambda: _workers.Pool(n, compile_nice()))
+
+
+def _per_process(attr: str, make: Callable[[], Any]) -> Any:
+    """``_state.<attr>``'s object, made with ``make()`` the first time this
+    process asks (the state holds ``(pid, object)``: a forked child makes
+    its own, the parent's threads do not run there)."""
+    held = getattr(_state, attr)
+    if held is None or held[0] != os.getpid():
         with _state.client_lock:
-            pool = _state.workers
-            if pool is None or pool[0] != os.getpid():
-                pool = _state.workers = (os.getpid(), _workers.Pool(n, compile_nice()))
-    return pool[1]
+            held = getattr(_state, attr)
+            if held is None or held[0] != os.getpid():
+                held = (os.getpid(), make())
+                setattr(_state, attr, held)
+    return held[1]
 
 
 def lower_priority() -> None:
@@ -448,16 +456,11 @@ def in_low_priority(fn: Callable[[], Any]) -> Any:
     that waits, whose priority must stay the job's."""
     if not compile_nice():
         return fn()
-    pool = _state.nice_pool
-    if pool is None or pool[0] != os.getpid():
-        from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
-        with _state.client_lock:
-            pool = _state.nice_pool
-            if pool is None or pool[0] != os.getpid():
-                pool = _state.nice_pool = (os.getpid(), ThreadPoolExecutor(
-                    1, thread_name_prefix="detd-nice-compile", initializer=lower_priority))
-    return pool[1].submit(fn).result()
+    pool = _per_process("nice_pool", lambda: ThreadPoolExecutor(1, thread_name_prefix="detd-nice-compile",
+                                                                 initializer=lower_priority))
+    return pool.submit(fn).result()
 
 
 def screen_option(environ=None) -> Union[float, str, None]:

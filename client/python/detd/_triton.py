@@ -593,10 +593,8 @@ def compile_spec(spec: dict) -> str:
     fn: Any = importlib.import_module(spec["module"])
     for part in spec["qualname"].split("."):
         fn = getattr(fn, part, None)
-    for _ in range(8):
-        if isinstance(fn, JITFunction) or not hasattr(fn, "fn"):
-            break
-        fn = fn.fn
+    if not isinstance(fn, JITFunction):
+        fn = jit_function(fn) if hasattr(fn, "fn") else None  # under the autotuner or heuristics bound to the name
     where = f"{spec['module']}.{spec['qualname']}"
     if not isinstance(fn, JITFunction):
         raise LookupError(f"{where} is not a Triton kernel here")
