@@ -252,9 +252,11 @@ def main():
         print(f"screening: {total} candidates in {len(ps)} passes, {total - out} measured in full, {out} screened out")
     wk = {k: sum(r.get("workers", {}).get(k, 0) for r in run1) for k in run1[0].get("workers", {})}
     if wk:
-        print("compile workers, all processes: " + ", ".join(f"{k} {v}" for k, v in sorted(wk.items())))
+        print("compile workers and launchers, all processes: " + ", ".join(f"{k} {v}" for k, v in sorted(wk.items())))
         if wk.get("remote_compiles") and not wk.get("remote_loaded"):
             failures.append("no binary a compile worker made was loaded as it was made (the cache keys differ)")
+        if wk.get("launcher_errors"):
+            failures.append(f"{wk['launcher_errors']} launchers failed to build beside a timing pass's compiles")
     print(f"timing passes: {passes}/{len(entries)} run 1, {rerun_passes} rerun; kernel time of the chosen configs "
           f"vs a fresh autotune: {kt:.4f}x ({kt_chosen:.4f} / {kt_fresh:.4f} ms)")
     for x in fl["compare"]:

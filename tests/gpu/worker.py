@@ -221,7 +221,7 @@ def main():
         res["compile_ahead"], res["screen"] = _process.compile_ahead(), _process.screen()  # as in effect
         res["compile_nice"] = _process.compile_nice()
         res["compile_processes"] = _process.compile_pool() is not None  # DETD_COMPILE_PROCESSES in effect
-        res["workers"] = {k: v for k, v in detd.stats().items() if k.startswith(("compile_workers", "remote_"))}
+        res["workers"] = {k: v for k, v in detd.stats().items() if k.startswith(("compile_workers", "remote_", "launcher"))}
         res["key_phases"] = {f"{t['kernel']}|{k['key']}": dict(k["phases"], timed_here=bool(k.get("timed_here")),
                                                               candidates=len(k.get("candidates") or ()))
                              for t in detd.autotuners() for k in t["keys"] if k.get("phases")}

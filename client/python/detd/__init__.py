@@ -292,7 +292,9 @@ def stats() -> dict:
     ``compile_workers_started``, ``compile_workers_lost``,
     ``compile_workers_off``, ``remote_compiles``,
     ``remote_compile_errors``, ``remote_loaded`` (binaries loaded as a
-    worker made them) and ``remote_compiled_here``; and
+    worker made them) and ``remote_compiled_here``; the launchers built
+    beside a timing pass's compiles (:func:`detd._triton.prepare_launcher`):
+    ``launchers_prepared``, ``launcher_errors``; and
     ``phases``: where this process's resolves of new keys spent their wall
     time (compile, benchmark, remeasure, waiting, daemon, other; see
     :mod:`detd._phases`; ``DETD_PHASES=<path>`` also writes it at exit)."""

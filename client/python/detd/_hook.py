@@ -510,7 +510,8 @@ def _timing_pass_locked(ctx: _Call, cands: _Cands, split=None):
         dev = _triton.current_device() if ahead else None
         comp = _measure.Compiler(cands.objs, lambda c: _triton.compile_only(ctx.tuner, ctx.args, ctx.kw, c, dev),
                                  ahead, _process.compile_overlap(), _loop.progress(),
-                                 pool and (lambda c: pool.submit(_triton.remote_spec(ctx.tuner, ctx.args, ctx.kw, c))))
+                                 pool and (lambda c: pool.submit(_triton.remote_spec(ctx.tuner, ctx.args, ctx.kw, c))),
+                                 lambda: _triton.prepare_launcher(ctx.tuner, ctx.args, ctx.kw, cands.objs[0], dev))
         comps.append(comp)
         try:
             return _triton.time_candidates(ctx.tuner, ctx.args, ctx.kw, cands.objs, stop=_loop.environment_hint,

@@ -22,14 +22,16 @@ from . import _phases, _process, _samples
 
 log = logging.getLogger("detd")
 
-_counts = dict(remote_loaded=0, remote_compiled_here=0)
+_counts = dict(remote_loaded=0, remote_compiled_here=0, launchers_prepared=0, launcher_errors=0)
 
 
 def counts() -> dict:
     """Candidates compiled in a worker process (:class:`Compiler`):
     ``remote_loaded``, loaded here as the worker made them (the same
     cache key); ``remote_compiled_here``, compiled here after all (the
-    worker failed or was lost)."""
+    worker failed or was lost). Passes whose launcher was prepared ahead
+    (``prepare``): ``launchers_prepared``, built or found;
+    ``launcher_errors``, building it raised (the first launch builds it)."""
     return dict(_counts)
 
 # The re-measure after a pass: the candidates whose first median is
@@ -237,17 +239,25 @@ class Compiler:
     it compiled anything (False: nothing to compile, e.g. the CPU
     interpreter), or the binary's hash. ``close()`` cancels what is still
     queued. The threads (and workers) run ``DETD_COMPILE_NICE`` levels
-    below the process (:func:`detd._process.lower_priority`)."""
+    below the process (:func:`detd._process.lower_priority`).
+    ``prepare()``, with compiles ahead: run at once in a thread of its own
+    beside the compiles, at the process's priority: what the first launch
+    of any candidate needs besides its binary (Triton's launcher,
+    :func:`detd._triton.prepare_launcher`). The first benchmark waits for
+    it (phase ``compile``); what it raises is logged and counted
+    (:func:`counts`), not the pass's."""
 
     def __init__(self, objs: Sequence[Any], compile_one: Callable[[Any], Any], workers: int = 0,
                  overlap: bool = False, progress: Optional[Callable[[int], None]] = None,
-                 submit: Optional[Callable[[Any], Any]] = None):
+                 submit: Optional[Callable[[Any], Any]] = None, prepare: Optional[Callable[[], Any]] = None):
         self.objs, self.compile_one, self.progress = objs, compile_one, progress or (lambda i: None)
         self.pool, self.futures, self.count, self.overlap = None, None, 0, overlap
         self.busy: List[int] = []  # indices benchmarked while a compile thread still ran
         self.remote: dict = {}  # index -> a worker's future
-        self.workers = workers
+        self.workers, self.prepared = workers, None
         if workers > 0 and len(objs) > 1:
+            if prepare is not None:
+                self.prepared = _beside(prepare)
             if submit is not None:
                 self.remote = {i: f for i, f in ((i, _submitted(submit, c)) for i, c in enumerate(objs)) if f}
             self.futures = [self.remote[i] if i in self.remote else self._thread(c) for i, c in enumerate(objs)]
@@ -260,6 +270,15 @@ class Compiler:
             self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="detd-compile",
                                            initializer=_process.lower_priority)  # DETD_COMPILE_NICE
         return self.pool.submit(self._timed, config)
+
+    def _wait_prepared(self) -> None:
+        f, self.prepared = self.prepared, None
+        try:
+            if f.result():
+                _counts["launchers_prepared"] += 1
+        except Exception as e:  # noqa: BLE001 - the first launch builds it
+            _counts["launcher_errors"] += 1
+            log.debug("detd: preparing the launcher of %s failed: %s: %s", self.objs[0], type(e).__name__, e)
 
     def _requeue(self, i: int) -> bool:
         """Where candidate i's worker failed (its future done with an
@@ -327,6 +346,8 @@ class Compiler:
         self.progress(self.count)
         self.count += 1
         with _phases.phase("compile"):
+            if self.prepared is not None:
+                self._wait_prepared()
             if i in self.remote and not self._requeue(i):
                 took = self._load(i)
             else:
@@ -348,6 +369,24 @@ class Compiler:
             self.pool.shutdown(wait=False, cancel_futures=True)
         for f in self.remote.values():
             f.cancel()
+
+
+def _beside(fn):
+    """A future of ``fn()`` run in a thread of its own, at the process's
+    priority (the first benchmark may wait for it)."""
+    import threading
+    from concurrent.futures import Future
+
+    f: Future = Future()
+
+    def run():
+        try:
+            f.set_result(fn())
+        except BaseException as e:  # noqa: BLE001 - handed to who waits
+            f.set_exception(e)
+
+    threading.Thread(target=run, name="detd-prepare", daemon=True).start()
+    return f
 
 
 def _submitted(submit, config):

@@ -36,50 +36,13 @@ from typing import Any, List, Optional, Tuple
 from . import _canon
 
 __all__ = [
-    "SUPPORTED",
-    "version",
-    "version_warning",
-    "benchmarker",
-    "interpreting",
-    "patch",
-    "config_string",
-    "config_cost",
-    "is_config",
-    "kernel_name",
-    "kernel_identity",
-    "code_guard",
-    "jit_function",
-    "triton_key",
-    "megatron_key",
-    "configs",
-    "configs_sig",
-    "last_timings",
-    "cache_of",
-    "set_cache",
-    "use_original_run",
-    "use_patched_run",
-    "original_run",
-    "run_frame_call",
-    "prune",
-    "has_pruner",
-    "time_candidates",
-    "set_timings",
-    "compile_only",
-    "remote_compiles",
-    "remote_spec",
-    "compile_spec",
-    "current_device",
-    "finish_pass",
-    "direct_tuners",
-    "run_is_triton",
-    "best_config",
-    "named_args",
-    "replay",
-    "ungoverned_classes",
-    "class_names",
-    "TESTING",
-    "wrap_benchmarkers",
-    "call_site",
+    "SUPPORTED", "version", "version_warning", "benchmarker", "interpreting", "patch", "config_string", "config_cost",
+    "is_config", "kernel_name", "kernel_identity", "code_guard", "jit_function", "triton_key", "megatron_key",
+    "configs", "configs_sig", "last_timings", "cache_of", "set_cache", "use_original_run", "use_patched_run",
+    "original_run", "run_frame_call", "prune", "has_pruner", "time_candidates", "set_timings", "compile_only",
+    "remote_compiles", "remote_spec", "compile_spec", "prepare_launcher", "current_device", "finish_pass",
+    "direct_tuners", "run_is_triton", "best_config", "named_args", "replay", "ungoverned_classes", "class_names",
+    "TESTING", "wrap_benchmarkers", "call_site",
 ]
 
 SUPPORTED = ((3, 3), (3, 9))  # oldest and newest minor release checked
@@ -530,17 +493,12 @@ _capture = threading.local()
 _capture_lock = threading.Lock()
 
 
-def remote_spec(tuner, args, kwargs, config) -> Optional[dict]:
-    """What a compile worker needs to compile ``config`` of the call the
-    way this process would (:func:`compile_spec`): Triton's own compile
-    arguments (signature, constants, attributes, options, target), captured
-    by ``knobs.runtime.jit_cache_hook`` during a ``warmup`` that compiles
-    nothing, and the kernel's module, name and source hash (``cache_key``),
-    by which the worker finds it. None when there is nothing to compile
-    (the binary is in this process already) or the worker could not find
-    the kernel by name (defined in ``__main__`` or inside a function, a
-    kernel passed as a constant). Another thread's compile meanwhile goes
-    to the hook that was there (the hook is set for the capture alone)."""
+def _captured(tuner, args, kwargs, config, device=None) -> Optional[dict]:
+    """What ``knobs.runtime.jit_cache_hook`` is told of ``config``'s compile
+    (``fn``: the kernel's info, ``compile``: Triton's compile arguments)
+    during a ``warmup`` that compiles nothing, or None (the binary is in
+    this process already). Another thread's compile meanwhile goes to the
+    hook that was there (the hook is set for the capture alone)."""
     from triton import knobs
 
     got = []
@@ -555,12 +513,25 @@ def remote_spec(tuner, args, kwargs, config) -> Optional[dict]:
         prev = knobs.runtime.jit_cache_hook
         knobs.runtime.jit_cache_hook, _capture.on = hook, True
         try:
-            compile_only(tuner, args, kwargs, config)
+            compile_only(tuner, args, kwargs, config, device)
         finally:
             knobs.runtime.jit_cache_hook, _capture.on = prev, False
-    if len(got) != 1:
+    return got[0] if len(got) == 1 else None
+
+
+def remote_spec(tuner, args, kwargs, config) -> Optional[dict]:
+    """What a compile worker needs to compile ``config`` of the call the
+    way this process would (:func:`compile_spec`): Triton's own compile
+    arguments (signature, constants, attributes, options, target), captured
+    without compiling (:func:`_captured`), and the kernel's module, name and
+    source hash (``cache_key``), by which the worker finds it. None when
+    there is nothing to compile (the binary is in this process already) or
+    the worker could not find the kernel by name (defined in ``__main__``
+    or inside a function, a kernel passed as a constant)."""
+    got = _captured(tuner, args, kwargs, config)
+    if got is None:
         return None
-    info, comp = got[0]["fn"], got[0]["compile"]
+    info, comp = got["fn"], got["compile"]
     if info.module == "__main__" or "<" in info.name:
         return None
     if any(type(v).__name__ == "JITFunction" for v in comp["constants"].values()):
@@ -605,6 +576,36 @@ def compile_spec(spec: dict) -> str:
         {k: tuple(v) if isinstance(v, list) else v for k, v in spec["options"].items()})
     src = triton.compiler.ASTSource(fn, spec["signature"], spec["constants"], spec["attrs"])
     return triton.compile(src, target=target, options=options.__dict__).hash
+
+
+class _NoMetadata:
+    def __getattr__(self, name):  # what a launcher reads of a binary's metadata after building: unknown
+        return None
+
+
+def prepare_launcher(tuner, args, kwargs, config, device=None) -> bool:
+    """Build into Triton's cache the launcher of ``config``'s call (the C
+    stub 3.3 to 3.6 compile with the C compiler when a kernel of a new
+    signature first launches, ``make_launcher``; 3.9 has one for all) from
+    its compile arguments captured without compiling (3.6): the timing
+    pass's first benchmark finds it built. It depends on the signature, not
+    the meta-parameters (a binary that changes it, with tensor descriptors,
+    builds its own at launch). Returns whether one was built or found."""
+    if interpreting() or not remote_compiles():
+        return False
+    from triton.compiler import ASTSource
+    from triton.runtime import driver
+
+    launcher = driver.active.launcher_cls
+    got = None
+    if getattr(sys.modules.get(launcher.__module__), "make_launcher", None) is not None:
+        got = _captured(tuner, args, kwargs, config, device)
+    if got is None:
+        return False
+    comp = got["compile"]
+    launcher(ASTSource(got["fn"].jit_function, comp["signature"], comp["constants"], comp["configs"][0]),
+             _NoMetadata())
+    return True
 
 
 @functools.lru_cache(maxsize=1)
