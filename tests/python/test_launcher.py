@@ -145,3 +145,66 @@ def test_a_failed_launcher_costs_only_its_count(caplog):
             comp(i)
         comp.close()
     assert calls == [] and _measure.counts()["launcher_errors"] == after["launcher_errors"]
+
+
+def test_a_launcher_not_ready_in_time_is_left_to_the_first_launch(monkeypatch, caplog):
+    """The first benchmark waits for the launcher at most PREPARE_WAIT_S
+    (a C build that hangs must not hang the pass): then it is counted,
+    said as a warning, and the benchmark goes on (its launch builds the
+    launcher itself)."""
+    from detd import _measure
+
+    monkeypatch.setattr(_measure, "PREPARE_WAIT_S", 0.2)
+    release = threading.Event()
+    before = _measure.counts()
+    comp = _measure.Compiler(["a", "b"], lambda c: True, 2, False, None, None, lambda: release.wait(120))
+    try:
+        with caplog.at_level("WARNING", logger="detd"):
+            for i in comp.order():
+                comp(i)
+    finally:
+        release.set()
+        comp.close()
+    assert _measure.counts()["launcher_errors"] - before["launcher_errors"] == 1
+    assert "the launcher of a was not ready after 0.2 s; the first launch builds it" in caplog.text
+
+
+def test_a_fork_during_a_capture_leaves_the_child_able_to_capture():
+    """A process forked while a thread of its parent captured a compile
+    (Triton's compile hook replaced, the capture's lock held): in the
+    child the lock is free and the hook is the one before the capture
+    (detd._process's fork hook calls detd._triton.after_fork). Triton 3.3
+    has no compile hook (and detd captures nothing there): the lock alone."""
+    import triton
+
+    from detd import _process, _triton  # noqa: F401 - _process registers the fork hook
+
+    knobs = getattr(triton, "knobs", None)
+
+    def mine(**kw):
+        return None
+
+    def capture_hook(**kw):
+        return True
+
+    capture_hook.detd_prev = mine
+    old = knobs.runtime.jit_cache_hook if knobs is not None else None
+    r, w = os.pipe()
+    with _triton._capture_lock:
+        if knobs is not None:
+            knobs.runtime.jit_cache_hook = capture_hook
+        try:
+            pid = os.fork()
+            if pid == 0:
+                ok = _triton._capture_lock.acquire(timeout=30)
+                ok = ok and (knobs is None or knobs.runtime.jit_cache_hook is mine)
+                os.write(w, b"1" if ok else b"0")
+                os._exit(0)
+        finally:
+            if knobs is not None:
+                knobs.runtime.jit_cache_hook = old
+    os.close(w)
+    got = os.read(r, 1)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == b"1"

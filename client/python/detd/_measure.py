@@ -34,6 +34,11 @@ def counts() -> dict:
     ``launcher_errors``, building it raised (the first launch builds it)."""
     return dict(_counts)
 
+# How long the first benchmark of a pass waits for Compiler's prepare()
+# (Triton's launcher: a C build of about a second) before it launches
+# anyway (the launch then builds it itself).
+PREPARE_WAIT_S = 60.0
+
 # The re-measure after a pass: the candidates whose first median is
 # within this fraction of the best are timed RECHECK_ROUNDS more times,
 # back to back once every candidate is compiled (reverse order, then
@@ -244,8 +249,9 @@ class Compiler:
     beside the compiles, at the process's priority: what the first launch
     of any candidate needs besides its binary (Triton's launcher,
     :func:`detd._triton.prepare_launcher`). The first benchmark waits for
-    it (phase ``compile``); what it raises is logged and counted
-    (:func:`counts`), not the pass's."""
+    it (phase ``compile``), at most :data:`PREPARE_WAIT_S`; what it raises,
+    or not being done by then, is logged and counted (:func:`counts`), not
+    the pass's."""
 
     def __init__(self, objs: Sequence[Any], compile_one: Callable[[Any], Any], workers: int = 0,
                  overlap: bool = False, progress: Optional[Callable[[int], None]] = None,
@@ -272,10 +278,16 @@ class Compiler:
         return self.pool.submit(self._timed, config)
 
     def _wait_prepared(self) -> None:
+        from concurrent.futures import TimeoutError as Timeout
+
         f, self.prepared = self.prepared, None
         try:
-            if f.result():
+            if f.result(PREPARE_WAIT_S):
                 _counts["launchers_prepared"] += 1
+        except Timeout:
+            _counts["launcher_errors"] += 1
+            log.warning("detd: the launcher of %s was not ready after %s s; the first launch builds it",
+                        self.objs[0], PREPARE_WAIT_S)
         except Exception as e:  # noqa: BLE001 - the first launch builds it
             _counts["launcher_errors"] += 1
             log.debug("detd: preparing the launcher of %s failed: %s: %s", self.objs[0], type(e).__name__, e)

@@ -129,6 +129,7 @@ def _after_fork_in_child():
     _state.resolving = {}
     _state.nice_pool = None  # the parent's thread does not run here
     _state.workers = None  # nor its workers' threads
+    _triton.after_fork()  # nor a capture of its threads
     _phases.reset()
     for fn in _fork_hooks:
         fn()

@@ -40,7 +40,7 @@ __all__ = [
     "is_config", "kernel_name", "kernel_identity", "code_guard", "jit_function", "triton_key", "megatron_key",
     "configs", "configs_sig", "last_timings", "cache_of", "set_cache", "use_original_run", "use_patched_run",
     "original_run", "run_frame_call", "prune", "has_pruner", "time_candidates", "set_timings", "compile_only",
-    "remote_compiles", "remote_spec", "compile_spec", "prepare_launcher", "current_device", "finish_pass",
+    "remote_compiles", "after_fork", "remote_spec", "compile_spec", "prepare_launcher", "current_device", "finish_pass",
     "direct_tuners", "run_is_triton", "best_config", "named_args", "replay", "ungoverned_classes", "class_names",
     "TESTING", "wrap_benchmarkers", "call_site",
 ]
@@ -510,13 +510,25 @@ def _captured(tuner, args, kwargs, config, device=None) -> Optional[dict]:
         return prev(**kw) if prev is not None else None
 
     with _capture_lock:
-        prev = knobs.runtime.jit_cache_hook
+        prev = hook.detd_prev = knobs.runtime.jit_cache_hook  # detd_prev: after_fork() puts it back
         knobs.runtime.jit_cache_hook, _capture.on = hook, True
         try:
             compile_only(tuner, args, kwargs, config, device)
         finally:
             knobs.runtime.jit_cache_hook, _capture.on = prev, False
     return got[0] if len(got) == 1 else None
+
+
+def after_fork() -> None:
+    """In a forked child: the capture's lock anew (a thread of the parent
+    may have held it at the fork), and Triton's compile hook as it was
+    before a capture the fork cut short."""
+    global _capture_lock
+    _capture_lock = threading.Lock()
+    runtime = getattr(getattr(sys.modules.get("triton"), "knobs", None), "runtime", None)
+    hook = getattr(runtime, "jit_cache_hook", None)
+    if hasattr(hook, "detd_prev"):
+        runtime.jit_cache_hook = hook.detd_prev
 
 
 def remote_spec(tuner, args, kwargs, config) -> Optional[dict]:
