@@ -609,9 +609,9 @@ def prepare_launcher(tuner, args, kwargs, config, device=None) -> bool:
     from triton.runtime import driver
 
     launcher = driver.active.launcher_cls
-    got = None
-    if getattr(sys.modules.get(launcher.__module__), "make_launcher", None) is not None:
-        got = _captured(tuner, args, kwargs, config, device)
+    if getattr(sys.modules.get(launcher.__module__), "make_launcher", None) is None:
+        return False  # 3.9+: nothing built per signature
+    got = _captured(tuner, args, kwargs, config, device)
     if got is None:
         return False
     comp = got["compile"]
