@@ -105,6 +105,27 @@ def procs(n, mode, work, tag, extra_env, args, cap=None):
     return res
 
 
+def run1_samples(decisions, row):
+    """For a kernel-time row over 1.01x (worker.compare): the run-1 samples
+    (ms) the daemon kept of detd's config and of the fresh autotune's, from
+    ``detctl decisions --json``, for each decision of that kernel that chose
+    detd's config (a kernel met with several keys can match more than one)."""
+    try:
+        listed = json.loads(decisions)["decisions"]
+    except (ValueError, KeyError, TypeError):
+        return ["run-1 samples: detctl decisions gave no list"]
+    kernel = row["entry"].split("|")[0]
+    lines = []
+    for dec in listed:
+        if dec["kernel"].split("@")[0] != kernel or dec["config"] != row["detd"]:
+            continue
+        ms = {t["config"]: t["ms"] for t in dec["timings"]}
+        for tag, cfg in (("detd", row["detd"]), ("fresh", row["fresh"])):
+            got = ms.get(cfg)
+            lines.append(f"run 1, {tag}: " + (" ".join(f"{v:.4f}" for v in got) if got else "not measured"))
+    return lines or ["run-1 samples: no decision of this kernel chose that config"]
+
+
 def phase_table(run1):
     """Run 1's phases: summed over processes, and on the critical path
     (per key, the phases of the rank that timed it)."""
@@ -166,6 +187,9 @@ def main():
             work, "phases1-{rank}.json")), wargs)
         wall1 = time.time() - t0
         st1 = d.status()
+        decisions = d.detctl("decisions", "--json").stdout
+        with open(os.path.join(root, "decisions.json"), "w") as f:  # each candidate's run-1 samples
+            f.write(decisions)
         say("detd rerun")
         run2 = procs(a.procs, "detd", work, "run2", lambda r: env, wargs)
         st2 = d.status()
@@ -262,6 +286,8 @@ def main():
     for x in fl["compare"]:
         if x["detd_ms"] > 1.01 * x["fresh_ms"]:
             print(f"  {x['entry']}: {x['detd']} {x['detd_ms']:.4f} ms vs fresh {x['fresh']} {x['fresh_ms']:.4f} ms")
+            for line in run1_samples(decisions, x):
+                print("    " + line)
     json.dump(dict(key_set=a.keys, settings=settings, summed=summed, critical=crit, outside=outside, floor=floor,
                    chain=chain, bench_floor=fl["bench_s"], run1_median=med1, rerun_median=med2, wall1=wall1,
                    default=default, kernel_time=kt, passes=passes, keys=len(entries), per_key=per_key),
