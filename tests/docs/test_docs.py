@@ -124,6 +124,9 @@ DOCS_RUN_BY = {
     # GPU run: tests/gpu/native_run.py, parsed below).
     "DETD_SOCKET=/run/detd/detd.sock examples/native/autotune_rowsum":
         ("tests/native/nvcc_example.sh", r'test -x "\$OUT/autotune_rowsum"'),
+    # Reads the decisions a GPU run kept; runs here on known samples.
+    "python3 tests/gpu/replay_recheck.py /tmp/detd-coldstart-*/decisions.json":
+        ("tests/python/test_replay_recheck.py", r"\[sys\.executable, SCRIPT, str\(path\)\]"),
     "tests/gpu/bundle.sh": SCRIPT,
     "tests/gpu/fetch_packages.sh": SCRIPT,
 }

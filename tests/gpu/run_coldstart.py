@@ -44,7 +44,11 @@ processes (e.g. ``--env DETD_COMPILE_AHEAD=8``, ``--env DETD_SHARE_PASS=0``).
 Prints a table and PASS or FAIL: every process succeeds, all ranks launch
 the same config per entry, one timing pass per key, nothing timed in the
 rerun, each process's phases sum to its time in detd, and the chosen
-configs' kernel time within 1.01x of the fresh autotune. The targets (run
+configs' kernel time within 1.01x of the fresh autotune (under a key over
+it, the run-1 samples of both configs). Writes ``coldstart.json`` (the
+figures) and ``decisions.json`` (run 1's decisions with every candidate's
+samples, for tests/gpu/replay_recheck.py) to ``--out`` (default: a new
+/tmp/detd-coldstart-* folder). The targets (run
 1 at most 1.5x the floor, at least 5x faster than default Triton's run 1)
 are printed as met or not, without failing the run. Binaries: .gpu/ from
 tests/gpu/bundle.sh (as run_gpu.py); FLA from .whl/ (fetch_packages.sh),
