@@ -14,7 +14,7 @@ measurements), and the keys where the full rule's winner is not the
 recorded one (the replay misread the samples; 0 expected). Runs on any
 machine; prints one table.
 
-    python3 tests/gpu/replay_recheck.py /tmp/w/*/decisions.json
+    python3 tests/gpu/replay_recheck.py /tmp/detd-coldstart-*/decisions.json
 """
 
 import argparse
@@ -65,14 +65,15 @@ def replay_key(dec):
             ratio = _samples.median(t[w][used:]) / _samples.median(t[full][used:])
         out[name] = (w != full, ratio)
     first = {c: _samples.median(ms[:g]) for c, ms in t.items()}
-    spreads = {c: (min(ms[:g]), max(ms[:g])) for c, ms in t.items() if g >= 2}
+    spreads = {c: sp for c, sp in ((c, _measure.spread(ms[:g])) for c, ms in t.items()) if sp is not None}
     out["clear0_skips"] = _measure.clear_lead(again, first, spreads, 0.0)
     return out
 
 
 def replay(path):
     """The table row of one decisions.json."""
-    decs = json.load(open(path))["decisions"]
+    with open(path) as f:
+        decs = json.load(f)["decisions"]
     keys = [k for k in (replay_key(d) for d in decs) if k is not None]
     row = {"file": path, "decisions": len(decs), "remeasured": len(keys),
            "clear0_skips": sum(k["clear0_skips"] for k in keys),
