@@ -165,6 +165,9 @@ for _cmd in (
         "PYTHONPATH=/tmp/site python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --default-cap 380",
         "PYTHONPATH=/tmp/site python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys mamba --default-cap 300",
+        "python3 tests/gpu/run_coldstart.py --procs 8 --keys mamba --default-cap 300 --quiet-chain",
+        "PYTHONPATH=/tmp/site python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --default-cap 300 "
+        "--quiet-chain",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --default-cap 380",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys mamba --no-default --env DETD_COMPILE_PROCESSES=off",
         "python3 tests/gpu/run_coldstart.py --procs 8 --keys suite --no-default --env DETD_COMPILE_PROCESSES=off",

@@ -3,7 +3,7 @@ detd (run 1, fresh store and TRITON_CACHE_DIR), where run 1's time went,
 the floor it is measured against, the rerun, and default Triton's run 1.
 
     python3 tests/gpu/run_coldstart.py [--procs 8] [--keys suite|mamba] [--no-fla]
-        [--out DIR] [--before] [--env NAME=VALUE ...] [--default-cap S | --no-default]
+        [--out DIR] [--before] [--env NAME=VALUE ...] [--default-cap S | --no-default] [--quiet-chain]
 
 The key set (``--keys``, kernels.py): ``suite`` (the default), the suite's
 row sums and matmuls and FLA's ``chunk_gated_delta_rule`` (``--no-fla``
@@ -35,6 +35,14 @@ In one call:
 4. Default Triton's run 1: N processes, fresh TRITON_CACHE_DIR, no detd,
    cut at ``--default-cap`` seconds (default 150; a cut run reports how
    many keys its median process had tuned).
+5. With ``--quiet-chain``, before the default run: one default-Triton
+   process on a fresh cache, alone on the node, compiles each candidate
+   just before its benchmark (``worker.py --floor``), so each compile is
+   made alone; the longest of each key, summed, is the compile chain with
+   a core for every candidate (a key's pass cannot end before its slowest
+   candidate is compiled, and keys are met one after another). With
+   default Triton's full run 1, it prints what that chain leaves of the
+   run 1 that the 5x target allows.
 
 ``--before`` runs detd as it behaved before the cuts:
 ``DETD_RECHECK_CLEAR=off``, ``DETD_COMPILE_AHEAD=0``, ``DETD_SCREEN=off``,
@@ -54,7 +62,8 @@ are printed as met or not, without failing the run. Binaries: .gpu/ from
 tests/gpu/bundle.sh (as run_gpu.py); FLA from .whl/ (fetch_packages.sh),
 importable; mamba_ssm in .pkgsrc/. Each step prints a progress line.
 Time: run 1 + rerun + about 60 s for the floor process + the default run
-(at most its cap).
+(at most its cap) + with ``--quiet-chain``, every candidate compiled once
+in one process.
 """
 
 import argparse
@@ -130,6 +139,20 @@ def run1_samples(decisions, row):
     return lines or ["run-1 samples: no decision of this kernel chose that config"]
 
 
+def quiet_chain(pass_compiles):
+    """From a --floor process on a fresh cache (worker.py's
+    ``pass_compiles``: per timing pass, its kernel and each candidate's
+    compile seconds, made alone): the compiles, their seconds in all, and
+    the longest of each pass summed (the compile chain with a core per
+    candidate: no pass can end before its slowest candidate is compiled).
+    A pass with nothing compiled (its binaries came from an earlier pass)
+    adds nothing."""
+    longest = [max(s, default=0.0) for _, s in pass_compiles]
+    return dict(passes=len(pass_compiles), compiles=sum(len(s) for _, s in pass_compiles),
+                work=sum(sum(s) for _, s in pass_compiles), chain=sum(longest),
+                per_pass=[[k, max(s, default=0.0), len(s)] for k, s in pass_compiles])
+
+
 def phase_table(run1):
     """Run 1's phases: summed over processes, and on the critical path
     (per key, the phases of the rank that timed it)."""
@@ -164,6 +187,8 @@ def main():
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the detd processes")
     ap.add_argument("--default-cap", type=float, default=150.0, help="seconds default Triton's run 1 may take")
     ap.add_argument("--no-default", action="store_true")
+    ap.add_argument("--quiet-chain", action="store_true",
+                    help="also compile every candidate alone, one at a time, in one process on a fresh cache")
     a = ap.parse_args()
     if a.no_fla and a.keys != "suite":
         ap.error(f"--no-fla leaves FLA out of --keys suite; --keys {a.keys} has no FLA")
@@ -226,6 +251,14 @@ def main():
     if not kt <= 1.01:
         failures.append(f"kernel time of the chosen configs {kt:.4f}x a fresh autotune (want <= 1.01x)")
 
+    quiet = None
+    if a.quiet_chain:
+        say("compiles alone: one default process, fresh cache, each candidate compiled before its benchmark")
+        qwork = tempfile.mkdtemp(prefix="quiet-", dir=root)
+        (q,) = procs(1, "default", qwork, "quiet", lambda r: {"TRITON_CACHE_DIR": os.path.join(qwork, "triton-cache")},
+                     wargs + ["--floor"])
+        quiet = quiet_chain(q["pass_compiles"])
+
     summed, crit, per_key, outside = phase_table(run1)
     chain = sum(max(k["work"] / cores, k["max"]) for k in per_key.values())
     floor = fl["bench_s"] + chain
@@ -287,6 +320,15 @@ def main():
             failures.append(f"{wk['launcher_errors']} launchers failed to build beside a timing pass's compiles")
     print(f"timing passes: {passes}/{len(entries)} run 1, {rerun_passes} rerun; kernel time of the chosen configs "
           f"vs a fresh autotune: {kt:.4f}x ({kt_chosen:.4f} / {kt_fresh:.4f} ms)")
+    if quiet is not None:
+        print(f"compiles alone (one process, fresh cache, one at a time): {quiet['compiles']} in {quiet['passes']} "
+              f"passes, {quiet['work']:.2f} s in all; per key the longest, summed: {quiet['chain']:.2f} s "
+              f"(run 1's chain {chain:.2f} s, its compile on the critical path {crit['compile']:.2f} s)")
+        if default is not None and not default["cut"]:
+            need = default["s"] / 5
+            print(f"5x needs detd's run 1 at most {need:.2f} s: after the compiles alone, {need - quiet['chain']:.2f} s "
+                  f"for all else; run 1's benchmark and re-measure on the critical path took "
+                  f"{crit['benchmark'] + crit['remeasure']:.2f} s")
     for x in fl["compare"]:
         if x["detd_ms"] > 1.01 * x["fresh_ms"]:
             print(f"  {x['entry']}: {x['detd']} {x['detd_ms']:.4f} ms vs fresh {x['fresh']} {x['fresh_ms']:.4f} ms")
@@ -294,7 +336,8 @@ def main():
                 print("    " + line)
     json.dump(dict(key_set=a.keys, settings=settings, summed=summed, critical=crit, outside=outside, floor=floor,
                    chain=chain, bench_floor=fl["bench_s"], run1_median=med1, rerun_median=med2, wall1=wall1,
-                   default=default, kernel_time=kt, passes=passes, keys=len(entries), per_key=per_key),
+                   default=default, kernel_time=kt, passes=passes, keys=len(entries), per_key=per_key,
+                   quiet=quiet),
               open(os.path.join(root, "coldstart.json"), "w"), indent=1, default=str)
     for f in failures:
         print("FAIL", f)

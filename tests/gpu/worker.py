@@ -23,8 +23,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 COUNTS = {"passes": 0, "bench_calls": 0, "bench_s": 0.0, "compile_s": 0.0}
 # --floor: each benchmark is preceded by its compile (warmup), and both are
-# timed, so bench_s is the benchmarker's own cost per candidate.
+# timed, so bench_s is the benchmarker's own cost per candidate; each
+# compile's seconds are kept per pass (PASS_COMPILES: [kernel, [s, ...]]),
+# which on a fresh cache are the compiles alone, one at a time.
 FLOOR = "--floor" in sys.argv
+PASS_COMPILES = []
 T0 = [time.perf_counter()]
 TUNERS = weakref.WeakSet()
 
@@ -42,6 +45,8 @@ _pending = weakref.WeakKeyDictionary()
 def _bench(self, *a, **k):
     if _pending.pop(self, False):
         COUNTS["passes"] += 1
+        if FLOOR:
+            PASS_COMPILES.append([getattr(self.fn, "__name__", str(self.fn)), []])
     COUNTS["bench_calls"] += 1
     t0 = time.perf_counter()
     if FLOOR:
@@ -52,6 +57,8 @@ def _bench(self, *a, **k):
             pass
         t1 = time.perf_counter()
         COUNTS["compile_s"] += t1 - t0
+        if PASS_COMPILES:
+            PASS_COMPILES[-1][1].append(round(t1 - t0, 4))
         t0 = t1
     try:
         return _orig_bench(self, *a, **k)
@@ -194,6 +201,8 @@ def main():
     res["digests"] = {k: kernels.digest(v) for k, v in outs.items()}
     res["configs"] = chosen()
     res.update(COUNTS)
+    if FLOOR:
+        res["pass_compiles"] = PASS_COMPILES
 
     if args.compare:
         res["compare"] = compare(json.load(open(args.compare)))
