@@ -147,6 +147,32 @@ def test_timeout_past_the_pass_bound_while_etcd_is_cut_off_is_excused():
     assert props(run) == ["wait-bound"]
 
 
+def test_timeout_past_the_pass_bound_within_what_the_faults_cost_is_excused():
+    # seed 17's history: the claim holder's daemon killed (down 0.994 s:
+    # its claim holds the key for one more lease after the restart) and the
+    # waiter's own daemon stopped and restarted (down 0.952 s) during one
+    # call: a TIMEOUT at the 3 s deadline is within the pass bound (2.5 s
+    # here) plus their cost, 0.994 + 0.5 + 1.0 and 0.952 + 0.5 s
+    run = clean()
+    run["lease_ms"] = 1000
+    run["records"].append(ans("r0:3", "timeout", pid=100, start=5.0, end=7.999, deadline_ms=2999))
+    run["faults"] = [{"fault": "owner_kill", "start": 5.3, "end": 6.3, "down": 0.994},
+                     {"fault": "daemon_term", "daemon": "d0", "start": 6.4, "end": 7.35, "down": 0.952}]
+    res = checker.check(run)
+    assert res["violations"] == [] and res["excused"] == 1, res
+    # ... but a wait past the bound plus those costs is a finding
+    run["records"][-1].update(end=12.5, deadline_ms=7500)
+    res = checker.check(run)
+    v = [v for v in res["violations"] if v["property"] == "wait-bound"]
+    assert len(v) == 1 and "cost it at most 3.946 s" in v[0]["message"], v
+    # ... and so is one whose faults cannot hold the key (a rank that was
+    # not timing it, stopped)
+    run = clean()
+    run["records"].append(ans("r0:3", "timeout", pid=100, start=5.0, end=7.999, deadline_ms=2999))
+    run["faults"] = [{"fault": "hang", "pid": 555, "start": 5.1, "end": 7.0}]
+    assert props(run) == ["wait-bound"]
+
+
 def test_timeout_within_the_pass_bound_is_fine():
     run = clean()
     run["records"].append(ans("r0:3", "timeout", pid=100, start=5.0, end=6.0, deadline_ms=1000))
