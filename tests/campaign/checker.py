@@ -111,9 +111,15 @@ def _brief(rec):
                                      "deadline_ms", "errname") if rec.get(k) is not None}
 
 
+def _during(f, t0, t1, after=0.0):
+    """Whether fault f overlaps [t0, t1] (a fault not ended yet lasts to
+    t1), or ended at most ``after`` seconds before t0."""
+    return f["start"] <= t1 and (f.get("end") or t1) + after >= t0
+
+
 def _overlaps(faults, kinds, t0, t1, after=0.0):
     for f in faults:
-        if f["fault"] in kinds and f["start"] <= t1 and (f.get("end") or t1) + after >= t0:
+        if f["fault"] in kinds and _during(f, t0, t1, after):
             return f
     return None
 
@@ -170,8 +176,7 @@ def check(run):
     stops = [f for f in faults if f["fault"] == "hang"]
     procs = {p.get("pid"): p for p in run.get("procs", [])}
     for r in answers:
-        if any(f.get("pid") == r.get("pid") and f["start"] <= r["end"]
-               and (f.get("end") or r["end"]) >= r["start"] for f in stops):
+        if any(f.get("pid") == r.get("pid") and _during(f, r["start"], r["end"]) for f in stops):
             excused += 1
             continue
         wait = r["end"] - r["start"]
@@ -199,8 +204,7 @@ def check(run):
             # what the faults during the call cost this waiter at most (a
             # killed claim holder, its own daemon down and restarting)
             proc = procs.get(r.get("pid")) or {"pid": r.get("pid"), "daemon": r.get("daemon")}
-            cost = sum(fault_cost(run, f, proc, r.get("key"), answers) for f in faults
-                       if f["start"] <= r["end"] and (f.get("end") or r["end"]) >= r["start"])
+            cost = sum(c for _, c in costs_during(run, proc, r.get("key"), r["start"], r["end"], answers))
             if cost > 0 and wait <= pass_bound / 1000.0 + cost + tol:
                 excused += 1
                 continue
@@ -299,11 +303,15 @@ def met_faults(run, proc, died, answers):
     starts = [r["start"] for r in answers if r.get("pid") == pid and r.get("key") == key]
     if not starts or died.get("t") is None:
         return []
-    t0, t1 = min(starts), died["t"]
+    return costs_during(run, proc, key, min(starts), died["t"], answers)
+
+
+def costs_during(run, proc, key, t0, t1, answers):
+    """[(fault, cost)] for the faults overlapping [t0, t1] that cost a
+    process waiting for key anything (:func:`fault_cost`)."""
     out = []
     for f in run.get("faults", []):
-        end = f.get("end") or t1
-        if f["start"] <= t1 and end >= t0:
+        if _during(f, t0, t1):
             c = fault_cost(run, f, proc, key, answers)
             if c > 0:
                 out.append((f, c))

@@ -150,7 +150,7 @@ def quiet_chain(pass_compiles):
     longest = [max(s, default=0.0) for _, s in pass_compiles]
     return dict(passes=len(pass_compiles), compiles=sum(len(s) for _, s in pass_compiles),
                 work=sum(sum(s) for _, s in pass_compiles), chain=sum(longest),
-                per_pass=[[k, max(s, default=0.0), len(s)] for k, s in pass_compiles])
+                per_pass=[[k, m, len(s)] for (k, s), m in zip(pass_compiles, longest)])
 
 
 def phase_table(run1):
